@@ -1,0 +1,32 @@
+# The two quick-start targets build .venv from pyproject.toml on first use (and when it changes).
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+# Exact pins for this machine (CPU + on-disk wheels); pyproject.toml keeps ranges for users' GPUs.
+TORCH_PINS ?= torch==2.14.1 torchvision==0.29.1
+export PYTHONHASHSEED := 0
+
+.PHONY: demo test lint format zoo reports bench study clean-venv
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q $(TORCH_PINS) -e '.[dev]'
+	@touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/robfilt models list
+	$(BIN)/python -m robustbench_filters.demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+lint: $(STAMP)
+	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+
+format: $(STAMP)
+	$(BIN)/ruff format . && $(BIN)/ruff check --fix .
+
+clean-venv:
+	rm -rf $(VENV)

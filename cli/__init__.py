@@ -1,0 +1,77 @@
+"""robfilt: the command line of robustbench_filters.
+
+A thin typer layer: each command parses options, calls one typed library function and renders its result
+object. Errors the user can fix are printed as one line (no traceback) with exit code 2.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+try:  # typer >= 0.20 vendors click as typer._click; older releases use click itself
+    from typer._click import exceptions as click_exc
+except ImportError:  # pragma: no cover - depends on the installed typer
+    from click import exceptions as click_exc
+
+from robustbench_filters.errors import RobfiltError
+
+from . import models as _models
+from ._common import console_err
+
+app = typer.Typer(
+    name="robfilt",
+    help="Measure whether BSA and boosting residuals make transformers more robust.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(_models.app, name="models")
+
+_COMMANDS: list[str] = []
+
+
+def register(module) -> None:
+    """Add a module's ``command`` function as a top-level command (lets commands live in their own files)."""
+    module.register(app)
+
+
+for _name in ("train", "attack", "lipschitz", "report", "check", "study"):
+    try:
+        _mod = __import__(f"{__name__}.{_name}", fromlist=["register"])
+    except ModuleNotFoundError as exc:  # a command not built yet
+        if exc.name != f"{__name__}.{_name}":
+            raise
+        continue
+    register(_mod)
+    _COMMANDS.append(_name)
+
+
+def run(argv: list[str] | None = None) -> int:
+    """Run the CLI and return its exit code; user errors become one line on stderr."""
+    try:
+        result = app(args=argv, prog_name="robfilt", standalone_mode=False)
+    except typer.Exit as exc:
+        return int(exc.exit_code or 0)
+    except typer.Abort:
+        console_err("aborted")
+        return 130
+    except click_exc.UsageError as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":
+            sys.stdout.write(exc.format_message() + "\n")
+            return 0
+        message = " ".join(exc.format_message().split())
+        console_err(f"error: {message} (see --help)")
+        return 2
+    except RobfiltError as exc:
+        console_err(f"error: {exc}")
+        return exc.exit_code
+    except KeyboardInterrupt:
+        console_err("interrupted; resume with --resume")
+        return 130
+    return int(result) if isinstance(result, int) else 0
+
+
+def main() -> None:
+    sys.exit(run(sys.argv[1:]))

@@ -1,0 +1,5 @@
+"""Enables ``python -m robustbench_filters.cli`` (and torchrun)."""
+
+from . import main
+
+main()

@@ -1,0 +1,80 @@
+"""Shared CLI plumbing: consoles, JSON output, progress bars and option aliases."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.logging import RichHandler
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from robustbench_filters.io import _json_default
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or info logs.")]
+SeedOpt = Annotated[int, typer.Option("--seed", help="Random seed; same seed, same numbers.")]
+
+_stdout = Console(highlight=False, soft_wrap=True)
+_stderr = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def console() -> Console:
+    return _stdout
+
+
+def console_err(message: str) -> None:
+    _stderr.print(message, style="red", markup=False, highlight=False)
+
+
+def setup_logging(quiet: bool, json_out: bool = False) -> None:
+    """Library logs go to stderr; quiet (or JSON mode) keeps only warnings."""
+    level = logging.WARNING if (quiet or json_out) else logging.INFO
+    root = logging.getLogger("robustbench_filters")
+    root.handlers = [RichHandler(console=_stderr, show_path=False, show_time=False, markup=False)]
+    root.setLevel(level)
+    root.propagate = False
+
+
+def print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, default=_json_default) + "\n")
+    sys.stdout.flush()
+
+
+@contextmanager
+def progress_bar(quiet: bool) -> Iterator[Any]:
+    """Yield a library progress hook backed by a rich bar (a no-op when quiet or not a terminal)."""
+    if quiet or not _stderr.is_terminal:
+        yield None
+        return
+    bar = Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[info]}"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=_stderr,
+        transient=False,
+    )
+    tasks: dict[str, int] = {}
+
+    def hook(task: str, completed: int, total: int, info: str = "") -> None:
+        if task not in tasks:
+            tasks[task] = bar.add_task(task, total=total, info=info)
+        bar.update(tasks[task], completed=completed, total=total, info=info)
+
+    with bar:
+        yield hook

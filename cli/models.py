@@ -1,0 +1,75 @@
+"""robfilt models list | show."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from robustbench_filters.models.describe import list_table, show
+
+from ._common import JsonOpt, QuietOpt, console, print_json, setup_logging
+
+app = typer.Typer(help="List the model variants and show their configs.", no_args_is_help=True)
+
+
+def _fmt_metrics(metrics: dict) -> str:
+    parts = []
+    for key in ("test_acc", "test_ppl"):
+        if key in metrics:
+            value = metrics[key]
+            parts.append(f"acc {100 * value:.1f}%" if key == "test_acc" else f"ppl {value:.2f}")
+    return ", ".join(parts) or "trained"
+
+
+@app.command("list")
+def list_cmd(json_out: JsonOpt = False, quiet: QuietOpt = False) -> None:
+    """All model names, their sizes, and which have bundled zoo weights (with test metrics)."""
+    setup_logging(quiet, json_out)
+    rows = list_table()
+    if json_out:
+        print_json(rows)
+        return
+    table = Table(title="robfilt models")
+    for col in ("name", "family", "BSA", "GRC", "sizes", "zoo weights (test)"):
+        table.add_column(col)
+    for r in rows:
+        zoo = "; ".join(f"{s}: {_fmt_metrics(m)}" for s, m in r["zoo"].items()) or "-"
+        table.add_row(
+            r["name"],
+            r["family"],
+            "yes" if r["bsa"] else "-",
+            "yes" if r["grc"] else "-",
+            ", ".join(r["sizes"]),
+            zoo,
+        )
+    console().print(table)
+
+
+@app.command("show")
+def show_cmd(
+    name: Annotated[str, typer.Argument(help="Model name, e.g. deit-bsa-grc.")],
+    size: Annotated[str, typer.Option("--size", help="micro, tiny, small or base.")] = "micro",
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Config, parameter count and the BSA/GRC formulas of one variant."""
+    setup_logging(quiet, json_out)
+    info = show(name, size)
+    if json_out:
+        print_json(info)
+        return
+    out = console()
+    out.print(f"[bold]{info['name']}[/bold] ({info['family']}, {info['size']}): {info['num_params']:,} parameters")
+    for line in info["formulas"]:
+        out.print(f"  {line}", markup=False)
+    table = Table(show_header=True)
+    table.add_column("field")
+    table.add_column("value")
+    for k, v in info["config"].items():
+        table.add_row(k, str(v))
+    out.print(table)
+    if info["zoo"]:
+        out.print(f"zoo weights: {info['zoo']['path']}  metrics: {info['zoo']['metrics']}", markup=False)
+    out.print(f"note: {info['note']}", markup=False, style="dim")

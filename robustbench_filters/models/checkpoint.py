@@ -1,0 +1,263 @@
+"""Checkpoints: safetensors weights plus a JSON card. Never pickle.
+
+A checkpoint is a folder holding ``model.safetensors`` and ``card.json`` (and, for LMs, the tokenizer). The
+card records the name, size, full config, the BSA/GRC parameters, library versions, and room for the
+training recipe and metrics. Loading verifies the weights' SHA-256 against the card, rebuilds the model from
+the card's config and asserts that no key is missing or unexpected.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import platform
+from pathlib import Path
+from typing import Any
+
+import safetensors
+import safetensors.torch
+import torch
+from torch import nn
+
+from ..errors import CheckpointError
+from ..io import atomic_write_text
+from .config import DeiTConfig, LMConfig, config_from_dict
+from .registry import Family, ModelSpec, build_from_spec, parse_name
+
+log = logging.getLogger(__name__)
+
+CARD_FORMAT = "robfilt-checkpoint"
+CARD_SCHEMA = 1
+WEIGHTS = "model.safetensors"
+CARD = "card.json"
+ZOO_DIR = Path(__file__).resolve().parent.parent / "zoo"
+PICKLE_SUFFIXES = {".pt", ".pth", ".pkl", ".pickle", ".bin", ".ckpt"}
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def library_versions() -> dict[str, str]:
+    import numpy
+    import timm
+
+    from .. import __version__
+
+    return {
+        "robustbench_filters": __version__,
+        "torch": torch.__version__,
+        "timm": timm.__version__,
+        "numpy": numpy.__version__,
+        "safetensors": safetensors.__version__,
+        "python": platform.python_version(),
+    }
+
+
+def zoo_path(name: str, size: str) -> Path:
+    return ZOO_DIR / f"{name}-{size}"
+
+
+def filter_params(model: nn.Module, spec: ModelSpec) -> dict[str, Any]:
+    """The BSA/GRC parameters as numbers, for the card and ``models show``."""
+    from .bsa import BilateralAttention
+    from .grc import BlockStack
+
+    out: dict[str, Any] = {}
+    sigmas = [
+        m.sigma.detach().tolist()
+        for m in model.modules()
+        if isinstance(m, BilateralAttention) and hasattr(m, "sigma_theta")
+    ]
+    if spec.bsa:
+        out["bsa"] = {"pos_kernel": spec.config.pos_kernel, "sigma_per_layer": sigmas or None}
+    stacks = [m for m in model.modules() if isinstance(m, BlockStack) and m.grc]
+    if stacks:
+        out["grc"] = {
+            "lambda_per_layer": stacks[0].lambdas().detach().tolist(),
+            "learnable": spec.config.grc_learnable,
+            "sublayers": spec.config.grc_sublayers,
+        }
+    return out
+
+
+def save_checkpoint(
+    model: nn.Module,
+    directory: str | Path,
+    *,
+    recipe: dict[str, Any] | None = None,
+    metrics: dict[str, Any] | None = None,
+    extra: dict[str, Any] | None = None,
+) -> Path:
+    """Write ``model.safetensors`` and ``card.json`` into ``directory`` (atomically, weights first)."""
+    spec: ModelSpec = model.robfilt_spec
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    weights = directory / WEIGHTS
+    tmp = directory / (WEIGHTS + ".tmp")
+    safetensors.torch.save_model(model, str(tmp))
+    tmp.replace(weights)
+    card = {
+        "format": CARD_FORMAT,
+        "schema_version": CARD_SCHEMA,
+        "name": spec.name,
+        "family": spec.family.value,
+        "size": spec.size,
+        "config": spec.config_dict(),
+        "filters": filter_params(model, spec),
+        "num_params": sum(p.numel() for p in model.parameters()),
+        "weights_sha256": sha256_file(weights),
+        "versions": library_versions(),
+        "recipe": recipe,
+        "metrics": metrics or {},
+        **(extra or {}),
+    }
+    atomic_write_text(directory / CARD, json.dumps(card, indent=2, sort_keys=False) + "\n")
+    return directory
+
+
+def _resolve_paths(path: str | Path, name: str | None, size: str) -> tuple[Path, Path]:
+    if str(path) == "zoo":
+        if name is None:
+            raise CheckpointError("checkpoint='zoo' needs a model name.")
+        folder = zoo_path(name, size)
+        if not (folder / WEIGHTS).exists():
+            raise CheckpointError(
+                f"no zoo weights for {name} ({size}); train them with `robfilt train --model {name} --size {size}` "
+                "or pass --checkpoint PATH."
+            )
+        return folder / WEIGHTS, folder / CARD
+    path = Path(path)
+    if not path.exists():
+        raise CheckpointError(f"checkpoint {path} does not exist; pass a folder with {WEIGHTS} and {CARD}.")
+    if path.is_dir():
+        return path / WEIGHTS, path / CARD
+    return path, path.parent / CARD
+
+
+def _is_pickle(weights: Path) -> bool:
+    with open(weights, "rb") as f:
+        head = f.read(8)
+    return weights.suffix in PICKLE_SUFFIXES or head[:2] == b"PK" or head[:1] == b"\x80"
+
+
+def _load_pickle_state(weights: Path, name: str | None, size: str, **overrides: Any) -> nn.Module:
+    """Opt-in path for torch files: a state dict only, read with ``weights_only=True`` (no code execution)."""
+    from .registry import resolve_spec
+
+    if name is None:
+        raise CheckpointError("loading a torch file needs the model name (--model) to build the architecture.")
+    model = build_from_spec(resolve_spec(name, size, **overrides))
+    try:
+        state = torch.load(weights, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - torch raises many types for bad files
+        raise CheckpointError(
+            f"cannot read torch file {weights} with weights_only=True ({type(exc).__name__})."
+        ) from None
+    if isinstance(state, dict) and "state_dict" in state:
+        state = state["state_dict"]
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{weights} does not hold a state dict.")
+    result = model.load_state_dict(state, strict=False)
+    if result.missing_keys or result.unexpected_keys:
+        raise CheckpointError(
+            f"{weights} does not fit {name}: missing {sorted(result.missing_keys)[:5]}, "
+            f"unexpected {sorted(result.unexpected_keys)[:5]}."
+        )
+    return model.eval()
+
+
+def _refuse_pickle(weights: Path) -> None:
+    if _is_pickle(weights):
+        raise CheckpointError(
+            f"{weights} is a pickle/torch file; robfilt loads only safetensors (pickles can run code). "
+            "Convert it with safetensors.torch.save_model, or opt in with --allow-pickle (loaded weights_only)."
+        )
+
+
+def read_card(card_path: Path) -> dict[str, Any]:
+    """Read and validate a card (format, schema, required fields)."""
+    if not card_path.exists():
+        raise CheckpointError(f"checkpoint card {card_path} is missing; every checkpoint needs its {CARD}.")
+    try:
+        card = json.loads(card_path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise CheckpointError(
+            f"checkpoint card {card_path} is not valid JSON ({exc.msg if hasattr(exc, 'msg') else exc})."
+        ) from None
+    if not isinstance(card, dict) or card.get("format") != CARD_FORMAT:
+        raise CheckpointError(f"{card_path} is not a robfilt checkpoint card (format != {CARD_FORMAT!r}).")
+    if card.get("schema_version") != CARD_SCHEMA:
+        raise CheckpointError(
+            f"{card_path} has card schema {card.get('schema_version')}; this robfilt reads {CARD_SCHEMA}."
+        )
+    for key in ("name", "family", "size", "config", "weights_sha256"):
+        if key not in card:
+            raise CheckpointError(f"checkpoint card {card_path} lacks the field {key!r}.")
+    return card
+
+
+def spec_from_card(card: dict[str, Any]) -> ModelSpec:
+    family, bsa, grc = parse_name(card["name"])
+    cls = DeiTConfig if family is Family.DEIT else LMConfig
+    config = config_from_dict(cls, card["config"])
+    if config.bsa != bsa or config.grc != grc:
+        raise CheckpointError(
+            f"checkpoint card says {card['name']} but its config has bsa={config.bsa}, grc={config.grc}."
+        )
+    return ModelSpec(name=card["name"], family=family, size=card["size"], config=config)
+
+
+def load_checkpoint(
+    path: str | Path,
+    name: str | None = None,
+    size: str = "micro",
+    allow_pickle: bool = False,
+    **overrides: Any,
+) -> nn.Module:
+    """Load a checkpoint (or ``"zoo"``) into a freshly built model; returns it in eval mode.
+
+    ``name`` (if given) must match the card, so a checkpoint is never loaded into the wrong variant.
+    Only runtime switches (``fused_attn``) may be overridden on load; architecture comes from the card.
+    """
+    weights, card_path = _resolve_paths(path, name, size)
+    if not weights.exists():
+        raise CheckpointError(f"checkpoint weights {weights} are missing.")
+    if allow_pickle and _is_pickle(weights):
+        return _load_pickle_state(weights, name, size, **overrides)
+    _refuse_pickle(weights)
+    card = read_card(card_path)
+    if name is not None and card["name"] != name:
+        raise CheckpointError(
+            f"checkpoint {weights.parent} is for {card['name']!r}, not {name!r}; pass the matching --model or checkpoint."
+        )
+    if sha256_file(weights) != card["weights_sha256"]:
+        raise CheckpointError(f"checkpoint {weights} is corrupted or truncated (SHA-256 differs from its card).")
+    spec = spec_from_card(card)
+    allowed = {"fused_attn"}
+    bad = sorted(set(k for k, v in overrides.items() if v is not None) - allowed)
+    if bad:
+        raise CheckpointError(f"cannot override {bad} when loading a checkpoint; only {sorted(allowed)} may change.")
+    if overrides.get("fused_attn") is not None:
+        spec = dataclasses.replace(spec, config=dataclasses.replace(spec.config, fused_attn=overrides["fused_attn"]))
+    model = build_from_spec(spec)
+    try:
+        missing, unexpected = safetensors.torch.load_model(model, str(weights), strict=False)
+    except (safetensors.SafetensorError, RuntimeError, OSError) as exc:
+        raise CheckpointError(
+            f"cannot read checkpoint {weights} ({str(exc).splitlines()[0]}); it may be truncated."
+        ) from None
+    if missing or unexpected:
+        raise CheckpointError(
+            f"checkpoint {weights} does not fit {spec.name}: missing keys {sorted(missing)[:5]}, "
+            f"unexpected keys {sorted(unexpected)[:5]}."
+        )
+    model.robfilt_card = card
+    log.info("loaded %s (%s) from %s", spec.name, spec.size, weights)
+    return model.eval()

@@ -1,0 +1,110 @@
+"""Model names, sizes and the one factory every command uses.
+
+Names are ``<family>[-bsa][-grc]`` with family ``deit`` (timm DeiT) or ``lm`` (GPT-style LM). Sizes: ``micro``
+for the bundled data, plus timm's ``tiny``/``small``/``base`` for DeiT and ``small`` for the LM.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from ..errors import RobfiltError, unknown
+from .config import DeiTConfig, LMConfig, apply_overrides
+from .deit import DEIT_SIZES, build_deit
+from .lm import LM_SIZES, CausalLM
+
+
+class Family(str, Enum):
+    DEIT = "deit"
+    LM = "lm"
+
+
+MODEL_NAMES: tuple[str, ...] = tuple(
+    f"{fam}{suffix}" for fam in ("deit", "lm") for suffix in ("", "-bsa", "-grc", "-bsa-grc")
+)
+SIZES: dict[Family, tuple[str, ...]] = {Family.DEIT: tuple(DEIT_SIZES), Family.LM: tuple(LM_SIZES)}
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What a model is: its registry name, family, size and full config."""
+
+    name: str
+    family: Family
+    size: str
+    config: Any
+
+    @property
+    def bsa(self) -> bool:
+        return bool(self.config.bsa)
+
+    @property
+    def grc(self) -> bool:
+        return bool(self.config.grc)
+
+    def config_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self.config)
+
+
+def parse_name(name: str) -> tuple[Family, bool, bool]:
+    """'deit-bsa-grc' -> (Family.DEIT, bsa=True, grc=True)."""
+    if name not in MODEL_NAMES:
+        raise unknown("model", name, MODEL_NAMES)
+    family, *mods = name.split("-")
+    return Family(family), "bsa" in mods, "grc" in mods
+
+
+def resolve_spec(name: str, size: str = "micro", **overrides: Any) -> ModelSpec:
+    """Validate name, size and overrides into a :class:`ModelSpec` without building anything."""
+    family, bsa, grc = parse_name(name)
+    if size not in SIZES[family]:
+        raise unknown(f"size for {name}", size, SIZES[family])
+    if family is Family.DEIT:
+        base = DeiTConfig(**DEIT_SIZES[size], bsa=bsa, grc=grc)
+    else:
+        base = LMConfig(**LM_SIZES[size], bsa=bsa, grc=grc)
+    if "bsa" in overrides or "grc" in overrides:
+        raise RobfiltError("bsa/grc are set by the model name; pick e.g. 'deit-bsa-grc' instead of overriding them.")
+    return ModelSpec(name=name, family=family, size=size, config=apply_overrides(base, overrides))
+
+
+def build_from_spec(spec: ModelSpec) -> nn.Module:
+    """Construct an untrained model for ``spec`` and attach the spec to it."""
+    model = build_deit(spec.config) if spec.family is Family.DEIT else CausalLM(spec.config)
+    model.robfilt_spec = spec
+    return model
+
+
+def create_model(
+    name: str,
+    size: str = "micro",
+    checkpoint: str | Path | None = None,
+    **overrides: Any,
+) -> nn.Module:
+    """Build a model by name; ``checkpoint`` is a path, or ``"zoo"`` for the bundled trained weights.
+
+    Overrides reach every config field, e.g. ``create_model("deit-grc", grc_lambda=0.0)``. Image models take
+    [0, 1] inputs. The model is returned in eval mode.
+    """
+    from .checkpoint import load_checkpoint  # local: checkpoint imports this module
+
+    if checkpoint is not None:
+        return load_checkpoint(checkpoint, name=name, size=size, **overrides)
+    model = build_from_spec(resolve_spec(name, size, **overrides))
+    return model.eval()
+
+
+def list_models() -> list[str]:
+    """All registered model names."""
+    return list(MODEL_NAMES)
+
+
+def model_sizes(name: str) -> tuple[str, ...]:
+    family, _, _ = parse_name(name)
+    return SIZES[family]
