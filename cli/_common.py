@@ -28,6 +28,8 @@ QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars 
 SeedOpt = Annotated[int, typer.Option("--seed", help="Random seed; same seed, same numbers.")]
 
 _stdout = Console(highlight=False, soft_wrap=True)
+if not _stdout.is_terminal:  # pipes and CI logs: wide enough for a four-model comparison table
+    _stdout = Console(highlight=False, soft_wrap=True, width=160)
 _stderr = Console(stderr=True, highlight=False, soft_wrap=True)
 
 

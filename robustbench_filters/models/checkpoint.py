@@ -143,8 +143,15 @@ def _resolve_paths(path: str | Path, name: str | None, size: str) -> tuple[Path,
 
 def _is_pickle(weights: Path) -> bool:
     with open(weights, "rb") as f:
-        head = f.read(8)
-    return weights.suffix in PICKLE_SUFFIXES or head[:2] == b"PK" or head[:1] == b"\x80"
+        head = f.read(9)
+    if weights.suffix in PICKLE_SUFFIXES:
+        return True
+    # A safetensors file starts with its header length (little-endian u64, padded to a multiple of 8) and then
+    # the JSON header '{'. The length's first byte is 0x80 (the pickle protocol marker) for about 1 file in 32,
+    # so recognise safetensors first; neither a zip (torch.save) nor a raw pickle has '{' at byte 8.
+    if head[8:9] == b"{":
+        return False
+    return head[:2] == b"PK" or head[:1] == b"\x80"
 
 
 def _load_pickle_state(weights: Path, name: str | None, size: str, **overrides: Any) -> nn.Module:
@@ -236,6 +243,10 @@ def load_checkpoint(
     if name is not None and card["name"] != name:
         raise CheckpointError(
             f"checkpoint {weights.parent} is for {card['name']!r}, not {name!r}; pass the matching --model or checkpoint."
+        )
+    if name is not None and str(path) != "zoo" and card["size"] != size:
+        raise CheckpointError(
+            f"checkpoint {weights.parent} is for size {card['size']!r}, not {size!r}; pass --size {card['size']}."
         )
     if sha256_file(weights) != card["weights_sha256"]:
         raise CheckpointError(f"checkpoint {weights} is corrupted or truncated (SHA-256 differs from its card).")

@@ -13,6 +13,7 @@ import timm
 import torch
 from torch import nn
 
+from ..errors import RobfiltError
 from .bsa import BilateralAttention, PosKernel, bsa_layer
 from .config import FASHION_MNIST_MEAN, FASHION_MNIST_STD, DeiTConfig
 from .grc import BlockStack
@@ -48,6 +49,18 @@ def _prefix_only_pos_embed(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
         to_cat.append(self.reg_token.expand(x.shape[0], -1, -1))
     x = x.view(x.shape[0], -1, x.shape[-1])
     return self.pos_drop(torch.cat([*to_cat, x], dim=1))
+
+
+def _grc_set_grad_checkpointing(self: nn.Module, enable: bool = True) -> None:
+    """GRC models refuse timm's gradient checkpointing: ``checkpoint_seq`` iterates the blocks one by one and would
+    skip :class:`BlockStack` (and with it the boosting term), silently computing the stock model."""
+    if enable:
+        raise RobfiltError("gradient checkpointing is not supported for GRC models (timm's would skip the boosting).")
+
+
+def _grc_forward_intermediates(self: nn.Module, *args, **kwargs):
+    """GRC models refuse timm's ``forward_intermediates``: it iterates the blocks and would skip the boosting."""
+    raise RobfiltError("forward_intermediates is not supported for GRC models (timm's would skip the boosting).")
 
 
 def build_deit(cfg: DeiTConfig) -> nn.Module:
@@ -88,6 +101,9 @@ def build_deit(cfg: DeiTConfig) -> nn.Module:
             grc_learnable=cfg.grc_learnable,
             grc_sublayers=cfg.grc_sublayers,
         )
+        # timm code paths that iterate model.blocks instead of calling it would bypass GRC: make them fail loudly.
+        model.set_grad_checkpointing = types.MethodType(_grc_set_grad_checkpointing, model)
+        model.forward_intermediates = types.MethodType(_grc_forward_intermediates, model)
     attach_normalizer(model, cfg.mean, cfg.std)
     set_fused_attn(model, cfg.fused_attn)
     return model

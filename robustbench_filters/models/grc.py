@@ -32,7 +32,10 @@ class GrcSublayers(str, Enum):
 
 def validate_lambda(value: float) -> float:
     """lambda must be in [0, 1): at 1 the block forgets its input entirely."""
-    value = float(value)
+    try:
+        value = float(value)
+    except (TypeError, ValueError):  # e.g. a string from a config file: still a one-line user error
+        raise RobfiltError(f"grc_lambda must be a number in [0, 1), got {value!r}.") from None
     if not (0.0 <= value < 1.0) or math.isnan(value):
         raise RobfiltError(f"grc_lambda must be in [0, 1), got {value}; pass e.g. grc_lambda=0.1.")
     return value

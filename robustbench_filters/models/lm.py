@@ -14,6 +14,7 @@ from timm.layers import Attention
 from timm.models.vision_transformer import Block
 from torch import nn
 
+from ..errors import RobfiltError
 from .bsa import BilateralAttention, PosKernel, bsa_layer
 from .config import LMConfig
 from .deit import set_fused_attn
@@ -88,7 +89,11 @@ class CausalLM(nn.Module):
         """Logits (B, T, V) from token embeddings (positions are added here for the baseline)."""
         t = emb.shape[1]
         if t > self.config.block_size:
-            raise ValueError(f"sequence length {t} exceeds block_size {self.config.block_size}")
+            # RobfiltError (a ValueError): a too-long input is a user error, so the CLI prints one line, no traceback.
+            raise RobfiltError(
+                f"sequence length {t} exceeds block_size {self.config.block_size}; "
+                "use shorter sequences or build the model with a larger block_size."
+            )
         x = emb + self.pos_embed[:, :t] if self.add_positions else emb
         x = self.blocks(self.drop(x), is_causal=True)
         return self.lm_head(self.norm(x))

@@ -1,0 +1,83 @@
+"""robfilt train."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from typing import Annotated
+
+import typer
+
+from robustbench_filters.models.registry import MODEL_NAMES
+from robustbench_filters.parsing import parse_names
+from robustbench_filters.train import DEFAULT_RECIPES, train
+
+from ._common import JsonOpt, QuietOpt, SeedOpt, console, print_json, progress_bar, setup_logging
+
+
+def train_cmd(
+    model: Annotated[str, typer.Option("--model", help="Model name, e.g. deit-grc or lm-bsa.")],
+    size: Annotated[str, typer.Option("--size", help="Model size (micro for the bundled data).")] = "micro",
+    data: Annotated[
+        str | None, typer.Option("--data", help="Dataset spec; default: bundled fashion-mnist / austen.")
+    ] = None,
+    epochs: Annotated[int | None, typer.Option("--epochs", help="Epochs (images).")] = None,
+    steps: Annotated[int | None, typer.Option("--steps", help="Optimizer steps (wins over --epochs).")] = None,
+    batch_size: Annotated[int | None, typer.Option("--batch-size")] = None,
+    lr: Annotated[float | None, typer.Option("--lr", help="Peak learning rate.")] = None,
+    tokenizer: Annotated[str | None, typer.Option("--tokenizer", help="LM tokenizer: char (default) or bpe.")] = None,
+    ckpt_every: Annotated[int | None, typer.Option("--ckpt-every", help="Steps between resumable states.")] = None,
+    seed: SeedOpt = 0,
+    out: Annotated[str | None, typer.Option("--out", help="Output folder (checkpoint + card).")] = None,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue a killed run in --out.")] = False,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace the run in --out.")] = False,
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Train a model on bundled (or your) data and write a safetensors checkpoint with its card."""
+    import dataclasses
+
+    from robustbench_filters.models.registry import parse_name
+
+    setup_logging(quiet, json_out)
+    (name,) = parse_names(model, "model", MODEL_NAMES)
+    family, _, _ = parse_name(name)
+    base = DEFAULT_RECIPES[family]
+    changes = {
+        k: v
+        for k, v in dict(batch_size=batch_size, lr=lr, tokenizer=tokenizer, ckpt_every=ckpt_every).items()
+        if v is not None
+    }
+    if epochs is not None or steps is not None:
+        changes.update(epochs=epochs, steps=steps)
+    recipe = dataclasses.replace(base, **changes)
+    command = "robfilt " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    with progress_bar(quiet or json_out) as hook:
+        result = train(
+            name,
+            size,
+            data=data,
+            recipe=recipe,
+            seed=seed,
+            out=out,
+            resume=resume,
+            overwrite=overwrite,
+            command=command,
+            progress=hook,
+        )
+    info = {
+        "out": str(result.out),
+        "name": name,
+        "size": size,
+        "metrics": result.metrics,
+        "wall_time_s": result.wall_time_s,
+    }
+    if json_out:
+        print_json(info)
+    else:
+        console().print(f"trained {name} ({size}) in {result.wall_time_s:.0f}s -> {result.out}", markup=False)
+        console().print(f"metrics: {result.metrics}", markup=False)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("train")(train_cmd)

@@ -1,0 +1,223 @@
+"""The attack catalogue: one registry shared by the library and the CLI.
+
+Image attacks are torchattacks calls with documented defaults; nothing is re-implemented. Each entry says
+which model family it fits, its threat model (norm), and how it is built for a given eps. The PGD defaults
+follow the protocol used on DeiT in this line of work: 20 steps, step size 0.15 * eps, a random start.
+
+``autoattack`` is composed here as a per-example worst case of APGD-CE, APGD-T, FAB-T and Square, all from
+torchattacks. It differs from the reference AutoAttack (fra31/auto-attack, ``version='standard'``): it uses
+torchattacks' ports (not the reference code), fewer iterations by default (APGD 50 steps instead of 100, 1
+restart, Square 1000 queries instead of 5000) so it fits a CPU, and it runs inside robfilt's eps cascade.
+Treat its numbers as an upper bound on what the reference would report, not as a RobustBench entry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
+
+import torch
+import torchattacks
+from torch import nn
+
+from ..errors import RobfiltError, unknown
+
+
+class Norm(str, Enum):
+    LINF = "linf"
+    L2 = "l2"
+
+
+AttackFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class AttackParams:
+    """Everything an attack needs besides the model and the data."""
+
+    eps: float
+    norm: Norm
+    steps: int
+    step_size: float | None  # None: the attack's documented default (PGD: 0.15 * eps)
+    seed: int
+    n_classes: int
+
+
+@dataclass(frozen=True)
+class AttackInfo:
+    name: str
+    families: tuple[str, ...]
+    norms: tuple[Norm, ...]
+    default_norm: Norm
+    description: str
+    build: Callable[[nn.Module, AttackParams], list[tuple[str, AttackFn]]] | None = None
+    minimum_norm: bool = False  # returns unbounded perturbations; success counts only inside the eps-ball
+    gradient_free: bool = False
+    kind: str = "adversarial"  # adversarial | contamination
+    defaults: dict = field(default_factory=dict)
+
+
+def _pgd_alpha(p: AttackParams) -> float:
+    return p.step_size if p.step_size is not None else 0.15 * p.eps
+
+
+def _fgsm(model: nn.Module, p: AttackParams) -> list[tuple[str, AttackFn]]:
+    if p.norm is not Norm.LINF:
+        raise RobfiltError("fgsm is an Linf attack; use --norm linf (or pgd-l2 for L2).")
+    return [("fgsm", torchattacks.FGSM(model, eps=p.eps))]
+
+
+def _pgd(model: nn.Module, p: AttackParams) -> list[tuple[str, AttackFn]]:
+    if p.norm is Norm.L2:
+        return _pgd_l2(model, p)
+    return [("pgd", torchattacks.PGD(model, eps=p.eps, alpha=_pgd_alpha(p), steps=p.steps, random_start=True))]
+
+
+def _pgd_l2(model: nn.Module, p: AttackParams) -> list[tuple[str, AttackFn]]:
+    return [("pgd-l2", torchattacks.PGDL2(model, eps=p.eps, alpha=_pgd_alpha(p), steps=p.steps, random_start=True))]
+
+
+def _norm_name(p: AttackParams) -> str:
+    return "Linf" if p.norm is Norm.LINF else "L2"
+
+
+def _apgd_ce(model: nn.Module, p: AttackParams) -> list[tuple[str, AttackFn]]:
+    return [
+        (
+            "apgd-ce",
+            torchattacks.APGD(
+                model, norm=_norm_name(p), eps=p.eps, steps=max(p.steps, 50), n_restarts=1, loss="ce", seed=p.seed
+            ),
+        )
+    ]
+
+
+def _apgd_t(model: nn.Module, p: AttackParams) -> list[tuple[str, AttackFn]]:
+    n_target = max(1, min(9, p.n_classes - 1))
+    return (
+        [
+            (
+                "apgd-t",
+                torchattacks.APGDT(
+                    model,
+                    norm=_norm_name(p),
+                    eps=p.eps,
+                    steps=max(p.steps, 50),
+                    n_restarts=1,
+                    n_classes=p.n_classes,
+                    seed=p.seed,
+                ),
+            )
+        ]
+        if n_target
+        else []
+    )
+
+
+def _fab(model: nn.Module, p: AttackParams, targeted: bool = False) -> list[tuple[str, AttackFn]]:
+    atk = torchattacks.FAB(
+        model,
+        norm=_norm_name(p),
+        eps=p.eps,
+        steps=max(p.steps, 20),
+        n_restarts=1,
+        multi_targeted=targeted,
+        n_classes=p.n_classes,
+        seed=p.seed,
+    )
+    return [("fab-t" if targeted else "fab", atk)]
+
+
+def _square(model: nn.Module, p: AttackParams) -> list[tuple[str, AttackFn]]:
+    return [
+        ("square", torchattacks.Square(model, norm=_norm_name(p), eps=p.eps, n_queries=1000, n_restarts=1, seed=p.seed))
+    ]
+
+
+def _cw(model: nn.Module, p: AttackParams) -> list[tuple[str, AttackFn]]:
+    if p.norm is not Norm.L2:
+        raise RobfiltError("cw is an L2 attack; use --norm l2.")
+    return [("cw", torchattacks.CW(model, c=1.0, kappa=0.0, steps=max(p.steps, 50), lr=0.01))]
+
+
+def _autoattack(model: nn.Module, p: AttackParams) -> list[tuple[str, AttackFn]]:
+    return _apgd_ce(model, p) + _apgd_t(model, p) + _fab(model, p, targeted=True) + _square(model, p)
+
+
+IMAGE = ("deit", "timm", "image")
+LM = ("lm",)
+
+ATTACKS: dict[str, AttackInfo] = {
+    a.name: a
+    for a in [
+        AttackInfo("fgsm", IMAGE + LM, (Norm.LINF,), Norm.LINF, "FGSM, one signed-gradient step of size eps.", _fgsm),
+        AttackInfo(
+            "pgd",
+            IMAGE + LM,
+            (Norm.LINF, Norm.L2),
+            Norm.LINF,
+            "PGD: 20 steps, step 0.15*eps, random start (L2 with --norm l2).",
+            _pgd,
+        ),
+        AttackInfo(
+            "pgd-l2", IMAGE, (Norm.L2,), Norm.L2, "PGD under L2: 20 steps, step 0.15*eps, random start.", _pgd_l2
+        ),
+        AttackInfo(
+            "apgd-ce", IMAGE, (Norm.LINF, Norm.L2), Norm.LINF, "APGD with cross-entropy, 50 steps, 1 restart.", _apgd_ce
+        ),
+        AttackInfo(
+            "apgd-t", IMAGE, (Norm.LINF, Norm.L2), Norm.LINF, "Targeted APGD (DLR), 9 targets, 50 steps.", _apgd_t
+        ),
+        AttackInfo(
+            "fab",
+            IMAGE,
+            (Norm.LINF, Norm.L2),
+            Norm.LINF,
+            "FAB minimum-norm attack, counted inside eps.",
+            _fab,
+            minimum_norm=True,
+        ),
+        AttackInfo(
+            "square",
+            IMAGE,
+            (Norm.LINF, Norm.L2),
+            Norm.LINF,
+            "Square: gradient-free, 1000 queries.",
+            _square,
+            gradient_free=True,
+        ),
+        AttackInfo(
+            "cw",
+            IMAGE,
+            (Norm.L2,),
+            Norm.L2,
+            "Carlini-Wagner L2 (c=1, 50 steps), counted inside eps.",
+            _cw,
+            minimum_norm=True,
+        ),
+        AttackInfo(
+            "autoattack",
+            IMAGE,
+            (Norm.LINF, Norm.L2),
+            Norm.LINF,
+            "Per-example worst case of APGD-CE, APGD-T, FAB-T and Square (torchattacks ports; see docs).",
+            _autoattack,
+        ),
+    ]
+}
+
+
+def register_attack(info: AttackInfo) -> None:
+    """Add an attack (LM and contamination attacks register themselves here)."""
+    ATTACKS[info.name] = info
+
+
+def get_attack(name: str, family: str | None = None) -> AttackInfo:
+    if name not in ATTACKS:
+        raise unknown("attack", name, ATTACKS)
+    info = ATTACKS[name]
+    if family is not None and family not in info.families:
+        fits = sorted(n for n, a in ATTACKS.items() if family in a.families)
+        raise RobfiltError(f"attack {name!r} does not fit {family} models; for {family} use one of: {', '.join(fits)}.")
+    return info

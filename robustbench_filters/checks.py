@@ -1,0 +1,196 @@
+"""Sanity checks that back every robustness number (Carlini et al. checklist; AutoAttack's flags).
+
+Each check returns a :class:`Check` with status ``pass``, ``warn`` or ``fail`` and a one-line detail. They are
+reported in the console table and in ``summary.json``; a failing check is shown as failing, never dropped.
+Row checks work on the per-example table alone; model checks probe the model on a small batch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import pandas as pd
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+PASS, WARN, FAIL = "pass", "warn", "fail"
+EPS_TOL = 1e-5  # float32 slack when verifying the eps-ball
+
+
+@dataclass
+class Check:
+    name: str
+    model: str
+    status: str
+    detail: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def ball_tolerance(eps: float) -> float:
+    return eps * EPS_TOL + 1e-6
+
+
+def check_in_ball(rows: pd.DataFrame, model: str) -> Check:
+    """Every adversarial example lies inside its eps-ball and in [0, 1] (and is finite)."""
+    adv = rows[(rows.model == model) & (rows.attack != "clean") & rows["kind"].eq("adversarial")]
+    if adv.empty:
+        return Check("inside eps-ball and [0,1]", model, PASS, "no adversarial rows")
+    over = adv.pert_norm > adv.eps + adv.eps.map(ball_tolerance)
+    bad_box = ~adv.in_box
+    if over.any() or bad_box.any():
+        worst = (adv.pert_norm - adv.eps).max()
+        return Check(
+            "inside eps-ball and [0,1]",
+            model,
+            FAIL,
+            f"{int(over.sum())} outside the ball (worst excess {worst:.2e}), {int(bad_box.sum())} outside [0,1] or non-finite",
+        )
+    return Check("inside eps-ball and [0,1]", model, PASS, f"{len(adv)} perturbations checked")
+
+
+def check_monotone(rows: pd.DataFrame, model: str) -> Check:
+    """Accuracy never increases with eps, per attack (and per example: once fooled, always fooled)."""
+    adv = rows[(rows.model == model) & (rows.attack != "clean") & rows["kind"].eq("adversarial")]
+    bad = []
+    for attack, grp in adv.groupby("attack"):
+        acc = grp.groupby("eps").correct.mean().sort_index()
+        if (acc.diff().dropna() > 0).any():
+            bad.append(attack)
+        per_ex = grp.sort_values("eps").groupby("example_id").correct.apply(lambda s: (s.astype(int).diff() > 0).any())
+        if per_ex.any():
+            bad.append(f"{attack} (per example)")
+    if bad:
+        return Check("accuracy non-increasing in eps", model, FAIL, f"increases for {', '.join(sorted(set(bad)))}")
+    return Check("accuracy non-increasing in eps", model, PASS, "monotone for every attack")
+
+
+def check_pgd_vs_fgsm(rows: pd.DataFrame, model: str) -> Check | None:
+    """Iterative beats single-step: PGD accuracy <= FGSM accuracy at every shared eps."""
+    sub = rows[(rows.model == model) & rows.attack.isin(["pgd", "fgsm"])]
+    if set(sub.attack.unique()) != {"pgd", "fgsm"}:
+        return None
+    acc = sub.groupby(["attack", "eps"]).correct.mean().unstack(0).dropna()
+    n = sub[sub.attack == "pgd"].groupby("eps").size().max()
+    excess = (acc["pgd"] - acc["fgsm"]).max()
+    if excess <= 0:
+        return Check("PGD at least as strong as FGSM", model, PASS, f"at {len(acc)} eps values")
+    status = WARN if excess <= 1.0 / max(n, 1) + 1e-9 else FAIL
+    return Check(
+        "PGD at least as strong as FGSM", model, status, f"PGD accuracy exceeds FGSM by up to {100 * excess:.1f} pts"
+    )
+
+
+def check_eps0(
+    model: nn.Module, label: str, x: torch.Tensor, y: torch.Tensor, attack_fn, clean_pred: torch.Tensor
+) -> Check:
+    """eps = 0 gives clean accuracy exactly: the attack must not move any input."""
+    x_adv = attack_fn(x, y).detach()
+    with torch.no_grad():
+        pred = model(x_adv).argmax(-1)
+    moved = (x_adv - x).abs().amax().item()
+    same = bool((pred == clean_pred).all())
+    if same and moved == 0.0:
+        return Check("eps=0 equals clean", label, PASS, f"{len(y)} examples unchanged")
+    return Check(
+        "eps=0 equals clean",
+        label,
+        FAIL,
+        f"max move {moved:.2e}, {int((pred != clean_pred).sum())} predictions changed",
+    )
+
+
+def check_gradients(model: nn.Module, label: str, x: torch.Tensor, y: torch.Tensor) -> Check:
+    """Input gradients of the loss are finite and non-zero (zero gradients mean masking or quantisation)."""
+    x = x.clone().requires_grad_(True)
+    loss = F.cross_entropy(model(x), y, reduction="sum")
+    (grad,) = torch.autograd.grad(loss, x)
+    if not torch.isfinite(grad).all():
+        return Check("finite, non-zero gradients", label, FAIL, "non-finite input gradients")
+    per_ex = grad.flatten(1).abs().amax(1)
+    zero = int((per_ex == 0).sum())
+    if zero == len(y):
+        return Check("finite, non-zero gradients", label, FAIL, "all input gradients are zero (gradient masking?)")
+    if zero:
+        return Check("finite, non-zero gradients", label, WARN, f"{zero}/{len(y)} examples have zero input gradient")
+    return Check("finite, non-zero gradients", label, PASS, f"{len(y)} examples")
+
+
+def check_logits(model: nn.Module, label: str, x: torch.Tensor) -> Check:
+    """Outputs look like logits, not probabilities (a softmax output layer saturates the CE gradient)."""
+    with torch.no_grad():
+        out = model(x)
+    probs_like = bool(((out >= 0) & (out <= 1)).all()) and torch.allclose(out.sum(-1), torch.ones(len(out)), atol=1e-3)
+    if probs_like:
+        return Check(
+            "outputs are logits", label, FAIL, "outputs are in [0,1] and sum to 1: a softmax layer masks gradients"
+        )
+    return Check("outputs are logits", label, PASS, "unnormalised scores")
+
+
+def check_eval_deterministic(model: nn.Module, label: str, x: torch.Tensor) -> Check:
+    """The model is in eval mode and two forward passes agree (no dropout, no randomness)."""
+    training = [n for n, m in model.named_modules() if m.training]
+    with torch.no_grad():
+        a, b = model(x), model(x)
+    if training:
+        return Check(
+            "eval mode, deterministic",
+            label,
+            FAIL,
+            f"{len(training)} modules in training mode (e.g. {training[0] or 'root'})",
+        )
+    if not torch.equal(a, b):
+        return Check("eval mode, deterministic", label, FAIL, f"two passes differ by {(a - b).abs().max().item():.2e}")
+    return Check("eval mode, deterministic", label, PASS, "eval mode, identical repeated outputs")
+
+
+def check_chance(acc: float, n_classes: int, label: str, eps: float) -> Check:
+    """A very large eps must drive accuracy to chance level or below."""
+    chance = 1.0 / n_classes
+    status = PASS if acc <= chance + 0.05 else FAIL
+    return Check(
+        "large eps reaches chance",
+        label,
+        status,
+        f"PGD at eps={eps:g}: accuracy {100 * acc:.1f}% (chance {100 * chance:.0f}%)",
+    )
+
+
+def check_more_steps(acc: float, acc_more: float, n: int, label: str, factor: int) -> Check:
+    """Running 5x more steps must not raise accuracy beyond noise (one example)."""
+    status = PASS if acc_more <= acc + 1.0 / max(n, 1) + 1e-9 else FAIL
+    return Check(
+        f"{factor}x steps not weaker",
+        label,
+        status,
+        f"accuracy {100 * acc:.1f}% -> {100 * acc_more:.1f}% with {factor}x steps",
+    )
+
+
+def check_blackbox(acc_white: float, acc_black: float, n: int, label: str) -> Check:
+    """The gradient-free Square attack must not beat the white-box attack (else gradients are masked)."""
+    tol = 1.0 / max(n, 1) + 1e-9
+    status = PASS if acc_black >= acc_white - tol else FAIL
+    return Check(
+        "white-box beats black-box",
+        label,
+        status,
+        f"PGD {100 * acc_white:.1f}% vs Square {100 * acc_black:.1f}% accuracy",
+    )
+
+
+def all_passed(checks: list[Check]) -> bool:
+    return all(c.status != FAIL for c in checks)
+
+
+def summarize(checks: list[Check]) -> dict:
+    counts = {s: sum(c.status == s for c in checks) for s in (PASS, WARN, FAIL)}
+    return {"passed": all_passed(checks), **counts}
+
+
+def _finite(value: float) -> bool:
+    return value is not None and math.isfinite(value)
