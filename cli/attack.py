@@ -31,6 +31,10 @@ def render_summary(summary: dict) -> None:
 
         render_lm_summary(summary)
         return
+    if summary.get("kind") == "corruption":
+        from ._lm_render import render_corruption_summary
+
+        return render_corruption_summary(summary)
     table = Table(
         title=f"accuracy % [95% CI] on {summary['n_examples']} {summary['data']} test examples ({summary['norm']})"
     )

@@ -84,6 +84,17 @@ def check_pgd_vs_fgsm(rows: pd.DataFrame, model: str) -> Check | None:
     )
 
 
+def check_step_budget(steps: int, step_size: float | None, eps: list[float], model: str) -> Check:
+    """PGD needs steps * step_size >= eps to reach the ball's boundary from the centre."""
+    smallest = min((step_size / e for e in eps if e > 0), default=0.15) if step_size is not None else 0.15
+    reach = steps * smallest
+    if reach < 1.0:
+        return Check(
+            "PGD step budget reaches the ball", model, WARN, f"steps x step size = {reach:.2f} eps < eps; add --steps"
+        )
+    return Check("PGD step budget reaches the ball", model, PASS, f"steps x step size = {reach:.2f} eps")
+
+
 def check_eps0(
     model: nn.Module, label: str, x: torch.Tensor, y: torch.Tensor, attack_fn, clean_pred: torch.Tensor
 ) -> Check:

@@ -20,13 +20,15 @@ def parse_number(text: str, what: str = "value") -> float:
         raise RobfiltError(f"empty {what}; give a number such as 0.03 or 8/255.")
     try:
         if "/" in s:
-            num, den = s.split("/", 1)
-            if float(den) == 0:
-                raise RobfiltError(f"{what} {s!r} divides by zero; give a number such as 8/255.")
-            value = float(Fraction(num.strip()) / Fraction(den.strip()))
+            num, den = (Fraction(part.strip()) for part in s.split("/", 1))
+            if den == 0:
+                raise ZeroDivisionError
+            value = float(num / den)
         else:
             value = float(s)
-    except (ValueError, ZeroDivisionError, OverflowError):
+    except ZeroDivisionError:
+        raise RobfiltError(f"{what} {s!r} divides by zero; give a number such as 8/255.") from None
+    except (ValueError, OverflowError):
         raise RobfiltError(f"{what} {s!r} is not a number; give a number such as 0.03 or 8/255.") from None
     if not math.isfinite(value):
         raise RobfiltError(f"{what} {s!r} is not finite; give a finite number.")
@@ -51,12 +53,14 @@ def parse_numbers(
 ) -> list[float]:
     """A list of numbers, each within [lo, hi] (or [lo, hi) when ``hi_inclusive`` is false)."""
     values = parse_list(text, lambda p: parse_number(p, what), what)
+    low = "-inf" if lo is None else f"{lo:g}"
+    high = "inf" if hi is None else f"{hi:g}"
+    bracket = "]" if hi_inclusive and hi is not None else ")"
     for v in values:
         if lo is not None and v < lo:
-            raise RobfiltError(f"{what} {v:g} is below {lo:g}; use values in [{lo:g}, {hi:g}].")
+            raise RobfiltError(f"{what} {v:g} is below {low}; use values in [{low}, {high}{bracket}.")
         if hi is not None and (v > hi or (not hi_inclusive and v >= hi)):
-            bracket = "]" if hi_inclusive else ")"
-            raise RobfiltError(f"{what} {v:g} is above the allowed range [{lo:g}, {hi:g}{bracket}.")
+            raise RobfiltError(f"{what} {v:g} is outside the allowed range [{low}, {high}{bracket}.")
     return values
 
 

@@ -143,6 +143,8 @@ def check_writable(out: Path) -> None:
     probe = out
     while not probe.exists():
         probe = probe.parent
+    if not probe.is_dir():
+        raise RunStateError(f"--out {out}: {probe} is a file, not a folder; pick a folder path.")
     if not os.access(probe, os.W_OK | os.X_OK):
         raise RunStateError(f"--out {out} is not writable ({probe} denies writes); pick a folder you can write.")
 

@@ -293,6 +293,8 @@ def train(
     spec = resolve_spec(name, size, **overrides)
     recipe = dataclasses.replace(recipe or DEFAULT_RECIPES[spec.family])
     recipe.validate()
+    if spec.family is Family.LM and recipe.steps is None:
+        raise RobfiltError("LM training is step-based; pass --steps.")
     data = data or ("fashion-mnist" if spec.family is Family.DEIT else "austen")
     out = Path(out or f"runs/train/{name}-{size}-s{seed}")
     progress = progress or null_progress

@@ -12,6 +12,7 @@ from typing import Any
 from torch import nn
 
 from ..errors import RobfiltError
+from . import corruptions, wordswap  # noqa: F401  (register the contamination attacks)
 from .catalogue import ATTACKS, AttackInfo, Norm, get_attack, register_attack
 from .engine import DEFAULT_EPS, EvalResult, cascade, summarize_rows
 

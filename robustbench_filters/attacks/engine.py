@@ -241,7 +241,7 @@ def _acc_under(model: nn.Module, attack: str, x, y, eps, norm, steps, step_size,
 def _masking_checks(model, label, x, y, norm, eps_grid, steps, step_size, n_classes, seed) -> list[C.Check]:
     """--check-masking: huge eps reaches chance; 5x steps is not weaker; Square does not beat PGD."""
     big = 0.5 if norm is Norm.LINF else 20.0
-    acc_big = _acc_under(model, "pgd", x, y, big, norm, steps, None, n_classes, seed)
+    acc_big = _acc_under(model, "pgd", x, y, big, norm, max(steps, 20), None, n_classes, seed)
     mid = sorted(eps_grid)[len(eps_grid) // 2]
     acc = _acc_under(model, "pgd", x, y, mid, norm, steps, step_size, n_classes, seed)
     acc5 = _acc_under(
@@ -391,6 +391,8 @@ def evaluate(
                 pf = C.check_pgd_vs_fgsm(rows, label)
                 if pf is not None:
                     all_checks.append(pf)
+                if any(a in ("pgd", "pgd-l2") for a in attacks):
+                    all_checks.append(C.check_step_budget(steps, step_size, eps_grid, label))
             summary = {
                 "kind": "attack",
                 "family": "image",

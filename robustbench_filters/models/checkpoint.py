@@ -32,6 +32,7 @@ CARD_FORMAT = "robfilt-checkpoint"
 CARD_SCHEMA = 1
 WEIGHTS = "model.safetensors"
 CARD = "card.json"
+TOKENIZER = "tokenizer.json"
 ZOO_DIR = Path(__file__).resolve().parent.parent / "zoo"
 PICKLE_SUFFIXES = {".pt", ".pth", ".pkl", ".pickle", ".bin", ".ckpt"}
 
@@ -270,5 +271,10 @@ def load_checkpoint(
             f"unexpected keys {sorted(unexpected)[:5]}."
         )
     model.robfilt_card = card
+    tokenizer_path = weights.parent / TOKENIZER
+    if tokenizer_path.exists():
+        from ..data.tokenizers import load_tokenizer
+
+        model.tokenizer = load_tokenizer(tokenizer_path)  # LMs: the tokenizer the weights were trained with
     log.info("loaded %s (%s) from %s", spec.name, spec.size, weights)
     return model.eval()

@@ -1,0 +1,122 @@
+"""robfilt lipschitz: lower bounds, certified upper bounds and per-layer profiles per model."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from robustbench_filters.lipschitz import estimate_lipschitz, parse_method
+from robustbench_filters.models import MODEL_NAMES
+from robustbench_filters.parsing import parse_names, parse_number, positive_int
+
+from ._common import JsonOpt, QuietOpt, SeedOpt, console, print_json, progress_bar, setup_logging
+
+
+def _sci(value: float | None) -> str:
+    if value is None or not math.isfinite(value):
+        return "-"
+    return f"{value:.3g}" if 1e-3 <= abs(value) < 1e4 else f"{value:.2e}"
+
+
+def lipschitz(
+    model: Annotated[str, typer.Option("--model", "-m", help="Comma-separated model names, e.g. deit,deit-grc.")],
+    n_examples: Annotated[int, typer.Option("--n-examples", "-n", help="Examples per model.")] = 16,
+    method: Annotated[str, typer.Option("--method", help="Lower bound: exact, power or ratio.")] = "exact",
+    bounds: Annotated[
+        bool, typer.Option("--bounds/--no-bounds", help="Certified global and local upper bounds (default on).")
+    ] = True,
+    per_layer: Annotated[bool, typer.Option("--per-layer", help="Per-block gains next to certified bounds.")] = False,
+    data: Annotated[
+        str | None,
+        typer.Option("--data", help="fashion-mnist / austen (default per family) or synthetic (smoke tests)."),
+    ] = None,
+    size: Annotated[str, typer.Option("--size", help="Model size: micro, tiny, small, base.")] = "micro",
+    checkpoint: Annotated[
+        str, typer.Option("--checkpoint", help="zoo, a checkpoint folder, or none (untrained weights).")
+    ] = "zoo",
+    rho: Annotated[
+        str, typer.Option("--rho", help="l2 radius of the ball for local bounds and pair-ratio ascent.")
+    ] = "0.1",
+    batch_size: Annotated[int, typer.Option("--batch-size", help="Examples per batch (and per resume unit).")] = 16,
+    seq_len: Annotated[int, typer.Option("--seq-len", help="Tokens per LM example.")] = 64,
+    seed: SeedOpt = 0,
+    out: Annotated[Path | None, typer.Option("--out", help="Write a run folder here.")] = None,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue the run in --out.")] = False,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace the run in --out.")] = False,
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Lower bound (mean, max), certified upper bound and their ratio, per model.
+
+    Inputs are [0, 1] pixels for image models and token embeddings for LMs (output: last-position logits).
+    """
+    setup_logging(quiet, json_out)
+    names = parse_names(model, "model", MODEL_NAMES)
+    positive_int(n_examples, "--n-examples")
+    positive_int(batch_size, "--batch-size")
+    positive_int(seq_len, "--seq-len")
+    parse_method(method)
+    radius = parse_number(rho, "--rho")
+    with progress_bar(quiet or json_out) as hook:
+        result = estimate_lipschitz(
+            names,
+            n_examples=n_examples,
+            method=method,
+            bounds=bounds,
+            per_layer=per_layer,
+            data=data,
+            seed=seed,
+            out=out,
+            checkpoint=checkpoint,
+            resume=resume,
+            overwrite=overwrite,
+            progress=hook,
+            size=size,
+            rho=radius,
+            batch_size=batch_size,
+            seq_len=seq_len,
+        )
+    if json_out:
+        print_json({"path": str(result.path) if result.path else None, **result.summary})
+        return
+    table = Table(title=f"Lipschitz bounds ({method}, l2, rho={radius:g})")
+    for col in ("model", "n", "lower mean", "lower max", "local upper (median)", "certified upper", "upper/lower"):
+        table.add_column(col, justify="left" if col == "model" else "right")
+    for name, s in result.summary["models"].items():
+        table.add_row(
+            name,
+            str(s["n_examples"]),
+            _sci(s["lower_mean"]),
+            _sci(s["lower_max"]),
+            _sci(s["local_upper_median"]),
+            _sci(s["global_upper"]),
+            _sci(s["ratio_upper_lower"]),
+        )
+    out_console = console()
+    out_console.print(table)
+    if per_layer:
+        layers = Table(title="per block: empirical gain at the hidden states vs certified block constant")
+        for col in ("model", "block", "gain mean", "gain max", "local upper (median)", "global upper"):
+            layers.add_column(col, justify="left" if col in ("model", "block") else "right")
+        for name, s in result.summary["models"].items():
+            for row in s["layers"]:
+                layers.add_row(
+                    name,
+                    row["layer"],
+                    _sci(row["lower_mean"]),
+                    _sci(row["lower_max"]),
+                    _sci(row["local_upper_median"]),
+                    _sci(row["global_upper"]),
+                )
+        out_console.print(layers)
+    if result.path is not None:
+        out_console.print(f"run folder: {result.path}", markup=False)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``robfilt lipschitz`` to the app."""
+    app.command("lipschitz")(lipschitz)

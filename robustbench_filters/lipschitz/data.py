@@ -1,0 +1,112 @@
+"""Inputs for the estimators: a thin, seeded wrapper over the data package (or synthetic inputs).
+
+The estimators themselves take tensors; this module only picks *which* examples. Selection is a seeded
+permutation of the test split, so a run is reproducible and resumable and ``example_id`` is the index in the
+split (pairable with attack runs on the same split).
+
+``synthetic`` gives uniform [0, 1] images or uniform token ids of the model's shapes. It needs no data files and
+is meant for smoke tests and untrained models; numbers from it say nothing about a trained model's robustness.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..errors import RobfiltError
+from .target import Kind, Target
+
+SYNTHETIC = "synthetic"
+DEFAULT_DATA: dict[Kind, str] = {Kind.IMAGE: "fashion-mnist", Kind.LM: "austen"}
+
+
+@dataclass
+class Inputs:
+    """Raw inputs (images in [0, 1] or token ids), optional labels, and their ids in the source split."""
+
+    x: torch.Tensor
+    y: torch.Tensor | None
+    ids: torch.Tensor
+
+
+def _select(total: int, n: int, seed: int) -> torch.Tensor:
+    if n > total:
+        raise RobfiltError(f"--n-examples {n} is more than the {total} examples available; pass at most {total}.")
+    return torch.randperm(total, generator=torch.Generator().manual_seed(seed))[:n]
+
+
+def _synthetic(target: Target, n: int, seed: int, seq_len: int) -> Inputs:
+    gen = torch.Generator().manual_seed(seed)
+    model = target.model
+    if target.kind is Kind.IMAGE:
+        c = model.patch_embed.proj.in_channels
+        h, w = model.patch_embed.img_size
+        x = torch.rand(n, c, h, w, generator=gen)
+    elif target.kind is Kind.LM:
+        x = torch.randint(0, model.config.vocab_size, (n, seq_len), generator=gen)
+    else:
+        raise RobfiltError(f"synthetic data needs a DeiT or LM model, not {type(model).__name__}; pass inputs=.")
+    return Inputs(x=x, y=None, ids=torch.arange(n))
+
+
+def _images(name: str, n: int, seed: int) -> Inputs:
+    try:
+        from ..data import load_images
+    except ImportError:
+        raise RobfiltError(
+            f"image data {name!r} needs robustbench_filters.data.load_images, which is not installed; "
+            "use --data synthetic or pass inputs= tensors."
+        ) from None
+    data = load_images(name, split="test")
+    idx = _select(len(data.x), n, seed)
+    y = torch.as_tensor(data.y)[idx] if getattr(data, "y", None) is not None else None
+    return Inputs(x=torch.as_tensor(data.x)[idx].float(), y=y, ids=idx)
+
+
+def _text(name: str, target: Target, n: int, seed: int, seq_len: int) -> Inputs:
+    """Windows of ``seq_len`` tokens at seeded offsets of the test text, encoded with the model's tokenizer.
+
+    The tokenizer is the one attached to the model by its checkpoint (``model.tokenizer``), else the data
+    package's ``tokenizers.for_model(model)``. Tokens from any other tokenizer would be silently meaningless.
+    """
+    try:
+        from ..data import load_text
+    except ImportError:
+        raise RobfiltError(
+            f"text data {name!r} needs robustbench_filters.data.load_text, which is not installed; "
+            "use --data synthetic or pass inputs= token ids."
+        ) from None
+    tokenizer = getattr(target.model, "tokenizer", None)
+    if tokenizer is None:
+        try:
+            from ..data.tokenizers import for_model
+
+            tokenizer = for_model(target.model)
+        except (ImportError, AttributeError):
+            raise RobfiltError(
+                f"no tokenizer for {target.name}; load it from a checkpoint with its tokenizer, "
+                "or pass inputs= token ids."
+            ) from None
+    ids = torch.as_tensor(tokenizer.encode(load_text(name, split="test")), dtype=torch.long)
+    windows = len(ids) - seq_len
+    if windows <= 0:
+        raise RobfiltError(f"text {name!r} has only {len(ids)} tokens; pass a shorter --seq-len.")
+    starts = _select(windows, n, seed)
+    return Inputs(x=torch.stack([ids[s : s + seq_len] for s in starts.tolist()]), y=None, ids=starts)
+
+
+def load_inputs(target: Target, data: str | None, n: int, seed: int, seq_len: int = 64) -> Inputs:
+    """n examples for ``target`` from the named data set (None: the family default)."""
+    if target.kind is Kind.LM and seq_len > target.model.config.block_size:
+        raise RobfiltError(
+            f"--seq-len {seq_len} exceeds {target.name}'s block size {target.model.config.block_size}; pass less."
+        )
+    name = data or DEFAULT_DATA.get(target.kind)
+    if name is None:
+        raise RobfiltError(f"{target.name} is not a DeiT or LM model; pass inputs= tensors.")
+    if name == SYNTHETIC:
+        return _synthetic(target, n, seed, seq_len)
+    if target.kind is Kind.IMAGE:
+        return _images(name, n, seed)
+    return _text(name, target, n, seed, seq_len)

@@ -1,0 +1,131 @@
+"""The function whose Lipschitz constant is measured: which input space, which output, which attention path.
+
+Definitions (reported in every summary, because a Lipschitz number means nothing without them):
+
+- image models (DeiT family): input = [0, 1] pixels, flattened (the mean/std normaliser is part of the model);
+  output = the logit vector. Norm: l2 on both sides.
+- language models: input = the token-embedding sequence (B, T, d) that ``CausalLM.forward_embeddings`` takes,
+  i.e. the space embedding attacks perturb; output = the next-token logits at the **last position** only. The
+  last position sees every token through the causal mask, so it measures the whole context, and a 10-100 wide
+  output keeps the exact Jacobian affordable. Certified bounds are computed for the full-sequence map, which
+  bounds the last position too (selecting rows is 1-Lipschitz).
+- any other ``nn.Module`` (tests, linear probes): input = its input tensor, output = its output flattened.
+
+Fused scaled-dot-product attention has no forward-mode AD and no double backward, so every estimator runs on
+the manual attention path. A model that has fused attention switched on is copied and switched (logged), never
+estimated on the fused path, and the caller's model is left untouched.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from dataclasses import dataclass
+from enum import Enum
+
+import torch
+from timm.models.vision_transformer import VisionTransformer
+from torch import nn
+
+from ..errors import RobfiltError
+from ..models.deit import set_fused_attn
+from ..models.lm import CausalLM
+
+log = logging.getLogger(__name__)
+
+
+class Kind(str, Enum):
+    """Which input/output convention a model is measured in (see the module docstring)."""
+
+    IMAGE = "image"
+    LM = "lm"
+    GENERIC = "generic"
+
+
+def model_kind(model: nn.Module) -> Kind:
+    if isinstance(model, CausalLM):
+        return Kind.LM
+    if isinstance(model, VisionTransformer):
+        return Kind.IMAGE
+    return Kind.GENERIC
+
+
+def model_name(model: nn.Module) -> str:
+    spec = getattr(model, "robfilt_spec", None)
+    return spec.name if spec is not None else type(model).__name__
+
+
+def uses_fused_attention(model: nn.Module) -> bool:
+    return any(bool(getattr(m, "fused_attn", False)) for m in model.modules())
+
+
+def prepare_model(
+    model: nn.Module,
+    *,
+    dtype: torch.dtype | None = None,
+    device: torch.device | str | None = None,
+    on_fused: str = "switch",
+) -> nn.Module:
+    """Return ``model`` ready for the estimators: eval mode, manual attention, the requested dtype/device.
+
+    The caller's model is never modified: any change happens on a deep copy. ``on_fused="refuse"`` raises a
+    :class:`RobfiltError` instead of switching, for callers that must measure exactly the object they pass.
+    """
+    fused = uses_fused_attention(model)
+    if fused and on_fused == "refuse":
+        raise RobfiltError(
+            f"{model_name(model)} uses fused attention, which has no forward-mode AD; build it with "
+            "set_fused_attn(model, False) (or fused_attn=False) before estimating Lipschitz constants."
+        )
+    param = next(model.parameters(), None)
+    wrong_dtype = dtype is not None and param is not None and param.dtype != dtype
+    wrong_device = device is not None and param is not None and param.device != torch.device(device)
+    if not (fused or model.training or wrong_dtype or wrong_device):
+        return model
+    model = copy.deepcopy(model)
+    if fused:
+        log.info("%s uses fused attention; estimating on a copy with the manual attention path", model_name(model))
+        set_fused_attn(model, False)
+    if dtype is not None or device is not None:
+        model = model.to(device=device, dtype=dtype)
+    return model.eval()
+
+
+@dataclass
+class Target:
+    """A prepared model seen as a batched function (B, *input) -> (B, m); samples never interact."""
+
+    name: str
+    model: nn.Module
+    kind: Kind
+    box: tuple[float, float] | None  # the input domain for pair points (pixels stay in [0, 1])
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.kind is Kind.LM:
+            return self.model.forward_embeddings(x)[:, -1, :]
+        if self.kind is Kind.IMAGE:
+            return self.model(x)
+        return self.model(x).reshape(x.shape[0], -1)
+
+    def inputs(self, data: torch.Tensor) -> torch.Tensor:
+        """Turn raw data into the measured input space: token ids -> embeddings for LMs, dtype cast otherwise."""
+        param = next(self.model.parameters())
+        if self.kind is Kind.LM and not torch.is_floating_point(data):
+            with torch.no_grad():
+                return self.model.embed(data.to(param.device)).detach()
+        return data.to(device=param.device, dtype=param.dtype)
+
+
+def make_target(
+    model: nn.Module,
+    *,
+    name: str | None = None,
+    dtype: torch.dtype | None = None,
+    device: torch.device | str | None = None,
+    on_fused: str = "switch",
+) -> Target:
+    """Prepare ``model`` and wrap it with its measurement convention."""
+    prepared = prepare_model(model, dtype=dtype, device=device, on_fused=on_fused)
+    kind = model_kind(prepared)
+    box = (0.0, 1.0) if kind is Kind.IMAGE else None
+    return Target(name=name or model_name(model), model=prepared, kind=kind, box=box)
