@@ -15,9 +15,16 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q $(TORCH_PINS) -e '.[dev]'
 	@touch $(STAMP)
 
+ZOO := deit deit-bsa deit-grc deit-bsa-grc lm lm-bsa lm-grc lm-bsa-grc
+
 demo: $(STAMP)
-	$(BIN)/robfilt models list
-	$(BIN)/python -m robustbench_filters.demo
+	$(BIN)/robfilt attack --model deit,deit-bsa,deit-grc,deit-bsa-grc --attack fgsm,pgd --n-examples 256 --out runs/demo --overwrite
+
+# Retrain every zoo checkpoint from scratch (one thread per run; about an hour on 2 cores), then check the bars.
+zoo: $(STAMP)
+	for m in $(ZOO); do OMP_NUM_THREADS=1 $(BIN)/robfilt train --model $$m --size micro --seed 0 \
+		--out robustbench_filters/zoo/$$m-micro --overwrite --quiet || exit 1; done
+	$(BIN)/python -m robustbench_filters.models.zoo
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider

@@ -67,6 +67,10 @@ def run(argv: list[str] | None = None) -> int:
     except RobfiltError as exc:
         console_err(f"error: {exc}")
         return exc.exit_code
+    except OSError as exc:  # disk full, permission denied, ... while writing: earlier complete state is intact
+        where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
+        console_err(f"error: {exc.strerror or exc}{where}; free space or fix permissions, then re-run with --resume")
+        return 2
     except KeyboardInterrupt:
         console_err("interrupted; resume with --resume")
         return 130

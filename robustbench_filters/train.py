@@ -71,7 +71,7 @@ class Recipe:
 
 
 DEFAULT_RECIPES: dict[Family, Recipe] = {
-    Family.DEIT: Recipe(epochs=10, batch_size=128, lr=2e-3, weight_decay=0.05),
+    Family.DEIT: Recipe(epochs=14, batch_size=64, lr=2e-3, weight_decay=0.05, augment=False),
     Family.LM: Recipe(steps=1500, batch_size=32, lr=3e-3, weight_decay=0.1, augment=False, ckpt_every=250),
 }
 
@@ -262,6 +262,25 @@ def _load_state(folder: Path, model: nn.Module, opt: torch.optim.Optimizer) -> d
     return meta
 
 
+def _rebuild_command(name: str, size: str, data: str, seed: int, out: Path, recipe: Recipe, family: Family) -> str:
+    """A canonical command that retrains this checkpoint from scratch (recorded in the card)."""
+    base = DEFAULT_RECIPES[family]
+    parts = ["robfilt train", f"--model {name}", f"--size {size}", f"--data {data}", f"--seed {seed}"]
+    for field_name, flag in (
+        ("epochs", "--epochs"),
+        ("steps", "--steps"),
+        ("batch_size", "--batch-size"),
+        ("lr", "--lr"),
+        ("tokenizer", "--tokenizer"),
+        ("ckpt_every", "--ckpt-every"),
+    ):
+        value = getattr(recipe, field_name)
+        if value != getattr(base, field_name) and value is not None:
+            parts.append(f"{flag} {value}")
+    parts += [f"--out {out}", "--overwrite"]
+    return " ".join(parts)
+
+
 def _param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     """No weight decay on biases, norms, embeddings' positions, BSA widths and GRC lambdas (nanoGPT rule)."""
     decay, no_decay, seen = [], [], set()
@@ -334,6 +353,10 @@ def train(
             "overrides": overrides,
         }
         step, wall_before = 0, 0.0
+        old_state = state_dir.with_name(state_dir.name + ".old")
+        if resume and not state_dir.exists() and old_state.exists():
+            # killed between the two renames of _save_state: the previous complete state is in .old
+            old_state.rename(state_dir)
         if resume and state_dir.exists():
             meta = _load_state(state_dir, model, opt)
             if meta.get("fingerprint") != json.loads(json.dumps(fingerprint, default=str)):
@@ -382,6 +405,7 @@ def train(
             "total_steps": total,
             "wall_time_s": round(wall, 1),
             "command": command or f"robfilt train --model {name} --size {size} --seed {seed} --out {out}",
+            "rebuild_command": _rebuild_command(name, size, data, seed, out, recipe, family=spec.family),
         }
         model.robfilt_spec = spec
         save_checkpoint(model, out, recipe=recipe_card, metrics=metrics)

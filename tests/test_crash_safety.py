@@ -1,0 +1,146 @@
+"""Crash safety with real process kills: kill -9 at a random point, then --resume gives identical results.
+
+A reader must refuse the unfinished run in between, and a second writer must be locked out while a run is live.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import safetensors.torch
+import torch
+
+from robustbench_filters.errors import RunStateError
+from robustbench_filters.results import load_run
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0"}
+ATTACK = [
+    "attack",
+    "--model",
+    "deit",
+    "--attack",
+    "pgd",
+    "--steps",
+    "10",
+    "--eps",
+    "0.01,0.05",
+    "--checkpoint",
+    "none",
+    "--n-examples",
+    "40",
+    "--batch-size",
+    "4",
+    "-q",
+]
+TRAIN = ["train", "--model", "deit-grc", "--steps", "24", "--batch-size", "16", "--ckpt-every", "4", "-q"]
+
+
+def _cli(args: list[str]) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "robustbench_filters.cli", *args],
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _finish(args: list[str]) -> None:
+    proc = _cli(args)
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+
+
+def _kill_when(proc: subprocess.Popen, ready, timeout: float = 300) -> None:
+    start = time.monotonic()
+    while not ready():
+        if proc.poll() is not None:
+            pytest.fail(f"process ended before the kill point: {proc.stderr.read()}")
+        if time.monotonic() - start > timeout:
+            proc.kill()
+            pytest.fail("kill point never reached")
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def _parts(out: Path) -> int:
+    return len(list((out / "parts").glob("*.parquet"))) if (out / "parts").exists() else 0
+
+
+def _kill_and_resume_attack(tmp_path: Path, seed: int) -> None:
+    reference = tmp_path / "reference"
+    _finish(ATTACK + ["--out", str(reference)])
+    killed = tmp_path / "killed"
+    kill_after = random.Random(seed).randint(1, 15)
+    proc = _cli(ATTACK + ["--out", str(killed)])
+    _kill_when(proc, lambda: _parts(killed) >= kill_after)
+    assert (killed / ".lock").exists()  # the dead process left its lock behind
+    with pytest.raises(RunStateError, match="unfinished"):
+        load_run(killed)
+    _finish(ATTACK + ["--out", str(killed), "--resume"])  # reclaims the stale lock
+    a, b = load_run(reference), load_run(killed)
+    pd.testing.assert_frame_equal(a.rows, b.rows)
+    assert a.summary == b.summary
+
+
+def test_kill9_attack_then_resume_is_identical(tmp_path):
+    _kill_and_resume_attack(tmp_path, seed=0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_kill9_attack_at_random_points(tmp_path, seed):
+    _kill_and_resume_attack(tmp_path, seed)
+
+
+def _train_step(out: Path) -> int:
+    import json
+
+    state = out / "train_state" / "state.json"
+    try:
+        return json.loads(state.read_text())["step"]
+    except (OSError, ValueError):
+        return 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [0, 1])
+def test_kill9_training_then_resume_reaches_the_same_weights(tmp_path, seed):
+    reference = tmp_path / "reference"
+    _finish(TRAIN + ["--out", str(reference)])
+    killed = tmp_path / "killed"
+    kill_at = random.Random(seed).choice([4, 8, 12, 16])
+    proc = _cli(TRAIN + ["--out", str(killed)])
+    _kill_when(proc, lambda: _train_step(killed) >= kill_at)
+    _finish(TRAIN + ["--out", str(killed), "--resume"])
+    a = safetensors.torch.load_file(str(reference / "model.safetensors"))
+    b = safetensors.torch.load_file(str(killed / "model.safetensors"))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_second_writer_on_the_same_out_is_locked_out(tmp_path):
+    out = tmp_path / "run"
+    long_run = [a if a != "40" else "400" for a in ATTACK]
+    first = _cli(long_run + ["--out", str(out)])
+    try:
+        deadline = time.monotonic() + 120
+        while _parts(out) < 1:
+            assert time.monotonic() < deadline and first.poll() is None
+            time.sleep(0.02)
+        second = _cli(long_run + ["--out", str(out), "--resume"])
+        _, err = second.communicate(timeout=300)
+        assert first.poll() is None, "first run ended too early for the test to mean anything"
+        assert second.returncode == 2
+        assert "being written by another robfilt process" in err and len(err.strip().splitlines()) == 1
+    finally:
+        first.kill()
+        first.wait()
