@@ -12,6 +12,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import os
 import platform
 from pathlib import Path
 from typing import Any
@@ -103,6 +104,7 @@ def save_checkpoint(
     weights = directory / WEIGHTS
     tmp = directory / (WEIGHTS + ".tmp")
     safetensors.torch.save_model(model, str(tmp))
+    os.chmod(tmp, 0o644)
     tmp.replace(weights)
     card = {
         "format": CARD_FORMAT,
