@@ -43,6 +43,10 @@ def console_err(message: str) -> None:
 
 def setup_logging(quiet: bool, json_out: bool = False) -> None:
     """Library logs go to stderr; quiet (or JSON mode) keeps only warnings."""
+    import warnings
+
+    # third-party deprecation chatter (torch.jit.script inside dependencies) is not actionable for users
+    warnings.filterwarnings("ignore", message=r".*torch\.jit\.script.*", category=FutureWarning)
     level = logging.WARNING if (quiet or json_out) else logging.INFO
     root = logging.getLogger("robustbench_filters")
     root.handlers = [RichHandler(console=_stderr, show_path=False, show_time=False, markup=False)]

@@ -1,0 +1,121 @@
+"""robfilt check: the CI gate (exit 0 pass, 1 regression, 2 usage error)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from robustbench_filters.parsing import parse_number
+from robustbench_filters.report.gate import GateResult, run_gate
+
+from ._common import JsonOpt, QuietOpt, console, print_json, progress_bar, setup_logging
+
+STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red"}
+
+
+def render_gate(result: GateResult) -> None:
+    """The diff table: what was expected, what was measured (with its 95% CI), and the decision."""
+    out = console()
+    table = Table(title=f"robfilt check: {result.name}")
+    for col, justify in (("status", "left"), ("check", "left"), ("model", "left"), ("condition", "left"),
+                         ("metric", "left"), ("expected", "left"), ("measured [95% CI]", "right"),
+                         ("detail", "left")):  # fmt: skip
+        table.add_column(col, justify=justify)
+    order = {"fail": 0, "warn": 1, "pass": 2}
+    shown = [o for o in result.outcomes if o.kind != "sanity" or o.status != "pass"]
+    for o in sorted(shown, key=lambda o: order[o.status]):
+        if o.value is None:
+            measured = "-"
+        elif o.metric in ("acc", "token_acc"):
+            measured = f"{100 * o.value:.1f}%"
+            if o.lo is not None and o.hi is not None and o.lo != o.hi:
+                measured += f" [{100 * o.lo:.1f}, {100 * o.hi:.1f}]"
+        else:
+            measured = f"{o.value:.4g}"
+            if o.lo is not None and o.hi is not None and o.lo != o.hi:
+                measured += f" [{o.lo:.4g}, {o.hi:.4g}]"
+        table.add_row(
+            f"[{STYLE[o.status]}]{o.status.upper()}[/]",
+            o.kind,
+            o.model,
+            o.condition,
+            o.metric,
+            o.expected,
+            measured,
+            o.detail,
+        )
+    out.print(table)
+    n_sanity = sum(o.kind == "sanity" and o.status == "pass" for o in result.outcomes)
+    if n_sanity:
+        out.print(f"{n_sanity} sanity checks passed (not listed)", style="dim", markup=False)
+    verdict = "passed" if result.passed else f"FAILED: {result.count('fail')} regression(s)"
+    style = "green" if result.passed else "bold red"
+    out.print(
+        f"[{style}]{verdict}[/] ({result.count('pass')} pass, {result.count('warn')} warn, {result.count('fail')} fail)"
+    )
+    out.print(f"junit: {result.junit}  summary: {result.summary}", style="dim", markup=False)
+
+
+def check_cmd(
+    spec: Annotated[
+        Path | None, typer.Option("--spec", help="TOML spec: thresholds, and how to make fresh runs.")
+    ] = None,
+    run: Annotated[
+        list[Path] | None,
+        typer.Option("--run", help="Check this run folder instead of making fresh runs (repeatable)."),
+    ] = None,
+    baseline: Annotated[
+        Path | None,
+        typer.Option("--baseline", help="summary.json, run folder or robfilt-baseline JSON to compare with."),
+    ] = None,
+    tolerance: Annotated[
+        str | None,
+        typer.Option(
+            "--tolerance", help="Extra slack vs the baseline: accuracy units (0.02 = 2 pp), relative for ppl."
+        ),
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Folder for fresh runs and outputs (default: spec's out).")
+    ] = None,
+    junit: Annotated[Path | None, typer.Option("--junit", help="JUnit XML path (default: <out>/junit.xml).")] = None,
+    summary: Annotated[
+        Path | None, typer.Option("--summary", help="Markdown summary (default: <out>/summary.md).")
+    ] = None,
+    write_baseline: Annotated[
+        Path | None, typer.Option("--write-baseline", help="Also save the run's metrics as a baseline JSON here.")
+    ] = None,
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Gate on robustness: fail (exit 1) only when a metric misses its threshold or baseline beyond its 95% CI.
+
+    Usage: robfilt check --spec robustness.toml, or robfilt check --run RUN_DIR --baseline FILE.
+    """
+    setup_logging(quiet, json_out)
+    tol = parse_number(tolerance, "--tolerance") if tolerance is not None else None
+    with progress_bar(quiet or json_out) as hook:
+        result = run_gate(
+            spec=spec,
+            runs=run or (),
+            baseline=baseline,
+            tolerance=tol,
+            out=out,
+            junit=junit,
+            summary=summary,
+            write_baseline=write_baseline,
+            progress=hook,
+        )
+    if json_out:
+        print_json(result.to_dict())
+        if not result.passed:
+            raise typer.Exit(result.exit_code)
+        return
+    render_gate(result)
+    result.raise_for_regressions()
+
+
+def register(app: typer.Typer) -> None:
+    app.command("check")(check_cmd)

@@ -1,0 +1,252 @@
+"""Named metrics with intervals, as the gate compares them: from run rows, summaries and baseline files.
+
+A metric is identified by ``model/condition/name``:
+
+- ``deit/clean/acc``, ``deit-grc/pgd@0.02/acc``, ``deit/corruption:noise@3/acc`` (image classifiers);
+- ``lm/clean/ppl``, ``lm/wordswap@0.1/ppl``, ``lm/clean/token_acc`` (language models);
+- ``deit-grc/-/lipschitz_upper`` (and ``lipschitz_local_upper``, ``lipschitz_lower``, ``radius``).
+
+Each carries its point value and a 95% interval: Wilson for accuracies, an example bootstrap for perplexity,
+and none (``lo == hi == value``) for deterministic quantities such as certified Lipschitz bounds.
+
+The small baseline file (``robfilt check --write-baseline``) is JSON::
+
+    {"format": "robfilt-baseline", "version": 1, "source": "...",
+     "metrics": [{"model": "deit", "condition": "pgd@0.02", "metric": "acc",
+                  "value": 0.41, "lo": 0.33, "hi": 0.50, "n": 128}, ...]}
+
+where ``lo``, ``hi`` and ``n`` are optional (without them the baseline is a bare number).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from ..errors import RobfiltError, suggest
+from ..parsing import parse_number
+from ..results import Run, load_run
+from . import tables as T
+from .runs import IMAGE, LIPSCHITZ, LM, family_of
+
+BASELINE_FORMAT = "robfilt-baseline"
+# metric name -> True when higher is better
+DIRECTION: dict[str, bool] = {
+    "acc": True,
+    "token_acc": True,
+    "ppl": False,
+    "lipschitz_upper": False,
+    "lipschitz_local_upper": False,
+    "lipschitz_lower": False,
+    "radius": True,
+}
+# metrics whose tolerance is relative (ratios of positive quantities); accuracies use absolute tolerance
+RELATIVE: frozenset[str] = frozenset({"ppl", "lipschitz_upper", "lipschitz_local_upper", "lipschitz_lower"})
+LIPSCHITZ_CONDITION = "-"
+
+
+@dataclass(frozen=True)
+class Metric:
+    model: str
+    condition: str  # "clean", "<attack>@<eps>", or "-" (Lipschitz)
+    metric: str
+    value: float
+    lo: float
+    hi: float
+    n: int | None = None
+    family: str = ""
+    source: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.model}/{self.condition}/{self.metric}"
+
+    @property
+    def has_interval(self) -> bool:
+        return math.isfinite(self.lo) and math.isfinite(self.hi) and (self.lo != self.hi or self.n is not None)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.pop("source")
+        d.pop("family")
+        return {k: v for k, v in d.items() if v is not None and not (isinstance(v, float) and math.isnan(v))}
+
+
+def condition(attack: str, eps: float) -> str:
+    """'clean', or '<attack>@<eps>' with eps as papers print it (8/255 stays 8/255; parsed back exactly)."""
+    return "clean" if attack == T.CLEAN else f"{attack}@{T.eps_label(float(eps))}"
+
+
+def parse_condition(text: str) -> tuple[str, float | None]:
+    """'pgd@0.02' -> ('pgd', 0.02); 'clean' -> ('clean', 0.0); '-' -> ('-', None)."""
+    if text in ("clean", LIPSCHITZ_CONDITION):
+        return text, (0.0 if text == "clean" else None)
+    attack, sep, eps = text.rpartition("@")
+    if not sep or not attack:
+        raise RobfiltError(f"condition {text!r} is not 'clean', '-' or '<attack>@<eps>' (e.g. 'pgd@0.02').")
+    return attack, parse_number(eps, f"eps in condition {text!r}")
+
+
+def same_eps(a: float | None, b: float | None) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    return math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-12)
+
+
+def _nan(v: Any) -> float:
+    return float(v) if v is not None and not (isinstance(v, float) and math.isnan(v)) else math.nan
+
+
+def metrics_from_rows(rows: pd.DataFrame, family: str, source: str = "") -> list[Metric]:
+    """Every metric a gate can check, recomputed from the per-example rows of one family."""
+    out: list[Metric] = []
+    if family == IMAGE:
+        for r in T.accuracy_table(rows).itertuples():
+            out.append(Metric(r.model, condition(r.attack, r.eps), "acc", r.acc, r.lo, r.hi, int(r.n), family, source))
+        corr = T.corruption_table(rows)
+        for r in corr.itertuples() if not corr.empty else ():
+            if r.corruption != "clean":
+                cond = condition(f"{T.CORRUPTION_PREFIX}{r.corruption}", r.severity)
+                out.append(Metric(r.model, cond, "acc", r.acc, r.lo, r.hi, int(r.n), family, source))
+    elif family == LM:
+        ppl = T.perplexity_table(rows)
+        corr = T.corruption_table(rows)
+        if not corr.empty:
+            corr = corr[corr["corruption"] != "clean"].assign(
+                attack=lambda d: T.CORRUPTION_PREFIX + d["corruption"], eps=lambda d: d["severity"]
+            )
+            ppl = pd.concat([ppl, corr], ignore_index=True)
+        for r in ppl.itertuples():
+            cond = condition(r.attack, r.eps)
+            out.append(Metric(r.model, cond, "ppl", r.ppl, _nan(r.ppl_lo), _nan(r.ppl_hi), int(r.n), family, source))
+            if "token_acc" in ppl.columns and math.isfinite(_nan(r.token_acc)):
+                v = float(r.token_acc)
+                out.append(Metric(r.model, cond, "token_acc", v, v, v, None, family, source))
+    elif family == LIPSCHITZ:
+        table = T.lipschitz_table(rows)
+        names = {
+            "global_upper": "lipschitz_upper",
+            "local_upper_median": "lipschitz_local_upper",
+            "lower_max": "lipschitz_lower",
+            "radius_mean": "radius",
+        }
+        for r in table.to_dict("records"):
+            for col, name in names.items():
+                v = _nan(r[col])
+                if math.isfinite(v):
+                    out.append(Metric(r["model"], LIPSCHITZ_CONDITION, name, v, v, v, None, family, source))
+    return out
+
+
+def metrics_from_run(run: Run) -> list[Metric]:
+    return metrics_from_rows(run.rows, family_of(run), run.run_id)
+
+
+def _from_summary(summary: dict[str, Any], source: str) -> list[Metric]:
+    """Metrics from a run's summary.json (for baselines kept as a committed summary file)."""
+    out: list[Metric] = []
+    kind, family = summary.get("kind"), summary.get("family", IMAGE)
+    models = summary.get("models")
+    if not isinstance(models, dict):
+        raise RobfiltError(f"{source}: summary has no 'models' table; pass a summary.json written by robfilt.")
+    for model, m in models.items():
+        if kind == LIPSCHITZ:
+            for col, name in (("global_upper", "lipschitz_upper"), ("local_upper_median", "lipschitz_local_upper"),
+                              ("lower_max", "lipschitz_lower"), ("radius_mean", "radius")):  # fmt: skip
+                v = _nan(m.get(col))
+                if math.isfinite(v):
+                    out.append(Metric(model, LIPSCHITZ_CONDITION, name, v, v, v, None, LIPSCHITZ, source))
+        elif family == LM:
+            entries = [{"attack": "clean", "eps": 0.0, **m.get("clean", {})}, *m.get("results", [])]
+            for e in entries:
+                cond = condition(e.get("attack", "clean"), e.get("eps", 0.0))
+                if "ppl" in e:
+                    lo, hi = _nan(e.get("ppl_lo")), _nan(e.get("ppl_hi"))
+                    out.append(Metric(model, cond, "ppl", float(e["ppl"]), lo, hi, e.get("n"), LM, source))
+        else:
+            entries = [{"attack": "clean", "eps": 0.0, **m.get("clean", {})}, *m.get("robust", [])]
+            for e in entries:
+                if "acc" in e:
+                    cond = condition(e["attack"], e["eps"])
+                    lo, hi = _nan(e.get("lo")), _nan(e.get("hi"))
+                    out.append(Metric(model, cond, "acc", float(e["acc"]), lo, hi, e.get("n"), IMAGE, source))
+    return out
+
+
+BASELINE_KEYS = frozenset({"model", "condition", "metric", "value", "lo", "hi", "n"})
+
+
+def _from_baseline_file(data: dict[str, Any], source: str) -> list[Metric]:
+    unknown_top = set(data) - {"format", "version", "source", "created", "metrics", "tolerance"}
+    if unknown_top:
+        key = sorted(unknown_top)[0]
+        raise RobfiltError(f"{source}: unknown key {key!r}.{suggest(key, ['format', 'version', 'source', 'metrics'])}")
+    entries = data.get("metrics")
+    if not isinstance(entries, list):
+        raise RobfiltError(f"{source}: 'metrics' must be a list of {{model, condition, metric, value}} objects.")
+    out = []
+    for i, e in enumerate(entries):
+        if not isinstance(e, dict):
+            raise RobfiltError(f"{source}: metrics[{i}] is not an object.")
+        for key in e:
+            if key not in BASELINE_KEYS:
+                raise RobfiltError(f"{source}: metrics[{i}] has unknown key {key!r}.{suggest(key, BASELINE_KEYS)}")
+        for key in ("model", "condition", "metric", "value"):
+            if key not in e:
+                raise RobfiltError(f"{source}: metrics[{i}] lacks {key!r}.")
+        if e["metric"] not in DIRECTION:
+            raise RobfiltError(
+                f"{source}: metrics[{i}] has unknown metric {e['metric']!r}.{suggest(e['metric'], DIRECTION)}"
+            )
+        parse_condition(str(e["condition"]))
+        try:
+            value = float(e["value"])
+            lo, hi = float(e.get("lo", value)), float(e.get("hi", value))
+        except (TypeError, ValueError):
+            raise RobfiltError(f"{source}: metrics[{i}] value/lo/hi must be numbers.") from None
+        out.append(Metric(str(e["model"]), str(e["condition"]), e["metric"], value, lo, hi, e.get("n"), "", source))
+    return out
+
+
+def load_baseline(path: str | Path) -> list[Metric]:
+    """Metrics from a run folder, a run's summary.json, or a small robfilt-baseline JSON."""
+    path = Path(path)
+    if path.is_dir():
+        return metrics_from_run(load_run(path))
+    if not path.exists():
+        raise RobfiltError(f"baseline {path} does not exist; pass a summary.json, a run folder or a baseline JSON.")
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise RobfiltError(f"baseline {path} is not valid JSON ({exc}).") from None
+    if not isinstance(data, dict):
+        raise RobfiltError(f"baseline {path} must be a JSON object.")
+    if data.get("format") == BASELINE_FORMAT:
+        return _from_baseline_file(data, str(path))
+    if "models" in data and "kind" in data:
+        return _from_summary(data, str(path))
+    raise RobfiltError(
+        f"baseline {path} is neither a robfilt summary.json nor a robfilt-baseline file "
+        f'(it needs "format": "{BASELINE_FORMAT}" and a "metrics" list).'
+    )
+
+
+def baseline_document(metrics: Iterable[Metric], source: str) -> dict[str, Any]:
+    return {"format": BASELINE_FORMAT, "version": 1, "source": source, "metrics": [m.to_dict() for m in metrics]}
+
+
+def find(metrics: Iterable[Metric], model: str, cond: str, name: str) -> Metric | None:
+    attack, eps = parse_condition(cond)
+    for m in metrics:
+        if m.model != model or m.metric != name:
+            continue
+        a, e = parse_condition(m.condition)
+        if a == attack and same_eps(e, eps):
+            return m
+    return None

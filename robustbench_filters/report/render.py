@@ -1,0 +1,206 @@
+"""Paper layouts of the tidy tables, and writers for Markdown, CSV and LaTeX (booktabs).
+
+CSV files hold the tidy numbers (for re-analysis); Markdown and LaTeX hold the layout a paper shows: one row
+per condition, one column per model, "85.2 [81.0, 88.7]" cells (accuracy % with its 95% interval). LaTeX goes
+through pandas' Styler (``hrules=True`` gives ``\\toprule``/``\\midrule``/``\\bottomrule``; needs
+``\\usepackage{booktabs}``). Markdown is serialised here from the DataFrame because pandas' ``to_markdown``
+needs the optional ``tabulate`` package, which robfilt does not depend on.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+
+from ..io import atomic_write_text
+from .tables import CLEAN, eps_label, model_order
+
+FORMATS: tuple[str, ...] = ("md", "csv", "tex")
+
+
+def pct(acc: float, lo: float | None = None, hi: float | None = None) -> str:
+    if acc is None or (isinstance(acc, float) and math.isnan(acc)):
+        return "-"
+    if lo is None or hi is None or math.isnan(lo) or math.isnan(hi):
+        return f"{100 * acc:.1f}"
+    return f"{100 * acc:.1f} [{100 * lo:.1f}, {100 * hi:.1f}]"
+
+
+def sci(value: float | None) -> str:
+    if value is None or not math.isfinite(value):
+        return "-"
+    return f"{value:.3g}" if 1e-3 <= abs(value) < 1e4 else f"{value:.2e}"
+
+
+def pvalue(p: float) -> str:
+    return "<0.001" if p < 1e-3 else f"{p:.3f}"
+
+
+def _condition(attack: str, eps: float) -> tuple[str, str]:
+    return (attack, "-" if attack == CLEAN else eps_label(eps))
+
+
+def accuracy_layout(table: pd.DataFrame) -> pd.DataFrame:
+    """Rows (attack, eps), one column per model, accuracy % [95% CI]."""
+    if table.empty:
+        return pd.DataFrame()
+    models = model_order(table)
+    conds = list(dict.fromkeys(_condition(a, e) for a, e in table[["attack", "eps"]].itertuples(index=False)))
+    cells = {(r.model, _condition(r.attack, r.eps)): pct(r.acc, r.lo, r.hi) for r in table.itertuples()}
+    data = [[a, e, *[cells.get((m, (a, e)), "-") for m in models]] for a, e in conds]
+    return pd.DataFrame(data, columns=["attack", "eps", *models])
+
+
+def paired_layout(table: pd.DataFrame) -> pd.DataFrame:
+    if table.empty:
+        return pd.DataFrame()
+    return pd.DataFrame(
+        {
+            "variant": table["variant"],
+            "vs": table["baseline"],
+            "attack": table["attack"],
+            "eps": [_condition(a, e)[1] for a, e in zip(table["attack"], table["eps"], strict=True)],
+            "n": table["n"],
+            "baseline %": [f"{100 * v:.1f}" for v in table["acc_baseline"]],
+            "variant %": [f"{100 * v:.1f}" for v in table["acc_variant"]],
+            "diff (pp)": [f"{100 * v:+.1f}" for v in table["diff"]],
+            "b": table["b"],
+            "c": table["c"],
+            "McNemar p": [pvalue(p) for p in table["p_value"]],
+        }
+    )
+
+
+def perplexity_layout(table: pd.DataFrame) -> pd.DataFrame:
+    """Rows (attack, eps or rate), one column per model: perplexity [95% bootstrap CI]."""
+    if table.empty:
+        return pd.DataFrame()
+    models = model_order(table)
+    conds = list(dict.fromkeys(_condition(a, e) for a, e in table[["attack", "eps"]].itertuples(index=False)))
+    cells = {
+        (r.model, _condition(r.attack, r.eps)): f"{r.ppl:.2f}"
+        + (f" [{r.ppl_lo:.2f}, {r.ppl_hi:.2f}]" if math.isfinite(r.ppl_lo) else "")
+        for r in table.itertuples()
+    }
+    data = [[a, e, *[cells.get((m, (a, e)), "-") for m in models]] for a, e in conds]
+    return pd.DataFrame(data, columns=["attack", "eps / rate", *models])
+
+
+def corruption_layout(table: pd.DataFrame, means: pd.DataFrame) -> pd.DataFrame:
+    if table.empty:
+        return pd.DataFrame()
+    models = model_order(table)
+    is_lm = "ppl" in table.columns
+    cells: dict[tuple[str, str, str], str] = {}
+    for r in table.itertuples():
+        sev = "-" if r.corruption == "clean" else f"{r.severity:g}"
+        cells[(r.model, r.corruption, sev)] = (
+            f"{r.ppl:.2f}" + (f" [{r.ppl_lo:.2f}, {r.ppl_hi:.2f}]" if math.isfinite(r.ppl_lo) else "")
+            if is_lm
+            else pct(r.acc, r.lo, r.hi)
+        )
+    for r in means.itertuples():
+        cells[(r.model, "mean", f"{r.severity:g}")] = f"{r.ppl:.2f}" if is_lm else pct(r.acc)
+    conds = list(dict.fromkeys((c, s) for _, c, s in cells))
+    conds.sort(key=lambda cs: (cs[0] == "mean", cs[0] != "clean"))
+    data = [[c, s, *[cells.get((m, c, s), "-") for m in models]] for c, s in conds]
+    return pd.DataFrame(data, columns=["corruption", "severity", *models])
+
+
+def corruption_error_layout(table: pd.DataFrame) -> pd.DataFrame:
+    """Rows: corruptions then mCE; one column per model; CE relative to the baseline (lower is better)."""
+    if table.empty:
+        return pd.DataFrame()
+    models = model_order(table)
+    conds = list(dict.fromkeys(table["corruption"]))
+    conds.sort(key=lambda c: c == "mCE")
+    cells = {(r.model, r.corruption): "-" if not math.isfinite(r.ce) else f"{r.ce:.3f}" for r in table.itertuples()}
+    data = [[c, *[cells.get((m, c), "-") for m in models]] for c in conds]
+    return pd.DataFrame(data, columns=["corruption", *models])
+
+
+def lipschitz_layout(table: pd.DataFrame) -> pd.DataFrame:
+    if table.empty:
+        return pd.DataFrame()
+    return pd.DataFrame(
+        {
+            "model": table["model"],
+            "method": table["method"],
+            "n": table["n"],
+            "lower (mean)": table["lower_mean"].map(sci),
+            "lower (max)": table["lower_max"].map(sci),
+            "local upper (median)": table["local_upper_median"].map(sci),
+            "certified upper": table["global_upper"].map(sci),
+            "upper / lower": table["upper_over_lower"].map(sci),
+            "radius (mean)": table["radius_mean"].map(sci),
+        }
+    )
+
+
+def generic_layout(table: pd.DataFrame) -> pd.DataFrame:
+    """Numbers in 3 significant digits, everything else as text."""
+    out = table.copy()
+    for col in out.columns:
+        if pd.api.types.is_float_dtype(out[col]):
+            out[col] = out[col].map(sci)
+    return out
+
+
+def markdown(table: pd.DataFrame) -> str:
+    """A GitHub-flavoured Markdown table; numeric-looking columns are right-aligned."""
+    if table.empty:
+        return "_(empty)_\n"
+
+    def cell(v: object) -> str:
+        return str(v).replace("|", "\\|").replace("\n", " ")
+
+    cols = [cell(c) for c in table.columns]
+    right = [
+        i > 0 and all(str(v).lstrip("+-<").replace(".", "", 1)[:1].isdigit() or str(v) == "-" for v in table[c])
+        for i, c in enumerate(table.columns)
+    ]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---:" if r else ":---" for r in right) + "|"]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in table.itertuples(index=False)]
+    return "\n".join(lines) + "\n"
+
+
+def latex(table: pd.DataFrame, caption: str, sources: Sequence[str]) -> str:
+    """A booktabs tabular (no float environment, so it can be ``\\input`` into any table)."""
+    n_left = sum(1 for c in table.columns if c in ("attack", "model", "variant", "vs", "corruption", "method", "kind"))
+    n_left = max(1, n_left)
+    spec = "l" * n_left + "r" * (len(table.columns) - n_left)
+    body = (
+        table.style.hide(axis="index")
+        .format(escape="latex")
+        .format_index(escape="latex", axis=1)
+        .to_latex(hrules=True, column_format=spec)
+    )
+    header = f"% {caption}\n% source: {'; '.join(sources)}\n% needs \\usepackage{{booktabs}}\n"
+    return header + body
+
+
+def write_table(
+    out_dir: Path,
+    stem: str,
+    tidy: pd.DataFrame,
+    layout: pd.DataFrame,
+    caption: str,
+    sources: Sequence[str],
+    formats: Sequence[str],
+) -> list[Path]:
+    """Write ``stem.{md,csv,tex}``; CSV gets the tidy numbers, Markdown and LaTeX the paper layout."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for fmt in formats:
+        path = out_dir / f"{stem}.{fmt}"
+        if fmt == "csv":
+            atomic_write_text(path, tidy.to_csv(index=False))
+        elif fmt == "md":
+            atomic_write_text(path, f"{caption}\n\n{markdown(layout)}\nsource: {'; '.join(sources)}\n")
+        elif fmt == "tex":
+            atomic_write_text(path, latex(layout, caption, sources))
+        written.append(path)
+    return written

@@ -1,0 +1,316 @@
+"""The gate's TOML spec (``robustness.toml``): how to make the fresh runs, and what they must reach.
+
+Layout (every key optional unless marked)::
+
+    version = 1
+    name = "zoo robustness"
+    out = "runs/check"            # fresh runs, junit.xml and summary.md (relative to this file)
+    baseline = "baselines/zoo.json"  # optional: compare with a committed baseline too
+    tolerance = 0.0               # extra slack for baseline comparisons (accuracy units; relative for ppl/bounds)
+    sanity = "warn"               # failed sanity checks of a run: "fail", "warn" or "ignore"
+
+    [image]                       # one fresh attack run; keys mirror `robfilt attack`
+    models = ["deit", "deit-grc"] # required
+    attacks = ["pgd"]
+    eps = [0.01, "8/255"]
+    n_examples = 128
+    steps = 10
+    seed = 0
+
+    [[image.require]]
+    models = ["deit", "deit-grc"] # default: all models of the section
+    attack = "pgd"                # default: "clean"
+    eps = [0.01, 0.02]            # required for attacks other than clean
+    min_acc = 0.30
+
+    [lm] / [[lm.require]]         # max_ppl, min_token_acc
+    [lipschitz] / [[lipschitz.require]]  # max_lipschitz_upper, max_lipschitz_local_upper, max_lipschitz_lower, min_radius
+
+Unknown keys and wrong types are usage errors (exit 2) with close-match suggestions. Paths are relative to the
+spec file and must stay inside the project folder (the nearest ancestor of the spec holding pyproject.toml or
+.git); a path outside it must be given on the command line instead.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import RobfiltError, suggest
+from ..parsing import parse_number
+from .runs import IMAGE, LIPSCHITZ, LM
+from .tables import eps_label
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10 needs the tomli backport (same API)
+    import tomli as tomllib
+
+SECTIONS: tuple[str, ...] = (IMAGE, LM, LIPSCHITZ)
+TOP_KEYS = frozenset({"version", "name", "out", "baseline", "tolerance", "sanity", "device", *SECTIONS})
+SANITY = ("fail", "warn", "ignore")
+_COMMON = {"models", "seed", "n_examples", "data", "size", "checkpoint", "batch_size", "require"}
+RUN_KEYS: dict[str, frozenset[str]] = {
+    IMAGE: frozenset(_COMMON | {"attacks", "eps", "norm", "steps", "step_size", "data_root"}),
+    LM: frozenset(_COMMON | {"attacks", "eps", "rates", "steps", "step_size", "seq_len"}),
+    LIPSCHITZ: frozenset(_COMMON | {"method", "rho", "per_layer", "bounds", "power_iters", "seq_len"}),
+}
+# threshold key -> metric; "min_" keys are lower limits, "max_" keys upper limits
+THRESHOLDS: dict[str, dict[str, str]] = {
+    IMAGE: {"min_acc": "acc"},
+    LM: {"max_ppl": "ppl", "min_token_acc": "token_acc"},
+    LIPSCHITZ: {
+        "max_lipschitz_upper": "lipschitz_upper",
+        "max_lipschitz_local_upper": "lipschitz_local_upper",
+        "max_lipschitz_lower": "lipschitz_lower",
+        "min_radius": "radius",
+    },
+}
+REQUIRE_KEYS: dict[str, frozenset[str]] = {
+    fam: frozenset({"model", "models", "attack", "eps"} | set(t)) for fam, t in THRESHOLDS.items()
+}
+PATH_KEYS = ("out", "baseline")
+
+
+@dataclass(frozen=True)
+class Requirement:
+    family: str
+    model: str
+    attack: str  # "clean", an attack name, or "-" (Lipschitz)
+    eps: float | None
+    metric: str
+    bound: str  # "min" or "max"
+    threshold: float
+    where: str  # "[[image.require]] #2" for messages
+
+    @property
+    def condition(self) -> str:
+        if self.attack in ("clean", "-"):
+            return self.attack
+        return f"{self.attack}@{eps_label(self.eps)}"
+
+    @property
+    def label(self) -> str:
+        op = ">=" if self.bound == "min" else "<="
+        return f"{self.model} {self.condition} {self.metric} {op} {self.threshold:g}"
+
+
+@dataclass
+class Section:
+    family: str
+    settings: dict[str, Any]
+    requirements: list[Requirement] = field(default_factory=list)
+
+
+@dataclass
+class Spec:
+    path: Path
+    root: Path
+    name: str
+    out: Path
+    baseline: Path | None
+    tolerance: float
+    sanity: str
+    device: str
+    sections: dict[str, Section]
+
+
+def project_root(start: Path) -> Path:
+    """The nearest ancestor holding pyproject.toml or .git (else the spec's own folder)."""
+    for folder in (start, *start.parents):
+        if (folder / "pyproject.toml").exists() or (folder / ".git").exists():
+            return folder
+    return start
+
+
+def _err(spec: Path, message: str) -> RobfiltError:
+    return RobfiltError(f"{spec.name}: {message}")
+
+
+def _check_keys(spec: Path, table: Mapping[str, Any], allowed: Iterable[str], where: str) -> None:
+    allowed = sorted(allowed)
+    for key in table:
+        if key not in allowed:
+            raise _err(
+                spec,
+                f"unknown key {key!r} in {where}.{suggest(key, allowed) or ' Allowed: ' + ', '.join(allowed) + '.'}",
+            )
+
+
+def _int(spec: Path, value: Any, what: str, minimum: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise _err(spec, f"{what} must be an integer >= {minimum}, got {value!r}.")
+    return value
+
+
+def _num(spec: Path, value: Any, what: str) -> float:
+    if isinstance(value, bool):
+        raise _err(spec, f"{what} must be a number, got {value!r}.")
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        return parse_number(value, f"{spec.name}: {what}")
+    raise _err(spec, f"{what} must be a number (or a fraction string like '8/255'), got {value!r}.")
+
+
+def _strings(spec: Path, value: Any, what: str) -> list[str]:
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not items or not all(isinstance(v, str) and v for v in items):
+        raise _err(spec, f"{what} must be a name or a non-empty list of names, got {value!r}.")
+    return list(items)
+
+
+def _numbers(spec: Path, value: Any, what: str) -> list[float]:
+    items = value if isinstance(value, list) else [value]
+    if not items:
+        raise _err(spec, f"{what} is empty.")
+    return [_num(spec, v, what) for v in items]
+
+
+def resolve_path(spec_path: Path, root: Path, value: Any, key: str) -> Path:
+    """A spec path, relative to the spec file; refused when it leaves the project folder."""
+    if not isinstance(value, str) or not value:
+        raise _err(spec_path, f"{key} must be a path string, got {value!r}.")
+    path = (spec_path.parent / value).resolve()
+    if not path.is_relative_to(root):
+        raise _err(
+            spec_path,
+            f"{key} = {value!r} points outside the project folder {root}; give it on the command line "
+            f"(--{key}) instead.",
+        )
+    return path
+
+
+def _settings(spec: Path, root: Path, fam: str, table: Mapping[str, Any]) -> dict[str, Any]:
+    s: dict[str, Any] = {}
+    s["models"] = _strings(spec, table.get("models"), f"[{fam}] models") if "models" in table else None
+    if s["models"] is None:
+        raise _err(spec, f'[{fam}] needs models = [...], e.g. models = ["deit", "deit-grc"].')
+    for key, value in table.items():
+        if key in ("models", "require"):
+            continue
+        what = f"[{fam}] {key}"
+        if key in ("attacks",):
+            s[key] = _strings(spec, value, what)
+        elif key in ("eps", "rates"):
+            s[key] = _numbers(spec, value, what)
+        elif key in ("n_examples", "batch_size", "steps", "power_iters", "seq_len"):
+            s[key] = _int(spec, value, what, minimum=1)
+        elif key == "seed":
+            s[key] = _int(spec, value, what)
+        elif key in ("step_size", "rho"):
+            s[key] = _num(spec, value, what)
+        elif key in ("per_layer", "bounds"):
+            if not isinstance(value, bool):
+                raise _err(spec, f"{what} must be true or false, got {value!r}.")
+            s[key] = value
+        elif key == "checkpoint":
+            if not isinstance(value, str):
+                raise _err(spec, f"{what} must be 'zoo', 'none' or a folder path, got {value!r}.")
+            s[key] = value if value in ("zoo", "none") else str(resolve_path(spec, root, value, "checkpoint"))
+        elif key == "data_root":
+            s[key] = str(resolve_path(spec, root, value, "data_root"))
+        else:  # data, size, norm, method
+            if not isinstance(value, str):
+                raise _err(spec, f"{what} must be a string, got {value!r}.")
+            s[key] = value
+    return s
+
+
+def _requirements(spec: Path, fam: str, models: list[str], entries: Any) -> list[Requirement]:
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        raise _err(spec, f"{fam}.require must be an array of tables ([[{fam}.require]]).")
+    out = []
+    for i, entry in enumerate(entries, 1):
+        where = f"[[{fam}.require]] #{i}"
+        _check_keys(spec, entry, REQUIRE_KEYS[fam], where)
+        if "model" in entry and "models" in entry:
+            raise _err(spec, f"{where} has both model and models; use one.")
+        names = _strings(spec, entry.get("models", entry.get("model", models)), f"{where} models")
+        for name in names:
+            if name not in models:
+                raise _err(spec, f"{where} names model {name!r}, which [{fam}] does not run.{suggest(name, models)}")
+        limits = {k: v for k, v in entry.items() if k in THRESHOLDS[fam]}
+        if not limits:
+            raise _err(spec, f"{where} sets no threshold; add one of {', '.join(sorted(THRESHOLDS[fam]))}.")
+        if fam == LIPSCHITZ:
+            if "attack" in entry or "eps" in entry:
+                raise _err(spec, f"{where}: Lipschitz requirements take no attack or eps.")
+            attack, eps_list = "-", [None]
+        else:
+            attack = entry.get("attack", "clean")
+            if not isinstance(attack, str) or not attack:
+                raise _err(spec, f"{where} attack must be a name, got {attack!r}.")
+            if attack == "clean":
+                if "eps" in entry:
+                    raise _err(spec, f"{where}: clean accuracy takes no eps.")
+                eps_list = [0.0]
+            else:
+                if "eps" not in entry:
+                    raise _err(spec, f"{where}: attack {attack!r} needs eps = [...].")
+                eps_list = _numbers(spec, entry["eps"], f"{where} eps")
+        for key, value in limits.items():
+            threshold = _num(spec, value, f"{where} {key}")
+            metric = THRESHOLDS[fam][key]
+            bound = "min" if key.startswith("min_") else "max"
+            for name in names:
+                for eps in eps_list:
+                    out.append(Requirement(fam, name, attack, eps, metric, bound, threshold, where))
+    return out
+
+
+def load_spec(path: str | Path) -> Spec:
+    """Parse and validate a spec; every problem is a one-line :class:`RobfiltError` (exit code 2)."""
+    path = Path(path)
+    if not path.is_file():
+        raise RobfiltError(f"spec {path} does not exist; pass a TOML file such as robustness.toml.")
+    path = path.resolve()
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise _err(path, f"not valid TOML ({exc}).") from None
+    except UnicodeDecodeError:
+        raise _err(path, "is not UTF-8 text.") from None
+    root = project_root(path.parent)
+    _check_keys(path, data, TOP_KEYS, "the top level")
+    if data.get("version", 1) != 1:
+        raise _err(path, f"version {data.get('version')!r} is not supported; this robfilt reads version = 1.")
+    sanity = data.get("sanity", "warn")
+    if sanity not in SANITY:
+        raise _err(path, f"sanity must be one of {', '.join(SANITY)}, got {sanity!r}.")
+    tolerance = _num(path, data.get("tolerance", 0.0), "tolerance")
+    if tolerance < 0:
+        raise _err(path, f"tolerance must be >= 0, got {tolerance:g}.")
+    sections: dict[str, Section] = {}
+    for fam in SECTIONS:
+        if fam not in data:
+            continue
+        table = data[fam]
+        if not isinstance(table, dict):
+            raise _err(path, f"{fam} must be a table ([{fam}]).")
+        _check_keys(path, table, RUN_KEYS[fam], f"[{fam}]")
+        settings = _settings(path, root, fam, table)
+        reqs = _requirements(path, fam, settings["models"], table.get("require", []))
+        sections[fam] = Section(fam, settings, reqs)
+    if not sections:
+        raise _err(path, f"defines no [{'], ['.join(SECTIONS)}] section; nothing to check.")
+    name = data.get("name", path.stem)
+    if not isinstance(name, str):
+        raise _err(path, f"name must be a string, got {name!r}.")
+    device = data.get("device", "cpu")
+    if not isinstance(device, str):
+        raise _err(path, f"device must be a string, got {device!r}.")
+    return Spec(
+        path=path,
+        root=root,
+        name=name,
+        out=resolve_path(path, root, data.get("out", "runs/check"), "out"),
+        baseline=resolve_path(path, root, data["baseline"], "baseline") if "baseline" in data else None,
+        tolerance=tolerance,
+        sanity=sanity,
+        device=device,
+        sections=sections,
+    )

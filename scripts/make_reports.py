@@ -1,0 +1,158 @@
+"""Regenerate ``reports/`` from the bundled zoo: vision robustness, LM contamination and Lipschitz studies.
+
+Why a script: the reports in the repository must be reproducible by one command (``make reports``) from the
+committed zoo weights, with the exact settings recorded in each run's manifest. Every number in a report is
+recomputed from the run folders written here under ``runs/``.
+
+    .venv/bin/python scripts/make_reports.py                 # everything available
+    .venv/bin/python scripts/make_reports.py --only vision --n-examples 256   # a quicker vision report
+
+What it does:
+
+1. vision: ``robfilt attack`` equivalent on the four DeiT zoo models (deit, deit-bsa, deit-grc, deit-bsa-grc):
+   FGSM and PGD (``--steps``) over the default Fashion-MNIST eps grid, on ``--n-examples`` shared test
+   examples -> ``runs/vision-attack``; the five corruptions at severities 1-5 on the same examples ->
+   ``runs/vision-corruption``; both -> ``reports/vision`` (accuracy with Wilson CIs, paired McNemar tests vs
+   deit, corruption accuracy and mCE, accuracy-vs-eps figure, softmax-vs-BSA attention maps).
+2. lm: word-swap contamination sweep on the LM zoo models, if the LM attack engine and zoo weights exist
+   -> ``runs/lm-contamination`` -> ``reports/lm``.
+3. lipschitz: per-example lower/certified upper bounds with the per-block profile on the DeiT zoo models, plus
+   the sequence-length study of one attention layer -> ``runs/lipschitz``, ``runs/seqlen`` -> ``reports/lipschitz``.
+
+Models without zoo weights are left out (and listed in the log); a part with no model left is skipped.
+Runs are made from scratch unless ``--reuse`` is given (a cached run would not notice retrained weights).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from robustbench_filters.errors import RobfiltError
+from robustbench_filters.models import zoo_path
+from robustbench_filters.report import build_report, write_seqlen_run
+from robustbench_filters.results import load_run
+
+log = logging.getLogger("robustbench_filters.make_reports")
+
+DEIT = ["deit", "deit-bsa", "deit-grc", "deit-bsa-grc"]
+LM = ["lm", "lm-bsa", "lm-grc", "lm-bsa-grc"]
+PARTS = ("vision", "lm", "lipschitz")
+
+
+def zoo_models(names: list[str], size: str = "micro") -> list[str]:
+    """The names with trained zoo weights (a finished checkpoint has its card)."""
+    have = [n for n in names if (zoo_path(n, size) / "card.json").exists()]
+    missing = sorted(set(names) - set(have))
+    if missing:
+        log.warning("no zoo weights for %s; left out of the reports", ", ".join(missing))
+    return have
+
+
+def _finished(folder: Path) -> bool:
+    try:
+        load_run(folder)
+    except RobfiltError:
+        return False
+    return True
+
+
+def vision(runs: Path, reports: Path, n_examples: int, steps: int, device: str, reuse: bool) -> Path | None:
+    from robustbench_filters.attacks import evaluate
+
+    models = zoo_models(DEIT)
+    if not models:
+        log.warning("vision: no DeiT zoo models; skipped")
+        return None
+    out = runs / "vision-attack"
+    if not (reuse and _finished(out)):
+        evaluate(models, ["fgsm", "pgd"], None, n_examples=n_examples, steps=steps, device=device, out=out,
+                 overwrite=True)  # fmt: skip
+    folders = [out]
+    try:
+        import robustbench_filters.attacks.corruption_engine  # noqa: F401
+    except ModuleNotFoundError:
+        log.warning("vision: the corruption engine is not available in this build; no corruption table")
+    else:
+        corr = runs / "vision-corruption"  # same n_examples and seed: the same examples, so paired tests apply
+        if not (reuse and _finished(corr)):
+            evaluate(models, ["corruption"], None, n_examples=n_examples, device=device, out=corr, overwrite=True)
+        folders.append(corr)
+    return build_report(folders, reports / "vision").index
+
+
+def lm(runs: Path, reports: Path, n_examples: int, device: str, reuse: bool) -> Path | None:
+    try:
+        import robustbench_filters.attacks.lm_engine  # noqa: F401
+    except ModuleNotFoundError:
+        log.warning("lm: the LM attack engine is not available in this build; skipped")
+        return None
+    from robustbench_filters.attacks import evaluate
+
+    models = zoo_models(LM)
+    if not models:
+        log.warning("lm: no LM zoo models; skipped")
+        return None
+    out = runs / "lm-contamination"
+    if not (reuse and _finished(out)):
+        evaluate(models, ["wordswap"], None, n_examples=n_examples, out=out, overwrite=True, device=device,
+                 rates=[0.05, 0.1, 0.2, 0.3])  # fmt: skip
+    return build_report([out], reports / "lm").index
+
+
+def lipschitz(runs: Path, reports: Path, n_examples: int, device: str, reuse: bool) -> Path | None:
+    from robustbench_filters.lipschitz import estimate_lipschitz, sequence_length_study
+
+    folders = []
+    models = zoo_models(DEIT)
+    if models:
+        out = runs / "lipschitz"
+        if not (reuse and _finished(out)):
+            estimate_lipschitz(models, n_examples=n_examples, method="power", per_layer=True, out=out, overwrite=True,
+                               device=device)  # fmt: skip
+        folders.append(out)
+    seq = runs / "seqlen"
+    if not (reuse and _finished(seq)):
+        settings = {"dim": 64, "heads": 4, "noise": 1e-3, "trials": 8, "seed": 0}
+        write_seqlen_run(seq, sequence_length_study(**settings), settings)
+    folders.append(seq)
+    return build_report(folders, reports / "lipschitz").index
+
+
+def main(
+    runs: Annotated[Path, typer.Option("--runs", help="Folder for the run folders.")] = Path("runs"),
+    reports: Annotated[Path, typer.Option("--reports", help="Folder for the reports.")] = Path("reports"),
+    only: Annotated[str, typer.Option("--only", help="Comma list of: vision, lm, lipschitz.")] = "vision,lm,lipschitz",
+    n_examples: Annotated[int, typer.Option("--n-examples", help="Test examples for the vision attacks.")] = 1000,
+    steps: Annotated[int, typer.Option("--steps", help="PGD steps.")] = 20,
+    lm_examples: Annotated[int, typer.Option("--lm-examples", help="Text windows for the LM sweep.")] = 200,
+    lipschitz_examples: Annotated[int, typer.Option("--lipschitz-examples", help="Examples per model.")] = 32,
+    device: Annotated[str, typer.Option("--device", help="cpu or cuda.")] = "cpu",
+    reuse: Annotated[bool, typer.Option("--reuse", help="Reuse finished run folders instead of re-running.")] = False,
+) -> None:
+    """Run the zoo evaluations into --runs and write the reports into --reports."""
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    parts = [p.strip() for p in only.split(",") if p.strip()]
+    for p in parts:
+        if p not in PARTS:
+            raise typer.BadParameter(f"unknown part {p!r}; choose from {', '.join(PARTS)}", param_hint="--only")
+    written = {}
+    try:
+        if "vision" in parts:
+            written["vision"] = vision(runs, reports, n_examples, steps, device, reuse)
+        if "lm" in parts:
+            written["lm"] = lm(runs, reports, lm_examples, device, reuse)
+        if "lipschitz" in parts:
+            written["lipschitz"] = lipschitz(runs, reports, lipschitz_examples, device, reuse)
+    except RobfiltError as exc:
+        log.error("%s", exc)
+        raise typer.Exit(exc.exit_code) from None
+    for part, index in written.items():
+        log.info("%s: %s", part, index if index else "skipped")
+
+
+if __name__ == "__main__":
+    typer.run(main)
