@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 TORCH_PINS ?= torch==2.14.1 torchvision==0.29.1
 export PYTHONHASHSEED := 0
 
-.PHONY: demo test lint format zoo reports bench study clean-venv
+.PHONY: demo test test-slow check lint format zoo reports bench study clean-venv
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,8 +26,20 @@ zoo: $(STAMP)
 		--out robustbench_filters/zoo/$$m-micro --overwrite --quiet || exit 1; done
 	$(BIN)/python -m robustbench_filters.models.zoo
 
+# The suite, then the robustness gate on the zoo models (this project's own CI is gated by it).
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/robfilt check --spec robustness.toml --out runs/check --quiet
+
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m slow
+
+check: $(STAMP)
+	$(BIN)/robfilt check --spec robustness.toml --out runs/check
+
+# Regenerate the example reports under reports/ from the zoo models.
+reports: $(STAMP)
+	$(BIN)/python scripts/make_reports.py --runs runs --reports reports
 
 lint: $(STAMP)
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

@@ -150,7 +150,12 @@ def check_writable(out: Path) -> None:
 
 
 class RunWriter:
-    """Writes one run folder; use as a context manager so the lock is always released."""
+    """Writes one run folder; use as a context manager so the lock is always released.
+
+    In a distributed run (see :mod:`.distributed`) rank 0's writer is the ``primary`` one: it alone takes the
+    lock, applies --resume/--overwrite, writes the manifest and finishes the run. The other ranks' writers
+    (``primary=False``) attach to the folder rank 0 prepared and only write their own part files.
+    """
 
     def __init__(
         self,
@@ -162,8 +167,10 @@ class RunWriter:
         resume: bool = False,
         overwrite: bool = False,
         extra: dict[str, Any] | None = None,
+        primary: bool = True,
     ) -> None:
         self.out = Path(out)
+        self.primary = primary
         self.kind = kind
         self.config = config
         self.seed = seed
@@ -175,6 +182,9 @@ class RunWriter:
         self._done: dict[str, Path] = {}
 
     def __enter__(self) -> RunWriter:
+        if not self.primary:
+            self._attach()
+            return self
         check_writable(self.out)
         prepare_out(self.out, self.resume, self.overwrite)
         self.out.mkdir(parents=True, exist_ok=True)
@@ -214,7 +224,7 @@ class RunWriter:
             "fingerprint": self.fp,
             "seed": self.seed,
             "config": self.config,
-            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
             "git_commit": git_commit(),
             **self.extra,
         }
@@ -222,6 +232,25 @@ class RunWriter:
 
         manifest["versions"] = library_versions()
         atomic_write_json(manifest_path, manifest)
+
+    def _attach(self) -> None:
+        """A secondary rank joins the folder rank 0 prepared: no lock, no manifest write, the same fingerprint."""
+        manifest_path = self.out / MANIFEST
+        if not manifest_path.exists():
+            raise RunStateError(
+                f"--out {self.out} has no {MANIFEST} on this node although rank 0 wrote it; distributed runs need "
+                "--out on a filesystem that every rank shares."
+            )
+        if json.loads(manifest_path.read_text()).get("fingerprint") != self.fp:
+            raise RunStateError(
+                f"--out {self.out} holds a different run than this rank computes; give every rank the same options."
+            )
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Re-read the finished parts from disk, including those other ranks wrote."""
+        parts = self.out / PARTS
+        self._done = {p.stem: p for p in sorted(parts.glob("*.parquet"))} if parts.exists() else {}
 
     def is_done(self, key: str) -> bool:
         return key in self._done
@@ -241,12 +270,14 @@ class RunWriter:
 
     def finish(self, rows: pd.DataFrame, summary: dict[str, Any]) -> None:
         """Write the merged rows, then the summary, then mark the manifest complete."""
+        if not self.primary:
+            raise RunStateError("only rank 0 finishes a distributed run.")
         atomic_write(self.out / ROWS, lambda tmp: rows.to_parquet(tmp, index=False))
         atomic_write_json(self.out / SUMMARY, {"schema_version": SCHEMA_VERSION, "fingerprint": self.fp, **summary})
         manifest_path = self.out / MANIFEST
         manifest = json.loads(manifest_path.read_text())
         manifest["status"] = "complete"
-        manifest["finished"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+        manifest["finished"] = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
         atomic_write_json(manifest_path, manifest)
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -15,7 +14,6 @@ from torch import nn
 from robustbench_filters.attacks import ATTACKS, evaluate
 from robustbench_filters.cli import run
 from robustbench_filters.data import load_images
-from robustbench_filters.errors import RobfiltError
 
 
 class TinyNet(nn.Module):

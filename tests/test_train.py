@@ -14,7 +14,7 @@ from PIL import Image
 from robustbench_filters.cli import run
 from robustbench_filters.errors import RobfiltError
 from robustbench_filters.models import load_checkpoint
-from robustbench_filters.models.registry import build_from_spec, resolve_spec
+from robustbench_filters.models.registry import build_from_spec
 from robustbench_filters.train import DEFAULT_RECIPES, Recipe, _Task, lr_at, train
 
 SMALL = {

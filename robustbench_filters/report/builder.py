@@ -324,7 +324,7 @@ class _Builder:
         lines = [
             "# robfilt report",
             "",
-            f"Generated {_dt.datetime.now(_dt.timezone.utc).isoformat(timespec='seconds')} from "
+            f"Generated {_dt.datetime.now(_dt.UTC).isoformat(timespec='seconds')} from "
             f"{len(self.rs.runs)} run(s). Numbers are recomputed from the per-example rows.",
             "",
             "## Runs",

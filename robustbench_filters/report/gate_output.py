@@ -32,7 +32,7 @@ def write_junit(result: GateResult, path: Path) -> Path:
         failures=str(fails),
         errors="0",
         skipped="0",
-        timestamp=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        timestamp=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
     )
     props = ET.SubElement(suite, "properties")
     for key, value in (("runs", ", ".join(result.runs)), ("baseline", result.baseline or "-"),

@@ -33,7 +33,7 @@ spec file and must stay inside the project folder (the nearest ancestor of the s
 
 from __future__ import annotations
 
-import sys
+import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,11 +43,6 @@ from ..errors import RobfiltError, suggest
 from ..parsing import parse_number
 from .runs import IMAGE, LIPSCHITZ, LM
 from .tables import eps_label
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10 needs the tomli backport (same API)
-    import tomli as tomllib
 
 SECTIONS: tuple[str, ...] = (IMAGE, LM, LIPSCHITZ)
 TOP_KEYS = frozenset({"version", "name", "out", "baseline", "tolerance", "sanity", "device", *SECTIONS})
