@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from robustbench_filters import distributed
 from robustbench_filters.attacks import evaluate
 from robustbench_filters.attacks.catalogue import ATTACKS
 from robustbench_filters.parsing import parse_names, parse_numbers
@@ -81,7 +82,10 @@ def attack_cmd(
     steps: Annotated[int, typer.Option("--steps", help="Iterations for iterative attacks.")] = 20,
     step_size: Annotated[str | None, typer.Option("--step-size", help="PGD step; default 0.15*eps.")] = None,
     n_examples: Annotated[
-        int | None, typer.Option("--n-examples", help="Examples (seeded subset shared by all models; default 256).")
+        int | None,
+        typer.Option(
+            "--n-examples", help="Examples (seeded subset shared by all models; default 256 images / 64 sequences)."
+        ),
     ] = None,
     batch_size: Annotated[int, typer.Option("--batch-size")] = 128,
     data: Annotated[
@@ -93,7 +97,13 @@ def attack_cmd(
         str, typer.Option("--checkpoint", help="zoo (default), a checkpoint folder, or none.")
     ] = "zoo",
     seed: SeedOpt = 0,
-    device: Annotated[str, typer.Option("--device", help="cpu or cuda.")] = "cpu",
+    device: Annotated[str, typer.Option("--device", help="cpu or cuda (under torchrun: each rank's GPU).")] = "cpu",
+    amp: Annotated[
+        str | None, typer.Option("--amp", help="bf16: clean evaluation under autocast (attacks stay fp32).")
+    ] = None,
+    amp_attacks: Annotated[
+        bool, typer.Option("--amp-attacks", help="Run the attacks under --amp too (weaker, faster).")
+    ] = False,
     out: Annotated[str | None, typer.Option("--out", help="Run folder (default: runs/attack-<time>).")] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue a killed run in --out.")] = False,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace the run in --out.")] = False,
@@ -101,13 +111,17 @@ def attack_cmd(
         bool, typer.Option("--check-masking", help="Also run the gradient-masking checks.")
     ] = False,
     rate: Annotated[str | None, typer.Option("--rate", help="Word-swap contamination rates in [0,1] (LM).")] = None,
+    replacement: Annotated[str, typer.Option("--replacement", help="Word-swap replacement token (LM).")] = "AAA",
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
     """Attack one or more models on the same examples and print a checked comparison table."""
     setup_logging(quiet, json_out)
     models = parse_names(model, "model")
-    attacks = parse_names(attack, "attack", list(ATTACKS))
+    attacks = parse_names(attack, "attack")
+    for name in attacks:
+        if name not in ATTACKS and not name.startswith("corruption:"):
+            parse_names(name, "attack", list(ATTACKS))  # raises with close-match suggestions
     eps_values = parse_numbers(eps, "eps", lo=0.0) if eps is not None else None
     step = parse_numbers(step_size, "step size", lo=0.0)[0] if step_size is not None else None
     rates = parse_numbers(rate, "rate", lo=0.0, hi=1.0) if rate is not None else None
@@ -134,7 +148,11 @@ def attack_cmd(
             data_root=data_root,
             progress=hook,
             **({"rates": rates} if rates is not None else {}),
+            **({"replacement": replacement} if replacement != "AAA" else {}),
+            **({"amp": amp, "amp_attacks": amp_attacks} if amp or amp_attacks else {}),
         )
+    if not distributed.env_context().is_primary:  # under torchrun, rank 0 alone prints the merged result
+        return
     if json_out:
         print_json({"out": str(result.out), **result.summary})
         return

@@ -70,7 +70,12 @@ def evaluate(
     if kwargs.get("rates") is not None:
         raise RobfiltError("--rate applies to the text attack wordswap on language models; image models use --eps.")
     kwargs.pop("rates", None)
-    if any(a in ("corruption",) for a in attacks):
+    kwargs.pop("replacement", None) if kwargs.get("replacement") in (None, "AAA") else None
+    if kwargs.get("replacement") is not None:
+        raise RobfiltError("--replacement applies to the text attack wordswap on language models.")
+    if any(a == "corruption" or a.startswith("corruption:") for a in attacks):
+        if eps is not None:
+            raise RobfiltError("--eps does not apply to corruption (it uses severities 1-5); drop --eps.")
         from .corruption_engine import evaluate_corruptions
 
         return evaluate_corruptions(

@@ -7,15 +7,23 @@ which keeps the per-example worst case. Every measurement is a row; aggregates a
 
 Work is split into units (model x attack x batch). Each unit is seeded from (seed, model, attack, batch),
 written atomically when it finishes, and skipped on ``--resume``, so a killed run ends with the same numbers.
+Under torchrun the units are sharded across ranks (:mod:`..distributed`); batches stay those of a one-process
+run, so the merged rows are identical for any world size.
+
+On a GPU the cascade keeps its bookkeeping on the device and copies each unit's rows to the host once; the only
+host-device synchronisations left in our code are the survivor counts, one per eps and ensemble component,
+which decide the next attack's batch. (torchattacks' own loops are out of our hands.)
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import tempfile
 import zlib
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,10 +35,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from .. import checks as C
-from ..errors import RobfiltError
+from .. import distributed
+from ..errors import RobfiltError, RunStateError
 from ..models.resolve import LoadedModel, load_model, validate_model_ref
 from ..progress import ProgressHook, null_progress
-from ..results import RunWriter
+from ..results import RunWriter, load_run
 from ..stats import wilson_interval
 from .catalogue import ATTACKS, AttackParams, Norm, get_attack
 
@@ -44,6 +53,7 @@ DEFAULT_EPS: dict[str, dict[Norm, list[float]]] = {
     "cifar100": {Norm.LINF: [1 / 255, 2 / 255, 4 / 255, 8 / 255, 16 / 255], Norm.L2: [0.125, 0.25, 0.5, 1.0]},
     "imagenet": {Norm.LINF: [0.5 / 255, 1 / 255, 2 / 255, 4 / 255], Norm.L2: [0.25, 0.5, 1.0, 2.0]},
 }
+AMP_DTYPES: dict[str, torch.dtype] = {"bf16": torch.bfloat16}
 
 
 @dataclass
@@ -80,6 +90,51 @@ def _margin_loss(logits: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, t
     return true - other, F.cross_entropy(logits, y, reduction="none")
 
 
+def _row_stats(
+    x: torch.Tensor, x_cur: torch.Tensor, y: torch.Tensor, logits: torch.Tensor, norm: Norm
+) -> dict[str, torch.Tensor]:
+    """The per-example measurements, still on the model's device (copied to the host once per unit)."""
+    margin, loss = _margin_loss(logits, y)
+    finite = torch.isfinite(x_cur).flatten(1).all(1)
+    in_box = finite & (x_cur.flatten(1).amin(1) >= 0) & (x_cur.flatten(1).amax(1) <= 1)
+    return {
+        "correct": logits.argmax(1) == y,
+        "pert_norm": perturbation_norm(x_cur - x, norm).detach(),
+        "margin": margin.detach(),
+        "loss": loss.detach(),
+        "in_box": in_box,
+    }
+
+
+def _frame(
+    label: str,
+    ids: torch.Tensor,
+    attack: str,
+    eps: float,
+    norm: Norm,
+    stats: dict[str, np.ndarray],
+    clean_correct: np.ndarray,
+    fooled_by: list[str],
+) -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "model": label,
+            "example_id": ids.cpu().numpy().astype(np.int64),
+            "kind": "adversarial",
+            "attack": attack,
+            "eps": float(eps),
+            "norm": norm.value,
+            "correct": stats["correct"],
+            "clean_correct": clean_correct,
+            "pert_norm": stats["pert_norm"].astype(np.float64),
+            "margin": stats["margin"].astype(np.float64),
+            "loss": stats["loss"].astype(np.float64),
+            "in_box": stats["in_box"],
+            "fooled_by": fooled_by,
+        }
+    )
+
+
 def _rows(
     label: str,
     ids: torch.Tensor,
@@ -93,26 +148,8 @@ def _rows(
     clean_correct: torch.Tensor,
     fooled_by: list[str],
 ) -> pd.DataFrame:
-    margin, loss = _margin_loss(logits, y)
-    finite = torch.isfinite(x_cur).flatten(1).all(1)
-    in_box = finite & (x_cur.flatten(1).amin(1) >= 0) & (x_cur.flatten(1).amax(1) <= 1)
-    return pd.DataFrame(
-        {
-            "model": label,
-            "example_id": ids.cpu().numpy().astype(np.int64),
-            "kind": "adversarial",
-            "attack": attack,
-            "eps": float(eps),
-            "norm": norm.value,
-            "correct": (logits.argmax(1) == y).cpu().numpy(),
-            "clean_correct": clean_correct.cpu().numpy(),
-            "pert_norm": perturbation_norm(x_cur - x, norm).detach().cpu().numpy().astype(np.float64),
-            "margin": margin.detach().cpu().numpy().astype(np.float64),
-            "loss": loss.detach().cpu().numpy().astype(np.float64),
-            "in_box": in_box.cpu().numpy(),
-            "fooled_by": fooled_by,
-        }
-    )
+    stats = {k: v.cpu().numpy() for k, v in _row_stats(x, x_cur, y, logits, norm).items()}
+    return _frame(label, ids, attack, eps, norm, stats, clean_correct.cpu().numpy(), fooled_by)
 
 
 def cascade(
@@ -134,10 +171,13 @@ def cascade(
     info = get_attack(attack)
     robust = clean_correct.clone()
     x_cur = x.clone()
-    fooled_by = ["" if c else "clean" for c in clean_correct.tolist()]
-    frames = []
-    for k, eps in enumerate(sorted(eps_grid)):
-        idx = robust.nonzero().squeeze(1)
+    # Who fooled each example, kept on the device: -1 nobody (yet), 0 the clean model, c >= 1 component c - 1.
+    components: list[str] = []
+    fooled_code = torch.where(clean_correct, -1, 0)
+    grid = sorted(eps_grid)
+    per_eps: list[dict[str, torch.Tensor]] = []
+    for k, eps in enumerate(grid):
+        idx = robust.nonzero().squeeze(1)  # a sync: the survivor count sets the next attack's batch
         if len(idx) and eps > 0:
             torch.manual_seed(unit_seed(seed, label, attack, k, int(ids[0])))
             params = AttackParams(
@@ -155,13 +195,23 @@ def cascade(
                 x_cur[idx] = x_adv
                 with torch.no_grad():
                     fooled = model(x_adv).argmax(1) != ys
-                for j in idx[fooled].tolist():
-                    fooled_by[j] = component
+                if component not in components:
+                    components.append(component)
+                fooled_code[idx[fooled]] = components.index(component) + 1
                 robust[idx[fooled]] = False
                 idx = idx[~fooled]
         with torch.no_grad():
-            logits = model(x_cur)
-        frames.append(_rows(label, ids, attack, eps, norm, x, x_cur, y, logits, clean_correct, list(fooled_by)))
+            logits = model(x_cur).float()
+        per_eps.append({**_row_stats(x, x_cur, y, logits, norm), "fooled_code": fooled_code.clone()})
+    host = {key: torch.stack([s[key] for s in per_eps]).cpu().numpy() for key in per_eps[0]}  # one copy per unit
+    names = ["clean", *components]
+    clean_host = clean_correct.cpu().numpy()
+    frames = []
+    for k, eps in enumerate(grid):
+        fooled_by = ["" if c < 0 else names[c] for c in host["fooled_code"][k].tolist()]
+        frames.append(
+            _frame(label, ids, attack, eps, norm, {key: v[k] for key, v in host.items()}, clean_host, fooled_by)
+        )
     return pd.concat(frames, ignore_index=True)
 
 
@@ -227,7 +277,7 @@ def _model_checks(
 def _acc_under(model: nn.Module, attack: str, x, y, eps, norm, steps, step_size, n_classes, seed) -> float:
     torch.manual_seed(seed)
     params = AttackParams(eps, norm, steps, step_size, seed, n_classes)
-    x_cur, alive = x.clone(), torch.ones(len(y), dtype=torch.bool)
+    alive = torch.ones(len(y), dtype=torch.bool, device=x.device)
     for _, fn in get_attack(attack).build(model, params):
         idx = alive.nonzero().squeeze(1)
         if not len(idx):
@@ -255,6 +305,147 @@ def _masking_checks(model, label, x, y, norm, eps_grid, steps, step_size, n_clas
     ]
 
 
+@dataclass(frozen=True)
+class _Job:
+    """What every unit of one evaluation shares (so the unit loop does not take twenty arguments)."""
+
+    attacks: tuple[str, ...]
+    eps_grid: list[float]
+    norm: Norm
+    steps: int
+    step_size: float | None
+    n_classes: int
+    seed: int
+    check_masking: bool
+    device: torch.device
+    amp: str | None
+    amp_attacks: bool
+
+
+def unit_key(mi: int, name: str, bi: int) -> str:
+    """The part-file key of one unit; ``name`` is ``clean`` or an attack."""
+    return f"m{mi}-{name}-b{bi:04d}"
+
+
+def plan_units(n_models: int, attacks: Sequence[str], n_batches: int) -> list[tuple[int, str, int]]:
+    """Every unit of a run as (model index, ``clean`` or attack, batch index), in the order ranks shard them.
+
+    Attack units come first and clean units last, so round-robin sharding gives every rank a mix of cheap and
+    expensive units and of batches.
+    """
+    attack_units = [(mi, a, bi) for mi in range(n_models) for a in attacks for bi in range(n_batches)]
+    return attack_units + [(mi, "clean", bi) for mi in range(n_models) for bi in range(n_batches)]
+
+
+def _autocast(device: torch.device, amp: str | None) -> AbstractContextManager:
+    """bf16 autocast when asked for (``--amp``), otherwise nothing: fp32 stays the default everywhere."""
+    if amp is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=AMP_DTYPES[amp])
+
+
+def _run_units(
+    loaded: Sequence[LoadedModel],
+    x_all: torch.Tensor,
+    y_all: torch.Tensor,
+    ids: torch.Tensor,
+    batches: Sequence[slice],
+    mine: set[tuple[int, str, int]],
+    writer: RunWriter,
+    job: _Job,
+    primary: bool,
+    progress: ProgressHook,
+) -> list[C.Check]:
+    """Compute this rank's units (all of them in a one-process run); rank 0 also runs the model sanity checks."""
+    dev = job.device
+    non_blocking = dev.type == "cuda"  # pinned host tensors copy asynchronously to a GPU
+    total, done = len(mine), 0
+    all_checks: list[C.Check] = []
+    for mi, lm in enumerate(loaded):
+        model = lm.module.to(dev).eval()
+        for bi, sl in enumerate(batches):
+            todo = [a for a in ("clean", *job.attacks) if (mi, a, bi) in mine]
+            if all(writer.is_done(unit_key(mi, a, bi)) for a in todo):
+                done += len(todo)
+                if todo:
+                    progress("attack", done, total, f"{lm.label} (resumed)")
+                continue
+            x, y, bid = (
+                x_all[sl].to(dev, non_blocking=non_blocking),
+                y_all[sl].to(dev, non_blocking=non_blocking),
+                ids[sl],
+            )
+            with torch.no_grad(), _autocast(dev, job.amp):
+                clean_logits = model(x).float()
+            clean_correct = clean_logits.argmax(1) == y
+            for name in todo:
+                key = unit_key(mi, name, bi)
+                if not writer.is_done(key):
+                    if name == "clean":
+                        fooled = ["" if c else "clean" for c in clean_correct.tolist()]
+                        rows = _rows(
+                            lm.label, bid, "clean", 0.0, job.norm, x, x, y, clean_logits, clean_correct, fooled
+                        )
+                    else:
+                        with _autocast(dev, job.amp if job.amp_attacks else None):
+                            rows = cascade(
+                                model, lm.label, name, job.eps_grid, job.norm, x, y, bid, clean_correct, job.steps,
+                                job.step_size, job.n_classes, job.seed,
+                            )  # fmt: skip
+                    writer.write_part(key, rows)
+                done += 1
+                progress("attack", done, total, f"{lm.label} {name}")
+        if primary:
+            xb, yb = x_all[:64].to(dev), y_all[:64].to(dev)
+            with torch.no_grad():
+                pred = model(xb).argmax(1)
+            all_checks += _model_checks(
+                lm, xb, yb, pred, job.attacks, job.norm, job.eps_grid, job.steps, job.step_size, job.n_classes,
+                job.seed, job.check_masking,
+            )  # fmt: skip
+    return all_checks
+
+
+def _finish(
+    writer: RunWriter, labels: Sequence[str], keys: Sequence[str], job: _Job, all_checks: list[C.Check], data: str,
+    n_examples: int,
+) -> tuple[pd.DataFrame, dict[str, Any]]:  # fmt: skip
+    """Rank 0: merge every rank's parts, run the row-level checks, write rows.parquet and summary.json."""
+    writer.refresh()
+    missing = [k for k in keys if not writer.is_done(k)]
+    if missing:
+        raise RunStateError(
+            f"{len(missing)} units have no part file (first: {missing[0]}); if ranks ran on several nodes, --out "
+            "must be on a filesystem they all share. Finish the run with --resume."
+        )
+    rows = writer.rows()
+    for label in labels:
+        all_checks += [C.check_in_ball(rows, label), C.check_monotone(rows, label)]
+        pf = C.check_pgd_vs_fgsm(rows, label)
+        if pf is not None:
+            all_checks.append(pf)
+        if any(a in ("pgd", "pgd-l2") for a in job.attacks):
+            all_checks.append(C.check_step_budget(job.steps, job.step_size, job.eps_grid, label))
+    summary = {
+        "kind": "attack",
+        "family": "image",
+        "data": data,
+        "n_examples": n_examples,
+        "seed": job.seed,
+        "attacks": list(job.attacks),
+        "eps": job.eps_grid,
+        "norm": job.norm.value,
+        "steps": job.steps,
+        "step_size": job.step_size if job.step_size is not None else "0.15*eps",
+        "precision": {"clean": job.amp or "fp32", "attacks": (job.amp if job.amp_attacks else None) or "fp32"},
+        "models": summarize_rows(rows),
+        "checks": [c.to_dict() for c in all_checks],
+        "checks_summary": C.summarize(all_checks),
+    }
+    writer.finish(rows, summary)
+    return rows, summary
+
+
 def evaluate(
     models: Sequence[str | nn.Module],
     attacks: Sequence[str] = ("pgd",),
@@ -276,8 +467,13 @@ def evaluate(
     check_masking: bool = False,
     data_root: str | None = None,
     progress: ProgressHook | None = None,
+    amp: str | None = None,
+    amp_attacks: bool = False,
 ) -> EvalResult:
     """Evaluate image models under attacks on the same examples; returns rows and a checked summary.
+
+    Launched by torchrun, every rank calls this with the same arguments: units are sharded across ranks, rank 0
+    merges and checks, and every rank returns the merged result (``out`` must be a folder all ranks share).
 
     Args:
         models: registry names (``deit-grc``), ``timm:<arch>``, ``pkg.mod:factory`` or modules.
@@ -286,12 +482,22 @@ def evaluate(
         data: dataset spec (bundled ``fashion-mnist`` by default).
         n_examples: examples drawn (seeded) from the test split, shared by all models.
         out: run folder; None keeps everything in a temporary folder.
+        device: ``cpu`` or ``cuda`` (under torchrun: each rank's own GPU).
+        amp: ``bf16`` runs the clean evaluation under autocast; attacks stay fp32 unless ``amp_attacks``.
     """
     progress = progress or null_progress
     norm_e = (
         Norm(norm) if norm else ATTACKS[attacks[0]].default_norm if attacks and attacks[0] in ATTACKS else Norm.LINF
     )
     validated = _validate(models, attacks, eps, n_examples, steps, step_size, batch_size, norm_e, device)
+    if amp is not None and amp not in AMP_DTYPES:
+        raise RobfiltError(f"unknown --amp {amp!r}; use {', '.join(AMP_DTYPES)} (or leave it off for fp32).")
+    if amp_attacks and amp is None:
+        raise RobfiltError("--amp-attacks needs --amp bf16 (it runs the attacks in that precision too).")
+    ctx = distributed.init(device)
+    device = distributed.local_device(device, ctx)
+    if ctx.enabled and out is None:
+        raise RobfiltError("a distributed run (torchrun) needs --out: a folder on a filesystem all ranks share.")
     eps_grid = sorted(eps) if eps is not None else default_eps(data, norm_e)
     from ..data import load_images
 
@@ -317,6 +523,8 @@ def evaluate(
         "checkpoint": checkpoint,
         "check_masking": check_masking,
     }
+    if amp is not None:  # only when set, so fp32 runs keep their fingerprints
+        config |= {"amp": amp, "amp_attacks": amp_attacks}
     tmp = None
     if out is None:
         tmp = tempfile.TemporaryDirectory(prefix="robfilt-")
@@ -334,81 +542,37 @@ def evaluate(
         ]
         dev = torch.device(device)
         x_all, y_all = images.x[ids], images.y[ids]
-        n_classes = len(images.classes)
+        if dev.type == "cuda":
+            x_all, y_all = x_all.pin_memory(), y_all.pin_memory()
+        job = _Job(
+            tuple(attacks), eps_grid, norm_e, steps, step_size, len(images.classes), seed, check_masking, dev, amp,
+            amp_attacks,
+        )  # fmt: skip
         batches = [slice(i, i + batch_size) for i in range(0, len(ids), batch_size)]
-        total = len(loaded) * len(batches) * (1 + len(attacks))
-        done = 0
-        all_checks: list[C.Check] = []
-        with RunWriter(
-            out, "attack", config, seed=seed, resume=resume, overwrite=overwrite, extra={"family": "image"}
-        ) as writer:
-            for mi, lm in enumerate(loaded):
-                model = lm.module.to(dev).eval()
-                for bi, sl in enumerate(batches):
-                    x, y, bid = x_all[sl].to(dev), y_all[sl].to(dev), ids[sl]
-                    with torch.no_grad():
-                        clean_logits = model(x)
-                    clean_correct = clean_logits.argmax(1) == y
-                    key = f"m{mi}-clean-b{bi:04d}"
-                    if not writer.is_done(key):
-                        fooled = ["" if c else "clean" for c in clean_correct.tolist()]
-                        writer.write_part(
-                            key,
-                            _rows(lm.label, bid, "clean", 0.0, norm_e, x, x, y, clean_logits, clean_correct, fooled),
-                        )
-                    done += 1
-                    progress("attack", done, total, f"{lm.label} clean")
-                    for attack in attacks:
-                        key = f"m{mi}-{attack}-b{bi:04d}"
-                        if not writer.is_done(key):
-                            rows = cascade(
-                                model,
-                                lm.label,
-                                attack,
-                                eps_grid,
-                                norm_e,
-                                x,
-                                y,
-                                bid,
-                                clean_correct,
-                                steps,
-                                step_size,
-                                n_classes,
-                                seed,
-                            )
-                            writer.write_part(key, rows)
-                        done += 1
-                        progress("attack", done, total, f"{lm.label} {attack}")
-                xb, yb = x_all[:64].to(dev), y_all[:64].to(dev)
-                with torch.no_grad():
-                    pred = model(xb).argmax(1)
-                all_checks += _model_checks(
-                    lm, xb, yb, pred, attacks, norm_e, eps_grid, steps, step_size, n_classes, seed, check_masking
-                )
-            rows = writer.rows()
-            for label in labels:
-                all_checks += [C.check_in_ball(rows, label), C.check_monotone(rows, label)]
-                pf = C.check_pgd_vs_fgsm(rows, label)
-                if pf is not None:
-                    all_checks.append(pf)
-                if any(a in ("pgd", "pgd-l2") for a in attacks):
-                    all_checks.append(C.check_step_budget(steps, step_size, eps_grid, label))
-            summary = {
-                "kind": "attack",
-                "family": "image",
-                "data": data,
-                "n_examples": n_examples,
-                "seed": seed,
-                "attacks": list(attacks),
-                "eps": eps_grid,
-                "norm": norm_e.value,
-                "steps": steps,
-                "step_size": step_size if step_size is not None else "0.15*eps",
-                "models": summarize_rows(rows),
-                "checks": [c.to_dict() for c in all_checks],
-                "checks_summary": C.summarize(all_checks),
-            }
-            writer.finish(rows, summary)
+        units = plan_units(len(loaded), attacks, len(batches))
+        mine = set(distributed.shard(units, ctx.rank, ctx.world_size))
+
+        def make_writer(primary: bool) -> RunWriter:
+            extra = {"family": "image", "world_size": ctx.world_size}
+            return RunWriter(
+                out, "attack", config, seed=seed, resume=resume, overwrite=overwrite, extra=extra, primary=primary
+            )
+
+        with distributed.shared_run(ctx, make_writer) as writer:
+            all_checks = distributed.all_or_none(
+                ctx, lambda: _run_units(loaded, x_all, y_all, ids, batches, mine, writer, job, ctx.is_primary, progress)
+            )
+            keys = [unit_key(*u) for u in units]
+            merged = distributed.all_or_none(
+                ctx,
+                lambda: _finish(writer, labels, keys, job, all_checks, data, n_examples) if ctx.is_primary else None,
+            )
+        if merged is not None:
+            rows, summary = merged
+        else:  # the other ranks read what rank 0 merged
+            run = load_run(out)
+            rows = run.rows
+            summary = {k: v for k, v in run.summary.items() if k not in ("schema_version", "fingerprint")}
         del validated
         return EvalResult(rows=rows, summary=summary, out=None if tmp else Path(out))
     finally:
