@@ -13,7 +13,7 @@ from torch import nn
 
 from ..errors import RobfiltError
 from . import corruptions, wordswap  # noqa: F401  (register the contamination attacks)
-from .catalogue import ATTACKS, AttackInfo, Norm, get_attack, register_attack
+from .catalogue import ATTACKS, AttackInfo, Norm, get_attack, parse_norm, register_attack
 from .engine import DEFAULT_EPS, EvalResult, cascade, summarize_rows
 
 __all__ = [
@@ -55,6 +55,8 @@ def evaluate(
     Image models: see :func:`robustbench_filters.attacks.engine.evaluate`. Language models: see
     :func:`robustbench_filters.attacks.lm_engine.evaluate_lm`. All models of one call must share a family.
     """
+    if kwargs.get("norm") is not None:
+        kwargs["norm"] = parse_norm(kwargs["norm"]).value
     families = {_family(m) for m in models} if models else {"image"}
     if len(families) > 1:
         raise RobfiltError("cannot mix image and language models in one run; run them separately.")

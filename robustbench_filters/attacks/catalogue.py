@@ -29,6 +29,16 @@ class Norm(str, Enum):
     L2 = "l2"
 
 
+def parse_norm(value: str | Norm | None) -> Norm | None:
+    """'linf' / 'l2' (case-insensitive) to a Norm; anything else is a one-line usage error."""
+    if value is None or isinstance(value, Norm):
+        return value
+    try:
+        return Norm(str(value).strip().lower())
+    except ValueError:
+        raise RobfiltError(f"unknown --norm {value!r}; use linf or l2.") from None
+
+
 AttackFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
