@@ -112,6 +112,9 @@ def attack_cmd(
     ] = False,
     rate: Annotated[str | None, typer.Option("--rate", help="Word-swap contamination rates in [0,1] (LM).")] = None,
     replacement: Annotated[str, typer.Option("--replacement", help="Word-swap replacement token (LM).")] = "AAA",
+    allow_pickle: Annotated[
+        bool, typer.Option("--allow-pickle", help="Accept a torch .pt state dict (read with weights_only=True).")
+    ] = False,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
@@ -149,6 +152,7 @@ def attack_cmd(
             progress=hook,
             **({"rates": rates} if rates is not None else {}),
             **({"replacement": replacement} if replacement != "AAA" else {}),
+            **({"allow_pickle": True} if allow_pickle else {}),
             **({"amp": amp, "amp_attacks": amp_attacks} if amp or amp_attacks else {}),
         )
     if not distributed.env_context().is_primary:  # under torchrun, rank 0 alone prints the merged result

@@ -236,3 +236,26 @@ def test_catalogue_is_big_enough():
     commands = {c[1][0] for c in CASES}
     assert len(CASES) >= 30
     assert {"models", "train", "attack", "lipschitz", "report", "check"} <= commands
+
+
+def test_pickle_checkpoint_loads_only_when_opted_in(world, tmp_path, capfd):
+    """--allow-pickle reads a torch state dict with weights_only=True; without it the file is refused."""
+    args = [
+        "attack",
+        "--model",
+        "deit",
+        "--checkpoint",
+        str(world / "weights.pt"),
+        "--attack",
+        "fgsm",
+        "--eps",
+        "0.01",
+        "--n-examples",
+        "4",
+        "-q",
+        "--out",
+        str(tmp_path / "run"),
+    ]
+    assert run(args) == 2
+    assert "pickle" in capfd.readouterr().err
+    assert run(args + ["--allow-pickle"]) == 0

@@ -469,6 +469,7 @@ def evaluate(
     progress: ProgressHook | None = None,
     amp: str | None = None,
     amp_attacks: bool = False,
+    allow_pickle: bool = False,
 ) -> EvalResult:
     """Evaluate image models under attacks on the same examples; returns rows and a checked summary.
 
@@ -534,7 +535,7 @@ def evaluate(
             m_
             if isinstance(m_, LoadedModel)
             else (
-                load_model(m_, size, checkpoint, seed)
+                load_model(m_, size, checkpoint, seed, allow_pickle)
                 if isinstance(m_, str)
                 else LoadedModel(labels[i], "custom", m_.eval(), "module")
             )

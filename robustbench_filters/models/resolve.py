@@ -79,7 +79,9 @@ def validate_model_ref(ref: str) -> str:
     return family.value
 
 
-def load_model(ref: str, size: str = "micro", checkpoint: str | None = "zoo", seed: int = 0) -> LoadedModel:
+def load_model(
+    ref: str, size: str = "micro", checkpoint: str | None = "zoo", seed: int = 0, allow_pickle: bool = False
+) -> LoadedModel:
     """Load one model reference for evaluation, in eval mode."""
     if ref.startswith("timm:"):
         return LoadedModel(ref, "timm", _load_timm(ref[5:], checkpoint), str(checkpoint))
@@ -92,5 +94,10 @@ def load_model(ref: str, size: str = "micro", checkpoint: str | None = "zoo", se
 
         torch.manual_seed(seed)
         return LoadedModel(ref, parse_name(ref)[0].value, create_model(ref, size), "untrained")
-    module = create_model(ref, size, checkpoint=checkpoint)
+    if allow_pickle and str(checkpoint) != "zoo":
+        from .checkpoint import load_checkpoint
+
+        module = load_checkpoint(checkpoint, name=ref, size=size, allow_pickle=True)
+    else:
+        module = create_model(ref, size, checkpoint=checkpoint)
     return LoadedModel(ref, parse_name(ref)[0].value, module, str(checkpoint))
