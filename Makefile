@@ -37,6 +37,10 @@ test-slow: $(STAMP)
 check: $(STAMP)
 	$(BIN)/robfilt check --spec robustness.toml --out runs/check
 
+# The multi-seed study (resumable; about 80 minutes on 2 cores) and its write-up in reports/study/.
+study: $(STAMP)
+	$(BIN)/robfilt study --seeds 3 --out reports/study --resume
+
 # Regenerate the example reports under reports/ from the zoo models.
 reports: $(STAMP)
 	$(BIN)/python scripts/make_reports.py --runs runs --reports reports

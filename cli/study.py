@@ -1,0 +1,76 @@
+"""robfilt study: train, measure and judge the paper's claims; writes <out>/README.md."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ._common import JsonOpt, QuietOpt, console, print_json, progress_bar, setup_logging
+
+
+def study_cmd(
+    quick: Annotated[
+        bool, typer.Option("--quick", help="Tiny budgets, 1 seed by default (~5 min): checks the pipeline, not claims.")
+    ] = False,
+    seeds: Annotated[
+        int | None, typer.Option("--seeds", help="Training seeds per model (default 3; 1 with --quick).")
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Study folder (default reports/study, or reports/study-quick).")
+    ] = None,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="Continue the study in --out; finished parts are kept.")
+    ] = False,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Delete the study in --out first.")] = False,
+    reuse: Annotated[
+        list[Path] | None,
+        typer.Option("--reuse", help="Also reuse checkpoints from this folder when their card matches (repeatable)."),
+    ] = None,
+    figures: Annotated[bool, typer.Option("--figures/--no-figures", help="Draw the reporter's figures.")] = True,
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Train the 4 DeiT and 4 LM variants over several seeds (or reuse matching checkpoints), measure robustness,
+    Lipschitz bounds and sequence-length growth, and write a README with a verdict per claim of the paper."""
+    from robustbench_filters.study import full_plan, quick_plan, run_study
+
+    setup_logging(quiet, json_out)
+    if seeds is not None and seeds < 1:
+        from robustbench_filters.errors import RobfiltError
+
+        raise RobfiltError(f"--seeds must be at least 1, got {seeds}.")
+    plan = quick_plan(seeds or 1) if quick else full_plan(seeds or 3)
+    out = out or Path("reports/study-quick" if quick else "reports/study")
+    with progress_bar(quiet or json_out) as hook:
+        result = run_study(
+            plan, out, resume=resume, overwrite=overwrite, reuse=reuse or [], report=figures, progress=hook
+        )
+    if json_out:
+        print_json(
+            {
+                "out": str(result.out),
+                "readme": str(result.readme),
+                "executed": result.executed,
+                "finished_before": result.finished_before,
+                "unavailable": result.unavailable,
+                "claims": [c.to_dict() for c in result.claims],
+                "wall_time_s": round(result.wall_time_s, 1),
+            }
+        )
+        return
+    c = console()
+    c.print(f"study: {result.readme}", markup=False)
+    c.print(
+        f"{len(result.executed)} piece(s) run, {len(result.finished_before)} already finished, "
+        f"{len(result.unavailable)} unavailable; {result.wall_time_s / 60:.1f} min",
+        markup=False,
+    )
+    for claim in result.claims:
+        if claim.spec.primary:
+            c.print(f"({claim.spec.id}) {claim.spec.claim} [{claim.spec.scope}]: {claim.verdict.value}", markup=False)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("study")(study_cmd)

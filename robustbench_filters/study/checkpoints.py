@@ -1,0 +1,133 @@
+"""Train-or-reuse: a study checkpoint is reused only when its card proves it came from the same recipe.
+
+A card (``card.json``) records the model name and size, the full recipe, the data spec, the data checksum and
+the seed (see :mod:`robustbench_filters.train`). A candidate folder is reused when all of these equal what the
+study would train; anything else (another recipe, other data, another seed, a half-written folder) is not
+trusted and the model is trained again. A killed training resumes from its saved state.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from ..errors import CheckpointError
+from ..models.checkpoint import CARD, WEIGHTS, read_card
+from ..models.registry import Family, parse_name
+from ..progress import ProgressHook
+from ..train import STATE_DIR, Recipe, train
+from .plan import StudyPlan, recipe_tag
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class CheckpointInfo:
+    """Where a model's weights are, their hash, and whether they were trained now or reused."""
+
+    model: str
+    seed: int
+    path: Path
+    weights_sha256: str
+    trained: bool
+    wall_time_s: float
+    metrics: dict
+
+
+@cache
+def data_checksum(family: Family, data: str) -> str:
+    """The checksum ``train`` writes into the card for this training data (computed the same way)."""
+    if family is Family.DEIT:
+        from ..data import load_images
+
+        return load_images(data, split="train").checksum
+    from ..data import load_text
+
+    return hashlib.sha256(load_text(data, split="train").encode()).hexdigest()
+
+
+def card_mismatch(card: dict, model: str, size: str, data: str, checksum: str, seed: int, recipe: Recipe) -> str | None:
+    """Why ``card`` does not describe the checkpoint the study would train (None: it does)."""
+    rc = card.get("recipe") or {}
+    if card.get("name") != model or card.get("size") != size:
+        return f"model {card.get('name')} ({card.get('size')})"
+    if rc.get("seed") != seed:
+        return f"seed {rc.get('seed')}"
+    if rc.get("data") != data or rc.get("data_checksum") != checksum:
+        return "training data"
+    want = json.loads(json.dumps(dataclasses.asdict(recipe)))
+    diff = sorted(k for k, v in want.items() if rc.get(k) != v)
+    return f"recipe fields {diff}" if diff else None
+
+
+def _candidates(target: Path, reuse_dirs: Sequence[Path]) -> Iterable[Path]:
+    yield target
+    for root in reuse_dirs:
+        root = Path(root)
+        if (root / CARD).exists():
+            yield root
+        if root.is_dir():
+            yield from sorted(p for p in root.iterdir() if (p / CARD).exists())
+
+
+def find_reusable(plan: StudyPlan, model: str, seed: int, target: Path, reuse_dirs: Sequence[Path]) -> Path | None:
+    """The first candidate folder whose card matches the study's recipe, data checksum and seed."""
+    family = parse_name(model)[0]
+    checksum = data_checksum(family, plan.data(model))
+    for folder in _candidates(target, reuse_dirs):
+        if not (folder / WEIGHTS).exists() or not (folder / CARD).exists():
+            continue
+        try:
+            card = read_card(folder / CARD)
+        except CheckpointError as exc:
+            log.warning("not reusing %s: %s", folder, exc)
+            continue
+        why = card_mismatch(card, model, plan.size, plan.data(model), checksum, seed, plan.recipe(model))
+        if why is None:
+            return folder
+        if folder == target:
+            log.warning("%s was trained with another %s; training it again", folder, why)
+    return None
+
+
+def ensure_checkpoint(
+    plan: StudyPlan,
+    model: str,
+    seed: int,
+    root: Path,
+    reuse_dirs: Sequence[Path] = (),
+    progress: ProgressHook | None = None,
+) -> CheckpointInfo:
+    """Reuse a matching checkpoint or train one into ``root/<model>-<size>-s<seed>-<recipe tag>``."""
+    target = root / f"{model}-{plan.size}-s{seed}-{recipe_tag(plan, model)}"
+    found = find_reusable(plan, model, seed, target, reuse_dirs)
+    if found is not None:
+        card = json.loads((found / CARD).read_text())
+        log.info("reusing %s (seed %d) from %s", model, seed, found)
+        return CheckpointInfo(model, seed, found, card["weights_sha256"], False, 0.0, card.get("metrics", {}))
+    t0 = time.perf_counter()
+    resume = (target / STATE_DIR).exists()
+    log.info("%s %s (seed %d) into %s", "resuming" if resume else "training", model, seed, target)
+    train(
+        model,
+        plan.size,
+        data=plan.data(model),
+        recipe=dataclasses.replace(plan.recipe(model)),
+        seed=seed,
+        out=target,
+        resume=resume,
+        overwrite=not resume,
+        command=f"robfilt study (plan {plan.name}, seed {seed})",
+        progress=progress,
+    )
+    card = json.loads((target / CARD).read_text())
+    return CheckpointInfo(
+        model, seed, target, card["weights_sha256"], True, time.perf_counter() - t0, card.get("metrics", {})
+    )

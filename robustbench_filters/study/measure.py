@@ -1,0 +1,190 @@
+"""The study's measurements: one function per piece kind, each writing one finished run folder.
+
+Every measurement calls the toolkit's own engines (the same code ``robfilt attack`` / ``robfilt lipschitz``
+run) on the study's checkpoints, with ``resume=True``: a piece killed half-way continues from its last finished
+unit. Engines that are not part of this build (the LM and corruption engines were written separately) raise
+:class:`PieceUnavailable`, and the study records the piece as skipped with the reason instead of failing.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ..errors import RobfiltError
+from ..models import load_checkpoint
+from ..progress import ProgressHook
+from ..results import RunWriter
+from . import plan as P
+from .checkpoints import CheckpointInfo
+from .plan import StudyPlan, digest
+from .seqlen import lm_seqlen_rows, summarize_seqlen
+
+log = logging.getLogger(__name__)
+
+SEQLEN_LM_KIND = "study-seqlen"  # not "seqlen": the reporter reads that kind as the synthetic layer study
+SEQLEN_LAYER_KIND = "seqlen"
+
+
+class PieceUnavailable(Exception):
+    """A measurement this build cannot make (its engine is missing); the study skips it and says why."""
+
+
+def _require(module: str, what: str) -> None:
+    if importlib.util.find_spec(module) is None:
+        raise PieceUnavailable(f"{what} is not available in this build ({module} is missing)")
+
+
+def settings(plan: StudyPlan, kind: str) -> dict:
+    """The plan fields a piece's numbers depend on (with the checkpoints' weights, its input fingerprint)."""
+    common = {"kind": kind, "size": plan.size, "eval_seed": plan.eval_seed}
+    if kind in (P.VISION_ATTACK, P.VISION_CORRUPTION):
+        v = plan.to_dict()["vision"]
+        keys = (
+            ("corruption_examples", "severities")
+            if kind == P.VISION_CORRUPTION
+            else ("n_examples", "attacks", "eps", "pgd_steps")
+        )
+        return {**common, "data": plan.vision_data, "models": plan.vision_models, "vision": {k: v[k] for k in keys}}
+    if kind == P.LM_ATTACK:
+        return {**common, "data": plan.lm_data, "models": plan.lm_models, "lm": plan.to_dict()["lm"]}
+    if kind == P.LIPSCHITZ_VISION:
+        return {**common, "data": plan.vision_data, "models": plan.vision_models, "lip": plan.to_dict()["lipschitz"]}
+    if kind == P.LIPSCHITZ_LM:
+        return {**common, "data": plan.lm_data, "models": plan.lm_models, "lip": plan.to_dict()["lipschitz"]}
+    if kind == P.SEQLEN_LM:
+        return {**common, "data": plan.lm_data, "models": plan.lm_models, "seqlen": plan.to_dict()["seqlen"]}
+    if kind == P.SEQLEN_LAYER:
+        sq = plan.to_dict()["seqlen"]
+        return {"kind": kind, "layer_ns": sq["layer_ns"], "layer_trials": sq["layer_trials"]}
+    raise ValueError(f"unknown piece kind {kind!r}")
+
+
+def family_models(plan: StudyPlan, kind: str) -> tuple[str, ...]:
+    if kind in (P.VISION_ATTACK, P.VISION_CORRUPTION, P.LIPSCHITZ_VISION):
+        return plan.vision_models
+    if kind in (P.LM_ATTACK, P.LIPSCHITZ_LM, P.SEQLEN_LM):
+        return plan.lm_models
+    return ()
+
+
+def _load(ckpts: Mapping[str, CheckpointInfo], names: tuple[str, ...], size: str) -> list[nn.Module]:
+    return [load_checkpoint(ckpts[n].path, name=n, size=size) for n in names]
+
+
+def _tag(ckpts: Mapping[str, CheckpointInfo], names: tuple[str, ...]) -> str:
+    """Recorded as the engines' ``checkpoint`` field, so their own run fingerprints change with the weights."""
+    return "study:" + digest({n: ckpts[n].weights_sha256 for n in names})
+
+
+def _shared_tokenizer(models: list[nn.Module], text: str):
+    """All study LMs are trained with a char tokenizer on the same text; refuse to compare them otherwise."""
+    toks = [getattr(m, "tokenizer", None) for m in models]
+    if any(t is None for t in toks):
+        raise RobfiltError("an LM checkpoint has no tokenizer.json; retrain it with robfilt train.")
+    sample = text[:2000]
+    ref = toks[0].encode(sample)
+    if any(t.encode(sample) != ref or t.vocab_size != toks[0].vocab_size for t in toks[1:]):
+        raise RobfiltError("the study LMs use different tokenizers; train them with the same --tokenizer and data.")
+    return toks[0]
+
+
+def run_measurement(
+    piece: P.Piece,
+    plan: StudyPlan,
+    ckpts: Mapping[str, CheckpointInfo],
+    folder: Path,
+    progress: ProgressHook | None = None,
+) -> None:
+    """Make one measurement piece; ``folder`` ends as a finished run folder."""
+    kind, names = piece.kind, family_models(plan, piece.kind)
+    if kind == P.VISION_ATTACK:
+        from ..attacks import evaluate
+
+        v = plan.vision
+        evaluate(
+            _load(ckpts, names, plan.size), v.attacks, list(v.eps), data=plan.vision_data, n_examples=v.n_examples,
+            seed=plan.eval_seed, out=folder, steps=v.pgd_steps, size=plan.size, checkpoint=_tag(ckpts, names),
+            resume=True, progress=progress,
+        )  # fmt: skip
+    elif kind == P.VISION_CORRUPTION:
+        _require("robustbench_filters.attacks.corruption_engine", "the corruption engine")
+        from ..attacks import evaluate
+
+        v = plan.vision
+        evaluate(
+            _load(ckpts, names, plan.size), ("corruption",), data=plan.vision_data, n_examples=v.corruption_examples,
+            seed=plan.eval_seed, out=folder, severities=list(v.severities), size=plan.size,
+            baseline=names[0], checkpoint=_tag(ckpts, names), resume=True, progress=progress,
+        )  # fmt: skip
+    elif kind == P.LM_ATTACK:
+        _require("robustbench_filters.attacks.lm_engine", "the LM attack engine")
+        from ..attacks import evaluate
+        from ..data import load_text
+
+        lm = plan.lm
+        models = _load(ckpts, names, plan.size)
+        tok = _shared_tokenizer(models, load_text(plan.lm_data, split="test"))
+        evaluate(
+            models, ("fgsm", "pgd", "wordswap"), list(lm.eps), data=plan.lm_data, n_examples=lm.n_sequences,
+            seed=plan.eval_seed, out=folder, steps=lm.attack_steps, rates=list(lm.rates), tokenizer=tok,
+            size=plan.size, checkpoint=_tag(ckpts, names), resume=True, progress=progress,
+        )  # fmt: skip
+    elif kind in (P.LIPSCHITZ_VISION, P.LIPSCHITZ_LM):
+        from ..lipschitz import estimate_lipschitz
+
+        lip, vision = plan.lipschitz, kind == P.LIPSCHITZ_VISION
+        estimate_lipschitz(
+            _load(ckpts, names, plan.size),
+            n_examples=lip.vision_examples if vision else lip.lm_examples,
+            method=lip.vision_method if vision else lip.lm_method,
+            bounds=True, per_layer=True, data=plan.vision_data if vision else plan.lm_data, seed=plan.eval_seed,
+            out=folder, checkpoint=_tag(ckpts, names), resume=True, progress=progress, size=plan.size,
+            seq_len=lip.lm_seq_len,
+        )  # fmt: skip
+    elif kind == P.SEQLEN_LM:
+        _seqlen_lm(plan, _load(ckpts, names, plan.size), names, folder, _tag(ckpts, names))
+    elif kind == P.SEQLEN_LAYER:
+        _seqlen_layer(plan, piece.seed, folder)
+    else:
+        raise ValueError(f"unknown piece kind {kind!r}")
+
+
+def _seqlen_lm(plan: StudyPlan, models: list[nn.Module], names: tuple[str, ...], folder: Path, tag: str) -> None:
+    from ..data import load_text
+
+    sq = plan.seqlen
+    text = load_text(plan.lm_data, split="test")
+    tok = _shared_tokenizer(models, text)
+    ids = torch.tensor(tok.encode(text), dtype=torch.long)
+    config = {**settings(plan, P.SEQLEN_LM), "checkpoint": tag}
+    with RunWriter(folder, SEQLEN_LM_KIND, config, seed=plan.eval_seed, resume=True, extra={"family": "lm"}) as w:
+        for name, model in zip(names, models, strict=True):
+            if not w.is_done(name):
+                rows = lm_seqlen_rows(model, name, ids, sq.lm_ns, sq.lm_windows, sq.lm_noise, plan.eval_seed)
+                w.write_part(name, rows)
+        rows = w.rows()
+        summary = {
+            "kind": SEQLEN_LM_KIND,
+            "definition": "gain(N) = ||delta logits at the last position|| / per-token embedding noise; "
+            "slope = d log mean gain / d log N",
+            "models": summarize_seqlen(rows),
+        }
+        w.finish(rows, summary)
+
+
+def _seqlen_layer(plan: StudyPlan, seed: int, folder: Path) -> None:
+    """The synthetic one-layer study, seeded by the training seed (it draws the layer's weights)."""
+    from ..lipschitz import sequence_length_study
+
+    sq = plan.seqlen
+    study = sequence_length_study(tuple(sq.layer_ns), trials=sq.layer_trials, seed=seed)
+    config = {"study": "sequence_length", "ns": list(sq.layer_ns), "trials": sq.layer_trials}
+    with RunWriter(folder, SEQLEN_LAYER_KIND, config, seed=seed, resume=True) as w:
+        w.write_part("study", study)
+        w.finish(study, {"kind": SEQLEN_LAYER_KIND, "n_values": sorted(int(n) for n in study["n"].unique())})

@@ -1,0 +1,253 @@
+"""``run_study``: train or reuse every checkpoint, make every measurement, judge the claims, write the README.
+
+The study folder:
+
+    study.json          the manifest: the plan, and per piece its status, input fingerprint, folder, wall time
+    checkpoints/        <model>-<size>-s<seed>-<recipe tag>/ (model.safetensors + card.json)
+    runs/s<seed>/<kind>/  one finished run folder per measurement (the engines' usual format)
+    report/             the reporter's tables and figures (first seed)
+    results.json, scores.csv, README.md
+
+A measurement is *finished* when the manifest says so for the same input fingerprint (its settings plus the
+SHA-256 of every checkpoint it used) and its run folder reads back complete. ``resume`` skips finished pieces;
+a piece that was interrupted continues inside its run folder; a piece whose inputs changed (e.g. a retrained
+checkpoint) is measured again from scratch. Training is skipped whenever a checkpoint's card matches.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import logging
+import shutil
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import RobfiltError, RunStateError
+from ..io import atomic_write_json
+from ..progress import ProgressHook, null_progress
+from ..results import LOCK, RunLock, check_writable, load_run
+from . import plan as P
+from .checkpoints import CheckpointInfo, ensure_checkpoint
+from .claims import ClaimResult, evaluate_claims
+from .measure import PieceUnavailable, family_models, run_measurement, settings
+from .plan import StudyPlan, digest
+from .scores import StudyScores, failed_checks, scores_from_run
+
+log = logging.getLogger(__name__)
+
+MANIFEST = "study.json"
+SCHEMA_VERSION = 1
+DONE, RUNNING, UNAVAILABLE = "done", "running", "unavailable"
+_OUTPUTS = ("checkpoints", "runs", "report", "README.md", "results.json", "scores.csv", MANIFEST)
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+
+
+@dataclass
+class StudyResult:
+    """What a study call did: pieces it ran, pieces already finished, pieces it could not make (and why)."""
+
+    out: Path
+    readme: Path | None
+    executed: list[str] = field(default_factory=list)
+    finished_before: list[str] = field(default_factory=list)
+    unavailable: dict[str, str] = field(default_factory=dict)
+    claims: list[ClaimResult] = field(default_factory=list)
+    wall_time_s: float = 0.0
+
+
+class Manifest:
+    """``study.json``: read once, rewritten atomically after every piece so a kill loses at most one piece."""
+
+    def __init__(self, out: Path, plan: StudyPlan) -> None:
+        self.path = out / MANIFEST
+        if self.path.exists():
+            self.data = json.loads(self.path.read_text())
+            if self.data.get("schema_version") != SCHEMA_VERSION:
+                raise RunStateError(f"{self.path} has study schema {self.data.get('schema_version')}; use --overwrite.")
+        else:
+            self.data = {"schema_version": SCHEMA_VERSION, "kind": "study", "created": _now(), "pieces": {}}
+        self.data["plan"] = plan.to_dict()
+        self.data["plan_fingerprint"] = digest(self.data["plan"])
+
+    @property
+    def pieces(self) -> dict[str, dict[str, Any]]:
+        return self.data["pieces"]
+
+    def record(self, piece_id: str, **info: Any) -> None:
+        self.pieces[piece_id] = info
+        self.save()
+
+    def save(self) -> None:
+        self.data["updated"] = _now()
+        atomic_write_json(self.path, self.data)
+
+
+def _prepare(out: Path, resume: bool, overwrite: bool) -> None:
+    check_writable(out)
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise RunStateError(f"--out {out} is a file; pass a folder path.")
+    entries = [p for p in out.iterdir() if p.name != ".lock"]
+    if not entries:
+        return
+    if not (out / MANIFEST).exists():
+        raise RunStateError(f"--out {out} already holds files that are not a study; pick another --out.")
+    if overwrite:
+        for name in _OUTPUTS:
+            p = out / name
+            shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)
+    elif not resume:
+        raise RunStateError(f"--out {out} already holds a study; pass --resume to continue it, or --overwrite.")
+
+
+def _finished(record: dict | None, inputs: str, folder: Path) -> bool:
+    if not record or record.get("status") != DONE or record.get("inputs") != inputs:
+        return False
+    try:
+        load_run(folder)
+    except RobfiltError:
+        return False
+    return True
+
+
+def run_study(
+    plan: StudyPlan,
+    out: str | Path = "reports/study",
+    *,
+    resume: bool = False,
+    overwrite: bool = False,
+    reuse: Sequence[str | Path] = (),
+    report: bool = True,
+    progress: ProgressHook | None = None,
+) -> StudyResult:
+    """Run (or resume) the study described by ``plan`` in ``out`` and write ``out/README.md``.
+
+    Args:
+        plan: models, seeds, recipes and measurement settings (:func:`.plan.full_plan`, :func:`.plan.quick_plan`).
+        resume: continue a study in ``out``; finished pieces are not redone.
+        overwrite: delete the study in ``out`` first (checkpoints included).
+        reuse: more folders to search for checkpoints with a matching card (e.g. ``runs/train``).
+        report: build the reporter's figures (first seed) and link them from the README.
+    """
+    if resume and overwrite:
+        raise RobfiltError("--resume and --overwrite contradict each other; pass one.")
+    plan.validate()
+    out = Path(out)
+    progress = progress or null_progress
+    _prepare(out, resume, overwrite)
+    out.mkdir(parents=True, exist_ok=True)
+    lock = RunLock(out)
+    lock.acquire()
+    t0 = time.perf_counter()
+    try:
+        manifest = Manifest(out, plan)
+        manifest.save()
+        result = StudyResult(out=out, readme=None)
+        todo = P.pieces(plan)
+        ckpts: dict[int, dict[str, CheckpointInfo]] = {}
+        for i, piece in enumerate(todo):
+            progress("study", i, len(todo), piece.id)
+            if piece.kind == P.TRAIN:
+                reuse_dirs = [Path(r) for r in reuse]
+                info = ensure_checkpoint(plan, piece.model, piece.seed, out / "checkpoints", reuse_dirs, progress)
+                ckpts.setdefault(piece.seed, {})[piece.model] = info
+                (result.executed if info.trained else result.finished_before).append(piece.id)
+                _record_training(manifest, piece, info, out)
+                continue
+            _measure(piece, plan, ckpts.get(piece.seed, {}), out, manifest, result, progress)
+        progress("study", len(todo), len(todo), "write-up")
+        data = collect(plan, out, manifest)
+        result.claims = evaluate_claims(data.scores)
+        result.wall_time_s = time.perf_counter() - t0
+        from .writeup import write_outputs
+
+        result.readme = write_outputs(plan, out, manifest.data, data, result, report=report)
+        log.info("study written to %s (%.0fs this call)", result.readme, result.wall_time_s)
+        return result
+    finally:
+        lock.release()
+
+
+def _record_training(manifest: Manifest, piece: P.Piece, info: CheckpointInfo, out: Path) -> None:
+    """Keep the first record of a checkpoint (when and how long it trained); re-record only new weights."""
+    old = manifest.pieces.get(piece.id, {})
+    if not info.trained and old.get("weights_sha256") == info.weights_sha256:
+        return
+    path = info.path.resolve()
+    inside = path.is_relative_to(out.resolve())
+    manifest.record(
+        piece.id, status=DONE, path=str(path.relative_to(out.resolve()) if inside else path),
+        weights_sha256=info.weights_sha256, trained_by_study=info.trained, metrics=info.metrics,
+        wall_s=round(info.wall_time_s, 1), finished=_now(),
+    )  # fmt: skip
+
+
+def _measure(
+    piece: P.Piece,
+    plan: StudyPlan,
+    ckpts: dict[str, CheckpointInfo],
+    out: Path,
+    manifest: Manifest,
+    result: StudyResult,
+    progress: ProgressHook,
+) -> None:
+    names = family_models(plan, piece.kind)
+    missing = [n for n in names if n not in ckpts]
+    if missing:
+        raise RobfiltError(f"{piece.id} needs checkpoints for {missing}; they were not trained.")
+    inputs = digest({"settings": settings(plan, piece.kind), "weights": {n: ckpts[n].weights_sha256 for n in names}})
+    folder = out / piece.folder
+    record = manifest.pieces.get(piece.id)
+    if _finished(record, inputs, folder):
+        result.finished_before.append(piece.id)
+        return
+    if folder.exists() and (record is None or record.get("inputs") != inputs):
+        log.info("%s: inputs changed since it was started; measuring again", piece.id)
+        shutil.rmtree(folder)
+    manifest.record(piece.id, status=RUNNING, inputs=inputs, path=piece.folder, started=_now())
+    t0 = time.perf_counter()
+    try:
+        try:
+            run_measurement(piece, plan, ckpts, folder, progress)
+        except RunStateError:
+            if (folder / LOCK).exists():  # another process writes it: never take it over
+                raise
+            # same inputs, but the engine's run fingerprint changed (e.g. a newer robfilt): start the piece afresh
+            log.warning("%s: the partial run in %s is from another engine version; measuring again", piece.id, folder)
+            shutil.rmtree(folder)
+            run_measurement(piece, plan, ckpts, folder, progress)
+    except PieceUnavailable as exc:
+        log.warning("skipping %s: %s", piece.id, exc)
+        result.unavailable[piece.id] = str(exc)
+        manifest.record(piece.id, status=UNAVAILABLE, inputs=inputs, reason=str(exc))
+        return
+    wall = time.perf_counter() - t0  # of the call that finished the piece
+    manifest.record(piece.id, status=DONE, inputs=inputs, path=piece.folder, wall_s=round(wall, 1), finished=_now())
+    result.executed.append(piece.id)
+    log.info("%s done in %.0fs", piece.id, wall)
+
+
+def collect(plan: StudyPlan, out: Path, manifest: Manifest | dict) -> StudyScores:
+    """Read every finished measurement back into one scores table (and the per-seed McNemar table)."""
+    pieces = manifest.pieces if isinstance(manifest, Manifest) else manifest["pieces"]
+    scores: list[dict] = []
+    mcnemar: list[dict] = []
+    checks: list[dict] = []
+    baseline = plan.vision_models[0] if plan.vision_models else None
+    for piece in P.pieces(plan):
+        if piece.kind == P.TRAIN or pieces.get(piece.id, {}).get("status") != DONE:
+            continue
+        run = load_run(out / piece.folder)
+        s, m = scores_from_run(piece.kind, run, piece.seed, baseline)
+        scores += s
+        mcnemar += m
+        checks += failed_checks(run, piece.id)
+    return StudyScores.from_records(scores, mcnemar, checks)

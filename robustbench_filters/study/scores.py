@@ -1,0 +1,187 @@
+"""Per-seed numbers from the study's run folders, as one tidy table (and McNemar counts per seed).
+
+``scores`` has one row per (family, model, seed, metric, condition) with the value recomputed by the engines
+from their per-example rows. Families: ``image``, ``lm`` (models by registry name) and ``layer`` (the synthetic
+attention-layer kinds of the sequence-length study). Metrics:
+
+- image: ``acc`` (condition ``clean`` or ``<attack>@<eps>``), ``acc_mean`` (condition = attack; mean over the
+  eps grid), ``corruption_acc`` (``mean`` or a corruption; mean over severities), ``mce``;
+- lm: ``log_ppl`` (``clean`` or ``<attack>@<eps or rate>``), ``log_ppl_mean`` (condition = attack; mean over
+  eps, or over the rates > 0 for word swap), ``log_ppl_increase`` (same conditions, minus the clean log ppl);
+- both: ``lip_lower_mean``, ``lip_lower_max``, ``lip_log10_upper`` (condition ``model``) and per block
+  ``lip_layer_lower_mean`` / ``lip_layer_log10_upper`` (condition = the block);
+- lm / layer: ``seqlen_gain`` / ``seqlen_perturbation`` (condition ``N=<n>``) and ``seqlen_slope``.
+
+Log scales for perplexity and Lipschitz bounds make seed averages geometric means and differences ratios.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..results import Run
+from ..stats import mcnemar_exact
+from .seqlen import growth_slope
+
+SCORE_COLUMNS = ("family", "model", "seed", "metric", "condition", "value")
+CHECK_COLUMNS = ("piece", "model", "name", "status", "detail")
+MCNEMAR_COLUMNS = ("baseline", "variant", "seed", "attack", "eps", "n", "acc_baseline", "acc_variant", "b", "c", "p")
+
+
+def condition(attack: str, eps: float) -> str:
+    return f"{attack}@{eps:g}"
+
+
+def _row(family: str, model: str, seed: int, metric: str, cond: str, value: Any) -> dict:
+    v = float(value) if value is not None else float("nan")
+    return {"family": family, "model": str(model), "seed": int(seed), "metric": metric, "condition": cond, "value": v}
+
+
+def image_attack_scores(summary: dict, seed: int) -> list[dict]:
+    out = []
+    for model, m in summary["models"].items():
+        out.append(_row("image", model, seed, "acc", "clean", m["clean"]["acc"]))
+        by_attack: dict[str, list[float]] = {}
+        for r in m["robust"]:
+            out.append(_row("image", model, seed, "acc", condition(r["attack"], r["eps"]), r["acc"]))
+            by_attack.setdefault(r["attack"], []).append(r["acc"])
+        out += [_row("image", model, seed, "acc_mean", a, np.mean(v)) for a, v in by_attack.items()]
+    return out
+
+
+def corruption_scores(summary: dict, seed: int) -> list[dict]:
+    out = []
+    for model, m in summary["models"].items():
+        out.append(_row("image", model, seed, "corruption_acc", "mean", m["mean_acc"]))
+        out += [_row("image", model, seed, "corruption_acc", n, c["mean_acc"]) for n, c in m["corruptions"].items()]
+        if m.get("mce") is not None:
+            out.append(_row("image", model, seed, "mce", "all", m["mce"]))
+    return out
+
+
+def lm_scores(summary: dict, seed: int) -> list[dict]:
+    out = []
+    for model, m in summary["models"].items():
+        clean = math.log(m["clean"]["ppl"])
+        out.append(_row("lm", model, seed, "log_ppl", "clean", clean))
+        by_attack: dict[str, list[float]] = {}
+        for r in m["results"]:
+            lp = math.log(r["ppl"])
+            out.append(_row("lm", model, seed, "log_ppl", condition(r["attack"], r["eps"]), lp))
+            if r["attack"] != "wordswap" or r["eps"] > 0:
+                by_attack.setdefault(r["attack"], []).append(lp)
+        for attack, values in by_attack.items():
+            out.append(_row("lm", model, seed, "log_ppl_mean", attack, np.mean(values)))
+            out.append(_row("lm", model, seed, "log_ppl_increase", attack, np.mean(values) - clean))
+    return out
+
+
+def lipschitz_scores(summary: dict, family: str, seed: int) -> list[dict]:
+    out = []
+    for model, m in summary["models"].items():
+        out.append(_row(family, model, seed, "lip_lower_mean", "model", m["lower_mean"]))
+        out.append(_row(family, model, seed, "lip_lower_max", "model", m["lower_max"]))
+        out.append(_row(family, model, seed, "lip_log10_upper", "model", m.get("log10_global_upper")))
+        for layer in m.get("layers", []):
+            out.append(_row(family, model, seed, "lip_layer_lower_mean", layer["layer"], layer["lower_mean"]))
+            upper = layer.get("global_upper")
+            log_upper = math.log10(upper) if upper and upper > 0 and math.isfinite(upper) else None
+            out.append(_row(family, model, seed, "lip_layer_log10_upper", layer["layer"], log_upper))
+    return out
+
+
+def seqlen_lm_scores(summary: dict, seed: int) -> list[dict]:
+    out = []
+    for model, m in summary["models"].items():
+        out.append(_row("lm", model, seed, "seqlen_slope", "last-token gain", m["slope"]))
+        out += [_row("lm", model, seed, "seqlen_gain", f"N={n}", v) for n, v in m["mean_by_n"].items()]
+    return out
+
+
+def seqlen_layer_scores(rows: pd.DataFrame, seed: int) -> list[dict]:
+    out = []
+    for kind, grp in rows.groupby("kind", sort=False):
+        grp = grp.sort_values("n")
+        out += [_row("layer", kind, seed, "seqlen_perturbation", f"N={int(r.n)}", r.mean_perturbation)
+                for r in grp.itertuples()]  # fmt: skip
+        out.append(_row("layer", kind, seed, "seqlen_slope", "attention layer",
+                        growth_slope(list(grp["n"]), list(grp["mean_perturbation"]))))  # fmt: skip
+    return out
+
+
+def mcnemar_rows(rows: pd.DataFrame, baseline: str, seed: int) -> list[dict]:
+    """Per (variant, attack, eps): accuracies of both models on the same examples and McNemar's exact p."""
+    out = []
+    if baseline not in set(rows["model"]):
+        return out
+    key = ["example_id", "attack", "eps"]
+    base = rows[rows["model"] == baseline][key + ["correct"]]
+    for variant in [m for m in pd.unique(rows["model"]) if m != baseline]:
+        var = rows[rows["model"] == variant][key + ["correct"]]
+        both = base.merge(var, on=key, suffixes=("_b", "_v"))
+        for (attack, eps), g in both.groupby(["attack", "eps"], sort=True):
+            b = int((g.correct_b & ~g.correct_v).sum())
+            c = int((~g.correct_b & g.correct_v).sum())
+            out.append(
+                {
+                    "baseline": baseline, "variant": str(variant), "seed": int(seed), "attack": str(attack),
+                    "eps": float(eps), "n": int(len(g)), "acc_baseline": float(g.correct_b.mean()),
+                    "acc_variant": float(g.correct_v.mean()), "b": b, "c": c, "p": mcnemar_exact(b, c),
+                }
+            )  # fmt: skip
+    return out
+
+
+@dataclass
+class StudyScores:
+    """Everything the claims and the write-up are computed from."""
+
+    scores: pd.DataFrame
+    mcnemar: pd.DataFrame
+    failed_checks: pd.DataFrame  # the engines' sanity checks that did not pass (warn or fail), per piece
+
+    @classmethod
+    def from_records(
+        cls, scores: Iterable[dict], mcnemar: Iterable[dict] = (), checks: Iterable[dict] = ()
+    ) -> StudyScores:
+        s = pd.DataFrame(list(scores), columns=list(SCORE_COLUMNS))
+        m = pd.DataFrame(list(mcnemar), columns=list(MCNEMAR_COLUMNS))
+        c = pd.DataFrame(list(checks), columns=list(CHECK_COLUMNS))
+        return cls(s, m, c)
+
+
+def failed_checks(run: Run, piece_id: str) -> list[dict]:
+    """The run's sanity checks (``summary["checks"]``) whose status is not ``pass``."""
+    return [
+        {"piece": piece_id, **{k: c.get(k, "") for k in ("model", "name", "status", "detail")}}
+        for c in run.summary.get("checks", [])
+        if c.get("status") != "pass"
+    ]
+
+
+def scores_from_run(kind: str, run: Run, seed: int, baseline: str | None = None) -> tuple[list[dict], list[dict]]:
+    """(score rows, McNemar rows) of one finished piece's run folder."""
+    from . import plan as P
+
+    s = run.summary
+    if kind == P.VISION_ATTACK:
+        return image_attack_scores(s, seed), mcnemar_rows(run.rows, baseline, seed) if baseline else []
+    if kind == P.VISION_CORRUPTION:
+        return corruption_scores(s, seed), []
+    if kind == P.LM_ATTACK:
+        return lm_scores(s, seed), []
+    if kind == P.LIPSCHITZ_VISION:
+        return lipschitz_scores(s, "image", seed), []
+    if kind == P.LIPSCHITZ_LM:
+        return lipschitz_scores(s, "lm", seed), []
+    if kind == P.SEQLEN_LM:
+        return seqlen_lm_scores(s, seed), []
+    if kind == P.SEQLEN_LAYER:
+        return seqlen_layer_scores(run.rows, seed), []
+    raise ValueError(f"unknown piece kind {kind!r}")

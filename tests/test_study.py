@@ -1,0 +1,271 @@
+"""robfilt study: verdicts follow the numbers, the pipeline runs end to end, and resume redoes nothing."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from robustbench_filters.cli import run
+from robustbench_filters.errors import RobfiltError, RunStateError
+from robustbench_filters.study import CLAIMS, StudyPlan, Verdict, evaluate_claims, judge, pieces, run_study
+from robustbench_filters.study.checkpoints import find_reusable
+from robustbench_filters.study.plan import LipschitzEval, LMEval, SeqlenEval, VisionEval, full_plan, quick_plan
+from robustbench_filters.train import Recipe
+
+# --- verdicts from constructed numbers ------------------------------------------------------------------------
+
+SUPPORTED = [0.05, 0.06, 0.055]  # oriented differences: clearly in the claimed direction
+OPPOSITE = [-0.05, -0.06, -0.055]  # clearly the other way
+NOISY = [0.05, -0.04, 0.01]  # interval straddles 0 and includes the claimed effect
+
+
+def _scores(spec, oriented: list[float]) -> pd.DataFrame:
+    """Per-seed values for every model of ``spec`` such that each comparison's oriented difference is ``oriented``."""
+    rows = []
+    for c in spec.comparisons:
+        for seed, d in enumerate(oriented):
+            rows.append((c.family, c.baseline, seed, c.metric, c.condition, 1.0))
+            rows.append((c.family, c.variant, seed, c.metric, c.condition, 1.0 + c.direction * d))
+    frame = pd.DataFrame(rows, columns=["family", "model", "seed", "metric", "condition", "value"])
+    return frame.drop_duplicates(["family", "model", "seed", "metric", "condition"])
+
+
+@pytest.mark.parametrize("spec", CLAIMS, ids=lambda s: f"{s.id}-{s.scope.split(':')[0]}-{s.primary}")
+@pytest.mark.parametrize(
+    "oriented, expected",
+    [(SUPPORTED, Verdict.SUPPORTED), (OPPOSITE, Verdict.NOT_SUPPORTED), (NOISY, Verdict.INCONCLUSIVE)],
+    ids=["supported", "not-supported", "inconclusive"],
+)
+def test_each_claim_gets_the_verdict_its_numbers_imply(spec, oriented, expected):
+    (result,) = evaluate_claims(_scores(spec, oriented), [spec])
+    assert result.verdict is expected, (spec.id, result.reason)
+    for r in result.results:
+        assert sorted(r.diffs) == [0, 1, 2]
+        raw = [spec.comparisons[0].direction * d for d in oriented]
+        assert r.mean == pytest.approx(sum(raw) / 3)
+
+
+def test_lower_is_better_claims_flip_the_sign():
+    spec = next(s for s in CLAIMS if s.id == "c" and s.primary)  # boosting *lowers* the Lipschitz bound
+    c = spec.comparisons[0]
+    rows = [("image", c.baseline, s, c.metric, c.condition, 30.0) for s in range(3)]
+    rows += [("image", c.variant, s, c.metric, c.condition, v) for s, v in enumerate((29.0, 28.8, 29.1))]
+    frame = pd.DataFrame(rows, columns=["family", "model", "seed", "metric", "condition", "value"])
+    (result,) = evaluate_claims(frame, [spec])
+    assert result.verdict is Verdict.SUPPORTED
+    assert result.results[0].mean == pytest.approx(-1.0333, abs=1e-3)  # raw difference stays variant - baseline
+
+
+def test_judge_rule_edges():
+    assert judge([0.02, 0.025, 0.03], delta=0.01)[0] is Verdict.SUPPORTED
+    assert judge([0.02, 0.03], delta=0.01)[0] is Verdict.INCONCLUSIVE  # two seeds: t(1) makes the interval wide
+    assert judge([0.02], delta=0.01)[0] is Verdict.INCONCLUSIVE  # one seed: no interval
+    assert judge([], delta=0.01)[0] is Verdict.INCONCLUSIVE
+    assert judge([0.02, float("nan"), 0.03], delta=0.01)[0] is Verdict.INCONCLUSIVE
+    # the estimate goes the other way and the interval excludes the claimed effect size: not supported
+    assert judge([-0.001, 0.0005, -0.002], delta=0.01)[0] is Verdict.NOT_SUPPORTED
+    # same spread, but the claimed effect is tiny: still inside the interval, so inconclusive
+    assert judge([-0.001, 0.0005, -0.002], delta=0.0001)[0] is Verdict.INCONCLUSIVE
+    # a positive but noisy estimate is never "not supported"
+    assert judge([0.001, -0.0005, 0.002], delta=0.01)[0] is Verdict.INCONCLUSIVE
+
+
+def test_best_claim_needs_every_comparison():
+    spec = next(s for s in CLAIMS if s.id == "f" and s.comparisons[0].family == "image")
+    scores = _scores(spec, SUPPORTED)
+    assert evaluate_claims(scores, [spec])[0].verdict is Verdict.SUPPORTED
+    # the combination ties with one competitor (noisy difference): no longer "best" for sure
+    rival = spec.comparisons[1].baseline
+    mask = scores["model"] == rival
+    noisy = scores.copy()
+    noisy.loc[mask, "value"] = [1.0 + s - n for s, n in zip(SUPPORTED, NOISY, strict=True)]
+    assert evaluate_claims(noisy, [spec])[0].verdict is Verdict.INCONCLUSIVE
+    # and it clearly loses to one competitor: not supported, naming it
+    worse = scores.copy()
+    worse.loc[mask, "value"] = 1.2
+    result = evaluate_claims(worse, [spec])[0]
+    assert result.verdict is Verdict.NOT_SUPPORTED and rival in result.reason
+
+
+def test_missing_measurements_are_inconclusive_not_errors():
+    results = evaluate_claims(pd.DataFrame(columns=["family", "model", "seed", "metric", "condition", "value"]))
+    assert {r.verdict for r in results} == {Verdict.INCONCLUSIVE}
+    assert all("not measured" in r.reason for r in results)
+    assert {s.id for s in CLAIMS if s.primary} == set("abcdef")
+
+
+def test_plans():
+    full = full_plan(3)
+    assert full.seeds == (0, 1, 2) and full.vision_recipe.epochs == 3 and full.lm_recipe.steps == 400
+    assert len(full.vision_models) == len(full.lm_models) == 4
+    assert len([p for p in pieces(full) if p.kind == "train"]) == 24
+    assert quick_plan().seeds == (0,)
+    with pytest.raises(RobfiltError):
+        full_plan(0)
+    with pytest.raises(RobfiltError):
+        StudyPlan(vision_models=("lm",)).validate()
+
+
+# --- the pipeline on a tiny plan ------------------------------------------------------------------------------
+
+
+def smoke_plan(**changes) -> StudyPlan:
+    """1 seed, 2 variants per family, 3 training steps, a handful of examples: the whole pipeline in seconds."""
+    plan = StudyPlan(
+        name="smoke",
+        seeds=(0,),
+        vision_models=("deit", "deit-grc"),
+        lm_models=("lm", "lm-bsa"),
+        vision_recipe=Recipe(steps=3, batch_size=16, eval_max=50),
+        lm_recipe=Recipe(steps=3, batch_size=4, augment=False, eval_max=5),
+        vision=VisionEval(n_examples=8, pgd_steps=2, eps=(0.01, 0.05), corruption_examples=8, severities=(1,)),
+        lm=LMEval(n_sequences=4, rates=(0.0, 0.1), eps=(0.05,), attack_steps=2),
+        lipschitz=LipschitzEval(vision_examples=2, lm_examples=2, lm_seq_len=16),
+        seqlen=SeqlenEval(lm_ns=(8, 16), lm_windows=2, layer_ns=(16, 32), layer_trials=2),
+    )
+    return dataclasses.replace(plan, **changes)
+
+
+class _Stop(Exception):
+    pass
+
+
+def _parts(folder: Path) -> dict[str, float]:
+    return {p.name: p.stat().st_mtime_ns for p in (folder / "parts").glob("*.parquet")}
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    """Run the smoke study, killed once inside the first Lipschitz piece and resumed; returns what each call did."""
+    out = tmp_path_factory.mktemp("study") / "smoke"
+    plan = smoke_plan()
+
+    def stop_in_lipschitz(task, done, total, info=""):
+        if task.startswith("lipschitz "):
+            raise _Stop
+
+    with pytest.raises(_Stop):
+        run_study(plan, out, progress=stop_in_lipschitz)
+    manifest = json.loads((out / "study.json").read_text())
+    interrupted = out / "runs/s0/lipschitz-vision"
+    before = _parts(interrupted)
+    first = run_study(plan, out, resume=True)
+    return {"out": out, "plan": plan, "manifest_after_kill": manifest, "parts_before": before, "first": first}
+
+
+def test_smoke_study_writes_a_readme_with_every_claim(study):
+    out, first = study["out"], study["first"]
+    readme = (out / "README.md").read_text()
+    for spec in CLAIMS:
+        assert f"({spec.id}) {spec.claim}" in readme
+    assert "## Claims" in readme and "How a verdict is made" in readme
+    assert "inconclusive at this scale" in readme  # one seed: nothing can be decided
+    assert "McNemar" in readme and "log10 certified global upper bound" in readme
+    assert "Trained LMs: growth exponent" in readme
+    assert not first.unavailable, first.unavailable
+    results = json.loads((out / "results.json").read_text())
+    models = {r["model"] for r in results["scores"]}
+    assert {"deit", "deit-grc", "lm", "lm-bsa", "softmax+pos", "bsa-gaussian"} <= models
+    assert results["mcnemar"] and all(r["seed"] == 0 for r in results["mcnemar"])
+    # the claims in the write-up are exactly the ones the scores imply
+    scores = pd.read_csv(out / "scores.csv")
+    again = [c.to_dict()["verdict"] for c in evaluate_claims(scores)]
+    assert again == [c["verdict"] for c in results["claims"]]
+    if (out / "report" / "index.md").exists():  # the reporter is optional; when present its figures are linked
+        assert "report/figures/" in readme
+
+
+def test_a_killed_study_resumes_inside_the_interrupted_piece(study):
+    manifest, first = study["manifest_after_kill"], study["first"]
+    pieces_ = manifest["pieces"]
+    assert pieces_["vision-attack/s0"]["status"] == "done"
+    assert pieces_["lipschitz-vision/s0"]["status"] == "running"
+    # finished pieces of the killed call were not redone; the interrupted one continued
+    assert "vision-attack/s0" in first.finished_before and "train/deit/s0" in first.finished_before
+    assert "lipschitz-vision/s0" in first.executed and "train/lm/s0" in first.executed
+    after = _parts(study["out"] / "runs/s0/lipschitz-vision")
+    assert all(after[name] == t for name, t in study["parts_before"].items())
+
+
+def test_second_invocation_redoes_nothing(study):
+    out, plan = study["out"], study["plan"]
+    stamps = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file() and "parts" in p.parts}
+    weights = {p: p.stat().st_mtime_ns for p in (out / "checkpoints").rglob("model.safetensors")}
+    before = json.loads((out / "study.json").read_text())["pieces"]
+    again = run_study(plan, out, resume=True, report=False)
+    assert again.executed == []
+    assert len(again.finished_before) == len(pieces(plan))
+    after = json.loads((out / "study.json").read_text())["pieces"]
+    assert {k: v.get("finished") for k, v in after.items()} == {k: v.get("finished") for k, v in before.items()}
+    assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
+    assert {p: p.stat().st_mtime_ns for p in weights} == weights
+
+
+def test_changed_settings_remeasure_only_the_affected_piece(study):
+    out = study["out"]
+    plan = smoke_plan(lm=LMEval(n_sequences=4, rates=(0.0, 0.05), eps=(0.05,), attack_steps=2))
+    result = run_study(plan, out, resume=True, report=False)
+    assert result.executed == ["lm-attack/s0"]
+
+
+def test_checkpoints_are_reused_only_when_the_card_matches(study, tmp_path):
+    ckpts = study["out"] / "checkpoints"
+    plan = study["plan"]
+    target = tmp_path / "nothing-here"
+    assert find_reusable(plan, "deit", 0, target, [ckpts]) is not None
+    assert find_reusable(plan, "deit", 1, target, [ckpts]) is None  # other seed
+    other = smoke_plan(vision_recipe=Recipe(steps=4, batch_size=16, eval_max=50))
+    assert find_reusable(other, "deit", 0, target, [ckpts]) is None  # other recipe
+
+
+def test_a_missing_engine_is_skipped_and_reported(study, tmp_path, monkeypatch):
+    from robustbench_filters.study import measure
+
+    real = measure._require
+
+    def without_lm_engine(module: str, what: str) -> None:
+        if module.endswith("lm_engine"):
+            raise measure.PieceUnavailable(f"{what} is not available in this build")
+        real(module, what)
+
+    monkeypatch.setattr(measure, "_require", without_lm_engine)
+    result = run_study(
+        smoke_plan(vision_models=()), tmp_path / "lm-only", reuse=[study["out"] / "checkpoints"], report=False
+    )
+    assert set(result.unavailable) == {"lm-attack/s0"}
+    assert not [p for p in result.executed if p.startswith("train/")]  # matching cards: reused, not retrained
+    readme = (tmp_path / "lm-only" / "README.md").read_text()
+    assert "`lm-attack/s0`: the LM attack engine is not available" in readme
+    d = next(c for c in result.claims if c.spec.id == "d" and c.spec.primary)
+    assert d.verdict is Verdict.INCONCLUSIVE and "not measured" in d.reason
+
+
+def test_an_existing_study_needs_resume_or_overwrite(study, tmp_path):
+    with pytest.raises(RunStateError):
+        run_study(study["plan"], study["out"])
+    (tmp_path / "other.txt").write_text("x")
+    with pytest.raises(RunStateError):
+        run_study(study["plan"], tmp_path, resume=True)
+
+
+def test_cli_rejects_bad_input_in_one_line(capsys):
+    assert run(["study", "--seeds", "0", "--out", "unused"]) == 2
+    err = capsys.readouterr().err
+    assert "--seeds" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_quick_study_end_to_end(tmp_path, capsys):
+    out = tmp_path / "quick"
+    assert run(["study", "--quick", "--out", str(out), "--quiet"]) == 0
+    readme = (out / "README.md").read_text()
+    assert "plan `quick`" in readme and "## Claims" in readme
+    assert "study:" in capsys.readouterr().out
+    assert run(["study", "--quick", "--out", str(out), "--resume", "--quiet", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["executed"] == [] and os.path.exists(info["readme"])
