@@ -102,7 +102,7 @@ def attack_cmd(
         str | None, typer.Option("--amp", help="bf16: clean evaluation under autocast (attacks stay fp32).")
     ] = None,
     amp_attacks: Annotated[
-        bool, typer.Option("--amp-attacks", help="Run the attacks under --amp too (weaker, faster).")
+        bool, typer.Option("--amp-attacks", help="Run the attacks under --amp too (the summary records it).")
     ] = False,
     out: Annotated[str | None, typer.Option("--out", help="Run folder (default: runs/attack-<time>).")] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue a killed run in --out.")] = False,

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from robustbench_filters import distributed
 from robustbench_filters.lipschitz import estimate_lipschitz, parse_method
 from robustbench_filters.models import MODEL_NAMES
 from robustbench_filters.parsing import parse_names, parse_number, positive_int
@@ -44,6 +45,7 @@ def lipschitz(
     batch_size: Annotated[int, typer.Option("--batch-size", help="Examples per batch (and per resume unit).")] = 16,
     seq_len: Annotated[int, typer.Option("--seq-len", help="Tokens per LM example.")] = 64,
     seed: SeedOpt = 0,
+    device: Annotated[str, typer.Option("--device", help="cpu or cuda (under torchrun: each rank's GPU).")] = "cpu",
     out: Annotated[Path | None, typer.Option("--out", help="Write a run folder here.")] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue the run in --out.")] = False,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace the run in --out.")] = False,
@@ -79,7 +81,10 @@ def lipschitz(
             rho=radius,
             batch_size=batch_size,
             seq_len=seq_len,
+            device=device,
         )
+    if not distributed.env_context().is_primary:  # under torchrun, rank 0 alone prints the merged result
+        return
     if json_out:
         print_json({"path": str(result.path) if result.path else None, **result.summary})
         return

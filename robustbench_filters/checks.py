@@ -134,7 +134,9 @@ def check_logits(model: nn.Module, label: str, x: torch.Tensor) -> Check:
     """Outputs look like logits, not probabilities (a softmax output layer saturates the CE gradient)."""
     with torch.no_grad():
         out = model(x)
-    probs_like = bool(((out >= 0) & (out <= 1)).all()) and torch.allclose(out.sum(-1), torch.ones(len(out)), atol=1e-3)
+    probs_like = bool(((out >= 0) & (out <= 1)).all()) and torch.allclose(
+        out.sum(-1), torch.ones(len(out), device=out.device), atol=1e-3
+    )
     if probs_like:
         return Check(
             "outputs are logits", label, FAIL, "outputs are in [0,1] and sum to 1: a softmax layer masks gradients"

@@ -195,6 +195,9 @@ def test_safetensors_header_starting_with_0x80_is_not_taken_for_a_pickle(tmp_pat
     assert torch.equal(loaded.head.weight, model.head.weight)
 
 
-def test_zoo_without_weights_explains_how_to_get_them() -> None:
+def test_zoo_without_weights_explains_how_to_get_them(tmp_path, monkeypatch) -> None:
+    import robustbench_filters.models.checkpoint as ckpt
+
+    monkeypatch.setattr(ckpt, "ZOO_DIR", tmp_path)  # an empty zoo
     with pytest.raises(CheckpointError, match="robfilt train"):
         create_model("lm-bsa", checkpoint="zoo")

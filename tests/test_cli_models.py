@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from robustbench_filters.cli import run
 
+from robustbench_filters.cli import run
 from robustbench_filters.models.describe import FORMULATION_NOTE
 
 ALL_VARIANTS = ["deit", "deit-bsa", "deit-grc", "deit-bsa-grc", "lm", "lm-bsa", "lm-grc", "lm-bsa-grc"]

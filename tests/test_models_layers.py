@@ -233,7 +233,8 @@ def test_fused_and_manual_bsa_paths_agree(model_name: str) -> None:
         fused = attn(x, is_causal=causal)
         attn.fused_attn = False
         manual = attn(x, is_causal=causal)
-    assert torch.allclose(fused, manual, atol=1e-6)
+    # the fused CPU kernel accumulates in another order (flash-style online softmax): float32 rounding only
+    assert torch.allclose(fused, manual, atol=1e-5)
 
 
 @pytest.mark.parametrize("model_name", ["lm-bsa", "deit-bsa"])

@@ -61,6 +61,12 @@ def evaluate(
     if len(families) > 1:
         raise RobfiltError("cannot mix image and language models in one run; run them separately.")
     family = families.pop()
+    import os
+
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and (
+        family == "lm" or any(a == "corruption" or a.startswith("corruption:") for a in attacks)
+    ):
+        raise RobfiltError("language-model and corruption runs are not sharded yet; launch them without torchrun.")
     if family == "lm":
         try:
             from .lm_engine import evaluate_lm

@@ -22,7 +22,7 @@ import logging
 import math
 import tempfile
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -166,11 +166,21 @@ def cascade(
     step_size: float | None,
     n_classes: int,
     seed: int,
+    clean_logits: torch.Tensor | None = None,
 ) -> pd.DataFrame:
-    """Attack one batch over an ascending eps grid, re-attacking only the survivors; one row per example and eps."""
+    """Attack one batch over an ascending eps grid, re-attacking only the survivors; one row per example and eps.
+
+    The rows' logits are those of the forward pass that decided "fooled" (so ``correct`` always agrees with it);
+    examples not attacked keep their ``clean_logits`` (computed here when not given). No eps costs an extra
+    full-batch forward pass.
+    """
     info = get_attack(attack)
     robust = clean_correct.clone()
     x_cur = x.clone()
+    if clean_logits is None:
+        with torch.no_grad():
+            clean_logits = model(x)
+    logits = clean_logits.detach().float().clone()
     # Who fooled each example, kept on the device: -1 nobody (yet), 0 the clean model, c >= 1 component c - 1.
     components: list[str] = []
     fooled_code = torch.where(clean_correct, -1, 0)
@@ -194,14 +204,14 @@ def cascade(
                     x_adv = torch.where(inside.view(-1, *[1] * (x.dim() - 1)), x_adv, xs)
                 x_cur[idx] = x_adv
                 with torch.no_grad():
-                    fooled = model(x_adv).argmax(1) != ys
+                    adv_logits = model(x_adv).float()
+                logits[idx] = adv_logits
+                fooled = adv_logits.argmax(1) != ys
                 if component not in components:
                     components.append(component)
                 fooled_code[idx[fooled]] = components.index(component) + 1
                 robust[idx[fooled]] = False
                 idx = idx[~fooled]
-        with torch.no_grad():
-            logits = model(x_cur).float()
         per_eps.append({**_row_stats(x, x_cur, y, logits, norm), "fooled_code": fooled_code.clone()})
     host = {key: torch.stack([s[key] for s in per_eps]).cpu().numpy() for key in per_eps[0]}  # one copy per unit
     names = ["clean", *components]
@@ -344,6 +354,23 @@ def _autocast(device: torch.device, amp: str | None) -> AbstractContextManager:
     return torch.autocast(device_type=device.type, dtype=AMP_DTYPES[amp])
 
 
+@contextlib.contextmanager
+def _input_grads_only(modules: Sequence[nn.Module]) -> Iterator[None]:
+    """Freeze the weights while attacking: attacks need input gradients only.
+
+    Autograd then keeps no weight-gradient state, and SDPA can stay on a fused kernel for a learnable attention
+    bias (BSA's), since no fused CPU kernel returns a mask gradient. The caller's flags are restored afterwards.
+    """
+    flags = [(p, p.requires_grad) for m in modules for p in m.parameters()]
+    for p, _ in flags:
+        p.requires_grad_(False)
+    try:
+        yield
+    finally:
+        for p, flag in flags:
+            p.requires_grad_(flag)
+
+
 def _run_units(
     loaded: Sequence[LoadedModel],
     x_all: torch.Tensor,
@@ -390,7 +417,7 @@ def _run_units(
                         with _autocast(dev, job.amp if job.amp_attacks else None):
                             rows = cascade(
                                 model, lm.label, name, job.eps_grid, job.norm, x, y, bid, clean_correct, job.steps,
-                                job.step_size, job.n_classes, job.seed,
+                                job.step_size, job.n_classes, job.seed, clean_logits=clean_logits,
                             )  # fmt: skip
                     writer.write_part(key, rows)
                 done += 1
@@ -559,7 +586,7 @@ def evaluate(
                 out, "attack", config, seed=seed, resume=resume, overwrite=overwrite, extra=extra, primary=primary
             )
 
-        with distributed.shared_run(ctx, make_writer) as writer:
+        with distributed.shared_run(ctx, make_writer) as writer, _input_grads_only([lm.module for lm in loaded]):
             all_checks = distributed.all_or_none(
                 ctx, lambda: _run_units(loaded, x_all, y_all, ids, batches, mine, writer, job, ctx.is_primary, progress)
             )

@@ -30,11 +30,12 @@ import pandas as pd
 import torch
 from torch import nn
 
-from ..errors import RobfiltError
+from .. import distributed
+from ..errors import RobfiltError, RunStateError
 from ..models import create_model, resolve_spec
 from ..parsing import positive_int
 from ..progress import ProgressHook, null_progress
-from ..results import RunWriter
+from ..results import RunWriter, load_run
 from .certify import certified_radius, margins, trace_bounds
 from .data import Inputs, load_inputs
 from .jacobian import jacobian_norm_exact, jacobian_norm_power
@@ -302,6 +303,10 @@ def estimate_lipschitz(
     if not models:
         raise RobfiltError("no models given; pass e.g. --model deit,deit-grc.")
     device = torch.device(device) if device is not None else torch.device("cpu")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise RobfiltError("--device cuda was requested but no CUDA device is available; use --device cpu.")
+    ctx = distributed.init(str(device))
+    device = torch.device(distributed.local_device(str(device), ctx))
     if dtype is None:
         dtype = torch.float64 if device.type == "cpu" else torch.float32
     elif isinstance(dtype, str):
@@ -347,31 +352,64 @@ def estimate_lipschitz(
         "batch_size": settings.batch_size, "seq_len": seq_len, "dtype": str(dtype).replace("torch.", ""),
     }  # fmt: skip
 
-    writer_cm = (
-        RunWriter(out, KIND, config, seed=seed, resume=resume, overwrite=overwrite)
-        if out is not None
-        else contextlib.nullcontext()
-    )
-    with writer_cm as writer, _no_tf32():
-        frames = []
-        for t, inp in zip(targets, model_inputs, strict=True):
-            batches = [slice(i, i + batch_size) for i in range(0, n_examples, batch_size)]
-            for j, batch in enumerate(batches):
-                key = f"{t.name}-{j:04d}"
-                if writer is not None and writer.is_done(key):
-                    frames.append(writer.load_part(key))
-                else:
-                    gen = torch.Generator().manual_seed(seed * 1_000_003 + zlib.crc32(key.encode()))
-                    frame = _batch_rows(t, inp, batch, settings, gen)
-                    if writer is not None:
-                        writer.write_part(key, frame)
-                    frames.append(frame)
-                progress(f"lipschitz {t.name}", j + 1, len(batches))
-            log.info("%s: %d examples done", t.name, n_examples)
-        rows = pd.concat(frames, ignore_index=True)
+    batches = [slice(i, i + batch_size) for i in range(0, n_examples, batch_size)]
+    units = [(ti, j) for ti in range(len(targets)) for j in range(len(batches))]  # sharded whole, never split
+    keys = {u: f"{targets[u[0]].name}-{u[1]:04d}" for u in units}
+    mine = distributed.shard(units, ctx.rank, ctx.world_size)
+
+    def make_writer(primary: bool) -> RunWriter:
+        return RunWriter(out, KIND, config, seed=seed, resume=resume, overwrite=overwrite, primary=primary)
+
+    def compute(writer: RunWriter | None) -> dict[str, pd.DataFrame]:
+        frames: dict[str, pd.DataFrame] = {}
+        totals = {ti: sum(1 for u in mine if u[0] == ti) for ti, _ in mine}
+        counts = dict.fromkeys(totals, 0)
+        for ti, j in mine:
+            t, key = targets[ti], keys[(ti, j)]
+            if writer is not None and writer.is_done(key):
+                frames[key] = writer.load_part(key)
+            else:
+                gen = torch.Generator().manual_seed(seed * 1_000_003 + zlib.crc32(key.encode()))
+                frames[key] = _batch_rows(t, model_inputs[ti], batches[j], settings, gen)
+                if writer is not None:
+                    writer.write_part(key, frames[key])
+            counts[ti] += 1
+            progress(f"lipschitz {t.name}", counts[ti], totals[ti])
+        return frames
+
+    def merge(writer: RunWriter | None, frames: dict[str, pd.DataFrame]) -> tuple[pd.DataFrame, dict[str, Any]]:
+        """All units in one-process order (other ranks' units from their part files), the summary, the folder."""
+        if writer is not None:
+            writer.refresh()
+            missing = [k for k in keys.values() if k not in frames and not writer.is_done(k)]
+            if missing:
+                raise RunStateError(
+                    f"{len(missing)} units have no part file (first: {missing[0]}); with several nodes, --out must "
+                    "be on a filesystem they all share. Finish the run with --resume."
+                )
+        rows = pd.concat(
+            [frames[k] if k in frames else writer.load_part(k) for k in keys.values()],  # type: ignore[union-attr]
+            ignore_index=True,
+        )
         summary = summarize(rows, factors)
         if writer is not None:
             writer.finish(rows, summary)
+        return rows, summary
+
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(_no_tf32())
+        writer = stack.enter_context(distributed.shared_run(ctx, make_writer)) if out is not None else None
+        frames = distributed.all_or_none(ctx, lambda: compute(writer))
+        if writer is None:  # no shared folder: every rank gets every rank's rows
+            frames = {k: f for part in distributed.all_gather(ctx, frames) for k, f in part.items()}
+        primary_merges = writer is None or ctx.is_primary
+        merged = distributed.all_or_none(ctx, lambda: merge(writer, frames) if primary_merges else None)
+    if merged is not None:
+        rows, summary = merged
+    else:  # the other ranks read what rank 0 merged
+        run = load_run(out)
+        rows, summary = run.rows, {k: v for k, v in run.summary.items() if k not in ("schema_version", "fingerprint")}
+    log.info("%d examples x %d models done", n_examples, len(targets))
     is_model = rows["layer"] == MODEL_LAYER
     return LipschitzResult(
         examples=rows[is_model].reset_index(drop=True),

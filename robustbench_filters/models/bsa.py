@@ -213,7 +213,8 @@ class BilateralAttention(Attention):
         b, n, _ = x.shape
         gate = self.gate(x).sigmoid() if self.gate is not None else None
         q, k, v = self.qkv_heads(x)
-        bias = self.full_bias(n, x.device, q.dtype, attn_mask, is_causal)
+        # (1, H, N, N): the CPU fused kernel accepts only 4-D masks, and it broadcasts over the batch
+        bias = self.full_bias(n, x.device, q.dtype, attn_mask, is_causal).unsqueeze(0)
         out = attention(q, k, v, bias, fused=self.fused_attn, dropout_p=self.attn_drop.p if self.training else 0.0)
         out = out.transpose(1, 2).reshape(b, n, self.attn_dim)
         out = self.norm(out)

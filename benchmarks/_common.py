@@ -1,0 +1,147 @@
+"""Shared plumbing for the benchmarks: interleaved timing, model choice, and the JSON + Markdown result files.
+
+Why interleaved: the benchmark machines (CI runners, the shared dev box) are noisy. Timing A five times and then
+B five times lets a load spike land on one side only; alternating A, B, A, B and taking each side's median puts
+both sides under the same conditions, so the *ratio* is meaningful even when absolute times are not.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import gc
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+from rich.console import Console
+
+from robustbench_filters.io import atomic_write_json, atomic_write_text
+from robustbench_filters.models.checkpoint import CARD, zoo_path
+from robustbench_filters.report.render import markdown
+
+SMOKE_CAVEAT = " (smoke sizes: indicative only)"
+REPORT_DIR = Path(__file__).resolve().parent.parent / "reports" / "bench"
+console = Console(highlight=False, soft_wrap=True)
+
+
+def pick_checkpoint(name: str, size: str = "micro") -> str:
+    """``zoo`` when the trained checkpoint exists, else ``none`` (untrained weights), said out loud."""
+    if (zoo_path(name, size) / CARD).exists():
+        return "zoo"
+    console.print(f"[yellow]no zoo checkpoint for {name}-{size}: using untrained weights (--checkpoint none)[/]")
+    return "none"
+
+
+def resolve_device(device: str) -> torch.device:
+    """The benchmark's device; asking for CUDA on a machine without it is a clear error, not a driver trace."""
+    if str(device).startswith("cuda") and not torch.cuda.is_available():
+        raise SystemExit(f"--device {device}: no CUDA device on this machine; use --device cpu.")
+    return torch.device(device)
+
+
+def sync(device: torch.device) -> None:
+    """Wait for queued GPU work, so wall times measure the work and not the launch."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timed(fn: Callable[[], Any], device: torch.device) -> tuple[float, Any]:
+    gc.collect()
+    sync(device)
+    start = time.perf_counter()
+    value = fn()
+    sync(device)
+    return time.perf_counter() - start, value
+
+
+def interleaved(
+    fns: dict[str, Callable[[], Any]], reps: int, device: torch.device, warmup: int = 1
+) -> tuple[dict[str, list[float]], dict[str, Any]]:
+    """Run every function ``warmup + reps`` times, alternating between them; returns the timed reps and last values."""
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    values: dict[str, Any] = {}
+    for i in range(warmup + reps):
+        for name, fn in fns.items():
+            seconds, values[name] = timed(fn, device)
+            if i >= warmup:
+                times[name].append(seconds)
+    return times, values
+
+
+def median(values: list[float]) -> float:
+    return float(statistics.median(values))
+
+
+def machine() -> dict[str, Any]:
+    """Where the numbers come from; ``contended`` flags a loaded machine (1-min load above the core count)."""
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    cores = os.cpu_count() or 1
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cpu_cores": cores,
+        "torch_threads": torch.get_num_threads(),
+        "cuda": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+        "load_avg_1min": round(load, 2),
+        "contended": bool(load > cores),
+        "when": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+    }
+
+
+def target(value: float, limit: float, op: str = "<=") -> dict[str, Any]:
+    met = value <= limit if op == "<=" else value >= limit
+    return {"value": round(float(value), 4), "target": f"{op} {limit}", "met": bool(met)}
+
+
+def write(name: str, result: dict[str, Any], tables: dict[str, pd.DataFrame], out: Path | None) -> Path:
+    """``<out>/<name>.json`` (everything) and ``<out>/<name>.md`` (the tables), both written atomically."""
+    out = Path(out) if out is not None else REPORT_DIR / "smoke" if result["mode"] == "smoke" else REPORT_DIR
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out / f"{name}.json", {**result, "tables": {k: t.to_dict("records") for k, t in tables.items()}})
+    lines = [f"# {result['title']} ({result['mode']})", "", result["question"], ""]
+    m = result["machine"]
+    lines += [
+        f"Machine: {m['cpu_cores']} CPU cores, {m['torch_threads']} torch threads, GPU {m['cuda'] or 'none'}, "
+        f"1-min load {m['load_avg_1min']}{' (contended: absolute times are noisy, ratios less so)' if m['contended'] else ''}; "
+        f"torch {m['torch']}; {m['when']}.",
+        "",
+    ]
+    for title, table in tables.items():
+        lines += [f"## {title}", "", markdown(table), ""]
+    if result.get("targets"):
+        rows = [{"target": k, "value": v["value"], "bar": v["target"], "met": "yes" if v["met"] else "NO"}
+                for k, v in result["targets"].items()]  # fmt: skip
+        caveat = ["Smoke sizes: the verdicts below say nothing about the targets; run without --smoke.", ""]
+        lines += ["## Targets", "", *(caveat if result["mode"] == "smoke" else []), markdown(pd.DataFrame(rows)), ""]
+    lines += [f"- {note}" for note in result.get("notes", [])]
+    atomic_write_text(out / f"{name}.md", "\n".join(lines).rstrip() + "\n")
+    return out / f"{name}.json"
+
+
+def show(result: dict[str, Any], tables: dict[str, pd.DataFrame]) -> None:
+    """Print the tables and the targets (the benchmark's human-readable output)."""
+    console.print(f"[bold]{result['title']}[/] ({result['mode']}): {result['question']}")
+    for title, table in tables.items():
+        console.print(f"\n[bold]{title}[/]")
+        console.print(table.to_string(index=False))
+    smoke = result["mode"] == "smoke"
+    for key, t in result.get("targets", {}).items():
+        style = "dim" if smoke else "green" if t["met"] else "bold red"
+        verdict = "met" if t["met"] else "MISSED"
+        console.print(
+            f"[{style}]{key}: {t['value']} (target {t['target']}) {verdict}{SMOKE_CAVEAT if smoke else ''}[/]"
+        )
+    for note in result.get("notes", []):
+        console.print(f"[dim]note: {note}[/]")
+
+
+def exit_code(result: dict[str, Any], strict: bool) -> int:
+    """``--strict``: exit 1 when a full run misses a target (for CI jobs that gate on performance)."""
+    missed = [k for k, t in result.get("targets", {}).items() if not t["met"]]
+    return 1 if strict and missed and result["mode"] == "full" else 0

@@ -1,0 +1,227 @@
+"""Distributed evaluation on torch.distributed: torchrun detection, the process group, sharding, rank agreement.
+
+Why this shape: every robfilt run is already a list of deterministic units (model x attack x batch, or model x
+batch for Lipschitz) whose rows do not depend on which process computes them, because each unit is seeded from
+its own identity. Scaling out is then only a question of *who* computes which unit. Ranks take whole units
+round-robin (:func:`shard`), write their own part files into the shared run folder, and rank 0 merges them into
+``rows.parquet`` and ``summary.json``. Sharding whole units, never examples, keeps every batch, and so every
+per-batch seed, identical to a one-process run: the merged rows are the same bytes for any world size.
+
+No tensors cross ranks. The collectives carry small Python objects (errors), so gloo on CPUs and NCCL on GPUs
+both serve. Every collective step goes through :func:`all_or_none`: a rank that fails makes every rank raise,
+so no rank waits forever on a barrier.
+
+torchrun sets ``RANK``, ``WORLD_SIZE`` and ``LOCAL_RANK`` (plus the rendezvous variables). Without them
+everything here is a no-op and robfilt runs as one process.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import datetime as _dt
+import logging
+import os
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, TypeVar
+
+import torch
+import torch.distributed as dist
+
+from . import errors
+from .errors import RobfiltError
+
+if TYPE_CHECKING:
+    from .results import RunWriter
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+TIMEOUT_ENV = "ROBFILT_DIST_TIMEOUT_MIN"
+DEFAULT_TIMEOUT_MIN = 180  # rank 0 runs the sanity checks while the others wait at a barrier: allow for that
+
+
+@dataclass(frozen=True)
+class DistContext:
+    """Where this process stands: its rank, the number of ranks, its GPU index on the node, the backend."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    backend: str | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+    @property
+    def is_primary(self) -> bool:
+        return self.rank == 0
+
+
+SINGLE = DistContext()
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise RobfiltError(f"environment variable {name}={raw!r} is not an integer; launch with torchrun.") from None
+
+
+def env_context() -> DistContext:
+    """The rank layout torchrun put into the environment (a single process when it is absent)."""
+    world = _env_int("WORLD_SIZE", 1)
+    rank = _env_int("RANK", 0)
+    local = _env_int("LOCAL_RANK", 0)
+    if world < 1 or not 0 <= rank < world or local < 0:
+        raise RobfiltError(f"inconsistent torchrun environment: RANK={rank}, WORLD_SIZE={world}, LOCAL_RANK={local}.")
+    return DistContext(rank=rank, world_size=world, local_rank=local)
+
+
+def backend_for(device: str) -> str:
+    """NCCL for GPU ranks, gloo for CPU ranks (the only backends the collectives here need)."""
+    return "nccl" if str(device).startswith("cuda") else "gloo"
+
+
+def _timeout() -> _dt.timedelta:
+    minutes = _env_int(TIMEOUT_ENV, DEFAULT_TIMEOUT_MIN)
+    if minutes <= 0:
+        raise RobfiltError(f"{TIMEOUT_ENV} must be a positive number of minutes, got {minutes}.")
+    return _dt.timedelta(minutes=minutes)
+
+
+def init(device: str = "cpu") -> DistContext:
+    """Join torchrun's process group once per process; a plain launch returns the single-process context.
+
+    A process group the caller initialised already is reused as it is (library use inside a training script).
+    """
+    ctx = env_context()
+    if not ctx.enabled:
+        return ctx
+    if not dist.is_available():
+        raise RobfiltError("this torch build has no torch.distributed; run robfilt as one process (without torchrun).")
+    if dist.is_initialized():
+        if dist.get_world_size() != ctx.world_size or dist.get_rank() != ctx.rank:
+            raise RobfiltError("the initialised process group does not match RANK/WORLD_SIZE of the environment.")
+        return replace(ctx, backend=str(dist.get_backend()))
+    backend = backend_for(device)
+    kwargs: dict = {}
+    if backend == "nccl":
+        if not torch.cuda.is_available():
+            raise RobfiltError("--device cuda under torchrun needs a CUDA device on every rank; use --device cpu.")
+        torch.cuda.set_device(ctx.local_rank)  # object collectives and barriers run on this rank's own GPU
+        kwargs["device_id"] = torch.device("cuda", ctx.local_rank)
+    dist.init_process_group(backend=backend, timeout=_timeout(), **kwargs)
+    atexit.register(_shutdown)
+    log.info("rank %d of %d (local rank %d) joined the %s process group", ctx.rank, ctx.world_size, ctx.local_rank,
+             backend)  # fmt: skip
+    return replace(ctx, backend=backend)
+
+
+def _shutdown() -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def local_device(device: str, ctx: DistContext) -> str:
+    """``cuda`` means this rank's own GPU (``cuda:LOCAL_RANK``) under torchrun; an explicit index is kept."""
+    if ctx.enabled and device == "cuda":
+        return f"cuda:{ctx.local_rank}"
+    if ctx.enabled and device.startswith("cuda:"):
+        log.warning("--device %s pins every rank of this node to one GPU; pass --device cuda instead", device)
+    return device
+
+
+def shard(units: Sequence[T], rank: int, world: int) -> list[T]:
+    """The units rank ``rank`` of ``world`` computes: every ``world``-th unit, starting at ``rank``.
+
+    A pure function of its arguments, so every rank derives the same partition without talking to the others;
+    the shards are disjoint and together cover every unit exactly once.
+    """
+    if world < 1:
+        raise ValueError(f"world size must be >= 1, got {world}")
+    if not 0 <= rank < world:
+        raise ValueError(f"rank must be in [0, {world}), got {rank}")
+    return list(units[rank::world])
+
+
+def _describe(exc: BaseException) -> tuple[str, str]:
+    return type(exc).__name__, str(exc)
+
+
+def _rebuild(rank: int, name: str, message: str) -> RobfiltError:
+    """Another rank's failure as an exception here: the same RobfiltError subclass when it was one."""
+    cls = getattr(errors, name, None)
+    if isinstance(cls, type) and issubclass(cls, RobfiltError):
+        return cls(message if rank == 0 else f"rank {rank}: {message}")
+    return RobfiltError(f"rank {rank} failed with {name}: {message}")
+
+
+def all_or_none(ctx: DistContext, fn: Callable[[], T]) -> T:
+    """Run this rank's share of a step; if any rank fails, every rank raises (a collective, so also a barrier).
+
+    The failing rank re-raises its own exception with its traceback; the others raise a one-line RobfiltError
+    naming the rank, which the CLI prints without a traceback.
+    """
+    if not ctx.enabled:
+        return fn()
+    result: T | None = None
+    error: Exception | None = None
+    try:
+        result = fn()
+    except Exception as exc:  # reported to every rank, then re-raised below
+        error = exc
+    outcomes: list[tuple[str, str] | None] = [None] * ctx.world_size
+    dist.all_gather_object(outcomes, None if error is None else _describe(error))
+    if error is not None:
+        raise error
+    for rank, outcome in enumerate(outcomes):
+        if outcome is not None:
+            raise _rebuild(rank, *outcome)
+    return result  # type: ignore[return-value]
+
+
+def all_gather(ctx: DistContext, obj: T) -> list[T]:
+    """Every rank's ``obj``, in rank order, on every rank (used when there is no shared run folder)."""
+    if not ctx.enabled:
+        return [obj]
+    gathered: list[T | None] = [None] * ctx.world_size
+    dist.all_gather_object(gathered, obj)
+    return gathered  # type: ignore[return-value]
+
+
+@contextlib.contextmanager
+def shared_run(ctx: DistContext, make_writer: Callable[[bool], RunWriter]) -> Iterator[RunWriter]:
+    """Open one run folder for all ranks: rank 0 locks it and writes the manifest, then the others attach.
+
+    ``make_writer(primary)`` builds the writer; only the primary one takes the lock, applies --resume or
+    --overwrite and writes the manifest. Secondary writers wait for that, check the fingerprint and then only
+    write their own part files, whose keys are unique per unit.
+    """
+    with contextlib.ExitStack() as stack:
+        if not ctx.enabled:
+            yield stack.enter_context(make_writer(True))
+            return
+        primary = all_or_none(ctx, lambda: stack.enter_context(make_writer(True)) if ctx.is_primary else None)
+        secondary = all_or_none(ctx, lambda: None if ctx.is_primary else stack.enter_context(make_writer(False)))
+        yield primary if ctx.is_primary else secondary
+
+
+__all__ = [
+    "SINGLE",
+    "DistContext",
+    "all_gather",
+    "all_or_none",
+    "backend_for",
+    "env_context",
+    "init",
+    "local_device",
+    "shard",
+    "shared_run",
+]

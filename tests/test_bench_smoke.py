@@ -1,0 +1,49 @@
+"""Every benchmark runs in --smoke mode and writes its JSON + Markdown; no timing is asserted here."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parent.parent
+BENCHMARKS = ["b1_eps_sweep", "b2_engine_overhead", "b3_attention_cost", "b4_lipschitz_throughput"]
+
+
+@pytest.fixture
+def bench(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.syspath_prepend(str(REPO))
+    return lambda name: importlib.import_module(f"benchmarks.{name}")
+
+
+@pytest.mark.parametrize("name", BENCHMARKS)
+def test_benchmark_smoke(name: str, bench, tmp_path: Path) -> None:
+    result = bench(name).run(smoke=True, out=tmp_path)
+    assert result["mode"] == "smoke" and result["benchmark"] == name
+    stored = json.loads((tmp_path / f"{name}.json").read_text())
+    assert stored["tables"] and stored["machine"]["cpu_cores"] >= 1
+    assert all({"value", "target", "met"} <= set(t) for t in stored["targets"].values())
+    markdown = (tmp_path / f"{name}.md").read_text()
+    assert markdown.startswith("# ") and "(smoke)" in markdown
+
+
+def test_benchmark_command_line(tmp_path: Path) -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "benchmarks.b2_engine_overhead", "--smoke", "--out", str(tmp_path)]
+    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "time ratio robfilt/bare" in done.stdout
+    assert (tmp_path / "b2_engine_overhead.json").exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+@pytest.mark.parametrize("name", BENCHMARKS)
+def test_benchmark_cuda_unavailable_is_a_clear_error(name: str, bench, tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match="no CUDA device"):
+        bench(name).run(smoke=True, out=tmp_path, device="cuda")
