@@ -294,3 +294,55 @@ def test_foolbox_cross_check_on_zoo_model():
         clean = model(x).argmax(1) == y
     theirs = (clean & ~success).float().mean().item()
     assert ours <= theirs + 0.02, (ours, theirs)
+
+
+def tiny_factory() -> nn.Module:
+    """A ``pkg.module:factory`` target for --model."""
+    torch.manual_seed(0)
+    return TinyNet().eval()
+
+
+def test_python_factory_model_via_cli(tmp_path, capsys, monkeypatch):
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    code = run(
+        [
+            "attack",
+            "--model",
+            "test_attack_engine:tiny_factory",
+            "--attack",
+            "fgsm",
+            "--eps",
+            "0.05",
+            "--n-examples",
+            "8",
+            "--out",
+            str(tmp_path / "r"),
+            "--json",
+            "-q",
+        ]
+    )
+    assert code == 0
+    assert "test_attack_engine:tiny_factory" in json.loads(capsys.readouterr().out)["models"]
+
+
+def test_timm_model_that_does_not_fit_the_data_is_refused(tmp_path, capsys):
+    out = tmp_path / "r"
+    code = run(
+        [
+            "attack",
+            "--model",
+            "timm:deit_tiny_patch16_224",
+            "--checkpoint",
+            "none",
+            "--attack",
+            "fgsm",
+            "--n-examples",
+            "4",
+            "-q",
+            "--out",
+            str(out),
+        ]
+    )
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "cannot take fashion-mnist images" in err and len(err.splitlines()) == 1
+    assert not out.exists()

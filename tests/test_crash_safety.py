@@ -144,3 +144,74 @@ def test_second_writer_on_the_same_out_is_locked_out(tmp_path):
     finally:
         first.kill()
         first.wait()
+
+
+LIPSCHITZ = [
+    "lipschitz",
+    "--model",
+    "deit,deit-grc",
+    "--checkpoint",
+    "none",
+    "--n-examples",
+    "12",
+    "--batch-size",
+    "2",
+    "--method",
+    "power",
+    "-q",
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [0, 1])
+def test_kill9_lipschitz_then_resume_is_identical(tmp_path, seed):
+    reference = tmp_path / "reference"
+    _finish(LIPSCHITZ + ["--out", str(reference)])
+    killed = tmp_path / "killed"
+    kill_after = random.Random(seed).randint(1, 8)
+    proc = _cli(LIPSCHITZ + ["--out", str(killed)])
+    _kill_when(proc, lambda: _parts(killed) >= kill_after)
+    with pytest.raises(RunStateError, match="unfinished"):
+        load_run(killed)
+    _finish(LIPSCHITZ + ["--out", str(killed), "--resume"])
+    a, b = load_run(reference), load_run(killed)
+    pd.testing.assert_frame_equal(a.rows, b.rows)
+    assert a.summary == b.summary
+
+
+@pytest.mark.parametrize("error", ["ENOSPC", "EACCES"])
+def test_write_failure_mid_run_ends_cleanly_and_resume_finishes(tmp_path, capfd, monkeypatch, error):
+    """A full disk (or lost permission) after some units: one-line error, complete parts intact, resume works."""
+    import errno
+
+    import robustbench_filters.results as results
+    from robustbench_filters.cli import run
+
+    args = ["16" if a == "40" else a for a in ATTACK]
+    reference = tmp_path / "reference"
+    assert run(args + ["--out", str(reference)]) == 0
+    real = results.atomic_write
+    calls = {"n": 0}
+
+    def failing(path, write):
+        if "parts" in str(path):
+            calls["n"] += 1
+            if calls["n"] > 3:
+                code = getattr(errno, error)
+                raise OSError(code, "No space left on device" if error == "ENOSPC" else "Permission denied", str(path))
+        return real(path, write)
+
+    monkeypatch.setattr(results, "atomic_write", failing)
+    out = tmp_path / "run"
+    assert run(args + ["--out", str(out)]) == 2
+    err = capfd.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:") and "--resume" in err[0]
+    parts = sorted((out / "parts").glob("*.parquet"))
+    assert len(parts) == 3 and all(len(pd.read_parquet(p)) for p in parts)  # complete units survive
+    assert not list(out.rglob("*.tmp")) and not (out / "summary.json").exists()
+    assert not (out / ".lock").exists()  # released on the way out
+    monkeypatch.setattr(results, "atomic_write", real)
+    assert run(args + ["--out", str(out), "--resume"]) == 0
+    a, b = load_run(reference), load_run(out)
+    pd.testing.assert_frame_equal(a.rows, b.rows)
+    assert a.summary == b.summary

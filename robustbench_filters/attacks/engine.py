@@ -570,6 +570,8 @@ def evaluate(
         ]
         dev = torch.device(device)
         x_all, y_all = images.x[ids], images.y[ids]
+        for lm in loaded:
+            _check_fits(lm, x_all[:1], len(images.classes), data)
         if dev.type == "cuda":
             x_all, y_all = x_all.pin_memory(), y_all.pin_memory()
         job = _Job(
@@ -606,6 +608,24 @@ def evaluate(
     finally:
         if tmp is not None:
             tmp.cleanup()
+
+
+def _check_fits(lm: LoadedModel, x: torch.Tensor, n_classes: int, data: str) -> None:
+    """Refuse, before any folder is written, a model that cannot take this data or has the wrong classes."""
+    try:
+        with torch.no_grad():
+            out = lm.module.eval()(x)
+    except Exception as exc:  # noqa: BLE001 - any failure here means the model does not fit the data
+        first = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else type(exc).__name__
+        raise RobfiltError(
+            f"model {lm.label} cannot take {data} images of shape {tuple(x.shape[1:])} ({first}); "
+            "pick matching --data/--size or a model built for this input."
+        ) from None
+    if out.dim() != 2 or out.shape[1] != n_classes:
+        raise RobfiltError(
+            f"model {lm.label} returns outputs of shape {tuple(out.shape)} but {data} has {n_classes} classes; "
+            "the model must return (batch, classes) logits."
+        )
 
 
 def _ids_hash(ids: torch.Tensor) -> str:
