@@ -40,19 +40,12 @@ FUSED = ("flash", "efficient", "cudnn")
 MODES = ("attack", "train")
 
 
-class BSA4D(bsa_layer()):  # type: ignore[misc]
-    """BSA with the bias shaped (1, H, N, N): the CPU flash kernel takes 4-D masks only (see the notes)."""
-
-    def full_bias(self, *args: Any, **kwargs: Any) -> torch.Tensor:
-        return super().full_bias(*args, **kwargs)[None]
-
-
 def build(kind: str, n: int, device: torch.device, mode: str) -> nn.Module:
     torch.manual_seed(0)
     if kind == "sdpa":
         module = Attention(DIM, num_heads=HEADS, qkv_bias=True)
     else:
-        module = (BSA4D if kind == "bsa-4d" else bsa_layer())(DIM, num_heads=HEADS, qkv_bias=True)
+        module = bsa_layer()(DIM, num_heads=HEADS, qkv_bias=True)
         grid, prefix = LAYOUTS[n]
         module.configure(grid=grid, num_prefix_tokens=prefix)
     module.fused_attn = True
@@ -110,7 +103,7 @@ def run(smoke: bool = False, out: Path | None = None, reps: int | None = None, d
         for n in cfg["tokens"]:
             b = cfg["batch"][n]
             x = torch.randn(b, n, DIM, device=dev, requires_grad=True)
-            modules = {kind: build(kind, n, dev, mode) for kind in ("sdpa", "bsa", "bsa-4d")}
+            modules = {kind: build(kind, n, dev, mode) for kind in ("sdpa", "bsa")}
             fns = {kind: (lambda m=m, x=x: step(m, x)) for kind, m in modules.items()}
             times, _ = B.interleaved(fns, cfg["reps"], dev, cfg["warmup"])
             for kind, m in modules.items():
@@ -157,9 +150,9 @@ def run(smoke: bool = False, out: Path | None = None, reps: int | None = None, d
     notes = [
         f"dims {DIM}, {HEADS} heads (DeiT-tiny); gaussian BSA; grids: {LAYOUTS}; fp32 on {dev}; interleaved, "
         f"median of {cfg['reps']} repetitions.",
-        "bsa = BilateralAttention as shipped (bias (H, N, N)); bsa-4d = the same module with the bias unsqueezed to "
-        "(1, H, N, N). On CPU, torch's flash kernel takes only 4-D masks and no mask that needs a gradient; "
-        "otherwise SDPA falls back to the math path, which materialises the N x N attention (fused_kernel column).",
+        "bsa = BilateralAttention as shipped (bias (1, H, N, N), broadcast over the batch). On CPU, torch's flash "
+        "kernel takes no mask that needs a gradient: in train mode (learnable sigma) SDPA falls back to the math "
+        "path, which materialises the N x N attention (fused_kernel column).",
     ]
     if dev.type != "cuda":
         notes.append("peak memory: n/a on CPU (torch has no CPU allocator statistics); memory ratios use the bytes "

@@ -62,7 +62,7 @@ def test_unknown_corruption_is_an_error(capsys) -> None:
         evaluate_corruptions(["deit"], ["corruption", "pgd"], n_examples=4, checkpoint="none")
     assert run(["attack", "--quiet", "--model", "deit", "--attack", "corruption:fog", "--checkpoint", "none"]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and re.search(r"error: unknown attack 'corruption:fog'", err), err
+    assert len(err.splitlines()) == 1 and re.search(r"error: unknown corruption 'fog'", err), err
 
 
 def test_mce_is_normalised_by_the_baseline() -> None:
