@@ -48,7 +48,7 @@ bench: $(STAMP)
 
 # Regenerate the example reports under reports/ from the zoo models.
 reports: $(STAMP)
-	$(BIN)/python scripts/make_reports.py --runs runs --reports reports
+	$(BIN)/python scripts/make_reports.py --runs runs --reports reports --n-examples 500
 
 lint: $(STAMP)
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
