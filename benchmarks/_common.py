@@ -145,3 +145,26 @@ def exit_code(result: dict[str, Any], strict: bool) -> int:
     """``--strict``: exit 1 when a full run misses a target (for CI jobs that gate on performance)."""
     missed = [k for k, t in result.get("targets", {}).items() if not t["met"]]
     return 1 if strict and missed and result["mode"] == "full" else 0
+
+
+def finish(name: str, result: dict[str, Any], tables: dict[str, pd.DataFrame], out: Path | None) -> dict[str, Any]:
+    """Write the JSON + Markdown results, print them, and return the result (every benchmark ends here)."""
+    write(name, result, tables, out)
+    show(result, tables)
+    return result
+
+
+def cli(run: Callable[..., dict[str, Any]]) -> None:
+    """The shared command line of every benchmark: --smoke, --out, --reps, --device, --strict."""
+    import typer
+
+    def main(
+        smoke: bool = typer.Option(False, "--smoke", help="Tiny sizes: checks that it runs, in seconds."),
+        out: Path | None = typer.Option(None, "--out", help="Result folder (default reports/bench)."),
+        reps: int | None = typer.Option(None, "--reps", help="Timed repetitions per side."),
+        device: str = typer.Option("cpu", "--device", help="cpu or cuda."),
+        strict: bool = typer.Option(False, "--strict", help="Exit 1 when a full run misses a target."),
+    ) -> None:
+        raise typer.Exit(exit_code(run(smoke, out, reps, device=device), strict))
+
+    typer.run(main)

@@ -9,12 +9,11 @@ Targets: wall-time ratio (robfilt / loop) <= 0.4; at every eps, robfilt's robust
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import pandas as pd
 import torch
 import torchattacks
-import typer
 
 from benchmarks import _common as B
 from robustbench_filters.attacks.catalogue import Norm
@@ -119,20 +118,8 @@ def run(
         "robust accuracy per eps": acc.round({"robfilt_acc_%": 2, "loop_acc_%": 2, "diff_points": 2}),
         "wall time": timing,
     }
-    B.write(NAME, result, tables, out)
-    B.show(result, tables)
-    return result
-
-
-def main(
-    smoke: Annotated[bool, typer.Option("--smoke", help="Tiny sizes: checks that it runs, in seconds.")] = False,
-    out: Annotated[Path | None, typer.Option("--out", help="Result folder (default reports/bench).")] = None,
-    reps: Annotated[int | None, typer.Option("--reps", help="Timed repetitions per side.")] = None,
-    device: Annotated[str, typer.Option("--device", help="cpu or cuda.")] = "cpu",
-    strict: Annotated[bool, typer.Option("--strict", help="Exit 1 when a full run misses a target.")] = False,
-) -> None:
-    raise typer.Exit(B.exit_code(run(smoke, out, reps, device=device), strict))
+    return B.finish(NAME, result, tables, out)
 
 
 if __name__ == "__main__":
-    typer.run(main)
+    B.cli(run)

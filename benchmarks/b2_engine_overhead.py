@@ -9,12 +9,11 @@ so the cascade attacks all of them, exactly like the bare loop. Target: ratio (r
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import pandas as pd
 import torch
 import torch.nn.functional as F
-import typer
 
 from benchmarks import _common as B
 from robustbench_filters.attacks.catalogue import Norm
@@ -101,20 +100,8 @@ def run(
         ],
     }
     tables = {"wall time": timing}
-    B.write(NAME, result, tables, out)
-    B.show(result, tables)
-    return result
-
-
-def main(
-    smoke: Annotated[bool, typer.Option("--smoke", help="Tiny sizes: checks that it runs, in seconds.")] = False,
-    out: Annotated[Path | None, typer.Option("--out", help="Result folder (default reports/bench).")] = None,
-    reps: Annotated[int | None, typer.Option("--reps", help="Timed repetitions per side.")] = None,
-    device: Annotated[str, typer.Option("--device", help="cpu or cuda.")] = "cpu",
-    strict: Annotated[bool, typer.Option("--strict", help="Exit 1 when a full run misses a target.")] = False,
-) -> None:
-    raise typer.Exit(B.exit_code(run(smoke, out, reps, device=device), strict))
+    return B.finish(NAME, result, tables, out)
 
 
 if __name__ == "__main__":
-    typer.run(main)
+    B.cli(run)

@@ -19,11 +19,10 @@ training and attack memory, and the place where a materialised N x N attention m
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import pandas as pd
 import torch
-import typer
 from timm.layers import Attention
 from torch import nn
 from torch.profiler import ProfilerActivity, profile
@@ -168,20 +167,8 @@ def run(smoke: bool = False, out: Path | None = None, reps: int | None = None, d
         "notes": notes,
     }
     tables = {"measurements": table, "ratios over sdpa": ratio_table}
-    B.write(NAME, result, tables, out)
-    B.show(result, tables)
-    return result
-
-
-def main(
-    smoke: Annotated[bool, typer.Option("--smoke", help="Tiny sizes: checks that it runs, in seconds.")] = False,
-    out: Annotated[Path | None, typer.Option("--out", help="Result folder (default reports/bench).")] = None,
-    reps: Annotated[int | None, typer.Option("--reps", help="Timed repetitions per side.")] = None,
-    strict: Annotated[bool, typer.Option("--strict", help="Exit 1 when a full run misses a target.")] = False,
-    device: Annotated[str, typer.Option("--device", help="cpu or cuda.")] = "cpu",
-) -> None:
-    raise typer.Exit(B.exit_code(run(smoke, out, reps, device), strict))
+    return B.finish(NAME, result, tables, out)
 
 
 if __name__ == "__main__":
-    typer.run(main)
+    B.cli(run)

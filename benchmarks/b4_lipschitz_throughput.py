@@ -11,11 +11,10 @@ No target: this benchmark reports. Settings follow ``robfilt lipschitz`` default
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import pandas as pd
 import torch
-import typer
 
 from benchmarks import _common as B
 from robustbench_filters.lipschitz.api import RHO_GRID_DECADES, _load_model
@@ -119,20 +118,8 @@ def run(
         ],
     }
     tables = {"lower-bound estimators": est, "certified bounds (trace_bounds, 13 radii)": bounds}
-    B.write(NAME, result, tables, out)
-    B.show(result, tables)
-    return result
-
-
-def main(
-    smoke: Annotated[bool, typer.Option("--smoke", help="Tiny sizes: checks that it runs, in seconds.")] = False,
-    out: Annotated[Path | None, typer.Option("--out", help="Result folder (default reports/bench).")] = None,
-    reps: Annotated[int | None, typer.Option("--reps", help="Timed repetitions per side.")] = None,
-    device: Annotated[str, typer.Option("--device", help="cpu or cuda.")] = "cpu",
-    strict: Annotated[bool, typer.Option("--strict", help="Exit 1 when a full run misses a target.")] = False,
-) -> None:
-    raise typer.Exit(B.exit_code(run(smoke, out, reps, device=device), strict))
+    return B.finish(NAME, result, tables, out)
 
 
 if __name__ == "__main__":
-    typer.run(main)
+    B.cli(run)
