@@ -613,7 +613,7 @@ def evaluate(
 def _check_fits(lm: LoadedModel, x: torch.Tensor, n_classes: int, data: str) -> None:
     """Refuse, before any folder is written, a model that cannot take this data or has the wrong classes."""
     try:
-        with torch.no_grad():
+        with torch.no_grad(), _input_grads_only([lm.module]):
             out = lm.module.eval()(x)
     except Exception as exc:  # noqa: BLE001 - any failure here means the model does not fit the data
         first = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else type(exc).__name__
