@@ -35,6 +35,8 @@ def eps_label(eps: float) -> str:
     if eps == 0:
         return "0"
     k = eps * 255
+    if round(eps, 4) == eps:  # a plain decimal (0.2, 0.05) stays one, even when it happens to be k/255
+        return f"{eps:.8g}"
     if abs(k - round(k)) < 1e-6 and eps < 1:
         return f"{round(k)}/255"
     return f"{eps:.8g}"
