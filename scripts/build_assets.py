@@ -56,6 +56,8 @@ from pathlib import Path
 
 import numpy as np
 
+from robustbench_filters.data.images import FASHION_MNIST_CLASSES
+
 log = logging.getLogger("build_assets")
 
 REPO = Path(__file__).resolve().parent.parent
@@ -67,18 +69,7 @@ SEED = 20250612
 SPLIT_IDS = {"train": 0, "test": 1}
 PER_CLASS_TRAIN = (2000, 1500)  # first that fits the budget wins
 PER_CLASS_TEST = 200
-FMNIST_CLASSES = [
-    "T-shirt/top",
-    "Trouser",
-    "Pullover",
-    "Dress",
-    "Coat",
-    "Sandal",
-    "Shirt",
-    "Sneaker",
-    "Bag",
-    "Ankle boot",
-]
+FMNIST_CLASSES = FASHION_MNIST_CLASSES  # one list, shared with the loader
 # Publication order (as janeaustenr's austen_books()).
 NOVELS = {
     "sensesensibility": "Sense and Sensibility (1811)",

@@ -78,8 +78,7 @@ def evaluate(
     if kwargs.get("rates") is not None:
         raise RobfiltError("--rate applies to the text attack wordswap on language models; image models use --eps.")
     kwargs.pop("rates", None)
-    kwargs.pop("replacement", None) if kwargs.get("replacement") in (None, "AAA") else None
-    if kwargs.get("replacement") is not None:
+    if kwargs.pop("replacement", None) not in (None, "AAA"):
         raise RobfiltError("--replacement applies to the text attack wordswap on language models.")
     if any(a == "corruption" or a.startswith("corruption:") for a in attacks):
         if eps is not None:

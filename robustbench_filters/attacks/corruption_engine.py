@@ -16,7 +16,6 @@ baseline makes no error (or no extra error) has an undefined CE (null) and is le
 from __future__ import annotations
 
 import logging
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ from ..progress import ProgressHook, null_progress
 from ..results import RunWriter
 from . import lm_checks as LC
 from .catalogue import get_attack
+from .common import model_labels, resolve_out
 from .corruptions import CORRUPTIONS, SEVERITIES, check_severity, corrupt, get_corruption, parameter_table, pregenerate
 from .engine import EvalResult, _accuracy, _ids_hash, _margin_loss, _select_examples, unit_seed
 
@@ -232,10 +232,7 @@ def evaluate_corruptions(
 
     images = load_images(data, split="test", root=data_root)
     ids = _select_examples(len(images.y), n_examples, seed)
-    labels = [
-        m if isinstance(m, str) else getattr(getattr(m, "robfilt_spec", None), "name", f"model{i}")
-        for i, m in enumerate(models)
-    ]
+    labels = model_labels(models)
     config = {
         "models": labels,
         "attacks": list(attacks),
@@ -250,10 +247,7 @@ def evaluate_corruptions(
         "checkpoint": checkpoint,
         "baseline": baseline,
     }
-    tmp = None
-    if out is None:
-        tmp = tempfile.TemporaryDirectory(prefix="robfilt-")
-        out = Path(tmp.name) / "run"
+    out, tmp = resolve_out(out)
     try:
         loaded = [
             load_model(m, size, checkpoint, seed)

@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import tempfile
 import zlib
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
@@ -42,6 +41,7 @@ from ..progress import ProgressHook, null_progress
 from ..results import RunWriter, load_run
 from ..stats import wilson_interval
 from .catalogue import ATTACKS, AttackParams, Norm, get_attack
+from .common import model_labels, resolve_out
 
 log = logging.getLogger(__name__)
 
@@ -531,10 +531,7 @@ def evaluate(
 
     images = load_images(data, split="test", root=data_root)
     ids = _select_examples(len(images.y), n_examples, seed)
-    labels = [
-        m if isinstance(m, str) else getattr(getattr(m, "robfilt_spec", None), "name", f"model{i}")
-        for i, m in enumerate(models)
-    ]
+    labels = model_labels(models)
     config = {
         "models": labels,
         "attacks": list(attacks),
@@ -553,10 +550,7 @@ def evaluate(
     }
     if amp is not None:  # only when set, so fp32 runs keep their fingerprints
         config |= {"amp": amp, "amp_attacks": amp_attacks}
-    tmp = None
-    if out is None:
-        tmp = tempfile.TemporaryDirectory(prefix="robfilt-")
-        out = Path(tmp.name) / "run"
+    out, tmp = resolve_out(out)
     try:
         loaded = [
             m_

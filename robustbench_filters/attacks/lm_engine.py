@@ -26,7 +26,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +42,7 @@ from ..progress import ProgressHook, null_progress
 from ..results import RunWriter
 from . import lm_checks as LC
 from .catalogue import Norm, get_attack
+from .common import resolve_out
 from .embedding import EMBEDDING_ATTACKS, EPS_MODES, EmbeddingAttack, eps_scale, perturbation_size, sequence_nll
 from .engine import EvalResult, _ids_hash, _select_examples, unit_seed
 from .wordswap import DEFAULT_RATES, DEFAULT_REPLACEMENT, eligible_spans, swap_words, validate_rate
@@ -490,10 +490,7 @@ def evaluate_lm(
         "sources": [s.source for s in subjects],
         "check_masking": check_masking,
     }
-    tmp = None
-    if out is None:
-        tmp = tempfile.TemporaryDirectory(prefix="robfilt-")
-        out = Path(tmp.name) / "run"
+    out, tmp = resolve_out(out)
     try:
         dev = torch.device(device)
         batches = [slice(i, i + batch_size) for i in range(0, n, batch_size)]

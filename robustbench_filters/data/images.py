@@ -183,7 +183,7 @@ def _load_torchvision(key: str, split: str, root: Any, download: bool, n_max: in
             raise RobfiltError(f"data root {root_path} does not exist; pass an existing folder or download=True")
     if key in ("mnist", "fashion-mnist-full") and (files := _idx_files(root_path, split)):
         x, y = _read_idx_pair(*files)
-        classes = _MNIST_CLASSES if key == "mnist" else _FASHION_CLASSES
+        classes = _MNIST_CLASSES if key == "mnist" else FASHION_MNIST_CLASSES
         idx = stratified_prefix(y, n_max)
         return _from_uint8(x[idx], y[idx], classes, key, split)
 
@@ -209,7 +209,7 @@ def _load_torchvision(key: str, split: str, root: Any, download: bool, n_max: in
 
 
 _MNIST_CLASSES = [str(d) for d in range(10)]
-_FASHION_CLASSES = [
+FASHION_MNIST_CLASSES = [
     "T-shirt/top",
     "Trouser",
     "Pullover",
