@@ -101,7 +101,7 @@ def test_missing_measurements_are_inconclusive_not_errors():
 
 def test_plans():
     full = full_plan(3)
-    assert full.seeds == (0, 1, 2) and full.vision_recipe.epochs == 3 and full.lm_recipe.steps == 400
+    assert full.seeds == (0, 1, 2) and full.vision_recipe.epochs == 6 and full.lm_recipe.steps == 800
     assert len(full.vision_models) == len(full.lm_models) == 4
     assert len([p for p in pieces(full) if p.kind == "train"]) == 24
     assert quick_plan().seeds == (0,)

@@ -17,6 +17,8 @@ from typing import Any
 import pandas as pd
 
 from ..io import atomic_write_json, atomic_write_text
+from ..models.registry import Family
+from ..train import DEFAULT_RECIPES
 from . import plan as P
 from .claims import MIN_SEEDS, ClaimResult, Verdict
 from .plan import StudyPlan
@@ -64,6 +66,11 @@ def claims_table(claims: list[ClaimResult], primary: bool) -> pd.DataFrame:
             }
         )
     return pd.DataFrame(rows)
+
+
+def _zoo_length(family: Family) -> str:
+    recipe = DEFAULT_RECIPES[family]
+    return f"{recipe.epochs} epochs at batch {recipe.batch_size}" if recipe.epochs else f"{recipe.steps} steps"
 
 
 def _recipes(plan: StudyPlan) -> pd.DataFrame:
@@ -188,8 +195,9 @@ def render_readme(
         "",
         "## What was run",
         "",
-        "Training recipes (the zoo recipes are 10 epochs / 1500 steps; the study uses these shorter ones so that "
-        "three seeds of eight models fit in two hours on two cores):",
+        "Training recipes (the zoo trains for "
+        f"{_zoo_length(Family.DEIT)} (DeiT) and {_zoo_length(Family.LM)} (LM); the study uses these shorter ones so "
+        "that three seeds of eight models fit in two hours on two cores):",
         "",
         markdown(_recipes(plan)).rstrip(),
         "",
