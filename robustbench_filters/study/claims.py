@@ -119,7 +119,8 @@ def judge(diffs: Sequence[float], delta: float, min_seeds: int = MIN_SEEDS) -> t
     if hi < 0:
         return Verdict.NOT_SUPPORTED, "95% CI excludes 0 in the opposite direction"
     if mean <= 0 and hi < delta:
-        return Verdict.NOT_SUPPORTED, f"estimate goes the other way and the CI excludes the claimed effect ({delta:g})"
+        way = "goes the other way" if mean < 0 else "is zero"
+        return Verdict.NOT_SUPPORTED, f"estimate {way} and the CI excludes the claimed effect ({delta:g})"
     return Verdict.INCONCLUSIVE, "95% CI includes 0"
 
 

@@ -182,7 +182,7 @@ def render_readme(
         "",
         "- **supported**: lo > 0 (the interval excludes 0 in the claimed direction);",
         "- **not supported**: hi < 0 (the interval excludes 0 in the opposite direction), or the mean is <= 0 and "
-        "hi < delta (the estimate goes the other way and the interval excludes the claimed effect size delta);",
+        "hi < delta (the estimate is zero or goes the other way, and the interval excludes the claimed effect size delta);",
         f"- **inconclusive at this scale**: otherwise, including fewer than {MIN_SEEDS} seeds and unmeasured pieces.",
         "",
         "delta: 1 percentage point of accuracy, 1% of perplexity (0.01 in log ppl), 0.05 decades of a Lipschitz bound, "
