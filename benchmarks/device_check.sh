@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# One prepared GPU session: CUDA smoke test of the CLI, a 1-rank NCCL torchrun that must match the plain run,
-# and benchmarks B1-B3 on the GPU. Benchmark results land in $OUT/bench (default OUT=runs/device), run folders in
-# $RUNS (default /tmp/robfilt-device-runs); copy $OUT/bench to reports/bench/gpu/.
+# One prepared GPU session: CUDA smoke test of the CLI, a 1-rank NCCL torchrun that must match the plain run, a
+# count of host-device synchronisations in the engine, and benchmarks B1-B3 on the GPU. Benchmark results land in
+# $OUT/bench (default OUT=runs/device), run folders in $RUNS (default /tmp/robfilt-device-runs); copy $OUT/bench
+# to reports/bench/gpu/.
 #
 # Meant for a bare GPU machine whose python3 already has torch, torchvision and the common packages; pure-Python
 # wheels that may be missing there (timm, torchattacks) can be put in .whl/ beforehand:
@@ -51,6 +52,9 @@ outcome = lambda r: r.loc[r.attack != "clean", ["example_id", "attack", "eps", "
 print(f"clean accuracy fp32 {clean(a):.2f}%, bf16 autocast {clean(c):.2f}%; "
       f"attack outcomes equal (attacks stay fp32): {outcome(a).equals(outcome(c))}")
 EOF
+
+step "host-device synchronisations inside one engine unit"
+(cd "$repo" && $PY -m benchmarks.sync_check --device "$DEVICE") || echo "sync_check rc=$?"
 
 step "benchmarks B1-B3 on the GPU"
 for b in b1_eps_sweep b2_engine_overhead b3_attention_cost; do

@@ -106,6 +106,19 @@ def _row_stats(
     }
 
 
+def _to_host(
+    per_eps: list[dict[str, torch.Tensor]], clean_correct: torch.Tensor
+) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """All of a unit's per-eps measurements in one device-to-host copy (float64 holds every value exactly)."""
+    keys = list(per_eps[0])
+    packed = torch.stack([torch.stack([stats[k].double() for k in keys]) for stats in per_eps])  # (eps, key, n)
+    flat = torch.cat([packed.flatten(), clean_correct.double()]).cpu().numpy()
+    host = flat[: packed.numel()].reshape(packed.shape)
+    kinds = {"correct": bool, "in_box": bool, "fooled_code": np.int64}
+    out = {k: host[:, i].astype(kinds.get(k, np.float64)) for i, k in enumerate(keys)}
+    return out, flat[packed.numel() :].astype(bool)
+
+
 def _frame(
     label: str,
     ids: torch.Tensor,
@@ -193,7 +206,8 @@ def cascade(
             params = AttackParams(
                 eps=eps, norm=norm, steps=steps, step_size=step_size, seed=unit_seed(seed, k), n_classes=n_classes
             )
-            for component, fn in info.build(model, params):
+            built = info.build(model, params)
+            for j, (component, fn) in enumerate(built):
                 if len(idx) == 0:
                     break
                 xs, ys = x[idx], y[idx]
@@ -209,13 +223,15 @@ def cascade(
                 fooled = adv_logits.argmax(1) != ys
                 if component not in components:
                     components.append(component)
-                fooled_code[idx[fooled]] = components.index(component) + 1
-                robust[idx[fooled]] = False
-                idx = idx[~fooled]
+                # integer-index updates need no host-device sync (a boolean mask index would)
+                code = components.index(component) + 1
+                fooled_code[idx] = torch.where(fooled, code, fooled_code[idx])
+                robust[idx] = robust[idx] & ~fooled
+                if j + 1 < len(built):
+                    idx = idx[~fooled]  # a sync, only between ensemble components
         per_eps.append({**_row_stats(x, x_cur, y, logits, norm), "fooled_code": fooled_code.clone()})
-    host = {key: torch.stack([s[key] for s in per_eps]).cpu().numpy() for key in per_eps[0]}  # one copy per unit
+    host, clean_host = _to_host(per_eps, clean_correct)
     names = ["clean", *components]
-    clean_host = clean_correct.cpu().numpy()
     frames = []
     for k, eps in enumerate(grid):
         fooled_by = ["" if c < 0 else names[c] for c in host["fooled_code"][k].tolist()]
