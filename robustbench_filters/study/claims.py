@@ -227,6 +227,10 @@ CLAIMS: tuple[ClaimSpec, ...] = (
     ClaimSpec("c", "Boosting (GRC) lowers the Lipschitz upper bound", LANGUAGE,
               "log10 of the certified global Lipschitz upper bound",
               (_vs("lm", "lip_log10_upper", "model", "lm", "lm-grc", -1, LOG10_DELTA),), primary=False),
+    ClaimSpec("d", "BSA lowers contaminated perplexity, relative to its own clean perplexity", LANGUAGE,
+              "perplexity under word swap / clean perplexity (log scale), mean over the rates > 0: separates "
+              "robustness from a better clean fit",
+              (_vs("lm", "log_ppl_increase", "wordswap", "lm", "lm-bsa", -1, LOG_PPL_DELTA),), primary=False),
     ClaimSpec("d", "BSA lowers contaminated error (images: corruptions)", VISION,
               "accuracy under the corruption suite, mean over corruptions and severities",
               (_vs("image", "corruption_acc", "mean", "deit", "deit-bsa", +1, ACC_DELTA),), primary=False),

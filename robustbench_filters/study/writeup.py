@@ -82,8 +82,9 @@ def _recipes(plan: StudyPlan) -> pd.DataFrame:
     ):
         if models:
             d = dataclasses.asdict(recipe)
-            rows.append({"family": family, "models": ", ".join(models), "data": data, **{k: d[k] for k in fields}})
-    return pd.DataFrame(rows).fillna("-")
+            cells = {k: "-" if d[k] is None else str(d[k]) for k in fields}  # str: no 6.0 from a NaN-mixed column
+            rows.append({"family": family, "models": ", ".join(models), "data": data, **cells})
+    return pd.DataFrame(rows)
 
 
 def _wall_times(manifest: dict) -> pd.DataFrame:
