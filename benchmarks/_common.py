@@ -23,6 +23,7 @@ from rich.console import Console
 
 from robustbench_filters.io import atomic_write_json, atomic_write_text
 from robustbench_filters.models.checkpoint import CARD, zoo_path
+from robustbench_filters.models.resolve import load_model
 from robustbench_filters.report.render import markdown
 
 SMOKE_CAVEAT = " (smoke sizes: indicative only)"
@@ -36,6 +37,16 @@ def pick_checkpoint(name: str, size: str = "micro") -> str:
         return "zoo"
     console.print(f"[yellow]no zoo checkpoint for {name}-{size}: using untrained weights (--checkpoint none)[/]")
     return "none"
+
+
+def settings(full: dict[str, Any], smoke_cfg: dict[str, Any], smoke: bool, reps: int | None) -> dict[str, Any]:
+    """The full or smoke sizes of a benchmark, with ``--reps`` applied."""
+    return {**(smoke_cfg if smoke else full), **({"reps": reps} if reps else {})}
+
+
+def eval_model(name: str, checkpoint: str, device: torch.device, seed: int = 0) -> torch.nn.Module:
+    """A micro model (``checkpoint`` from :func:`pick_checkpoint`) in eval mode on ``device``."""
+    return load_model(name, "micro", checkpoint, seed).module.to(device).eval()
 
 
 def resolve_device(device: str) -> torch.device:

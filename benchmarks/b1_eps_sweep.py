@@ -19,7 +19,6 @@ from benchmarks import _common as B
 from robustbench_filters.attacks.catalogue import Norm
 from robustbench_filters.attacks.engine import _select_examples, cascade, default_eps, evaluate
 from robustbench_filters.data import load_images
-from robustbench_filters.models.resolve import load_model
 
 NAME = "b1_eps_sweep"
 FULL = {"n_examples": 500, "steps": 20, "batch_size": 128, "reps": 3, "warmup": 0}
@@ -29,10 +28,10 @@ SMOKE = {"n_examples": 24, "steps": 2, "batch_size": 12, "reps": 2, "warmup": 0}
 def run(
     smoke: bool = False, out: Path | None = None, reps: int | None = None, seed: int = 0, device: str = "cpu"
 ) -> dict[str, Any]:
-    cfg = {**(SMOKE if smoke else FULL), **({"reps": reps} if reps else {})}
+    cfg = B.settings(FULL, SMOKE, smoke, reps)
     device = B.resolve_device(device)
     checkpoint = B.pick_checkpoint("deit")
-    model = load_model("deit", "micro", checkpoint, seed).module.to(device).eval()
+    model = B.eval_model("deit", checkpoint, device, seed)
     images = load_images("fashion-mnist", split="test")
     ids = _select_examples(len(images.y), cfg["n_examples"], seed)
     x_all, y_all = images.x[ids].to(device), images.y[ids].to(device)

@@ -19,7 +19,6 @@ from benchmarks import _common as B
 from robustbench_filters.attacks.catalogue import Norm
 from robustbench_filters.attacks.engine import cascade
 from robustbench_filters.data import load_images
-from robustbench_filters.models.resolve import load_model
 
 NAME = "b2_engine_overhead"
 FULL = {"batch_size": 128, "steps": 20, "eps": 0.03, "reps": 5, "warmup": 1}
@@ -41,10 +40,10 @@ def correct_batch(
 def run(
     smoke: bool = False, out: Path | None = None, reps: int | None = None, seed: int = 0, device: str = "cpu"
 ) -> dict[str, Any]:
-    cfg = {**(SMOKE if smoke else FULL), **({"reps": reps} if reps else {})}
+    cfg = B.settings(FULL, SMOKE, smoke, reps)
     device = B.resolve_device(device)
     checkpoint = B.pick_checkpoint("deit")
-    model = load_model("deit", "micro", checkpoint, seed).module.to(device).eval()
+    model = B.eval_model("deit", checkpoint, device, seed)
     x, y, ids = correct_batch(model, cfg["batch_size"], device)
     k, eps = cfg["steps"], cfg["eps"]
 

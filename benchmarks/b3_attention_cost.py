@@ -97,7 +97,7 @@ def fused(ops: list[str]) -> bool:
 
 
 def run(smoke: bool = False, out: Path | None = None, reps: int | None = None, device: str = "cpu") -> dict[str, Any]:
-    cfg = {**(SMOKE if smoke else FULL), **({"reps": reps} if reps else {})}
+    cfg = B.settings(FULL, SMOKE, smoke, reps)
     dev = B.resolve_device(device)
     if dev.type == "cuda" and not smoke:
         cfg |= {"batch": GPU_BATCH, "reps": max(cfg["reps"], 20), "warmup": 3}

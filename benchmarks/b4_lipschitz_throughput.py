@@ -43,7 +43,7 @@ def _target(name: str, n: int, seed: int, device: torch.device):
 def run(
     smoke: bool = False, out: Path | None = None, reps: int | None = None, seed: int = 0, device: str = "cpu"
 ) -> dict[str, Any]:
-    cfg = {**(SMOKE if smoke else FULL), **({"reps": reps} if reps else {})}
+    cfg = B.settings(FULL, SMOKE, smoke, reps)
     device = B.resolve_device(device)
     n = cfg["n"]
     est_rows, bound_rows = [], []

@@ -16,9 +16,9 @@ import warnings
 
 import torch
 
+from benchmarks import _common as B
 from robustbench_filters.attacks.catalogue import Norm
 from robustbench_filters.attacks.engine import cascade
-from robustbench_filters.models.resolve import load_model
 
 EPS = (0.005, 0.01, 0.02, 0.05, 0.1)
 
@@ -34,9 +34,8 @@ def _origin(stack: list[traceback.FrameSummary]) -> str:
 
 def count_syncs(steps: int, device: torch.device) -> collections.Counter[str]:
     torch.manual_seed(0)
-    model = load_model("deit", "micro", "zoo", 0).module.to(device).eval()
+    model = B.eval_model("deit", B.pick_checkpoint("deit"), device)
     x = torch.rand(128, 1, 28, 28, device=device)
-    y = torch.randint(0, 10, (128,), device=device)
     with torch.no_grad():
         logits = model(x)
     y = logits.argmax(1)  # every example starts correct, so every eps attacks survivors
@@ -48,17 +47,14 @@ def count_syncs(steps: int, device: torch.device) -> collections.Counter[str]:
             counts[_origin(traceback.extract_stack()[:-1])] += 1
 
     torch.cuda.synchronize(device)
-    old = warnings.showwarning
-    warnings.showwarning = record
-    torch.cuda.set_sync_debug_mode("warn")
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("always")
-            warnings.showwarning = record
+    with warnings.catch_warnings():  # restores showwarning on exit
+        warnings.simplefilter("always")
+        warnings.showwarning = record
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
             cascade(model, "deit", "pgd", EPS, Norm.LINF, x, y, ids, y == y, steps, None, 10, 0, clean_logits=logits)
-    finally:
-        torch.cuda.set_sync_debug_mode(0)
-        warnings.showwarning = old
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
     return counts
 
 

@@ -188,7 +188,6 @@ def cascade(
     full-batch forward pass.
     """
     info = get_attack(attack)
-    robust = clean_correct.clone()
     x_cur = x.clone()
     if clean_logits is None:
         with torch.no_grad():
@@ -200,7 +199,7 @@ def cascade(
     grid = sorted(eps_grid)
     per_eps: list[dict[str, torch.Tensor]] = []
     for k, eps in enumerate(grid):
-        idx = robust.nonzero().squeeze(1)  # a sync: the survivor count sets the next attack's batch
+        idx = (fooled_code < 0).nonzero().squeeze(1)  # a sync: the survivor count sets the next attack's batch
         if len(idx) and eps > 0:
             torch.manual_seed(unit_seed(seed, label, attack, k, int(ids[0])))
             params = AttackParams(
@@ -226,7 +225,6 @@ def cascade(
                 # integer-index updates need no host-device sync (a boolean mask index would)
                 code = components.index(component) + 1
                 fooled_code[idx] = torch.where(fooled, code, fooled_code[idx])
-                robust[idx] = robust[idx] & ~fooled
                 if j + 1 < len(built):
                     idx = idx[~fooled]  # a sync, only between ensemble components
         per_eps.append({**_row_stats(x, x_cur, y, logits, norm), "fooled_code": fooled_code.clone()})
