@@ -9,8 +9,8 @@ Run on a GPU machine: ``python -m benchmarks.sync_check --device cuda``. On a CP
 
 from __future__ import annotations
 
+import argparse
 import collections
-import sys
 import traceback
 import warnings
 
@@ -59,7 +59,9 @@ def count_syncs(steps: int, device: torch.device) -> collections.Counter[str]:
 
 
 def main() -> int:
-    device = torch.device(sys.argv[sys.argv.index("--device") + 1] if "--device" in sys.argv else "cuda")
+    parser = argparse.ArgumentParser(description="Count host-device synchronisations of one engine unit.")
+    parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="cuda (cpu only says: skipped)")
+    device = torch.device(parser.parse_args().device)
     if device.type != "cuda" or not torch.cuda.is_available():
         print("sync_check: needs a CUDA device; skipped")
         return 0
