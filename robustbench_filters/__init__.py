@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 
-__version__ = "0.1.0"
+from .versions import __version__
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
 

@@ -21,7 +21,6 @@ import logging
 import os
 import shutil
 import socket
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ import pandas as pd
 
 from .errors import RobfiltError, RunStateError
 from .io import atomic_write, atomic_write_json
+from .versions import git_commit, library_versions
 
 log = logging.getLogger(__name__)
 
@@ -39,21 +39,6 @@ SUMMARY = "summary.json"
 ROWS = "rows.parquet"
 PARTS = "parts"
 LOCK = ".lock"
-
-
-def git_commit() -> str | None:
-    """The commit of the robfilt source tree, if it is a git checkout (recorded for provenance)."""
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
-            cwd=Path(__file__).resolve().parent,
-            capture_output=True,
-            text=True,
-            timeout=5,
-        )
-        return out.stdout.strip() or None if out.returncode == 0 else None
-    except (OSError, subprocess.SubprocessError):
-        return None
 
 
 def fingerprint(config: dict[str, Any]) -> str:
@@ -228,8 +213,6 @@ class RunWriter:
             "git_commit": git_commit(),
             **self.extra,
         }
-        from .models.checkpoint import library_versions
-
         manifest["versions"] = library_versions()
         atomic_write_json(manifest_path, manifest)
 

@@ -25,9 +25,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from .errors import RobfiltError, RunStateError
+from .family import Family
 from .io import atomic_write_json
 from .models.checkpoint import CARD, WEIGHTS, save_checkpoint
-from .models.registry import Family, build_from_spec, resolve_spec
+from .models.registry import build_from_spec, resolve_spec
 from .progress import ProgressHook, null_progress
 from .results import RunLock, check_writable
 
@@ -71,7 +72,7 @@ class Recipe:
 
 
 DEFAULT_RECIPES: dict[Family, Recipe] = {
-    Family.DEIT: Recipe(epochs=14, batch_size=64, lr=2e-3, weight_decay=0.05, augment=False),
+    Family.IMAGE: Recipe(epochs=14, batch_size=64, lr=2e-3, weight_decay=0.05, augment=False),
     Family.LM: Recipe(steps=1500, batch_size=32, lr=3e-3, weight_decay=0.1, augment=False, ckpt_every=250),
 }
 
@@ -116,7 +117,7 @@ class _Task:
     def __init__(self, model: nn.Module, spec: Any, data: str, recipe: Recipe, seed: int, out: Path) -> None:
         self.model, self.spec, self.recipe, self.seed = model, spec, recipe, seed
         self.family = spec.family
-        if self.family is Family.DEIT:
+        if self.family is Family.IMAGE:
             from .data import load_images
 
             self.train_data = load_images(data, split="train")
@@ -167,7 +168,7 @@ class _Task:
 
     def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
         gen = torch.Generator().manual_seed(self.seed * 1_000_003 + step)
-        if self.family is Family.DEIT:
+        if self.family is Family.IMAGE:
             spe = self.steps_per_epoch()
             epoch, i = divmod(step, spe)
             perm = torch.randperm(self.n_train, generator=torch.Generator().manual_seed(self.seed * 7919 + epoch))
@@ -182,7 +183,7 @@ class _Task:
 
     def loss(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, float]:
         logits = self.model(x)
-        if self.family is Family.DEIT:
+        if self.family is Family.IMAGE:
             loss = F.cross_entropy(logits, y, label_smoothing=self.recipe.label_smoothing)
             return loss, (logits.argmax(-1) == y).float().mean().item()
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
@@ -192,7 +193,7 @@ class _Task:
     def evaluate(self) -> dict[str, float]:
         self.model.eval()
         try:
-            if self.family is Family.DEIT:
+            if self.family is Family.IMAGE:
                 x, y = self.test_data.x, self.test_data.y
                 if self.recipe.eval_max:
                     x, y = x[: self.recipe.eval_max], y[: self.recipe.eval_max]
@@ -314,7 +315,7 @@ def train(
     recipe.validate()
     if spec.family is Family.LM and recipe.steps is None:
         raise RobfiltError("LM training is step-based; pass --steps.")
-    data = data or ("fashion-mnist" if spec.family is Family.DEIT else "austen")
+    data = data or ("fashion-mnist" if spec.family is Family.IMAGE else "austen")
     out = Path(out or f"runs/train/{name}-{size}-s{seed}")
     progress = progress or null_progress
     state_dir = out / STATE_DIR
@@ -343,7 +344,7 @@ def train(
             task.model, task.spec = model, spec
         opt = torch.optim.AdamW(_param_groups(model, recipe.weight_decay), lr=recipe.lr, betas=(0.9, 0.95))
         total = task.total_steps()
-        every = recipe.ckpt_every or (task.steps_per_epoch() if spec.family is Family.DEIT else 200)
+        every = recipe.ckpt_every or (task.steps_per_epoch() if spec.family is Family.IMAGE else 200)
         fingerprint = {
             "name": name,
             "size": size,
@@ -387,7 +388,7 @@ def train(
             opt.step()
             step += 1
             run_loss = loss.item() if run_loss is None else 0.95 * run_loss + 0.05 * loss.item()
-            label = "acc" if spec.family is Family.DEIT else "ppl"
+            label = "acc" if spec.family is Family.IMAGE else "ppl"
             progress(f"train {name}", step, total, f"loss {run_loss:.3f} {label} {metric:.3f}")
             if step % max(1, total // 10) == 0:
                 log.info("%s step %d/%d: loss %.3f, batch %s %.3f", name, step, total, run_loss, label, metric)

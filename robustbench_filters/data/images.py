@@ -67,6 +67,14 @@ class ImageData:
     def num_classes(self) -> int:
         return len(self.classes)
 
+    def take(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The examples ``ids`` (see :class:`~robustbench_filters.data.source.ImageSource`)."""
+        return self.x[ids], self.y[ids]
+
+    def digest(self, ids: torch.Tensor) -> str:
+        """sha256 of the images and labels of exactly the examples ``ids``."""
+        return tensor_checksum(*self.take(ids))
+
     @property
     def image_shape(self) -> tuple[int, int, int]:
         """(C, H, W): what a model for this data must accept."""

@@ -4,16 +4,16 @@ from .bsa import BilateralAttention, PosKernel, attention, attention_probs, atte
 from .checkpoint import load_checkpoint, save_checkpoint, zoo_path
 from .config import DeiTConfig, FilterConfig, LMConfig
 from .deit import set_fused_attn
+from .factory import create_model
 from .grc import BlockStack, boost
 from .lm import CausalLM
-from .registry import MODEL_NAMES, SIZES, Family, ModelSpec, create_model, list_models, resolve_spec
+from .registry import MODEL_NAMES, SIZES, ModelSpec, list_models, resolve_spec
 
 __all__ = [
     "BilateralAttention",
     "BlockStack",
     "CausalLM",
     "DeiTConfig",
-    "Family",
     "FilterConfig",
     "LMConfig",
     "MODEL_NAMES",

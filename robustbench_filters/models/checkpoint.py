@@ -13,7 +13,6 @@ import hashlib
 import json
 import logging
 import os
-import platform
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +22,11 @@ import torch
 from torch import nn
 
 from ..errors import CheckpointError
+from ..family import Family
 from ..io import atomic_write_text
+from ..versions import library_versions
 from .config import DeiTConfig, LMConfig, config_from_dict
-from .registry import Family, ModelSpec, build_from_spec, parse_name
+from .registry import ModelSpec, build_from_spec, parse_name
 
 log = logging.getLogger(__name__)
 
@@ -44,22 +45,6 @@ def sha256_file(path: Path) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
-
-
-def library_versions() -> dict[str, str]:
-    import numpy
-    import timm
-
-    from .. import __version__
-
-    return {
-        "robustbench_filters": __version__,
-        "torch": torch.__version__,
-        "timm": timm.__version__,
-        "numpy": numpy.__version__,
-        "safetensors": safetensors.__version__,
-        "python": platform.python_version(),
-    }
 
 
 def zoo_path(name: str, size: str) -> Path:
@@ -215,7 +200,7 @@ def read_card(card_path: Path) -> dict[str, Any]:
 
 def spec_from_card(card: dict[str, Any]) -> ModelSpec:
     family, bsa, grc = parse_name(card["name"])
-    cls = DeiTConfig if family is Family.DEIT else LMConfig
+    cls = DeiTConfig if family is Family.IMAGE else LMConfig
     config = config_from_dict(cls, card["config"])
     if config.bsa != bsa or config.grc != grc:
         raise CheckpointError(

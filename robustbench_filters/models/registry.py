@@ -8,27 +8,22 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from enum import Enum
-from pathlib import Path
 from typing import Any
 
 from torch import nn
 
 from ..errors import RobfiltError, unknown
+from ..family import Family
 from .config import DeiTConfig, LMConfig, apply_overrides
 from .deit import DEIT_SIZES, build_deit
 from .lm import LM_SIZES, CausalLM
 
-
-class Family(str, Enum):
-    DEIT = "deit"
-    LM = "lm"
-
-
+#: Registry-name prefix of each family: ``deit-*`` names are image models, ``lm-*`` language models.
+PREFIX: dict[Family, str] = {Family.IMAGE: "deit", Family.LM: "lm"}
 MODEL_NAMES: tuple[str, ...] = tuple(
     f"{fam}{suffix}" for fam in ("deit", "lm") for suffix in ("", "-bsa", "-grc", "-bsa-grc")
 )
-SIZES: dict[Family, tuple[str, ...]] = {Family.DEIT: tuple(DEIT_SIZES), Family.LM: tuple(LM_SIZES)}
+SIZES: dict[Family, tuple[str, ...]] = {Family.IMAGE: tuple(DEIT_SIZES), Family.LM: tuple(LM_SIZES)}
 
 
 @dataclass(frozen=True)
@@ -53,11 +48,12 @@ class ModelSpec:
 
 
 def parse_name(name: str) -> tuple[Family, bool, bool]:
-    """'deit-bsa-grc' -> (Family.DEIT, bsa=True, grc=True)."""
+    """'deit-bsa-grc' -> (Family.IMAGE, bsa=True, grc=True)."""
     if name not in MODEL_NAMES:
         raise unknown("model", name, MODEL_NAMES)
-    family, *mods = name.split("-")
-    return Family(family), "bsa" in mods, "grc" in mods
+    prefix, *mods = name.split("-")
+    family = next(f for f, p in PREFIX.items() if p == prefix)
+    return family, "bsa" in mods, "grc" in mods
 
 
 def resolve_spec(name: str, size: str = "micro", **overrides: Any) -> ModelSpec:
@@ -65,7 +61,7 @@ def resolve_spec(name: str, size: str = "micro", **overrides: Any) -> ModelSpec:
     family, bsa, grc = parse_name(name)
     if size not in SIZES[family]:
         raise unknown(f"size for {name}", size, SIZES[family])
-    if family is Family.DEIT:
+    if family is Family.IMAGE:
         base = DeiTConfig(**DEIT_SIZES[size], bsa=bsa, grc=grc)
     else:
         base = LMConfig(**LM_SIZES[size], bsa=bsa, grc=grc)
@@ -76,28 +72,9 @@ def resolve_spec(name: str, size: str = "micro", **overrides: Any) -> ModelSpec:
 
 def build_from_spec(spec: ModelSpec) -> nn.Module:
     """Construct an untrained model for ``spec`` and attach the spec to it."""
-    model = build_deit(spec.config) if spec.family is Family.DEIT else CausalLM(spec.config)
+    model = build_deit(spec.config) if spec.family is Family.IMAGE else CausalLM(spec.config)
     model.robfilt_spec = spec
     return model
-
-
-def create_model(
-    name: str,
-    size: str = "micro",
-    checkpoint: str | Path | None = None,
-    **overrides: Any,
-) -> nn.Module:
-    """Build a model by name; ``checkpoint`` is a path, or ``"zoo"`` for the bundled trained weights.
-
-    Overrides reach every config field, e.g. ``create_model("deit-grc", grc_lambda=0.0)``. Image models take
-    [0, 1] inputs. The model is returned in eval mode.
-    """
-    from .checkpoint import load_checkpoint  # local: checkpoint imports this module
-
-    if checkpoint is not None:
-        return load_checkpoint(checkpoint, name=name, size=size, **overrides)
-    model = build_from_spec(resolve_spec(name, size, **overrides))
-    return model.eval()
 
 
 def list_models() -> list[str]:

@@ -16,7 +16,8 @@ from pathlib import Path
 from torch import nn
 
 from ..errors import CheckpointError, RobfiltError
-from .registry import MODEL_NAMES, create_model, parse_name
+from .factory import create_model
+from .registry import MODEL_NAMES, parse_name
 
 
 @dataclass

@@ -19,8 +19,9 @@ from functools import cache
 from pathlib import Path
 
 from ..errors import CheckpointError
+from ..family import Family
 from ..models.checkpoint import CARD, WEIGHTS, read_card
-from ..models.registry import Family, parse_name
+from ..models.registry import parse_name
 from ..progress import ProgressHook
 from ..train import STATE_DIR, Recipe, train
 from .plan import StudyPlan, recipe_tag
@@ -44,7 +45,7 @@ class CheckpointInfo:
 @cache
 def data_checksum(family: Family, data: str) -> str:
     """The checksum ``train`` writes into the card for this training data (computed the same way)."""
-    if family is Family.DEIT:
+    if family is Family.IMAGE:
         from ..data import load_images
 
         return load_images(data, split="train").checksum

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import RobfiltError
-from ..models.registry import Family, parse_name
+from ..family import Family
+from ..models.registry import parse_name
 from ..train import Recipe
 
 VISION_MODELS: tuple[str, ...] = ("deit", "deit-bsa", "deit-grc", "deit-bsa-grc")
@@ -103,7 +104,7 @@ class StudyPlan:
             raise RobfiltError("the study needs at least one seed; pass --seeds 1 or more.")
         if len(set(self.seeds)) != len(self.seeds) or any(s < 0 for s in self.seeds):
             raise RobfiltError(f"seeds must be distinct non-negative integers, got {list(self.seeds)}.")
-        for names, family in ((self.vision_models, Family.DEIT), (self.lm_models, Family.LM)):
+        for names, family in ((self.vision_models, Family.IMAGE), (self.lm_models, Family.LM)):
             for n in names:
                 if parse_name(n)[0] is not family:
                     raise RobfiltError(f"{n!r} is not a {family.value} model; list it with the other family.")
@@ -113,10 +114,10 @@ class StudyPlan:
             raise RobfiltError("the LM study recipe must be step-based (set steps).")
 
     def recipe(self, model: str) -> Recipe:
-        return self.vision_recipe if parse_name(model)[0] is Family.DEIT else self.lm_recipe
+        return self.vision_recipe if parse_name(model)[0] is Family.IMAGE else self.lm_recipe
 
     def data(self, model: str) -> str:
-        return self.vision_data if parse_name(model)[0] is Family.DEIT else self.lm_data
+        return self.vision_data if parse_name(model)[0] is Family.IMAGE else self.lm_data
 
     def to_dict(self) -> dict[str, Any]:
         return json.loads(json.dumps(dataclasses.asdict(self), default=str))

@@ -16,8 +16,8 @@ from typing import Any
 
 import pandas as pd
 
+from ..family import Family
 from ..io import atomic_write_json, atomic_write_text
-from ..models.registry import Family
 from ..train import DEFAULT_RECIPES
 from . import plan as P
 from .claims import MIN_SEEDS, ClaimResult, Verdict
@@ -197,7 +197,7 @@ def render_readme(
         "## What was run",
         "",
         "Training recipes (the zoo trains for "
-        f"{_zoo_length(Family.DEIT)} (DeiT) and {_zoo_length(Family.LM)} (LM); the study uses these shorter ones so "
+        f"{_zoo_length(Family.IMAGE)} (DeiT) and {_zoo_length(Family.LM)} (LM); the study uses these shorter ones so "
         "that three seeds of eight models fit in two hours on two cores):",
         "",
         markdown(_recipes(plan)).rstrip(),
