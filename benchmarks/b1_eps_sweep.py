@@ -16,9 +16,12 @@ import torch
 import torchattacks
 
 from benchmarks import _common as B
+from robustbench_filters.api import evaluate
+from robustbench_filters.attacks.cascade import cascade
 from robustbench_filters.attacks.catalogue import Norm
-from robustbench_filters.attacks.engine import _select_examples, cascade, default_eps, evaluate
+from robustbench_filters.configs import default_eps
 from robustbench_filters.data import load_images
+from robustbench_filters.runs.units import select_examples
 
 NAME = "b1_eps_sweep"
 FULL = {"n_examples": 500, "steps": 20, "batch_size": 128, "reps": 3, "warmup": 0}
@@ -33,7 +36,7 @@ def run(
     checkpoint = B.pick_checkpoint("deit")
     model = B.eval_model("deit", checkpoint, device, seed)
     images = load_images("fashion-mnist", split="test")
-    ids = _select_examples(len(images.y), cfg["n_examples"], seed)
+    ids = select_examples(len(images.y), cfg["n_examples"], seed)
     x_all, y_all = images.x[ids].to(device), images.y[ids].to(device)
     grid = default_eps("fashion-mnist", Norm.LINF)
     bs, steps, n = cfg["batch_size"], cfg["steps"], len(ids)

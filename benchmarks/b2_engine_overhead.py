@@ -16,8 +16,8 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks import _common as B
+from robustbench_filters.attacks.cascade import cascade
 from robustbench_filters.attacks.catalogue import Norm
-from robustbench_filters.attacks.engine import cascade
 from robustbench_filters.data import load_images
 
 NAME = "b2_engine_overhead"

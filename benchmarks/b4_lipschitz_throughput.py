@@ -17,12 +17,13 @@ import pandas as pd
 import torch
 
 from benchmarks import _common as B
-from robustbench_filters.lipschitz.api import RHO_GRID_DECADES, _load_model
 from robustbench_filters.lipschitz.certify import trace_bounds
 from robustbench_filters.lipschitz.data import load_inputs
 from robustbench_filters.lipschitz.jacobian import jacobian_norm_exact, jacobian_norm_power
 from robustbench_filters.lipschitz.ratio import pair_ratio_ascent
+from robustbench_filters.lipschitz.run import RHO_GRID_DECADES, _load_model
 from robustbench_filters.lipschitz.target import make_target
+from robustbench_filters.runs.units import select_examples
 
 NAME = "b4_lipschitz_throughput"
 FULL = {"n": 16, "reps": 3, "warmup": 1, "estimator_models": ["deit", "lm"],
@@ -36,7 +37,7 @@ def _target(name: str, n: int, seed: int, device: torch.device):
     dtype = torch.float64 if device.type == "cpu" else torch.float32  # robfilt lipschitz's defaults
     target = make_target(_load_model(name, "micro", checkpoint, seed), dtype=dtype, device=device)
     data = None if checkpoint == "zoo" or name.startswith("deit") else "synthetic"
-    inputs = load_inputs(target, data, n, seed, SEQ_LEN)
+    inputs = load_inputs(target, data, n, lambda total, k: select_examples(total, k, seed, ordered=False), SEQ_LEN)
     return target, target.inputs(inputs.x), checkpoint, data or "default"
 
 

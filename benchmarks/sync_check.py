@@ -17,8 +17,8 @@ import warnings
 import torch
 
 from benchmarks import _common as B
+from robustbench_filters.attacks.cascade import cascade
 from robustbench_filters.attacks.catalogue import Norm
-from robustbench_filters.attacks.engine import cascade
 
 EPS = (0.005, 0.01, 0.02, 0.05, 0.1)
 

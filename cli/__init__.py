@@ -15,8 +15,9 @@ try:  # typer >= 0.20 vendors click as typer._click; older releases use click it
 except ImportError:  # pragma: no cover - depends on the installed typer
     from click import exceptions as click_exc
 
-from robustbench_filters.errors import RobfiltError
+from robustbench_filters.errors import RobfiltError, describe_os_error
 
+from . import attack, check, lipschitz, report, study, train
 from . import models as _models
 from ._common import console_err
 
@@ -29,23 +30,8 @@ app = typer.Typer(
 )
 app.add_typer(_models.app, name="models")
 
-_COMMANDS: list[str] = []
-
-
-def register(module) -> None:
-    """Add a module's ``command`` function as a top-level command (lets commands live in their own files)."""
-    module.register(app)
-
-
-for _name in ("train", "attack", "lipschitz", "report", "check", "study"):
-    try:
-        _mod = __import__(f"{__name__}.{_name}", fromlist=["register"])
-    except ModuleNotFoundError as exc:  # a command not built yet
-        if exc.name != f"{__name__}.{_name}":
-            raise
-        continue
-    register(_mod)
-    _COMMANDS.append(_name)
+for _command in (train, attack, lipschitz, report, check, study):  # each command lives in its own file
+    _command.register(app)
 
 
 def run(argv: list[str] | None = None) -> int:
@@ -67,12 +53,11 @@ def run(argv: list[str] | None = None) -> int:
     except RobfiltError as exc:
         console_err(f"error: {exc}")
         return exc.exit_code
-    except OSError as exc:  # disk full, permission denied, ... while writing: earlier complete state is intact
-        where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
-        console_err(f"error: {exc.strerror or exc}{where}; free space or fix permissions, then re-run with --resume")
+    except OSError as exc:  # robfilt's own writes (errors inside a user's model arrive as UserCodeError)
+        console_err(f"error: {describe_os_error(exc)}")
         return 2
     except KeyboardInterrupt:
-        console_err("interrupted; resume with --resume")
+        console_err("interrupted; continue with --resume")
         return 130
     return int(result) if isinstance(result, int) else 0
 

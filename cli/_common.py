@@ -54,6 +54,13 @@ def setup_logging(quiet: bool, json_out: bool = False) -> None:
     root.propagate = False
 
 
+def is_primary() -> bool:
+    """False on the non-zero ranks of a torchrun launch (they compute; rank 0 prints)."""
+    from robustbench_filters.distributed import env_context
+
+    return env_context().is_primary
+
+
 def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, default=_json_default) + "\n")
     sys.stdout.flush()

@@ -1,85 +1,34 @@
-"""robfilt attack."""
+"""robfilt attack: image attacks, language-model attacks and corruptions, on the same examples for every model."""
 
 from __future__ import annotations
 
 import datetime as _dt
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
-from robustbench_filters import distributed
-from robustbench_filters.attacks import evaluate
-from robustbench_filters.attacks.catalogue import ATTACKS
-from robustbench_filters.parsing import parse_names, parse_numbers
+from robustbench_filters.parsing import parse_ints, parse_names, parse_numbers
 
-from ._common import JsonOpt, QuietOpt, SeedOpt, console, print_json, progress_bar, setup_logging
+from ._common import JsonOpt, QuietOpt, SeedOpt, console, is_primary, print_json, progress_bar, setup_logging
+from ._render import render_summary
 
-STATUS_STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red"}
-
-
-def _pct(cell: dict) -> str:
-    return f"{100 * cell['acc']:.1f} [{100 * cell['lo']:.1f}, {100 * cell['hi']:.1f}]"
-
-
-def render_summary(summary: dict) -> None:
-    """The comparison table (accuracy % with 95% Wilson intervals) and the sanity checks."""
-    out = console()
-    models = summary["models"]
-    if summary.get("family") == "lm":
-        from ._lm_render import render_lm_summary
-
-        render_lm_summary(summary)
-        return
-    if summary.get("kind") == "corruption":
-        from ._lm_render import render_corruption_summary
-
-        return render_corruption_summary(summary)
-    table = Table(
-        title=f"accuracy % [95% CI] on {summary['n_examples']} {summary['data']} test examples ({summary['norm']})"
-    )
-    table.add_column("attack")
-    table.add_column("eps", justify="right")
-    for label in models:
-        table.add_column(label, justify="right")
-    table.add_row("clean", "0", *[_pct(m["clean"]) for m in models.values()])
-    cols = sorted({(r["attack"], r["eps"]) for m in models.values() for r in m["robust"]})
-    cells = {label: {(r["attack"], r["eps"]): r for r in m["robust"]} for label, m in models.items()}
-    for attack, eps in cols:
-        row = [_pct(cells[label][(attack, eps)]) if (attack, eps) in cells[label] else "-" for label in models]
-        table.add_row(attack, f"{eps:.4g}", *row)
-    out.print(table)
-    render_checks(summary["checks"], summary["checks_summary"])
-
-
-def render_checks(checks: list[dict], counts: dict) -> None:
-    out = console()
-    table = Table(title="sanity checks")
-    for col in ("model", "check", "status", "detail"):
-        table.add_column(col)
-    for c in checks:
-        table.add_row(c["model"], c["name"], f"[{STATUS_STYLE[c['status']]}]{c['status'].upper()}[/]", c["detail"])
-    out.print(table)
-    verdict = (
-        "all checks passed"
-        if counts["passed"]
-        else f"{counts['fail']} CHECK(S) FAILED: treat these numbers as unreliable"
-    )
-    style = "green" if counts["passed"] else "bold red"
-    out.print(f"[{style}]{verdict}[/] ({counts['pass']} pass, {counts['warn']} warn, {counts['fail']} fail)")
+ATTACK_HELP = (
+    "Comma list. Images: fgsm, pgd, pgd-l2, apgd-ce, apgd-t, fab, square, cw, autoattack, corruption[:<name>]; "
+    "language models: fgsm, pgd, wordswap."
+)
 
 
 def attack_cmd(
     model: Annotated[
         str, typer.Option("--model", help="Comma list: registry names, timm:<arch>, or pkg.mod:factory.")
     ] = "deit-grc",
-    attack: Annotated[str, typer.Option("--attack", help=f"Comma list of: {', '.join(ATTACKS)}.")] = "pgd",
+    attack: Annotated[str, typer.Option("--attack", help=ATTACK_HELP)] = "pgd",
     eps: Annotated[
         str | None, typer.Option("--eps", help="Comma list on the [0,1] scale; fractions like 8/255 work.")
     ] = None,
     norm: Annotated[str | None, typer.Option("--norm", help="linf or l2 (default: the attack's own).")] = None,
-    steps: Annotated[int, typer.Option("--steps", help="Iterations for iterative attacks.")] = 20,
+    steps: Annotated[int | None, typer.Option("--steps", help="Iterations for iterative attacks (default 20).")] = None,
     step_size: Annotated[str | None, typer.Option("--step-size", help="PGD step; default 0.15*eps.")] = None,
     n_examples: Annotated[
         int | None,
@@ -87,7 +36,9 @@ def attack_cmd(
             "--n-examples", help="Examples (seeded subset shared by all models; default 256 images / 64 sequences)."
         ),
     ] = None,
-    batch_size: Annotated[int, typer.Option("--batch-size")] = 128,
+    batch_size: Annotated[
+        int | None, typer.Option("--batch-size", help="Examples per unit (default 128 images / 32 sequences).")
+    ] = None,
     data: Annotated[
         str | None, typer.Option("--data", help="Dataset spec (default: bundled fashion-mnist or austen).")
     ] = None,
@@ -111,7 +62,15 @@ def attack_cmd(
         bool, typer.Option("--check-masking", help="Also run the gradient-masking checks.")
     ] = False,
     rate: Annotated[str | None, typer.Option("--rate", help="Word-swap contamination rates in [0,1] (LM).")] = None,
-    replacement: Annotated[str, typer.Option("--replacement", help="Word-swap replacement token (LM).")] = "AAA",
+    replacement: Annotated[
+        str | None, typer.Option("--replacement", help="Word-swap replacement token (LM; default AAA).")
+    ] = None,
+    eps_mode: Annotated[
+        str | None, typer.Option("--eps-mode", help="LM eps: relative (to the embedding scale, default) or absolute.")
+    ] = None,
+    severity: Annotated[
+        str | None, typer.Option("--severity", help="Corruption severities, comma list of 1-5 (default all).")
+    ] = None,
     allow_pickle: Annotated[
         bool, typer.Option("--allow-pickle", help="Accept a torch .pt state dict (read with weights_only=True).")
     ] = False,
@@ -119,43 +78,39 @@ def attack_cmd(
     quiet: QuietOpt = False,
 ) -> None:
     """Attack one or more models on the same examples and print a checked comparison table."""
+    from robustbench_filters.api import measurement_for
+    from robustbench_filters.configs import attack_config_class, build
+    from robustbench_filters.runs.runner import run
+
     setup_logging(quiet, json_out)
     models = parse_names(model, "model")
     attacks = parse_names(attack, "attack")
-    for name in attacks:
-        if name not in ATTACKS and not name.startswith("corruption:"):
-            parse_names(name, "attack", list(ATTACKS))  # raises with close-match suggestions
-    eps_values = parse_numbers(eps, "eps", lo=0.0) if eps is not None else None
-    step = parse_numbers(step_size, "step size", lo=0.0)[0] if step_size is not None else None
-    rates = parse_numbers(rate, "rate", lo=0.0, hi=1.0) if rate is not None else None
+    given: dict[str, Any] = {
+        "eps": tuple(parse_numbers(eps, "eps", lo=0.0)) if eps is not None else None,
+        "norm": norm,
+        "steps": steps,
+        "step_size": parse_numbers(step_size, "step size", lo=0.0)[0] if step_size is not None else None,
+        "n_examples": n_examples,
+        "batch_size": batch_size,
+        "data": data,
+        "data_root": data_root,
+        "amp": amp,
+        "amp_attacks": amp_attacks or None,
+        "check_masking": check_masking or None,
+        "rates": tuple(parse_numbers(rate, "rate", lo=0.0, hi=1.0)) if rate is not None else None,
+        "replacement": replacement,
+        "eps_mode": eps_mode,
+        "severities": tuple(parse_ints(severity, "severity", lo=0, hi=5)) if severity is not None else None,
+        "allow_pickle": allow_pickle or None,
+    }
+    options = {k: v for k, v in given.items() if v is not None}
+    common = {"models": tuple(models), "attacks": tuple(attacks), "seed": seed, "size": size,
+              "checkpoint": checkpoint, "device": device}  # fmt: skip
+    config = build(attack_config_class(models, attacks), {**common, **options})
     out_dir = Path(out) if out else Path("runs") / f"attack-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S-%f')}"
     with progress_bar(quiet or json_out) as hook:
-        result = evaluate(
-            models,
-            attacks,
-            eps_values,
-            data=data,
-            n_examples=n_examples,
-            seed=seed,
-            out=out_dir,
-            norm=norm,
-            steps=steps,
-            step_size=step,
-            batch_size=batch_size,
-            size=size,
-            checkpoint=checkpoint,
-            device=device,
-            resume=resume,
-            overwrite=overwrite,
-            check_masking=check_masking,
-            data_root=data_root,
-            progress=hook,
-            **({"rates": rates} if rates is not None else {}),
-            **({"replacement": replacement} if replacement != "AAA" else {}),
-            **({"allow_pickle": True} if allow_pickle else {}),
-            **({"amp": amp, "amp_attacks": amp_attacks} if amp or amp_attacks else {}),
-        )
-    if not distributed.env_context().is_primary:  # under torchrun, rank 0 alone prints the merged result
+        result = run(measurement_for(config), out=out_dir, resume=resume, overwrite=overwrite, progress=hook)
+    if not is_primary():  # under torchrun, rank 0 alone prints the merged result
         return
     if json_out:
         print_json({"out": str(result.out), **result.summary})

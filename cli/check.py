@@ -8,8 +8,9 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from robustbench_filters.gate import run_gate
 from robustbench_filters.parsing import parse_number
-from robustbench_filters.report.gate import GateResult, run_gate
+from robustbench_filters.report.judge import GateResult
 
 from ._common import JsonOpt, QuietOpt, console, print_json, progress_bar, setup_logging
 

@@ -9,12 +9,9 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from robustbench_filters import distributed
-from robustbench_filters.lipschitz import estimate_lipschitz, parse_method
-from robustbench_filters.models import MODEL_NAMES
-from robustbench_filters.parsing import parse_names, parse_number, positive_int
+from robustbench_filters.parsing import parse_names, parse_number
 
-from ._common import JsonOpt, QuietOpt, SeedOpt, console, print_json, progress_bar, setup_logging
+from ._common import JsonOpt, QuietOpt, SeedOpt, console, is_primary, print_json, progress_bar, setup_logging
 
 
 def _sci(value: float | None) -> str:
@@ -24,7 +21,9 @@ def _sci(value: float | None) -> str:
 
 
 def lipschitz(
-    model: Annotated[str, typer.Option("--model", "-m", help="Comma-separated model names, e.g. deit,deit-grc.")],
+    model: Annotated[
+        str, typer.Option("--model", "-m", help="Comma list: registry names, timm:<arch>, or pkg.mod:factory.")
+    ],
     n_examples: Annotated[int, typer.Option("--n-examples", "-n", help="Examples per model.")] = 16,
     method: Annotated[str, typer.Option("--method", help="Lower bound: exact, power or ratio.")] = "exact",
     bounds: Annotated[
@@ -56,34 +55,19 @@ def lipschitz(
 
     Inputs are [0, 1] pixels for image models and token embeddings for LMs (output: last-position logits).
     """
+    from robustbench_filters.configs import LipschitzConfig
+    from robustbench_filters.lipschitz.run import estimate_lipschitz
+
     setup_logging(quiet, json_out)
-    names = parse_names(model, "model", MODEL_NAMES)
-    positive_int(n_examples, "--n-examples")
-    positive_int(batch_size, "--batch-size")
-    positive_int(seq_len, "--seq-len")
-    parse_method(method)
     radius = parse_number(rho, "--rho")
+    config = LipschitzConfig(
+        models=tuple(parse_names(model, "model")), n_examples=n_examples, method=method, bounds=bounds,
+        per_layer=per_layer, data=data, size=size, checkpoint=checkpoint, rho=radius, batch_size=batch_size,
+        seq_len=seq_len, seed=seed, device=device,
+    )  # fmt: skip
     with progress_bar(quiet or json_out) as hook:
-        result = estimate_lipschitz(
-            names,
-            n_examples=n_examples,
-            method=method,
-            bounds=bounds,
-            per_layer=per_layer,
-            data=data,
-            seed=seed,
-            out=out,
-            checkpoint=checkpoint,
-            resume=resume,
-            overwrite=overwrite,
-            progress=hook,
-            size=size,
-            rho=radius,
-            batch_size=batch_size,
-            seq_len=seq_len,
-            device=device,
-        )
-    if not distributed.env_context().is_primary:  # under torchrun, rank 0 alone prints the merged result
+        result = estimate_lipschitz(config=config, out=out, resume=resume, overwrite=overwrite, progress=hook)
+    if not is_primary():  # under torchrun, rank 0 alone prints the merged result
         return
     if json_out:
         print_json({"path": str(result.path) if result.path else None, **result.summary})

@@ -54,7 +54,6 @@ def study_cmd(
                 "readme": str(result.readme),
                 "executed": result.executed,
                 "finished_before": result.finished_before,
-                "unavailable": result.unavailable,
                 "claims": [c.to_dict() for c in result.claims],
                 "wall_time_s": round(result.wall_time_s, 1),
             }
@@ -63,8 +62,8 @@ def study_cmd(
     c = console()
     c.print(f"study: {result.readme}", markup=False)
     c.print(
-        f"{len(result.executed)} piece(s) run, {len(result.finished_before)} already finished, "
-        f"{len(result.unavailable)} unavailable; {result.wall_time_s / 60:.1f} min",
+        f"{len(result.executed)} piece(s) run, {len(result.finished_before)} already finished; "
+        f"{result.wall_time_s / 60:.1f} min",
         markup=False,
     )
     for claim in result.claims:

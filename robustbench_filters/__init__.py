@@ -1,39 +1,46 @@
 """robustbench_filters: does an architectural idea really make a transformer more robust?
 
-Public API (stable): ``create_model``, ``list_models``, ``evaluate``, ``estimate_lipschitz``.
+Public API (stable): ``create_model``, ``list_models``, ``evaluate``, ``estimate_lipschitz`` and the run configs
+(``ImageAttackConfig``, ``LMAttackConfig``, ``CorruptionConfig``, ``LipschitzConfig``). Names are imported on first
+use, so ``import robustbench_filters`` (and ``robfilt --help``) does not load torch.
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
+from typing import Any
 
 from .versions import __version__
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
 
-from .models import create_model, list_models, load_checkpoint, save_checkpoint  # noqa: E402
+_LAZY: dict[str, str] = {
+    "create_model": ".models",
+    "list_models": ".models",
+    "load_checkpoint": ".models",
+    "save_checkpoint": ".models",
+    "evaluate": ".api",
+    "estimate_lipschitz": ".api",
+    "EvalResult": ".api",
+    "RunResult": ".api",
+    "LipschitzResult": ".api",
+    "ImageAttackConfig": ".configs",
+    "LMAttackConfig": ".configs",
+    "CorruptionConfig": ".configs",
+    "LipschitzConfig": ".configs",
+    "Family": ".family",
+}
 
 
-def evaluate(*args, **kwargs):
-    """Attack models on shared examples; see :func:`robustbench_filters.attacks.evaluate`."""
-    from .attacks import evaluate as _evaluate
-
-    return _evaluate(*args, **kwargs)
-
-
-def estimate_lipschitz(*args, **kwargs):
-    """Lipschitz lower and certified upper bounds; see :func:`robustbench_filters.lipschitz.estimate_lipschitz`."""
-    from .lipschitz import estimate_lipschitz as _estimate
-
-    return _estimate(*args, **kwargs)
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name], __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = [
-    "__version__",
-    "create_model",
-    "estimate_lipschitz",
-    "evaluate",
-    "list_models",
-    "load_checkpoint",
-    "save_checkpoint",
-]
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])
+
+
+__all__ = ["__version__", *_LAZY]

@@ -33,7 +33,7 @@ from . import errors
 from .errors import RobfiltError
 
 if TYPE_CHECKING:
-    from .results import RunWriter
+    from .runs.folder import RunWriter
 
 log = logging.getLogger(__name__)
 

@@ -52,3 +52,42 @@ def unknown(kind: str, name: str, choices: Iterable[str]) -> RobfiltError:
     if not hint:
         hint = f" Choose one of: {', '.join(choices)}."
     return RobfiltError(f"unknown {kind} {name!r}.{hint}")
+
+
+class UserCodeError(RobfiltError):
+    """An exception raised inside a user's code (a model's forward, a factory): one line, exit code 2."""
+
+    @classmethod
+    def wrap(
+        cls, label: str, where: str, exc: BaseException, hint: str = "fix it, then rerun with --resume"
+    ) -> UserCodeError:
+        if isinstance(exc, SystemExit):
+            what = f"SystemExit({exc.code!r})"
+        else:
+            text = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+            what = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+        return cls(f"model {label} raised {what} in {where}; {hint}.")
+
+
+DISK_ERRNOS = {"ENOSPC": "no space left on the device", "EDQUOT": "the disk quota is exceeded"}
+PERMISSION_ERRNOS = {
+    "EACCES": "permission denied",
+    "EPERM": "operation not permitted",
+    "EROFS": "read-only file system",
+}
+
+
+def describe_os_error(exc: OSError) -> str:
+    """One line for an OSError from robfilt's own file writes, classified by errno (not by guesswork)."""
+    import errno as _errno
+
+    name = _errno.errorcode.get(exc.errno or -1, "")
+    where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
+    if name in DISK_ERRNOS:
+        return f"{DISK_ERRNOS[name]}{where}; free space, then rerun with --resume (finished parts are kept)"
+    if name in PERMISSION_ERRNOS:
+        return (
+            f"{PERMISSION_ERRNOS[name]}{where}; fix the permissions, then rerun with --resume (finished parts are kept)"
+        )
+    label = f"{name}: " if name else ""
+    return f"I/O error ({label}{exc.strerror or exc}){where}; fix the cause, then rerun with --resume"

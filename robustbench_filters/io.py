@@ -5,6 +5,7 @@ A reader never sees a half-written file, and a crash (or a full disk) leaves the
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
@@ -29,6 +30,15 @@ def atomic_write(path: str | Path, write: Callable[[str], None]) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def sha256_file(path: str | Path) -> str:
+    """Hex SHA-256 of a file's bytes, read in chunks (weights and run parts can be large)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def _umask() -> int:

@@ -30,7 +30,8 @@ from .io import atomic_write_json
 from .models.checkpoint import CARD, WEIGHTS, save_checkpoint
 from .models.registry import build_from_spec, resolve_spec
 from .progress import ProgressHook, null_progress
-from .results import RunLock, check_writable
+from .runs.folder import check_writable
+from .runs.lock import RunLock
 
 log = logging.getLogger(__name__)
 

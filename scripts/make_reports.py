@@ -14,7 +14,7 @@ What it does:
    examples -> ``runs/vision-attack``; the five corruptions at severities 1-5 on the same examples ->
    ``runs/vision-corruption``; both -> ``reports/vision`` (accuracy with Wilson CIs, paired McNemar tests vs
    deit, corruption accuracy and mCE, accuracy-vs-eps figure, softmax-vs-BSA attention maps).
-2. lm: word-swap contamination sweep on the LM zoo models, if the LM attack engine and zoo weights exist
+2. lm: word-swap contamination sweep on the LM zoo models, if their zoo weights exist
    -> ``runs/lm-contamination`` -> ``reports/lm``.
 3. lipschitz: per-example lower/certified upper bounds with the per-block profile on the DeiT zoo models, plus
    the sequence-length study of one attention layer -> ``runs/lipschitz``, ``runs/seqlen`` -> ``reports/lipschitz``.
@@ -34,7 +34,7 @@ import typer
 from robustbench_filters.errors import RobfiltError
 from robustbench_filters.models import zoo_path
 from robustbench_filters.report import build_report, write_seqlen_run
-from robustbench_filters.results import load_run
+from robustbench_filters.runs.folder import load_run
 
 log = logging.getLogger("robustbench_filters.make_reports")
 
@@ -61,7 +61,7 @@ def _finished(folder: Path) -> bool:
 
 
 def vision(runs: Path, reports: Path, n_examples: int, steps: int, device: str, reuse: bool) -> Path | None:
-    from robustbench_filters.attacks import evaluate
+    from robustbench_filters.api import evaluate
 
     models = zoo_models(DEIT)
     if not models:
@@ -71,26 +71,15 @@ def vision(runs: Path, reports: Path, n_examples: int, steps: int, device: str, 
     if not (reuse and _finished(out)):
         evaluate(models, ["fgsm", "pgd"], None, n_examples=n_examples, steps=steps, device=device, out=out,
                  overwrite=True)  # fmt: skip
-    folders = [out]
-    try:
-        import robustbench_filters.attacks.corruption_engine  # noqa: F401
-    except ModuleNotFoundError:
-        log.warning("vision: the corruption engine is not available in this build; no corruption table")
-    else:
-        corr = runs / "vision-corruption"  # same n_examples and seed: the same examples, so paired tests apply
-        if not (reuse and _finished(corr)):
-            evaluate(models, ["corruption"], None, n_examples=n_examples, device=device, out=corr, overwrite=True)
-        folders.append(corr)
+    corr = runs / "vision-corruption"  # same n_examples and seed: the same examples, so paired tests apply
+    if not (reuse and _finished(corr)):
+        evaluate(models, ["corruption"], None, n_examples=n_examples, device=device, out=corr, overwrite=True)
+    folders = [out, corr]
     return build_report(folders, reports / "vision").index
 
 
 def lm(runs: Path, reports: Path, n_examples: int, device: str, reuse: bool) -> Path | None:
-    try:
-        import robustbench_filters.attacks.lm_engine  # noqa: F401
-    except ModuleNotFoundError:
-        log.warning("lm: the LM attack engine is not available in this build; skipped")
-        return None
-    from robustbench_filters.attacks import evaluate
+    from robustbench_filters.api import evaluate
 
     models = zoo_models(LM)
     if not models:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from robustbench_filters.attacks import evaluate
+from robustbench_filters.api import evaluate
 from robustbench_filters.cli import run
 from robustbench_filters.models import create_model, save_checkpoint
 

@@ -12,11 +12,11 @@ import pytest
 
 from robustbench_filters.cli import run as cli_run
 from robustbench_filters.errors import RegressionError, RobfiltError
-from robustbench_filters.report import run_gate
-from robustbench_filters.report.gate import judge_baseline
+from robustbench_filters.gate import run_gate
+from robustbench_filters.report.judge import judge_baseline
 from robustbench_filters.report.metrics import Metric
-from robustbench_filters.report.spec import load_spec
-from robustbench_filters.results import RunWriter
+from robustbench_filters.runs.folder import RunWriter
+from robustbench_filters.spec import load_spec
 
 
 def write_run(out: Path, kind: str, rows: pd.DataFrame, config: dict, family: str | None = None) -> Path:

@@ -10,8 +10,15 @@ import pandas as pd
 import pytest
 import torch
 
-from robustbench_filters.attacks.corruption_engine import evaluate_corruptions, summarize_corruption_rows
-from robustbench_filters.attacks.corruptions import CORRUPTIONS, SEVERITIES, corrupt, get_corruption, pregenerate
+from robustbench_filters.api import evaluate as evaluate_corruptions
+from robustbench_filters.attacks.corruption import summarize_corruption_rows
+from robustbench_filters.attacks.corruption_transforms import (
+    CORRUPTIONS,
+    SEVERITIES,
+    corrupt,
+    get_corruption,
+    pregenerate,
+)
 from robustbench_filters.cli import run
 from robustbench_filters.data import load_images
 from robustbench_filters.errors import RobfiltError

@@ -14,10 +14,9 @@ import torch
 import torch.distributed as dist
 
 from robustbench_filters import distributed as D
-from robustbench_filters.attacks.engine import plan_units, unit_key
 from robustbench_filters.cli import run
 from robustbench_filters.errors import RobfiltError, RunStateError
-from robustbench_filters.results import RunWriter
+from robustbench_filters.runs.folder import RunWriter
 
 TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK")
 ATTACK_ARGS = ["attack", "--model", "deit", "--attack", "fgsm", "--checkpoint", "none", "--n-examples", "16",
@@ -51,18 +50,32 @@ def test_shard_covers_every_unit_exactly_once(world: int, n_units: int) -> None:
     assert max(map(len, shards)) - min(map(len, shards)) <= 1  # balanced
 
 
+@pytest.fixture(scope="module")
+def image_plan():
+    """The planned units of a real image attack measurement (2 models, 2 attacks, 18 examples in batches of 4)."""
+    from robustbench_filters.attacks.image import ImageAttack
+    from robustbench_filters.configs import ImageAttackConfig
+    from robustbench_filters.runs.measurement import PrepareContext
+
+    config = ImageAttackConfig(
+        models=("deit", "deit-grc"), attacks=("fgsm", "pgd"), n_examples=18, batch_size=4, checkpoint="none"
+    )
+    m = ImageAttack(config)
+    m.prepare(PrepareContext(device=torch.device("cpu"), seed=0))
+    return m
+
+
 @pytest.mark.parametrize("world", [1, 2, 3, 4, 5])
-def test_attack_units_cover_every_example_once_per_attack(world: int) -> None:
-    n_examples, batch_size, attacks = 18, 4, ["fgsm", "pgd"]
-    batches = [range(i, min(i + batch_size, n_examples)) for i in range(0, n_examples, batch_size)]
-    units = plan_units(2, attacks, len(batches))
+def test_attack_units_cover_every_example_once_per_attack(world: int, image_plan) -> None:
+    units, batches = image_plan.plan(), image_plan.batches
+    n_examples = len(image_plan.ids)
     seen: dict[tuple[int, str], list[int]] = {}
     for rank in range(world):
-        for mi, name, bi in D.shard(units, rank, world):
-            seen.setdefault((mi, name), []).extend(batches[bi])
-    assert set(seen) == {(mi, a) for mi in range(2) for a in ["clean", *attacks]}
+        for u in D.shard(units, rank, world):
+            seen.setdefault((u.model, u.part), []).extend(range(n_examples)[batches[u.batch]])
+    assert set(seen) == {(mi, a) for mi in range(2) for a in ["clean", "fgsm", "pgd"]}
     assert all(sorted(ex) == list(range(n_examples)) for ex in seen.values())
-    assert len({unit_key(*u) for u in units}) == len(units)
+    assert len({u.key for u in units}) == len(units)
 
 
 def test_shard_rejects_bad_rank() -> None:
@@ -168,16 +181,37 @@ def test_two_process_attack_run_equals_one_process_and_resumes(
 
 
 @needs_gloo
-def test_two_process_lipschitz_run_equals_one_process(tmp_path: Path, no_torchrun_env: None, one_thread: None) -> None:
+def test_two_process_runs_equal_one_process_for_every_kind(
+    tmp_path: Path, no_torchrun_env: None, one_thread: None
+) -> None:
+    """Image attack, LM attack, corruption and Lipschitz runs: 2 gloo ranks give the 1-process rows, row for row."""
+    import dist_kinds
+
     one, two = tmp_path / "one", tmp_path / "two"
-    assert run([*LIPSCHITZ_ARGS, "--out", str(one)]) == 0
-    _torchrun([*LIPSCHITZ_ARGS, "--out", str(two)], tmp_path)
-    _same_run(one, two)
-    assert sorted(p.name for p in (two / "parts").glob("*.parquet")) == [f"deit-{j:04d}.parquet" for j in range(4)]
+    dist_kinds.run_all(one)
+    env = {k: v for k, v in os.environ.items() if k not in TORCHRUN_ENV}
+    env["OMP_NUM_THREADS"] = "1"
+    script = Path(__file__).with_name("dist_kinds.py")
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        str(script),
+        str(two),
+    ]
+    done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    for kind in dist_kinds.KINDS:
+        _same_run(one / kind, two / kind)
+        manifest = json.loads((two / kind / "manifest.json").read_text())
+        assert manifest["world_size"] == 2 and manifest["status"] == "complete", kind
 
 
 def test_attacks_run_with_frozen_weights_and_restore_the_flags(no_torchrun_env: None) -> None:
-    from robustbench_filters.attacks import evaluate
+    from robustbench_filters.api import evaluate
 
     class Probe(torch.nn.Module):
         """Records whether the weights required gradients while the engine ran the model."""

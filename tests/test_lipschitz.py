@@ -41,7 +41,7 @@ from robustbench_filters.lipschitz import (
 from robustbench_filters.lipschitz.compose import boosting_closed_form, residual_step
 from robustbench_filters.models import MODEL_NAMES, create_model
 from robustbench_filters.models.bsa import bsa_layer
-from robustbench_filters.results import load_run
+from robustbench_filters.runs.folder import load_run
 
 TINY_DEIT = dict(img_size=8, patch_size=4, embed_dim=16, depth=2, num_heads=2, num_classes=5)
 TINY_LM = dict(vocab_size=11, block_size=8, n_layer=2, n_head=2, n_embd=16)
@@ -414,7 +414,7 @@ def test_cli_rejects_bad_input_before_creating_the_folder(tmp_path, capsys, monk
         model.blocks[0].mlp.act = nn.Hardswish()
         return model
 
-    monkeypatch.setattr("robustbench_filters.lipschitz.api.create_model", with_hardswish)
+    monkeypatch.setattr("robustbench_filters.lipschitz.run.create_model", with_hardswish)
     args = ["lipschitz", "--model", "deit", "--checkpoint", "none", "--data", "synthetic", "-n", "1"]
     assert run([*args, "--out", str(out)]) == 2
     assert "Hardswish" in capsys.readouterr().err

@@ -11,9 +11,10 @@ import pandas as pd
 import pytest
 import torch
 
+from robustbench_filters.api import evaluate as evaluate_lm
 from robustbench_filters.attacks.catalogue import Norm
 from robustbench_filters.attacks.embedding import EmbeddingAttack, eps_scale, perturbation_size, sequence_nll
-from robustbench_filters.attacks.lm_engine import encode_batch, evaluate_lm, text_chunks
+from robustbench_filters.attacks.lm_rows import encode_batch, text_chunks
 from robustbench_filters.attacks.wordswap import WORD_RE, eligible_spans, swap_words
 from robustbench_filters.cli import run
 from robustbench_filters.data import STOPWORDS, CharTokenizer, load_text

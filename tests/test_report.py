@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import math
 from pathlib import Path
 
@@ -16,7 +18,7 @@ from robustbench_filters.report import figures as F
 from robustbench_filters.report import tables as T
 from robustbench_filters.report.attention import AttentionMaps
 from robustbench_filters.report.style import Palette, variant_key
-from robustbench_filters.results import RunWriter
+from robustbench_filters.runs.folder import RunWriter
 
 Z = 1.959963984540054
 
@@ -222,7 +224,7 @@ def test_palette_is_fixed_per_variant() -> None:
 
 def test_full_report_from_engine_runs(tmp_path: Path) -> None:
     """Image attack run (4 variants, real engine), synthetic LM run, Lipschitz run and sequence-length study."""
-    from robustbench_filters.attacks import evaluate
+    from robustbench_filters.api import evaluate
     from robustbench_filters.lipschitz import estimate_lipschitz, sequence_length_study
 
     img = tmp_path / "img"
@@ -253,7 +255,8 @@ def test_full_report_from_engine_runs(tmp_path: Path) -> None:
     index = result.index.read_text()
     for name in result.figures:
         assert f"figures/{name}.png" in index
-    assert "untrained" in index  # the attention maps say which weights they used
+    recorded = json.loads((img / "summary.json").read_text())["attention"]  # maps come from the run, not a model
+    assert {"deit", "deit-bsa"} <= set(recorded) and len(recorded["deit"]["maps"]) == 4
 
 
 def test_refuses_runs_on_different_examples(tmp_path: Path, paired_rows: pd.DataFrame) -> None:

@@ -14,7 +14,7 @@ Treat its numbers as an upper bound on what the reference would report, not as a
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
 
 import torch
@@ -22,6 +22,7 @@ import torchattacks
 from torch import nn
 
 from ..errors import RobfiltError, unknown
+from ..family import Family
 
 
 class Norm(str, Enum):
@@ -57,15 +58,13 @@ class AttackParams:
 @dataclass(frozen=True)
 class AttackInfo:
     name: str
-    families: tuple[str, ...]
+    families: tuple[Family, ...]
     norms: tuple[Norm, ...]
     default_norm: Norm
     description: str
-    build: Callable[[nn.Module, AttackParams], list[tuple[str, AttackFn]]] | None = None
+    build: Callable[[nn.Module, AttackParams], list[tuple[str, AttackFn]]]
     minimum_norm: bool = False  # returns unbounded perturbations; success counts only inside the eps-ball
     gradient_free: bool = False
-    kind: str = "adversarial"  # adversarial | contamination
-    defaults: dict = field(default_factory=dict)
 
 
 def _pgd_alpha(p: AttackParams) -> float:
@@ -155,8 +154,8 @@ def _autoattack(model: nn.Module, p: AttackParams) -> list[tuple[str, AttackFn]]
     return _apgd_ce(model, p) + _apgd_t(model, p) + _fab(model, p, targeted=True) + _square(model, p)
 
 
-IMAGE = ("deit", "timm", "image")
-LM = ("lm",)
+IMAGE = (Family.IMAGE,)
+LM = (Family.LM,)
 
 ATTACKS: dict[str, AttackInfo] = {
     a.name: a
@@ -219,15 +218,18 @@ ATTACKS: dict[str, AttackInfo] = {
 
 
 def register_attack(info: AttackInfo) -> None:
-    """Add an attack (LM and contamination attacks register themselves here)."""
+    """Add an attack to the catalogue (e.g. a user's own torchattacks wrapper)."""
     ATTACKS[info.name] = info
 
 
-def get_attack(name: str, family: str | None = None) -> AttackInfo:
+def get_attack(name: str, family: Family | None = None) -> AttackInfo:
+    """The catalogue entry of ``name``; with ``family``, it must fit that family's models."""
     if name not in ATTACKS:
-        raise unknown("attack", name, ATTACKS)
+        raise unknown("attack", name, [*ATTACKS, "wordswap", "corruption"])
     info = ATTACKS[name]
     if family is not None and family not in info.families:
         fits = sorted(n for n, a in ATTACKS.items() if family in a.families)
-        raise RobfiltError(f"attack {name!r} does not fit {family} models; for {family} use one of: {', '.join(fits)}.")
+        raise RobfiltError(
+            f"attack {name!r} does not fit {family.value} models; for {family.value} use one of: {', '.join(fits)}."
+        )
     return info

@@ -29,7 +29,6 @@ from collections.abc import Collection
 from dataclasses import dataclass
 
 from ..errors import RobfiltError
-from .catalogue import AttackInfo, Norm, register_attack
 
 # Letters (any script) with apostrophes (ASCII or typographic) allowed only between letters.
 WORD_RE = re.compile(r"[^\W\d_]+(?:['\u2019][^\W\d_]+)*")
@@ -110,16 +109,3 @@ def swap_words(
         last = end
     pieces.append(text[last:])
     return SwapResult("".join(pieces), n_words, len(spans), k, tuple(chosen))
-
-
-register_attack(
-    AttackInfo(
-        "wordswap",
-        ("lm",),
-        (),
-        Norm.LINF,  # unused: contamination has no norm ball
-        "Word-swap contamination: a fraction (--rate) of non-stopwords replaced by 'AAA' in the raw text.",
-        build=None,
-        kind="contamination",
-    )
-)

@@ -6,7 +6,6 @@ and boosting (GRC) rules, globally and on a ball around each input, plus the cer
 The formulas and their sources are in notes/lipschitz.md; each module's docstring names the section it uses.
 """
 
-from .api import COLUMNS, DEFINITIONS, LipschitzResult, estimate_lipschitz, summarize
 from .attention_bound import AttentionBound, attention_lipschitz, castin_bound, dp_head_bound
 from .certify import BoundTrace, block_forward, certified_radius, margins, trace_bounds
 from .constants import (
@@ -22,6 +21,7 @@ from .jacobian import PowerResult, jacobian_dense, jacobian_norm_exact, jacobian
 from .methods import Method, parse_method
 from .profile import layer_profile
 from .ratio import pair_ratio_ascent
+from .run import COLUMNS, DEFINITIONS, Lipschitz, LipschitzResult, estimate_lipschitz, summarize
 from .seqlen import sequence_length_study
 from .spectral import conv_lipschitz, linear_lipschitz, spectral_norm
 from .target import Kind, Target, make_target, prepare_model
@@ -35,6 +35,7 @@ __all__ = [
     "AttentionBound",
     "BoundTrace",
     "Kind",
+    "Lipschitz",
     "LipschitzResult",
     "Method",
     "PowerResult",

@@ -10,6 +10,7 @@ is meant for smoke tests and untrained models; numbers from it say nothing about
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -30,10 +31,7 @@ class Inputs:
     ids: torch.Tensor
 
 
-def _select(total: int, n: int, seed: int) -> torch.Tensor:
-    if n > total:
-        raise RobfiltError(f"--n-examples {n} is more than the {total} examples available; pass at most {total}.")
-    return torch.randperm(total, generator=torch.Generator().manual_seed(seed))[:n]
+Selector = Callable[[int, int], torch.Tensor]  # (pool size, n) -> n seeded example ids (the runner's selection)
 
 
 def _synthetic(target: Target, n: int, seed: int, seq_len: int) -> Inputs:
@@ -50,54 +48,39 @@ def _synthetic(target: Target, n: int, seed: int, seq_len: int) -> Inputs:
     return Inputs(x=x, y=None, ids=torch.arange(n))
 
 
-def _images(name: str, n: int, seed: int) -> Inputs:
-    try:
-        from ..data import load_images
-    except ImportError:
-        raise RobfiltError(
-            f"image data {name!r} needs robustbench_filters.data.load_images, which is not installed; "
-            "use --data synthetic or pass inputs= tensors."
-        ) from None
+def _images(name: str, n: int, select: Selector) -> Inputs:
+    from ..data import load_images
+
     data = load_images(name, split="test")
-    idx = _select(len(data.x), n, seed)
-    y = torch.as_tensor(data.y)[idx] if getattr(data, "y", None) is not None else None
-    return Inputs(x=torch.as_tensor(data.x)[idx].float(), y=y, ids=idx)
+    idx = select(len(data), n)
+    x, y = data.take(idx)
+    return Inputs(x=x.float(), y=y, ids=idx)
 
 
-def _text(name: str, target: Target, n: int, seed: int, seq_len: int) -> Inputs:
+def _text(name: str, target: Target, n: int, select: Selector, seq_len: int) -> Inputs:
     """Windows of ``seq_len`` tokens at seeded offsets of the test text, encoded with the model's tokenizer.
 
-    The tokenizer is the one attached to the model by its checkpoint (``model.tokenizer``), else the data
-    package's ``tokenizers.for_model(model)``. Tokens from any other tokenizer would be silently meaningless.
+    The tokenizer is the one attached to the model by its checkpoint (``model.tokenizer``); tokens from any other
+    tokenizer would be silently meaningless, so a model without one is refused.
     """
-    try:
-        from ..data import load_text
-    except ImportError:
-        raise RobfiltError(
-            f"text data {name!r} needs robustbench_filters.data.load_text, which is not installed; "
-            "use --data synthetic or pass inputs= token ids."
-        ) from None
+    from ..data import load_text
+
     tokenizer = getattr(target.model, "tokenizer", None)
     if tokenizer is None:
-        try:
-            from ..data.tokenizers import for_model
-
-            tokenizer = for_model(target.model)
-        except (ImportError, AttributeError):
-            raise RobfiltError(
-                f"no tokenizer for {target.name}; load it from a checkpoint with its tokenizer, "
-                "or pass inputs= token ids."
-            ) from None
+        raise RobfiltError(
+            f"no tokenizer for {target.name}; load it from a checkpoint saved with its tokenizer, or pass inputs= "
+            "token ids (--data synthetic for untrained models)."
+        )
     ids = torch.as_tensor(tokenizer.encode(load_text(name, split="test")), dtype=torch.long)
     windows = len(ids) - seq_len
     if windows <= 0:
         raise RobfiltError(f"text {name!r} has only {len(ids)} tokens; pass a shorter --seq-len.")
-    starts = _select(windows, n, seed)
+    starts = select(windows, n)
     return Inputs(x=torch.stack([ids[s : s + seq_len] for s in starts.tolist()]), y=None, ids=starts)
 
 
-def load_inputs(target: Target, data: str | None, n: int, seed: int, seq_len: int = 64) -> Inputs:
-    """n examples for ``target`` from the named data set (None: the family default)."""
+def load_inputs(target: Target, data: str | None, n: int, select: Selector, seq_len: int = 64, seed: int = 0) -> Inputs:
+    """n examples for ``target`` from the named data set (None: the family default), chosen by ``select``."""
     if target.kind is Kind.LM and seq_len > target.model.config.block_size:
         raise RobfiltError(
             f"--seq-len {seq_len} exceeds {target.name}'s block size {target.model.config.block_size}; pass less."
@@ -108,5 +91,5 @@ def load_inputs(target: Target, data: str | None, n: int, seed: int, seq_len: in
     if name == SYNTHETIC:
         return _synthetic(target, n, seed, seq_len)
     if target.kind is Kind.IMAGE:
-        return _images(name, n, seed)
-    return _text(name, target, n, seed, seq_len)
+        return _images(name, n, select)
+    return _text(name, target, n, select, seq_len)

@@ -182,35 +182,30 @@ class _Builder:
             )
 
     def _attention(self) -> None:
-        from ..data import load_images
-        from .attention import attention_maps
+        from .attention import maps_from_run
 
         run = next(
-            (r for r in self.rs.families.get(IMAGE, []) if set(ATTENTION_MODELS) <= set(r.rows["model"].unique())),
-            (self.rs.families.get(IMAGE) or [None])[0],
+            (
+                r
+                for r in self.rs.families.get(IMAGE, [])
+                if set(ATTENTION_MODELS) <= set((r.summary.get("attention") or {}))
+            ),
+            None,
         )
-        config = run.manifest.get("config", {}) if run is not None else {}
-        checkpoint = config.get("checkpoint", "zoo")
-        size = config.get("size", "micro")
-        data = config.get("data", "fashion-mnist")
-        if size != "micro" or not str(data).startswith("fashion-mnist"):
-            self.skip("attention maps", f"only drawn for the micro models on the bundled images (run: {size}, {data})")
+        if run is None:
+            self.skip("attention maps", "no image run recorded CLS attention maps for deit and deit-bsa")
             return
-        image = load_images("fashion-mnist", split="test").x[0]
-        maps = attention_maps(
-            list(ATTENTION_MODELS), image, size, checkpoint, run.manifest.get("seed", 0) if run else 0
-        )
-        sources = [m.source for m in maps] + ["image: fashion-mnist test[0]"]
-        if any("untrained" in m.source for m in maps):
-            self.result.notes.append(
-                "attention maps use untrained weights for: "
-                + ", ".join(m.model for m in maps if "untrained" in m.source)
-            )
+        maps, image = maps_from_run(run, ATTENTION_MODELS)
+        if image is None:
+            self.skip("attention maps", "the run recorded no input image (only images up to 64x64 are stored)")
+            return
+        example = run.summary["attention"].get("_example_id")
+        sources = [m.source for m in maps] + [f"image: {run.summary.get('data')} test[{example}]"]
         self.figure(
             "attention_maps",
             "Attention maps: softmax vs BSA",
             "CLS-token attention per layer (mean over heads) on the 7x7 patch grid, for one bundled test image.",
-            lambda: F.attention_figure(maps, image.numpy(), sources),
+            lambda: F.attention_figure(maps, image, sources),
         )
 
     def lm(self) -> None:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from ..io import atomic_write, atomic_write_text
 
 if TYPE_CHECKING:
-    from .gate import GateResult
+    from .judge import GateResult
 
 STATUS_WORD = {"pass": "PASS", "warn": "WARN", "fail": "FAIL"}
 

@@ -31,7 +31,7 @@ import pandas as pd
 
 from ..errors import RobfiltError, suggest
 from ..parsing import parse_number
-from ..results import Run, load_run
+from ..runs.folder import Run, load_run
 from . import tables as T
 from .runs import IMAGE, LIPSCHITZ, LM, family_of
 

@@ -21,7 +21,7 @@ from typing import Any
 import pandas as pd
 
 from ..errors import RobfiltError
-from ..results import Run, RunWriter, load_run
+from ..runs.folder import Run, RunWriter, load_run
 
 log = logging.getLogger(__name__)
 

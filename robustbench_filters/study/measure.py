@@ -1,14 +1,12 @@
 """The study's measurements: one function per piece kind, each writing one finished run folder.
 
-Every measurement calls the toolkit's own engines (the same code ``robfilt attack`` / ``robfilt lipschitz``
-run) on the study's checkpoints, with ``resume=True``: a piece killed half-way continues from its last finished
-unit. Engines that are not part of this build (the LM and corruption engines were written separately) raise
-:class:`PieceUnavailable`, and the study records the piece as skipped with the reason instead of failing.
+Every measurement builds the same typed config ``robfilt attack`` / ``robfilt lipschitz`` build and runs it through
+the shared runner on the study's checkpoints, with ``resume=True``: a piece killed half-way continues from its last
+finished unit.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 from collections.abc import Mapping
 from pathlib import Path
@@ -16,10 +14,12 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from ..configs import CorruptionConfig, ImageAttackConfig, LipschitzConfig, LMAttackConfig, RunConfig
 from ..errors import RobfiltError
 from ..models import load_checkpoint
 from ..progress import ProgressHook
-from ..results import RunWriter
+from ..runs.folder import RunWriter
+from ..runs.runner import run
 from . import plan as P
 from .checkpoints import CheckpointInfo
 from .plan import StudyPlan, digest
@@ -29,15 +29,6 @@ log = logging.getLogger(__name__)
 
 SEQLEN_LM_KIND = "study-seqlen"  # not "seqlen": the reporter reads that kind as the synthetic layer study
 SEQLEN_LAYER_KIND = "seqlen"
-
-
-class PieceUnavailable(Exception):
-    """A measurement this build cannot make (its engine is missing); the study skips it and says why."""
-
-
-def _require(module: str, what: str) -> None:
-    if importlib.util.find_spec(module) is None:
-        raise PieceUnavailable(f"{what} is not available in this build ({module} is missing)")
 
 
 def settings(plan: StudyPlan, kind: str) -> dict:
@@ -94,6 +85,40 @@ def _shared_tokenizer(models: list[nn.Module], text: str):
     return toks[0]
 
 
+def piece_config(piece: P.Piece, plan: StudyPlan, ckpts: Mapping[str, CheckpointInfo]) -> RunConfig:
+    """The run config of a measurement piece, over the study's checkpoints (loaded as modules)."""
+    kind, names = piece.kind, family_models(plan, piece.kind)
+    models = tuple(_load(ckpts, names, plan.size))
+    common = {"models": models, "seed": plan.eval_seed, "size": plan.size, "checkpoint": _tag(ckpts, names)}
+    v, lm, lip = plan.vision, plan.lm, plan.lipschitz
+    if kind == P.VISION_ATTACK:
+        return ImageAttackConfig(
+            **common, attacks=tuple(v.attacks), eps=tuple(v.eps), data=plan.vision_data, n_examples=v.n_examples,
+            steps=v.pgd_steps,
+        )  # fmt: skip
+    if kind == P.VISION_CORRUPTION:
+        return CorruptionConfig(
+            **common, data=plan.vision_data, n_examples=v.corruption_examples, severities=tuple(v.severities),
+            baseline=names[0],
+        )  # fmt: skip
+    if kind == P.LM_ATTACK:
+        from ..data import load_text
+
+        tok = _shared_tokenizer(list(models), load_text(plan.lm_data, split="test"))
+        return LMAttackConfig(
+            **common, attacks=("fgsm", "pgd", "wordswap"), eps=tuple(lm.eps), data=plan.lm_data,
+            n_examples=lm.n_sequences, steps=lm.attack_steps, rates=tuple(lm.rates), tokenizer=tok,
+        )  # fmt: skip
+    if kind in (P.LIPSCHITZ_VISION, P.LIPSCHITZ_LM):
+        vision = kind == P.LIPSCHITZ_VISION
+        return LipschitzConfig(
+            **common, n_examples=lip.vision_examples if vision else lip.lm_examples,
+            method=lip.vision_method if vision else lip.lm_method, bounds=True, per_layer=True,
+            data=plan.vision_data if vision else plan.lm_data, seq_len=lip.lm_seq_len,
+        )  # fmt: skip
+    raise ValueError(f"piece kind {kind!r} has no run config")
+
+
 def run_measurement(
     piece: P.Piece,
     plan: StudyPlan,
@@ -102,57 +127,15 @@ def run_measurement(
     progress: ProgressHook | None = None,
 ) -> None:
     """Make one measurement piece; ``folder`` ends as a finished run folder."""
+    from ..api import measurement_for
+
     kind, names = piece.kind, family_models(plan, piece.kind)
-    if kind == P.VISION_ATTACK:
-        from ..attacks import evaluate
-
-        v = plan.vision
-        evaluate(
-            _load(ckpts, names, plan.size), v.attacks, list(v.eps), data=plan.vision_data, n_examples=v.n_examples,
-            seed=plan.eval_seed, out=folder, steps=v.pgd_steps, size=plan.size, checkpoint=_tag(ckpts, names),
-            resume=True, progress=progress,
-        )  # fmt: skip
-    elif kind == P.VISION_CORRUPTION:
-        _require("robustbench_filters.attacks.corruption_engine", "the corruption engine")
-        from ..attacks import evaluate
-
-        v = plan.vision
-        evaluate(
-            _load(ckpts, names, plan.size), ("corruption",), data=plan.vision_data, n_examples=v.corruption_examples,
-            seed=plan.eval_seed, out=folder, severities=list(v.severities), size=plan.size,
-            baseline=names[0], checkpoint=_tag(ckpts, names), resume=True, progress=progress,
-        )  # fmt: skip
-    elif kind == P.LM_ATTACK:
-        _require("robustbench_filters.attacks.lm_engine", "the LM attack engine")
-        from ..attacks import evaluate
-        from ..data import load_text
-
-        lm = plan.lm
-        models = _load(ckpts, names, plan.size)
-        tok = _shared_tokenizer(models, load_text(plan.lm_data, split="test"))
-        evaluate(
-            models, ("fgsm", "pgd", "wordswap"), list(lm.eps), data=plan.lm_data, n_examples=lm.n_sequences,
-            seed=plan.eval_seed, out=folder, steps=lm.attack_steps, rates=list(lm.rates), tokenizer=tok,
-            size=plan.size, checkpoint=_tag(ckpts, names), resume=True, progress=progress,
-        )  # fmt: skip
-    elif kind in (P.LIPSCHITZ_VISION, P.LIPSCHITZ_LM):
-        from ..lipschitz import estimate_lipschitz
-
-        lip, vision = plan.lipschitz, kind == P.LIPSCHITZ_VISION
-        estimate_lipschitz(
-            _load(ckpts, names, plan.size),
-            n_examples=lip.vision_examples if vision else lip.lm_examples,
-            method=lip.vision_method if vision else lip.lm_method,
-            bounds=True, per_layer=True, data=plan.vision_data if vision else plan.lm_data, seed=plan.eval_seed,
-            out=folder, checkpoint=_tag(ckpts, names), resume=True, progress=progress, size=plan.size,
-            seq_len=lip.lm_seq_len,
-        )  # fmt: skip
-    elif kind == P.SEQLEN_LM:
+    if kind == P.SEQLEN_LM:
         _seqlen_lm(plan, _load(ckpts, names, plan.size), names, folder, _tag(ckpts, names))
     elif kind == P.SEQLEN_LAYER:
         _seqlen_layer(plan, piece.seed, folder)
     else:
-        raise ValueError(f"unknown piece kind {kind!r}")
+        run(measurement_for(piece_config(piece, plan, ckpts)), out=folder, resume=True, progress=progress)
 
 
 def _seqlen_lm(plan: StudyPlan, models: list[nn.Module], names: tuple[str, ...], folder: Path, tag: str) -> None:

@@ -29,11 +29,12 @@ from typing import Any
 from ..errors import RobfiltError, RunStateError
 from ..io import atomic_write_json
 from ..progress import ProgressHook, null_progress
-from ..results import LOCK, RunLock, check_writable, load_run
+from ..runs.folder import check_writable, load_run
+from ..runs.lock import RunLock, is_locked
 from . import plan as P
 from .checkpoints import CheckpointInfo, ensure_checkpoint
 from .claims import ClaimResult, evaluate_claims
-from .measure import PieceUnavailable, family_models, run_measurement, settings
+from .measure import family_models, run_measurement, settings
 from .plan import StudyPlan, digest
 from .scores import StudyScores, failed_checks, scores_from_run
 
@@ -41,7 +42,7 @@ log = logging.getLogger(__name__)
 
 MANIFEST = "study.json"
 SCHEMA_VERSION = 1
-DONE, RUNNING, UNAVAILABLE = "done", "running", "unavailable"
+DONE, RUNNING = "done", "running"
 _OUTPUTS = ("checkpoints", "runs", "report", "README.md", "results.json", "scores.csv", MANIFEST)
 
 
@@ -51,13 +52,12 @@ def _now() -> str:
 
 @dataclass
 class StudyResult:
-    """What a study call did: pieces it ran, pieces already finished, pieces it could not make (and why)."""
+    """What a study call did: the pieces it ran and the pieces already finished."""
 
     out: Path
     readme: Path | None
     executed: list[str] = field(default_factory=list)
     finished_before: list[str] = field(default_factory=list)
-    unavailable: dict[str, str] = field(default_factory=dict)
     claims: list[ClaimResult] = field(default_factory=list)
     wall_time_s: float = 0.0
 
@@ -215,20 +215,14 @@ def _measure(
     manifest.record(piece.id, status=RUNNING, inputs=inputs, path=piece.folder, started=_now())
     t0 = time.perf_counter()
     try:
-        try:
-            run_measurement(piece, plan, ckpts, folder, progress)
-        except RunStateError:
-            if (folder / LOCK).exists():  # another process writes it: never take it over
-                raise
-            # same inputs, but the engine's run fingerprint changed (e.g. a newer robfilt): start the piece afresh
-            log.warning("%s: the partial run in %s is from another engine version; measuring again", piece.id, folder)
-            shutil.rmtree(folder)
-            run_measurement(piece, plan, ckpts, folder, progress)
-    except PieceUnavailable as exc:
-        log.warning("skipping %s: %s", piece.id, exc)
-        result.unavailable[piece.id] = str(exc)
-        manifest.record(piece.id, status=UNAVAILABLE, inputs=inputs, reason=str(exc))
-        return
+        run_measurement(piece, plan, ckpts, folder, progress)
+    except RunStateError:
+        if is_locked(folder):  # another process writes it: never take it over
+            raise
+        # same inputs, but the run fingerprint changed (e.g. a newer robfilt): start the piece afresh
+        log.warning("%s: the partial run in %s is from another robfilt version; measuring again", piece.id, folder)
+        shutil.rmtree(folder)
+        run_measurement(piece, plan, ckpts, folder, progress)
     wall = time.perf_counter() - t0  # of the call that finished the piece
     manifest.record(piece.id, status=DONE, inputs=inputs, path=piece.folder, wall_s=round(wall, 1), finished=_now())
     result.executed.append(piece.id)

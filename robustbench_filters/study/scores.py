@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..results import Run
+from ..runs.folder import Run
 from ..stats import mcnemar_exact
 from .seqlen import growth_slope
 

@@ -105,10 +105,8 @@ def _counts(claims: list[ClaimResult]) -> str:
 
 def _build_figures(plan: StudyPlan, out: Path, manifest: dict) -> tuple[list[tuple[str, str]], list[str]]:
     """The reporter's figures for the first seed's runs; (title, relative png path) pairs, and notes."""
-    try:
-        from ..report import build_report
-    except ImportError as exc:
-        return [], [f"figures skipped: the reporter is not available in this build ({exc})"]
+    from ..report import build_report
+
     seed = plan.seeds[0]
     kinds = (P.VISION_ATTACK, P.VISION_CORRUPTION, P.LM_ATTACK, P.LIPSCHITZ_VISION, P.LIPSCHITZ_LM, P.SEQLEN_LAYER)
     dirs = [
@@ -143,7 +141,6 @@ def render_readme(
     manifest: dict,
     data: StudyScores,
     claims: list[ClaimResult],
-    unavailable: dict[str, str],
     figures: list[tuple[str, str]],
     notes: list[str],
 ) -> str:
@@ -222,13 +219,8 @@ def render_readme(
         markdown(_wall_times(manifest)).rstrip(),
         "",
     ]
-    skipped = dict(unavailable)
-    for pid, rec in manifest.get("pieces", {}).items():
-        if rec.get("status") == "unavailable":
-            skipped.setdefault(pid, rec.get("reason", ""))
-    if skipped or notes:
-        lines += ["### Not included, and notes", ""]
-        lines += [f"- `{pid}`: {why}" for pid, why in sorted(skipped.items())]
+    if notes:
+        lines += ["### Notes", ""]
         lines += [f"- {n}" for n in notes]
         lines.append("")
 
@@ -349,7 +341,6 @@ def write_outputs(plan: StudyPlan, out: Path, manifest: dict, data: StudyScores,
             {
                 "plan": plan.to_dict(),
                 "claims": [c.to_dict() for c in result.claims],
-                "unavailable": result.unavailable,
                 "scores": data.scores.to_dict(orient="records"),
                 "mcnemar": data.mcnemar.to_dict(orient="records"),
                 "failed_checks": data.failed_checks.to_dict(orient="records"),
@@ -357,5 +348,5 @@ def write_outputs(plan: StudyPlan, out: Path, manifest: dict, data: StudyScores,
         ),
     )
     figures, notes = _build_figures(plan, out, manifest) if report else ([], ["figures not requested"])
-    text = render_readme(plan, manifest, data, result.claims, result.unavailable, figures, notes)
+    text = render_readme(plan, manifest, data, result.claims, figures, notes)
     return atomic_write_text(out / "README.md", text)

@@ -1,6 +1,6 @@
-"""``robfilt check``: a CI gate that fails on robustness regressions, not on sampling noise.
+"""Judging finished runs for the CI gate: thresholds and baselines, decided on intervals, not on noise.
 
-A gate compares a run (given, or made fresh from a TOML spec) with thresholds and/or a committed baseline.
+This module only reads run folders (made by :mod:`robustbench_filters.gate`, or given) and decides.
 Robust accuracy measured on n examples is itself uncertain (128 examples: +-8 pp), so every decision uses the
 95% interval of the measured value (Wilson for accuracy, an example bootstrap for perplexity; certified
 Lipschitz bounds are deterministic and compared exactly):
@@ -39,21 +39,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RegressionError, RobfiltError
-from ..io import atomic_write_json
-from ..progress import ProgressHook
-from ..results import Run, load_run
-from .metrics import (
-    DIRECTION,
-    RELATIVE,
-    Metric,
-    baseline_document,
-    find,
-    load_baseline,
-    metrics_from_run,
-    same_eps,
-)
-from .runs import IMAGE, LIPSCHITZ, LM, family_of
-from .spec import Requirement, Spec, load_spec
+from ..runs.folder import Run
+from .metrics import DIRECTION, RELATIVE, Metric, find
+from .runs import family_of
+from .tables import eps_label
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +51,31 @@ RULE = (
     "min thresholds fail when the 95% CI upper end is below them, max thresholds when the lower end is above; "
     "baselines fail when the drop exceeds tolerance + both CI half-widths (intervals no longer overlap)."
 )
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """One threshold of a spec: model, condition, metric, bound and where it was written (for messages)."""
+
+    family: str
+    model: str
+    attack: str  # "clean", an attack name, or "-" (Lipschitz)
+    eps: float | None
+    metric: str
+    bound: str  # "min" or "max"
+    threshold: float
+    where: str  # "[[image.require]] #2" for messages
+
+    @property
+    def condition(self) -> str:
+        if self.attack in ("clean", "-"):
+            return self.attack
+        return f"{self.attack}@{eps_label(self.eps)}"
+
+    @property
+    def label(self) -> str:
+        op = ">=" if self.bound == "min" else "<="
+        return f"{self.model} {self.condition} {self.metric} {op} {self.threshold:g}"
 
 
 @dataclass
@@ -214,14 +228,17 @@ def _available(metrics: Sequence[Metric], model: str, metric: str) -> str:
     return f"its models are: {', '.join(models) or 'none'}"
 
 
-def _check_requirements(spec: Spec, runs: Sequence[Run], metrics: dict[str, list[Metric]]) -> list[Outcome]:
+def check_requirements(
+    requirements: dict[str, list[Requirement]], runs: Sequence[Run], metrics: dict[str, list[Metric]], source: str
+) -> list[Outcome]:
+    """Judge every requirement (per family section) against the metrics of that family's runs."""
     out = []
-    for fam, section in spec.sections.items():
+    for fam, reqs in requirements.items():
         fam_runs = [r for r in runs if family_of(r) == fam]
-        if section.requirements and not fam_runs:
-            raise RobfiltError(f"{spec.path.name} has [{fam}] requirements but no {fam} run was given or made.")
+        if reqs and not fam_runs:
+            raise RobfiltError(f"{source} has [{fam}] requirements but no {fam} run was given or made.")
         pool = [m for r in fam_runs for m in metrics[r.run_id]]
-        for req in section.requirements:
+        for req in reqs:
             m = find(pool, req.model, req.condition, req.metric)
             if m is None:
                 raise RobfiltError(
@@ -232,7 +249,7 @@ def _check_requirements(spec: Spec, runs: Sequence[Run], metrics: dict[str, list
     return out
 
 
-def _check_baseline(base: list[Metric], pool: list[Metric], tolerance: float, source: str) -> list[Outcome]:
+def check_baseline(base: list[Metric], pool: list[Metric], tolerance: float, source: str) -> list[Outcome]:
     if not base:
         raise RobfiltError(f"baseline {source} holds no metrics.")
     out = []
@@ -247,7 +264,7 @@ def _check_baseline(base: list[Metric], pool: list[Metric], tolerance: float, so
     return out
 
 
-def _sanity(runs: Sequence[Run], mode: str) -> list[Outcome]:
+def sanity_outcomes(runs: Sequence[Run], mode: str) -> list[Outcome]:
     if mode == "ignore":
         return []
     out = []
@@ -259,121 +276,6 @@ def _sanity(runs: Sequence[Run], mode: str) -> list[Outcome]:
     return out
 
 
-def _validate_against_settings(spec: Spec) -> None:
-    """Requirements must name attacks and eps the section actually runs (caught before a long run)."""
-    for fam, section in spec.sections.items():
-        attacks = section.settings.get("attacks")
-        eps = section.settings.get("eps") or section.settings.get("rates")
-        for req in section.requirements:
-            if req.attack in ("clean", "-"):
-                continue
-            if attacks is not None and req.attack not in attacks:
-                raise RobfiltError(
-                    f"{spec.path.name}: {req.where} checks attack {req.attack!r}, which [{fam}] attacks = "
-                    f"{attacks} does not run."
-                )
-            if eps is not None and not any(same_eps(req.eps, e) for e in eps):
-                raise RobfiltError(
-                    f"{spec.path.name}: {req.where} checks eps {req.eps:g}, which is not in [{fam}] eps = "
-                    f"{[float(f'{e:.6g}') for e in eps]}."
-                )
-
-
-def produce_runs(spec: Spec, out: Path, progress: ProgressHook | None = None) -> list[Run]:
-    """Make the spec's fresh runs (always from scratch: a cached run could hide changed weights)."""
-    runs = []
-    for fam, section in spec.sections.items():
-        s = dict(section.settings)
-        models = s.pop("models")
-        folder = out / fam
-        log.info("check: making the fresh %s run in %s", fam, folder)
-        if fam in (IMAGE, LM):
-            from ..attacks import evaluate
-
-            attacks = s.pop("attacks", ["pgd"] if fam == IMAGE else None)
-            eps = s.pop("eps", None)
-            kwargs = {"device": spec.device, **s} if fam == IMAGE else s
-            if attacks is None:
-                raise RobfiltError(f"{spec.path.name}: [lm] needs attacks = [...].")
-            evaluate(models, attacks, eps, out=folder, overwrite=True, progress=progress, **kwargs)
-        elif fam == LIPSCHITZ:
-            from ..lipschitz import estimate_lipschitz
-
-            estimate_lipschitz(models, out=folder, overwrite=True, progress=progress, device=spec.device, **s)
-        runs.append(load_run(folder))
-    return runs
-
-
-def run_gate(
-    spec: str | Path | None = None,
-    runs: Sequence[str | Path] = (),
-    baseline: str | Path | None = None,
-    tolerance: float | None = None,
-    out: str | Path | None = None,
-    junit: str | Path | None = None,
-    summary: str | Path | None = None,
-    write_baseline: str | Path | None = None,
-    progress: ProgressHook | None = None,
-) -> GateResult:
-    """Run the gate and write its JUnit XML and Markdown summary; see the module docstring for the rules.
-
-    Args:
-        spec: a TOML spec (thresholds, and how to make fresh runs when ``runs`` is empty).
-        runs: run folders to check instead of making fresh ones.
-        baseline: overrides the spec's baseline (paths given here may lie anywhere).
-        tolerance: overrides the spec's tolerance for baseline comparisons (default 0).
-        out: folder for fresh runs and default outputs (default: the spec's ``out``, else ``runs/check``).
-        junit / summary: output paths (default ``<out>/junit.xml`` and ``<out>/summary.md``).
-        write_baseline: also write the checked runs' metrics as a robfilt-baseline JSON (to update a baseline).
-    """
-    from .gate_output import write_junit, write_markdown
-
-    loaded_spec = load_spec(spec) if spec is not None else None
-    if loaded_spec is None and not runs:
-        raise RobfiltError("nothing to check; pass --spec FILE, or --run RUN_DIR with --baseline FILE.")
-    baseline_path = Path(baseline) if baseline is not None else (loaded_spec.baseline if loaded_spec else None)
-    if loaded_spec is None and baseline_path is None and write_baseline is None:
-        raise RobfiltError("--run needs something to compare with; pass --baseline FILE or --spec FILE.")
-    tol = tolerance if tolerance is not None else (loaded_spec.tolerance if loaded_spec else 0.0)
-    if not (math.isfinite(tol) and tol >= 0):
-        raise RobfiltError(f"--tolerance must be a number >= 0, got {tol}.")
-    out_dir = Path(out) if out is not None else (loaded_spec.out if loaded_spec else Path("runs") / "check")
-    base_metrics = load_baseline(baseline_path) if baseline_path is not None else None  # fail fast on bad files
-
-    if runs:
-        run_objs = [load_run(r) for r in runs]
-    else:
-        assert loaded_spec is not None
-        _validate_against_settings(loaded_spec)
-        run_objs = produce_runs(loaded_spec, out_dir, progress)
-    metrics = {r.run_id: metrics_from_run(r) for r in run_objs}
-    pool = [m for ms in metrics.values() for m in ms]
-
-    outcomes: list[Outcome] = []
-    if loaded_spec is not None:
-        outcomes += _check_requirements(loaded_spec, run_objs, metrics)
-    if base_metrics is not None:
-        outcomes += _check_baseline(base_metrics, pool, tol, str(baseline_path))
-    outcomes += _sanity(run_objs, loaded_spec.sanity if loaded_spec else "warn")
-
-    result = GateResult(
-        name=loaded_spec.name if loaded_spec else "robfilt check",
-        outcomes=outcomes,
-        runs=[r.run_id for r in run_objs],
-        out=out_dir,
-        baseline=str(baseline_path) if baseline_path else None,
-        tolerance=tol,
-    )
-    if write_baseline is not None:
-        doc = baseline_document(pool, ", ".join(result.runs))
-        atomic_write_json(write_baseline, doc)
-        result.notes.append(f"wrote {len(pool)} metrics as a baseline to {write_baseline}")
-    result.junit = write_junit(result, Path(junit) if junit else out_dir / "junit.xml")
-    result.summary = write_markdown(result, Path(summary) if summary else out_dir / "summary.md")
-    log.info("check: %d pass, %d warn, %d fail", result.count(PASS), result.count(WARN), result.count(FAIL))
-    return result
-
-
 __all__ = [
     "FAIL",
     "PASS",
@@ -381,8 +283,10 @@ __all__ = [
     "WARN",
     "GateResult",
     "Outcome",
+    "Requirement",
+    "check_baseline",
+    "check_requirements",
     "judge_baseline",
     "judge_threshold",
-    "produce_runs",
-    "run_gate",
+    "sanity_outcomes",
 ]

@@ -1,4 +1,4 @@
-"""Console tables for language-model attack runs and image-corruption runs (``robfilt attack``)."""
+"""Console tables of run summaries: image attacks, LM attacks, corruptions, and the sanity checks under each."""
 
 from __future__ import annotations
 
@@ -7,6 +7,54 @@ import math
 from rich.table import Table
 
 from ._common import console
+
+STATUS_STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red"}
+
+
+def _pct(cell: dict) -> str:
+    return f"{100 * cell['acc']:.1f} [{100 * cell['lo']:.1f}, {100 * cell['hi']:.1f}]"
+
+
+def render_summary(summary: dict) -> None:
+    """The comparison table (accuracy % with 95% Wilson intervals) and the sanity checks."""
+    out = console()
+    models = summary["models"]
+    if summary.get("family") == "lm":
+        return render_lm_summary(summary)
+    if summary.get("kind") == "corruption":
+        return render_corruption_summary(summary)
+    table = Table(
+        title=f"accuracy % [95% CI] on {summary['n_examples']} {summary['data']} test examples ({summary['norm']})"
+    )
+    table.add_column("attack")
+    table.add_column("eps", justify="right")
+    for label in models:
+        table.add_column(label, justify="right")
+    table.add_row("clean", "0", *[_pct(m["clean"]) for m in models.values()])
+    cols = sorted({(r["attack"], r["eps"]) for m in models.values() for r in m["robust"]})
+    cells = {label: {(r["attack"], r["eps"]): r for r in m["robust"]} for label, m in models.items()}
+    for attack, eps in cols:
+        row = [_pct(cells[label][(attack, eps)]) if (attack, eps) in cells[label] else "-" for label in models]
+        table.add_row(attack, f"{eps:.4g}", *row)
+    out.print(table)
+    render_checks(summary["checks"], summary["checks_summary"])
+
+
+def render_checks(checks: list[dict], counts: dict) -> None:
+    out = console()
+    table = Table(title="sanity checks")
+    for col in ("model", "check", "status", "detail"):
+        table.add_column(col)
+    for c in checks:
+        table.add_row(c["model"], c["name"], f"[{STATUS_STYLE[c['status']]}]{c['status'].upper()}[/]", c["detail"])
+    out.print(table)
+    verdict = (
+        "all checks passed"
+        if counts["passed"]
+        else f"{counts['fail']} CHECK(S) FAILED: treat these numbers as unreliable"
+    )
+    style = "green" if counts["passed"] else "bold red"
+    out.print(f"[{style}]{verdict}[/] ({counts['pass']} pass, {counts['warn']} warn, {counts['fail']} fail)")
 
 
 def _ppl_cell(entry: dict, clean_ppl: float | None = None) -> str:
@@ -25,8 +73,6 @@ def _setting(entry: dict) -> str:
 
 def render_lm_summary(summary: dict) -> None:
     """Perplexity (x clean, next-token accuracy %) per attack and eps/rate, one column per model; then checks."""
-    from .attack import render_checks
-
     out = console()
     models = summary["models"]
     settings: list[tuple[str, str, float]] = []
@@ -72,8 +118,6 @@ def _fmt(value: float | None, pct: bool = True) -> str:
 
 def render_corruption_summary(summary: dict) -> None:
     """Accuracy % per corruption x severity for every model, then clean / mean / mCE, then the checks."""
-    from .attack import render_checks
-
     out = console()
     models = summary["models"]
     sev = summary["severities"]

@@ -1,37 +1,13 @@
-"""Sanity checks that back every robustness number (Carlini et al. checklist; AutoAttack's flags).
-
-Each check returns a :class:`Check` with status ``pass``, ``warn`` or ``fail`` and a one-line detail. They are
-reported in the console table and in ``summary.json``; a failing check is shown as failing, never dropped.
-Row checks work on the per-example table alone; model checks probe the model on a small batch.
-"""
+"""Checks on image attack runs: the eps-ball and [0, 1], monotone accuracy, PGD vs FGSM, step budget, eps = 0,
+and the optional gradient-masking checks (huge eps reaches chance, more steps not weaker, black box not better)."""
 
 from __future__ import annotations
 
-import math
-from dataclasses import asdict, dataclass
-
 import pandas as pd
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-PASS, WARN, FAIL = "pass", "warn", "fail"
-EPS_TOL = 1e-5  # float32 slack when verifying the eps-ball
-
-
-@dataclass
-class Check:
-    name: str
-    model: str
-    status: str
-    detail: str
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-def ball_tolerance(eps: float) -> float:
-    return eps * EPS_TOL + 1e-6
+from .base import FAIL, PASS, WARN, Check, ball_tolerance
 
 
 def check_in_ball(rows: pd.DataFrame, model: str) -> Check:
@@ -114,53 +90,6 @@ def check_eps0(
     )
 
 
-def check_gradients(model: nn.Module, label: str, x: torch.Tensor, y: torch.Tensor) -> Check:
-    """Input gradients of the loss are finite and non-zero (zero gradients mean masking or quantisation)."""
-    x = x.clone().requires_grad_(True)
-    loss = F.cross_entropy(model(x), y, reduction="sum")
-    (grad,) = torch.autograd.grad(loss, x)
-    if not torch.isfinite(grad).all():
-        return Check("finite, non-zero gradients", label, FAIL, "non-finite input gradients")
-    per_ex = grad.flatten(1).abs().amax(1)
-    zero = int((per_ex == 0).sum())
-    if zero == len(y):
-        return Check("finite, non-zero gradients", label, FAIL, "all input gradients are zero (gradient masking?)")
-    if zero:
-        return Check("finite, non-zero gradients", label, WARN, f"{zero}/{len(y)} examples have zero input gradient")
-    return Check("finite, non-zero gradients", label, PASS, f"{len(y)} examples")
-
-
-def check_logits(model: nn.Module, label: str, x: torch.Tensor) -> Check:
-    """Outputs look like logits, not probabilities (a softmax output layer saturates the CE gradient)."""
-    with torch.no_grad():
-        out = model(x)
-    probs_like = bool(((out >= 0) & (out <= 1)).all()) and torch.allclose(
-        out.sum(-1), torch.ones(len(out), device=out.device), atol=1e-3
-    )
-    if probs_like:
-        return Check(
-            "outputs are logits", label, FAIL, "outputs are in [0,1] and sum to 1: a softmax layer masks gradients"
-        )
-    return Check("outputs are logits", label, PASS, "unnormalised scores")
-
-
-def check_eval_deterministic(model: nn.Module, label: str, x: torch.Tensor) -> Check:
-    """The model is in eval mode and two forward passes agree (no dropout, no randomness)."""
-    training = [n for n, m in model.named_modules() if m.training]
-    with torch.no_grad():
-        a, b = model(x), model(x)
-    if training:
-        return Check(
-            "eval mode, deterministic",
-            label,
-            FAIL,
-            f"{len(training)} modules in training mode (e.g. {training[0] or 'root'})",
-        )
-    if not torch.equal(a, b):
-        return Check("eval mode, deterministic", label, FAIL, f"two passes differ by {(a - b).abs().max().item():.2e}")
-    return Check("eval mode, deterministic", label, PASS, "eval mode, identical repeated outputs")
-
-
 def check_chance(acc: float, n_classes: int, label: str, eps: float) -> Check:
     """A very large eps must drive accuracy to chance level or below."""
     chance = 1.0 / n_classes
@@ -194,16 +123,3 @@ def check_blackbox(acc_white: float, acc_black: float, n: int, label: str) -> Ch
         status,
         f"PGD {100 * acc_white:.1f}% vs Square {100 * acc_black:.1f}% accuracy",
     )
-
-
-def all_passed(checks: list[Check]) -> bool:
-    return all(c.status != FAIL for c in checks)
-
-
-def summarize(checks: list[Check]) -> dict:
-    counts = {s: sum(c.status == s for c in checks) for s in (PASS, WARN, FAIL)}
-    return {"passed": all_passed(checks), **counts}
-
-
-def _finite(value: float) -> bool:
-    return value is not None and math.isfinite(value)

@@ -1,4 +1,4 @@
-"""Sanity checks for language-model attacks and for contamination (word swap, image corruptions).
+"""Sanity checks for language-model runs: embedding attacks and word-swap contamination.
 
 They mirror the image checks in :mod:`robustbench_filters.checks` (Carlini et al. 2019 checklist) where
 perplexity replaces accuracy: a stronger or larger perturbation must not *lower* perplexity. Row checks work on
@@ -14,7 +14,7 @@ import pandas as pd
 import torch
 from torch import nn
 
-from ..checks import FAIL, PASS, WARN, Check, ball_tolerance
+from .base import FAIL, PASS, WARN, Check, ball_tolerance
 
 # PGD vs FGSM: in the near-linear regime of small eps both reach the same boundary point, so a relative
 # perplexity shortfall up to PGD_FGSM_NOISE is numerical noise (PASS); up to PGD_FGSM_TOL it is a WARN, beyond a FAIL.
@@ -144,7 +144,7 @@ def check_embedding_gradients(
     model: nn.Module, label: str, idx: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor
 ) -> Check:
     """Gradients of the loss w.r.t. the token embeddings are finite and non-zero (Carlini check 10)."""
-    from .embedding import sequence_nll
+    from ..attacks.embedding import sequence_nll
 
     emb = model.embed(idx).detach().requires_grad_(True)
     with torch.enable_grad():
@@ -169,39 +169,3 @@ def check_more_steps(ppl_base: float, ppl_more: float, label: str, factor: int) 
         status,
         f"perplexity {ppl_base:.3g} -> {ppl_more:.3g} with {factor}x steps",
     )
-
-
-# --- image corruptions ------------------------------------------------------------------------------------------
-
-
-def check_severity0(label: str, max_move: float, pred_changed: int, n: int) -> Check:
-    """Severity 0 of every corruption is the identity: no pixel moves, no prediction changes."""
-    if max_move == 0.0 and pred_changed == 0:
-        return Check("severity 0 equals clean", label, PASS, f"{n} images unchanged by every corruption")
-    return Check("severity 0 equals clean", label, FAIL, f"max move {max_move:.2e}, {pred_changed} predictions changed")
-
-
-def check_corruption_box(rows: pd.DataFrame, model: str) -> Check | None:
-    """Corrupted images stay finite and inside [0, 1]."""
-    sub = _model_rows(rows, model, "contamination")
-    if sub.empty:
-        return None
-    bad = int((~sub.in_box).sum())
-    if bad:
-        return Check("corrupted inputs in [0,1]", model, FAIL, f"{bad} corrupted images outside [0,1] or non-finite")
-    return Check("corrupted inputs in [0,1]", model, PASS, f"{len(sub)} corrupted images checked")
-
-
-def check_severity_distance(rows: pd.DataFrame, model: str) -> Check | None:
-    """Mean L2 distance to the clean image grows with severity for every corruption (a harness check)."""
-    sub = _model_rows(rows, model, "contamination")
-    if sub.empty:
-        return None
-    bad = []
-    for attack, grp in sub.groupby("attack"):
-        d = grp.groupby("eps").pert_norm.mean().sort_index()
-        if (d.diff().dropna() <= 0).any():
-            bad.append(attack)
-    if bad:
-        return Check("distance grows with severity", model, WARN, f"not increasing for {', '.join(bad)}")
-    return Check("distance grows with severity", model, PASS, "increasing for every corruption")

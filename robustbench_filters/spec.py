@@ -39,20 +39,30 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import RobfiltError, suggest
-from ..parsing import parse_number
-from .runs import IMAGE, LIPSCHITZ, LM
-from .tables import eps_label
+from . import configs as CF
+from .errors import RobfiltError, suggest
+from .parsing import parse_number
+from .report.judge import Requirement
+from .report.runs import IMAGE, LIPSCHITZ, LM
 
 SECTIONS: tuple[str, ...] = (IMAGE, LM, LIPSCHITZ)
 TOP_KEYS = frozenset({"version", "name", "out", "baseline", "tolerance", "sanity", "device", *SECTIONS})
 SANITY = ("fail", "warn", "ignore")
-_COMMON = {"models", "seed", "n_examples", "data", "size", "checkpoint", "batch_size", "require"}
-RUN_KEYS: dict[str, frozenset[str]] = {
-    IMAGE: frozenset(_COMMON | {"attacks", "eps", "norm", "steps", "step_size", "data_root"}),
-    LM: frozenset(_COMMON | {"attacks", "eps", "rates", "steps", "step_size", "seq_len"}),
-    LIPSCHITZ: frozenset(_COMMON | {"method", "rho", "per_layer", "bounds", "power_iters", "seq_len"}),
+_NOT_IN_SPECS = {"device", "tokenizer", "inputs", "input_labels"}  # top-level key, or Python objects only
+
+
+def _run_keys(*classes: type[CF.RunConfig]) -> frozenset[str]:
+    """A section's keys are its run configs' options (one place for defaults and rules) plus ``require``."""
+    return frozenset({f for c in classes for f in c.options()} - _NOT_IN_SPECS | {"require"})
+
+
+#: [image] runs image attacks or, with ``attacks = ["corruption"]``, corruptions.
+SECTION_CONFIGS: dict[str, tuple[type[CF.RunConfig], ...]] = {
+    IMAGE: (CF.ImageAttackConfig, CF.CorruptionConfig),
+    LM: (CF.LMAttackConfig,),
+    LIPSCHITZ: (CF.LipschitzConfig,),
 }
+RUN_KEYS: dict[str, frozenset[str]] = {fam: _run_keys(*classes) for fam, classes in SECTION_CONFIGS.items()}
 # threshold key -> metric; "min_" keys are lower limits, "max_" keys upper limits
 THRESHOLDS: dict[str, dict[str, str]] = {
     IMAGE: {"min_acc": "acc"},
@@ -70,33 +80,11 @@ REQUIRE_KEYS: dict[str, frozenset[str]] = {
 PATH_KEYS = ("out", "baseline")
 
 
-@dataclass(frozen=True)
-class Requirement:
-    family: str
-    model: str
-    attack: str  # "clean", an attack name, or "-" (Lipschitz)
-    eps: float | None
-    metric: str
-    bound: str  # "min" or "max"
-    threshold: float
-    where: str  # "[[image.require]] #2" for messages
-
-    @property
-    def condition(self) -> str:
-        if self.attack in ("clean", "-"):
-            return self.attack
-        return f"{self.attack}@{eps_label(self.eps)}"
-
-    @property
-    def label(self) -> str:
-        op = ">=" if self.bound == "min" else "<="
-        return f"{self.model} {self.condition} {self.metric} {op} {self.threshold:g}"
-
-
 @dataclass
 class Section:
     family: str
     settings: dict[str, Any]
+    config: CF.RunConfig
     requirements: list[Requirement] = field(default_factory=list)
 
 
@@ -192,13 +180,16 @@ def _settings(spec: Path, root: Path, fam: str, table: Mapping[str, Any]) -> dic
             s[key] = _strings(spec, value, what)
         elif key in ("eps", "rates"):
             s[key] = _numbers(spec, value, what)
-        elif key in ("n_examples", "batch_size", "steps", "power_iters", "seq_len"):
-            s[key] = _int(spec, value, what, minimum=1)
+        elif key in ("n_examples", "batch_size", "steps", "power_iters", "seq_len", "ratio_steps"):
+            s[key] = _int(spec, value, what, minimum=1 if key != "ratio_steps" else 0)
         elif key == "seed":
             s[key] = _int(spec, value, what)
-        elif key in ("step_size", "rho"):
+        elif key == "severities":
+            items = value if isinstance(value, list) else [value]
+            s[key] = tuple(_int(spec, v, what) for v in items)
+        elif key in ("step_size", "rho", "tol"):
             s[key] = _num(spec, value, what)
-        elif key in ("per_layer", "bounds"):
+        elif key in ("per_layer", "bounds", "check_masking", "amp_attacks", "allow_pickle"):
             if not isinstance(value, bool):
                 raise _err(spec, f"{what} must be true or false, got {value!r}.")
             s[key] = value
@@ -208,7 +199,7 @@ def _settings(spec: Path, root: Path, fam: str, table: Mapping[str, Any]) -> dic
             s[key] = value if value in ("zoo", "none") else str(resolve_path(spec, root, value, "checkpoint"))
         elif key == "data_root":
             s[key] = str(resolve_path(spec, root, value, "data_root"))
-        else:  # data, size, norm, method
+        else:  # data, size, norm, method, amp, eps_mode, replacement, baseline, dtype
             if not isinstance(value, str):
                 raise _err(spec, f"{what} must be a string, got {value!r}.")
             s[key] = value
@@ -257,6 +248,24 @@ def _requirements(spec: Path, fam: str, models: list[str], entries: Any) -> list
     return out
 
 
+def _config(spec: Path, fam: str, settings: dict[str, Any], device: Any) -> CF.RunConfig:
+    """The section's run config; its own validation names the spec file on failure."""
+    options = {k: tuple(v) if isinstance(v, list) else v for k, v in settings.items()}
+    options["models"] = tuple(settings["models"])
+    if isinstance(device, str):
+        options["device"] = device
+    if fam == IMAGE:
+        cls = CF.attack_config_class(options["models"], options.get("attacks", ()))
+    else:
+        cls = SECTION_CONFIGS[fam][0]
+    try:
+        return CF.build(cls, options)
+    except RobfiltError as exc:
+        raise _err(
+            spec, f"[{fam}] {str(exc).replace('--', '').replace(' runs; drop it', ' sections; remove the key')}"
+        ) from None
+
+
 def load_spec(path: str | Path) -> Spec:
     """Parse and validate a spec; every problem is a one-line :class:`RobfiltError` (exit code 2)."""
     path = Path(path)
@@ -289,7 +298,7 @@ def load_spec(path: str | Path) -> Spec:
         _check_keys(path, table, RUN_KEYS[fam], f"[{fam}]")
         settings = _settings(path, root, fam, table)
         reqs = _requirements(path, fam, settings["models"], table.get("require", []))
-        sections[fam] = Section(fam, settings, reqs)
+        sections[fam] = Section(fam, settings, _config(path, fam, settings, data.get("device", "cpu")), reqs)
     if not sections:
         raise _err(path, f"defines no [{'], ['.join(SECTIONS)}] section; nothing to check.")
     name = data.get("name", path.stem)

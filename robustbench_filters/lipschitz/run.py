@@ -30,23 +30,21 @@ import pandas as pd
 import torch
 from torch import nn
 
-from .. import distributed
-from ..errors import RobfiltError, RunStateError
-from ..models import create_model, resolve_spec
-from ..parsing import positive_int
-from ..progress import ProgressHook, null_progress
-from ..results import RunWriter, load_run
+from ..configs import LipschitzConfig
+from ..errors import RobfiltError
+from ..models import create_model
+from ..runs.measurement import Measurement, PrepareContext, Tick
+from ..runs.units import Unit, batch_slices
 from .certify import certified_radius, margins, trace_bounds
 from .data import Inputs, load_inputs
 from .jacobian import jacobian_norm_exact, jacobian_norm_power
-from .methods import Method, parse_method
+from .methods import Method
 from .profile import layer_profile
 from .ratio import pair_ratio_ascent
-from .target import Kind, Target, make_target
+from .target import Target, make_target
 
 log = logging.getLogger(__name__)
 
-KIND = "lipschitz"
 MODEL_LAYER = "model"
 COLUMNS = (
     "model", "example_id", "layer", "method", "lower", "local_upper", "global_upper",
@@ -97,41 +95,24 @@ class _Settings:
     rhos: list[float] = field(default_factory=list)
 
 
-def _validate(
-    n_examples: int, method: str | Method, rho: float, batch_size: int, power_iters: int, ratio_steps: int, tol: float
-) -> Method:
-    positive_int(n_examples, "--n-examples")
-    positive_int(batch_size, "--batch-size")
-    positive_int(power_iters, "power iterations")
-    if int(ratio_steps) < 0:
-        raise RobfiltError(f"ratio steps must be >= 0, got {ratio_steps}.")
-    if not (math.isfinite(rho) and rho > 0):
-        raise RobfiltError(f"--rho must be a positive finite l2 radius, got {rho}; pass e.g. 0.1.")
-    if not (math.isfinite(tol) and tol >= 0):
-        raise RobfiltError(f"tolerance must be >= 0, got {tol}.")
-    return parse_method(method)
-
-
-def _load_model(name: str, size: str, checkpoint: str | Path | None, seed: int) -> nn.Module:
+def _load_model(ref: str, size: str, checkpoint: str | None, seed: int) -> nn.Module:
     """Build by name directly on the manual attention path (no copy needed; see :mod:`.target`).
 
     Untrained weights (``checkpoint`` None/"none") are drawn from a seeded, forked RNG, so the same seed gives
-    the same model (and ``--resume`` finds the same run) without touching the caller's RNG state.
+    the same model (and ``--resume`` finds the same run) without touching the caller's RNG state. ``timm:`` and
+    factory references load like everywhere else (:func:`..models.resolve.load_model`); the target switches a
+    fused-attention copy to the manual path.
     """
+    from ..models.registry import MODEL_NAMES
+    from ..models.resolve import load_model
+
+    if ref not in MODEL_NAMES:
+        return load_model(ref, size, checkpoint, seed).module
     if checkpoint is None or str(checkpoint).lower() == "none":
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed * 1_000_003 + zlib.crc32(name.encode()))
-            return create_model(name, size, fused_attn=False)
-    return create_model(name, size, checkpoint=checkpoint, fused_attn=False)
-
-
-def _weights_hash(model: nn.Module) -> str:
-    """Resume safety for models passed as objects: the run fingerprint includes their weights."""
-    h = hashlib.sha256()
-    for key, value in sorted(model.state_dict().items()):
-        h.update(key.encode())
-        h.update(value.detach().cpu().contiguous().view(-1).to(torch.float64).numpy().tobytes())
-    return h.hexdigest()[:16]
+            torch.manual_seed(seed * 1_000_003 + zlib.crc32(ref.encode()))
+            return create_model(ref, size, fused_attn=False)
+    return create_model(ref, size, checkpoint=checkpoint, fused_attn=False)
 
 
 def _tensor_hash(t: torch.Tensor) -> str:
@@ -258,19 +239,93 @@ def summarize(rows: pd.DataFrame, factors: dict[str, list[dict]] | None = None) 
     return {"models": out, "definitions": DEFINITIONS}
 
 
+class Lipschitz(Measurement):
+    """Per-example lower bounds and certified upper bounds (and per-block profiles) for each model."""
+
+    kind = "lipschitz"
+    config: LipschitzConfig
+
+    def prepare(self, ctx: PrepareContext) -> None:
+        c = self.config
+        self.device = ctx.device
+        self.dtype = {"float32": torch.float32, "float64": torch.float64}.get(c.dtype or "") or (
+            torch.float64 if ctx.device.type == "cpu" else torch.float32
+        )
+        self.settings = _Settings(Method(c.method), bool(c.bounds), bool(c.per_layer), float(c.rho),
+                                  int(c.power_iters), float(c.tol), int(c.ratio_steps), int(c.batch_size), int(c.seed))  # fmt: skip
+        self.settings.rhos = [c.rho * 10 ** (-k / 2) for k in range(2 * RHO_GRID_DECADES + 1)]
+        self.built = [_load_model(m, c.size, c.checkpoint, c.seed) if isinstance(m, str) else m for m in c.models]
+        self.targets = [make_target(m, dtype=self.dtype, device=ctx.device) for m in self.built]
+        names = [t.name for t in self.targets]
+        if len(set(names)) != len(names):
+            raise RobfiltError("two models share a name; give each model object a distinct robfilt_spec or pass names.")
+        self.inputs: list[Inputs] = []
+        for t in self.targets:
+            if c.inputs is not None:
+                ids = torch.arange(c.n_examples)
+                y = c.input_labels[: c.n_examples] if c.input_labels is not None else None
+                inp = Inputs(x=c.inputs[: c.n_examples], y=y, ids=ids)
+            else:
+                select = lambda total, n, name=t.name: ctx.select(total, n, name=name, ordered=False)  # noqa: E731
+                inp = load_inputs(t, c.data, c.n_examples, select, c.seq_len, seed=c.seed)
+            ctx.record_data(t.name, _tensor_hash(inp.x))
+            self.inputs.append(inp)
+        self.factors: dict[str, list[dict]] = {}
+        if self.settings.bounds or self.settings.per_layer:
+            for t, inp in zip(self.targets, self.inputs, strict=True):
+                self.factors[t.name] = trace_bounds(t, t.inputs(inp.x[:1]), self.settings.rhos[:1]).factors
+        self.batches = batch_slices(c.n_examples, c.batch_size)
+
+    @property
+    def labels(self) -> list[str]:
+        return [t.name for t in self.targets]
+
+    def modules(self) -> list[nn.Module]:
+        return list(self.built)
+
+    def describe(self) -> dict[str, Any]:
+        c, s = self.config, self.settings
+        return {
+            "models": self.labels, "size": c.size, "checkpoint": None if c.checkpoint is None else str(c.checkpoint),
+            "n_examples": c.n_examples, "method": s.method.value, "bounds": s.bounds, "per_layer": s.per_layer,
+            "data": "inputs:" + _tensor_hash(c.inputs) if c.inputs is not None else c.data, "rho": s.rho,
+            "power_iters": s.power_iters, "tol": s.tol, "ratio_steps": s.ratio_steps, "batch_size": s.batch_size,
+            "seq_len": c.seq_len, "dtype": str(self.dtype).replace("torch.", ""),
+        }  # fmt: skip
+
+    def plan(self) -> list[Unit]:
+        return [Unit(ti, "lipschitz", j) for ti in range(len(self.targets)) for j in range(len(self.batches))]
+
+    @contextlib.contextmanager
+    def session(self) -> Iterator[None]:
+        with _no_tf32():
+            yield
+
+    def measure(self, unit: Unit, tick: Tick) -> pd.DataFrame:
+        t = self.targets[unit.model]
+        key = f"{t.name}-{unit.batch:04d}"  # the generator seed keeps the name-based key of format 1 runs
+        gen = torch.Generator().manual_seed(self.settings.seed * 1_000_003 + zlib.crc32(key.encode()))
+        rows = _batch_rows(t, self.inputs[unit.model], self.batches[unit.batch], self.settings, gen)
+        tick(1)
+        return rows
+
+    def summarise(self, rows: pd.DataFrame, checks: list) -> dict[str, Any]:
+        return summarize(rows, self.factors)
+
+
 def estimate_lipschitz(
-    models: Sequence[str] | Sequence[nn.Module],
+    models: Sequence[str] | Sequence[nn.Module] | None = None,
     n_examples: int = 16,
-    method: str | Method = "exact",
+    method: str = "exact",
     bounds: bool = True,
     per_layer: bool = False,
     data: str | None = None,
     seed: int = 0,
     out: str | Path | None = None,
-    checkpoint: str | Path | None = "zoo",
+    checkpoint: str | None = "zoo",
     resume: bool = False,
     overwrite: bool = False,
-    progress: ProgressHook | None = None,
+    progress: Any = None,
     *,
     size: str = "micro",
     inputs: torch.Tensor | None = None,
@@ -281,8 +336,9 @@ def estimate_lipschitz(
     tol: float = 1e-5,
     ratio_steps: int = 20,
     seq_len: int = 64,
-    dtype: str | torch.dtype | None = None,
-    device: str | torch.device | None = None,
+    dtype: str | None = None,
+    device: str | None = "cpu",
+    config: LipschitzConfig | None = None,
 ) -> LipschitzResult:
     """Lower and certified upper Lipschitz bounds for each model (see the module docstring for the rows).
 
@@ -298,125 +354,34 @@ def estimate_lipschitz(
             is given (images in [0, 1], token ids or embeddings; ``labels`` optional).
         rho: radius of the ball B(x0, rho) of the local bound and of the pair-ratio ascent.
         dtype: default float64 on CPU and float32 (TF32 off) on GPU.
+        out: run folder; None keeps everything in a temporary folder.
+        config: a ready :class:`LipschitzConfig` instead of the options above.
     """
-    m = _validate(n_examples, method, rho, batch_size, power_iters, ratio_steps, tol)
-    if not models:
-        raise RobfiltError("no models given; pass e.g. --model deit,deit-grc.")
-    device = torch.device(device) if device is not None else torch.device("cpu")
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise RobfiltError("--device cuda was requested but no CUDA device is available; use --device cpu.")
-    ctx = distributed.init(str(device))
-    device = torch.device(distributed.local_device(str(device), ctx))
-    if dtype is None:
-        dtype = torch.float64 if device.type == "cpu" else torch.float32
-    elif isinstance(dtype, str):
-        dtype = {"float32": torch.float32, "float64": torch.float64}.get(dtype)
-        if dtype is None:
-            raise RobfiltError("dtype must be 'float32' or 'float64' (never half precision for certificates).")
-    progress = progress or null_progress
-    settings = _Settings(m, bool(bounds), bool(per_layer), float(rho), int(power_iters), float(tol),
-                         int(ratio_steps), int(batch_size), int(seed))  # fmt: skip
-    settings.rhos = [rho * 10 ** (-k / 2) for k in range(2 * RHO_GRID_DECADES + 1)]
+    from ..runs.runner import run
 
-    # 1. validate and build everything before any output folder exists
-    named = [x for x in models if isinstance(x, str)]
-    for name in named:
-        resolve_spec(name, size)
-    if len({str(x) for x in named}) != len(named):
-        raise RobfiltError("a model is listed twice; list each once.")
-    built = [_load_model(x, size, checkpoint, seed) if isinstance(x, str) else x for x in models]
-    targets = [make_target(mdl, dtype=dtype, device=device) for mdl in built]
-    if len({t.name for t in targets}) != len(targets):
-        raise RobfiltError("two models share a name; give each model object a distinct robfilt_spec or pass names.")
-    model_inputs: list[Inputs] = []
-    for t in targets:
-        if inputs is not None:
-            if len(inputs) < n_examples:
-                raise RobfiltError(f"inputs hold {len(inputs)} examples but n_examples is {n_examples}.")
-            y = labels[:n_examples] if labels is not None else None
-            model_inputs.append(Inputs(x=inputs[:n_examples], y=y, ids=torch.arange(n_examples)))
-        else:
-            model_inputs.append(load_inputs(t, data, n_examples, seed, seq_len))
-    factors: dict[str, list[dict]] = {}
-    if settings.bounds or settings.per_layer:
-        for t, inp in zip(targets, model_inputs, strict=True):
-            factors[t.name] = trace_bounds(t, t.inputs(inp.x[:1]), settings.rhos[:1]).factors  # coverage check
-
-    config = {
-        "models": [t.name for t in targets],
-        "weights": {t.name: _weights_hash(t.model) for t in targets},
-        "size": size, "checkpoint": None if checkpoint is None else str(checkpoint),
-        "n_examples": n_examples, "method": m.value, "bounds": settings.bounds, "per_layer": settings.per_layer,
-        "data": "inputs:" + _tensor_hash(inputs) if inputs is not None else data, "rho": settings.rho,
-        "power_iters": settings.power_iters, "tol": settings.tol, "ratio_steps": settings.ratio_steps,
-        "batch_size": settings.batch_size, "seq_len": seq_len, "dtype": str(dtype).replace("torch.", ""),
-    }  # fmt: skip
-
-    batches = [slice(i, i + batch_size) for i in range(0, n_examples, batch_size)]
-    units = [(ti, j) for ti in range(len(targets)) for j in range(len(batches))]  # sharded whole, never split
-    keys = {u: f"{targets[u[0]].name}-{u[1]:04d}" for u in units}
-    mine = distributed.shard(units, ctx.rank, ctx.world_size)
-
-    def make_writer(primary: bool) -> RunWriter:
-        return RunWriter(out, KIND, config, seed=seed, resume=resume, overwrite=overwrite, primary=primary)
-
-    def compute(writer: RunWriter | None) -> dict[str, pd.DataFrame]:
-        frames: dict[str, pd.DataFrame] = {}
-        totals = {ti: sum(1 for u in mine if u[0] == ti) for ti, _ in mine}
-        counts = dict.fromkeys(totals, 0)
-        for ti, j in mine:
-            t, key = targets[ti], keys[(ti, j)]
-            if writer is not None and writer.is_done(key):
-                frames[key] = writer.load_part(key)
-            else:
-                gen = torch.Generator().manual_seed(seed * 1_000_003 + zlib.crc32(key.encode()))
-                frames[key] = _batch_rows(t, model_inputs[ti], batches[j], settings, gen)
-                if writer is not None:
-                    writer.write_part(key, frames[key])
-            counts[ti] += 1
-            progress(f"lipschitz {t.name}", counts[ti], totals[ti])
-        return frames
-
-    def merge(writer: RunWriter | None, frames: dict[str, pd.DataFrame]) -> tuple[pd.DataFrame, dict[str, Any]]:
-        """All units in one-process order (other ranks' units from their part files), the summary, the folder."""
-        if writer is not None:
-            writer.refresh()
-            missing = [k for k in keys.values() if k not in frames and not writer.is_done(k)]
-            if missing:
-                raise RunStateError(
-                    f"{len(missing)} units have no part file (first: {missing[0]}); with several nodes, --out must "
-                    "be on a filesystem they all share. Finish the run with --resume."
-                )
-        rows = pd.concat(
-            [frames[k] if k in frames else writer.load_part(k) for k in keys.values()],  # type: ignore[union-attr]
-            ignore_index=True,
-        )
-        summary = summarize(rows, factors)
-        if writer is not None:
-            writer.finish(rows, summary)
-        return rows, summary
-
-    with contextlib.ExitStack() as stack:
-        stack.enter_context(_no_tf32())
-        writer = stack.enter_context(distributed.shared_run(ctx, make_writer)) if out is not None else None
-        frames = distributed.all_or_none(ctx, lambda: compute(writer))
-        if writer is None:  # no shared folder: every rank gets every rank's rows
-            frames = {k: f for part in distributed.all_gather(ctx, frames) for k, f in part.items()}
-        primary_merges = writer is None or ctx.is_primary
-        merged = distributed.all_or_none(ctx, lambda: merge(writer, frames) if primary_merges else None)
-    if merged is not None:
-        rows, summary = merged
-    else:  # the other ranks read what rank 0 merged
-        run = load_run(out)
-        rows, summary = run.rows, {k: v for k, v in run.summary.items() if k not in ("schema_version", "fingerprint")}
-    log.info("%d examples x %d models done", n_examples, len(targets))
-    is_model = rows["layer"] == MODEL_LAYER
+    if config is None:
+        if models is None:
+            raise RobfiltError("no models given; pass e.g. models=['deit', 'deit-grc'] or a config.")
+        config = LipschitzConfig(
+            models=tuple(models), n_examples=n_examples, method=str(getattr(method, "value", method)), bounds=bounds,
+            per_layer=per_layer, data=data, seed=seed, checkpoint=checkpoint, size=size, inputs=inputs,
+            input_labels=labels, rho=rho, batch_size=batch_size, power_iters=power_iters, tol=tol,
+            ratio_steps=ratio_steps, seq_len=seq_len, dtype=_dtype_name(dtype), device=str(device or "cpu"),
+        )  # fmt: skip
+    result = run(Lipschitz(config), out=out, resume=resume, overwrite=overwrite, progress=progress)
+    is_model = result.rows["layer"] == MODEL_LAYER
     return LipschitzResult(
-        examples=rows[is_model].reset_index(drop=True),
-        layers=rows[~is_model].reset_index(drop=True),
-        summary=summary,
-        path=Path(out) if out is not None else None,
+        examples=result.rows[is_model].reset_index(drop=True),
+        layers=result.rows[~is_model].reset_index(drop=True),
+        summary=result.summary,
+        path=result.out,
     )
 
 
-__all__ = ["COLUMNS", "DEFINITIONS", "LipschitzResult", "Kind", "estimate_lipschitz", "summarize"]
+def _dtype_name(dtype: str | torch.dtype | None) -> str | None:
+    if isinstance(dtype, torch.dtype):
+        return str(dtype).replace("torch.", "")
+    return dtype
+
+
+__all__ = ["COLUMNS", "DEFINITIONS", "Lipschitz", "LipschitzResult", "estimate_lipschitz", "summarize"]

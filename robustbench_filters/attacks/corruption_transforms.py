@@ -33,7 +33,6 @@ import torch
 import torchvision.transforms.v2.functional as TF
 
 from ..errors import RobfiltError, unknown
-from .catalogue import AttackInfo, Norm, register_attack
 
 SEVERITIES: tuple[int, ...] = (1, 2, 3, 4, 5)
 
@@ -134,16 +133,3 @@ def corrupt(x: torch.Tensor, name: str, severity: int, noise: torch.Tensor | Non
 def parameter_table() -> list[dict[str, object]]:
     """The documented parameter table, for summaries and ``--help`` text."""
     return [{"corruption": c.name, "parameter": c.parameter, "values": list(c.values)} for c in CORRUPTIONS.values()]
-
-
-register_attack(
-    AttackInfo(
-        "corruption",
-        ("deit", "timm", "image"),
-        (),
-        Norm.L2,  # unused: corruptions have no norm ball; rows record the L2 distance to the clean image
-        "Common corruptions (gaussian/impulse noise, blur, contrast, JPEG) at severities 1-5, with mCE.",
-        build=None,
-        kind="contamination",
-    )
-)

@@ -1,0 +1,265 @@
+"""Corruption robustness for image models: accuracy per corruption and severity, and mean corruption error.
+
+Every model sees the same seeded test examples and the same corrupted images (noise is pre-generated per
+example, see :mod:`.corruptions`). Rows use the attack run-folder format: ``kind="contamination"``,
+``attack="corruption:<name>"``, ``eps`` = the severity (1-5), ``norm=""``, ``pert_norm`` = L2 distance to the clean
+image; clean rows have ``kind="clean"``, ``attack="clean"``, ``eps=0``. Aggregates are recomputed from the rows.
+
+Corruption error, following Hendrycks & Dietterich (2019) with ``baseline`` (default ``deit``) in AlexNet's
+place: for model f and corruption c, ``CE_c = sum_s E(f, c, s) / sum_s E(base, c, s)`` (E = top-1 error, s over
+the severities run), and ``mCE = mean_c CE_c`` (1.0 = as robust as the baseline, lower is better). The relative
+variant subtracts clean error first: ``relCE_c = sum_s (E(f,c,s) - E(f,clean)) / sum_s (E(base,c,s) -
+E(base,clean))``. Both are reported only when the baseline is among the models; a corruption on which the
+baseline makes no error (or no extra error) has an undefined CE (null) and is left out of the mean.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import nn
+
+from ..checks import Check
+from ..checks import corruption as CC
+from ..checks import model as MC
+from ..checks import summarize as summarize_checks
+from ..configs import CORRUPTION as PREFIX
+from ..configs import CorruptionConfig
+from ..runs.measurement import Measurement, PrepareContext, Tick
+from ..runs.units import Unit, batch_slices, ids_digest, unit_seed
+from .cascade import margin_loss
+from .corruption_transforms import CORRUPTIONS, corrupt, parameter_table, pregenerate
+from .image import accuracy, check_fits, frozen, load_image_models
+
+DEFAULT_BASELINE = "deit"
+N_CHECK = 32  # images the severity-0 and model checks probe
+
+
+def _rows(label, ids, kind, attack, severity, x, x_c, y, logits, clean_correct) -> pd.DataFrame:
+    margin, loss = margin_loss(logits, y)
+    flat = x_c.flatten(1)
+    in_box = torch.isfinite(flat).all(1) & (flat.amin(1) >= 0) & (flat.amax(1) <= 1)
+    correct = logits.argmax(1) == y
+    fooled = [
+        "" if c else ("clean" if not cc else attack)
+        for c, cc in zip(correct.tolist(), clean_correct.tolist(), strict=True)
+    ]
+    return pd.DataFrame(
+        {
+            "model": label,
+            "example_id": ids.numpy().astype(np.int64),
+            "kind": kind,
+            "attack": attack,
+            "eps": float(severity),
+            "norm": "",
+            "correct": correct.cpu().numpy(),
+            "clean_correct": clean_correct.cpu().numpy(),
+            "pert_norm": (x_c - x).flatten(1).norm(dim=1).double().cpu().numpy(),
+            "margin": margin.double().cpu().numpy(),
+            "loss": loss.double().cpu().numpy(),
+            "in_box": in_box.cpu().numpy(),
+            "fooled_by": fooled,
+        }
+    )
+
+
+def corruption_rows(
+    model: nn.Module,
+    label: str,
+    name: str,
+    severities: Sequence[int],
+    x: torch.Tensor,
+    y: torch.Tensor,
+    ids: torch.Tensor,
+    clean_correct: torch.Tensor,
+    seed: int,
+    tick: Tick | None = None,
+) -> pd.DataFrame:
+    """One corruption at every severity on one batch; the noise is drawn per example, once for all severities."""
+    noise = pregenerate(name, tuple(x.shape[1:]), [unit_seed(seed, name, int(i)) for i in ids])
+    frames = []
+    for s in severities:
+        x_c = corrupt(x, name, s, noise)
+        with torch.no_grad():
+            logits = model(x_c)
+        frames.append(_rows(label, ids, "contamination", f"{PREFIX}:{name}", s, x, x_c, y, logits, clean_correct))
+        if tick is not None:
+            tick(1)
+    return pd.concat(frames, ignore_index=True)
+
+
+def _ratio(num: float, den: float) -> float | None:
+    return num / den if den > 0 else None
+
+
+def summarize_corruption_rows(rows: pd.DataFrame, baseline: str | None = DEFAULT_BASELINE) -> dict[str, Any]:
+    """Per model: clean accuracy, accuracy per corruption and severity, mean accuracy, and (m)CE vs ``baseline``."""
+    out: dict[str, Any] = {}
+    errors: dict[str, dict[str, float]] = {}
+    clean_err: dict[str, float] = {}
+    for label, grp in rows.groupby("model", sort=False):
+        clean = accuracy(grp[grp.attack == "clean"].correct)
+        per: dict[str, Any] = {}
+        cor = grp[grp.kind == "contamination"]
+        errors[label], clean_err[label] = {}, 1.0 - clean["acc"]
+        order = {f"{PREFIX}:{n}": i for i, n in enumerate(CORRUPTIONS)}
+        for attack, sub in sorted(cor.groupby("attack"), key=lambda t: order.get(t[0], len(order))):
+            name = attack.split(":", 1)[1]
+            by_sev = [{"severity": int(s), **accuracy(g.correct)} for s, g in sub.groupby("eps", sort=True)]
+            mean_acc = float(np.mean([c["acc"] for c in by_sev]))
+            per[name] = {"by_severity": by_sev, "mean_acc": mean_acc}
+            errors[label][name] = float(sum(1.0 - c["acc"] for c in by_sev))
+        out[label] = {
+            "clean": clean,
+            "corruptions": per,
+            "mean_acc": float(np.mean([p["mean_acc"] for p in per.values()])) if per else float("nan"),
+            "mce": None,
+            "relative_mce": None,
+        }
+    if baseline is not None and baseline in errors:
+        base = errors[baseline]
+        n_sev = {name: len(p["by_severity"]) for name, p in out[baseline]["corruptions"].items()}
+        for label, m in out.items():
+            ce, rel = {}, {}
+            for name, err in errors[label].items():
+                ce[name] = _ratio(err, base.get(name, 0.0))
+                rel[name] = _ratio(
+                    err - n_sev[name] * clean_err[label], base.get(name, 0.0) - n_sev[name] * clean_err[baseline]
+                )
+                m["corruptions"][name]["ce"], m["corruptions"][name]["relative_ce"] = ce[name], rel[name]
+            ok = [v for v in ce.values() if v is not None]
+            ok_rel = [v for v in rel.values() if v is not None]
+            m["mce"] = float(np.mean(ok)) if ok else None
+            m["relative_mce"] = float(np.mean(ok_rel)) if ok_rel else None
+    return out
+
+
+def _model_checks(model: nn.Module, label: str, x: torch.Tensor, names: Sequence[str], seed: int) -> list[Check]:
+    ids = torch.arange(len(x))
+    with torch.no_grad():
+        pred = model(x).argmax(1)
+        moved, changed = 0.0, 0
+        for name in names:
+            noise = pregenerate(name, tuple(x.shape[1:]), [unit_seed(seed, name, int(i)) for i in ids])
+            x0 = corrupt(x, name, 0, noise)
+            moved = max(moved, float((x0 - x).abs().max()))
+            changed += int((model(x0).argmax(1) != pred).sum())
+    return [
+        MC.check_eval_deterministic(model, label, x),
+        MC.check_logits(model, label, x),
+        CC.check_severity0(label, moved, changed, len(x)),
+    ]
+
+
+class Corruptions(Measurement):
+    """Image models x corruptions x severities on shared examples, with mCE relative to a baseline model."""
+
+    kind = "corruption"
+    config: CorruptionConfig
+
+    def prepare(self, ctx: PrepareContext) -> None:
+        from ..data import load_images
+
+        c = self.config
+        self.device = ctx.device
+        self.names = c.corruptions
+        self.source = load_images(c.data, split="test", root=c.data_root)
+        self.ids = ctx.select(len(self.source), c.n_examples)
+        ctx.record_data("examples", self.source.digest(self.ids))
+        self.loaded = load_image_models(c)
+        probe, _ = self.source.take(self.ids[:1])
+        for lm in self.loaded:
+            check_fits(lm, probe, len(self.source.classes), c.data)
+        self.batches = batch_slices(len(self.ids), c.batch_size)
+        self._cache: tuple[tuple[int, int], tuple[torch.Tensor, ...]] | None = None
+
+    @property
+    def labels(self) -> list[str]:
+        return [lm.label for lm in self.loaded]
+
+    def modules(self) -> list[nn.Module]:
+        return [lm.module for lm in self.loaded]
+
+    def describe(self) -> dict[str, Any]:
+        c = self.config
+        return {
+            "models": self.labels,
+            "attacks": list(c.attacks),
+            "corruptions": self.names,
+            "severities": list(c.severities),
+            "data": c.data,
+            "data_checksum": self.source.checksum,
+            "n_examples": c.n_examples,
+            "example_ids_sha256": ids_digest(self.ids),
+            "batch_size": c.batch_size,
+            "size": c.size,
+            "checkpoint": c.checkpoint,
+            "baseline": c.baseline,
+        }
+
+    def plan(self) -> list[Unit]:
+        n_models, n_batches = len(self.loaded), len(self.batches)
+        units = [Unit(mi, n, bi) for mi in range(n_models) for n in self.names for bi in range(n_batches)]
+        return units + [Unit(mi, "clean", bi) for mi in range(n_models) for bi in range(n_batches)]
+
+    def work(self, unit: Unit) -> int:
+        return 1 if unit.part == "clean" else len(self.config.severities)
+
+    @contextlib.contextmanager
+    def session(self) -> Iterator[None]:
+        with frozen(self.modules()):
+            yield
+
+    def _clean(self, mi: int, bi: int) -> tuple[torch.Tensor, ...]:
+        if self._cache is None or self._cache[0] != (mi, bi):
+            ids = self.ids[self.batches[bi]]
+            x, y = self.source.take(ids)
+            x, y = x.to(self.device), y.to(self.device)
+            model = self.loaded[mi].module.to(self.device).eval()
+            with torch.no_grad():
+                logits = model(x)
+            self._cache = ((mi, bi), (x, y, ids, logits, logits.argmax(1) == y))
+        return self._cache[1]
+
+    def measure(self, unit: Unit, tick: Tick) -> pd.DataFrame:
+        c, lm = self.config, self.loaded[unit.model]
+        x, y, ids, logits, clean_correct = self._clean(unit.model, unit.batch)
+        if unit.part == "clean":
+            rows = _rows(lm.label, ids, "clean", "clean", 0, x, x, y, logits, clean_correct)
+            tick(1)
+            return rows
+        return corruption_rows(lm.module, lm.label, unit.part, c.severities, x, y, ids, clean_correct, c.seed, tick)
+
+    def model_checks(self, model: int) -> list[Check]:
+        lm = self.loaded[model]
+        x, _ = self.source.take(self.ids[:N_CHECK])
+        return _model_checks(
+            lm.module.to(self.device).eval(), lm.label, x.to(self.device), self.names, self.config.seed
+        )
+
+    def row_checks(self, rows: pd.DataFrame, label: str) -> list[Check]:
+        found = (CC.check_corruption_box(rows, label), CC.check_severity_distance(rows, label))
+        return [ch for ch in found if ch is not None]
+
+    def summarise(self, rows: pd.DataFrame, checks: list[Check]) -> dict[str, Any]:
+        c, labels = self.config, self.labels
+        return {
+            "kind": "corruption",
+            "family": "image",
+            "data": c.data,
+            "n_examples": c.n_examples,
+            "seed": c.seed,
+            "attacks": list(c.attacks),
+            "corruptions": self.names,
+            "severities": list(c.severities),
+            "parameters": [p for p in parameter_table() if p["corruption"] in self.names],
+            "baseline": c.baseline if c.baseline in labels else None,
+            "models": summarize_corruption_rows(rows, c.baseline),
+            "checks": [ch.to_dict() for ch in sorted(checks, key=lambda ch: labels.index(ch.model))],
+            "checks_summary": summarize_checks(checks),
+        }

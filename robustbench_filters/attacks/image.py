@@ -1,0 +1,329 @@
+"""Adversarial attacks on image models as a runner measurement: units, rows, checks and summary.
+
+Units are (model, attack, batch) plus one (model, ``clean``, batch) per batch. An attack unit runs the eps cascade
+(:mod:`.cascade`) on its batch; its seeds derive from (seed, model label, attack, eps index, first example id), so a
+unit's rows do not depend on which process computes it or when. Aggregates are recomputed from the rows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import nn
+
+from ..checks import Check
+from ..checks import image as IC
+from ..checks import model as MC
+from ..checks import summarize as summarize_checks
+from ..configs import ImageAttackConfig, model_label
+from ..errors import RobfiltError
+from ..models.resolve import LoadedModel, load_model
+from ..runs.measurement import Measurement, PrepareContext, Tick
+from ..runs.units import Unit, batch_slices, ids_digest, unit_seed
+from ..stats import wilson_interval
+from .cascade import batch_rows, cascade
+from .catalogue import ATTACKS, AttackParams, Norm, get_attack
+
+log = logging.getLogger(__name__)
+
+AMP_DTYPES: dict[str, torch.dtype] = {"bf16": torch.bfloat16}
+N_CHECK = 64  # examples the model-level sanity checks probe
+
+
+def accuracy(correct: pd.Series) -> dict[str, float]:
+    """Accuracy with its 95% Wilson interval, n and the count of correct examples."""
+    n, k = int(len(correct)), int(correct.sum())
+    lo, hi = wilson_interval(k, n)
+    return {"acc": k / n if n else float("nan"), "lo": lo, "hi": hi, "n": n, "correct": k}
+
+
+def summarize_rows(rows: pd.DataFrame) -> dict[str, Any]:
+    """Per model: clean accuracy and robust accuracy per attack and eps, with Wilson intervals."""
+    out: dict[str, Any] = {}
+    for label, grp in rows.groupby("model", sort=False):
+        clean = grp[grp.attack == "clean"]
+        robust = []
+        for (attack, eps), sub in grp[grp.attack != "clean"].groupby(["attack", "eps"], sort=True):
+            robust.append({"attack": attack, "eps": float(eps), **accuracy(sub.correct)})
+        out[label] = {"clean": accuracy(clean.correct), "robust": robust}
+    return out
+
+
+def load_image_models(config: Any) -> list[LoadedModel]:
+    """The config's models, loaded for evaluation (registry names, ``timm:``, factories, or modules as given)."""
+    return [
+        load_model(m, config.size, config.checkpoint, config.seed, config.allow_pickle)
+        if isinstance(m, str)
+        else LoadedModel(model_label(m, i), "custom", m.eval(), "module")
+        for i, m in enumerate(config.models)
+    ]
+
+
+def check_fits(lm: LoadedModel, x: torch.Tensor, n_classes: int, data: str) -> None:
+    """Refuse, before any folder is written, a model that cannot take this data or has the wrong classes."""
+    try:
+        with torch.no_grad(), frozen([lm.module]):
+            out = lm.module.eval()(x)
+    except Exception as exc:  # noqa: BLE001 - any failure here means the model does not fit the data
+        first = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else type(exc).__name__
+        raise RobfiltError(
+            f"model {lm.label} cannot take {data} images of shape {tuple(x.shape[1:])} ({first}); "
+            "pick matching --data/--size or a model built for this input."
+        ) from None
+    if out.dim() != 2 or out.shape[1] != n_classes:
+        raise RobfiltError(
+            f"model {lm.label} returns outputs of shape {tuple(out.shape)} but {data} has {n_classes} classes; "
+            "the model must return (batch, classes) logits."
+        )
+
+
+@contextlib.contextmanager
+def frozen(modules: list[nn.Module]) -> Iterator[None]:
+    """Freeze the weights while attacking: attacks need input gradients only.
+
+    Autograd then keeps no weight-gradient state, and SDPA can stay on a fused kernel for a learnable attention
+    bias (BSA's), since no fused CPU kernel returns a mask gradient. The caller's flags are restored afterwards.
+    """
+    flags = [(p, p.requires_grad) for m in modules for p in m.parameters()]
+    for p, _ in flags:
+        p.requires_grad_(False)
+    try:
+        yield
+    finally:
+        for p, flag in flags:
+            p.requires_grad_(flag)
+
+
+def autocast(device: torch.device, amp: str | None) -> AbstractContextManager:
+    """bf16 autocast when asked for (``--amp``), otherwise nothing: fp32 stays the default everywhere."""
+    if amp is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=AMP_DTYPES[amp])
+
+
+class ImageAttack(Measurement):
+    """Image models x catalogue attacks over an eps grid, on examples shared by every model."""
+
+    kind = "attack"
+    config: ImageAttackConfig
+
+    def prepare(self, ctx: PrepareContext) -> None:
+        from ..data import load_images
+
+        c = self.config
+        self.device = ctx.device
+        self.source = load_images(c.data, split="test", root=c.data_root)
+        self.ids = ctx.select(len(self.source), c.n_examples)
+        ctx.record_data("examples", self.source.digest(self.ids))
+        self.n_classes = len(self.source.classes)
+        self.loaded = load_image_models(c)
+        probe, _ = self.source.take(self.ids[:1])
+        for lm in self.loaded:
+            check_fits(lm, probe, self.n_classes, c.data)
+        self.batches = batch_slices(len(self.ids), c.batch_size)
+        self._batch_cache: tuple[int, tuple[torch.Tensor, ...]] | None = None
+        self._clean_cache: tuple[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] | None = None
+        self._on_device: set[int] = set()
+
+    @property
+    def labels(self) -> list[str]:
+        return [lm.label for lm in self.loaded]
+
+    def modules(self) -> list[nn.Module]:
+        return [lm.module for lm in self.loaded]
+
+    def describe(self) -> dict[str, Any]:
+        c = self.config
+        described = {
+            "models": self.labels,
+            "attacks": list(c.attacks),
+            "eps": list(c.eps),
+            "norm": c.norm.value,
+            "steps": c.steps,
+            "step_size": c.step_size,
+            "data": c.data,
+            "data_checksum": self.source.checksum,
+            "n_examples": c.n_examples,
+            "example_ids_sha256": ids_digest(self.ids),
+            "batch_size": c.batch_size,
+            "size": c.size,
+            "checkpoint": c.checkpoint,
+            "check_masking": c.check_masking,
+        }
+        if c.amp is not None:
+            described |= {"amp": c.amp, "amp_attacks": c.amp_attacks}
+        return described
+
+    def plan(self) -> list[Unit]:
+        """Attack units first, clean units last: round-robin sharding then mixes cheap and expensive units."""
+        n_models, n_batches = len(self.loaded), len(self.batches)
+        attack = [Unit(mi, a, bi) for mi in range(n_models) for a in self.config.attacks for bi in range(n_batches)]
+        return attack + [Unit(mi, "clean", bi) for mi in range(n_models) for bi in range(n_batches)]
+
+    def work(self, unit: Unit) -> int:
+        return 1 if unit.part == "clean" else len(self.config.eps)
+
+    @contextlib.contextmanager
+    def session(self) -> Iterator[None]:
+        with frozen(self.modules()):
+            yield
+
+    # --- units ----------------------------------------------------------------------------------------------------
+
+    def _model(self, mi: int) -> nn.Module:
+        module = self.loaded[mi].module
+        if mi not in self._on_device:
+            module.to(self.device).eval()
+            self._on_device.add(mi)
+        return module
+
+    def _batch(self, bi: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        if self._batch_cache is None or self._batch_cache[0] != bi:
+            ids = self.ids[self.batches[bi]]
+            x, y = self.source.take(ids)
+            if self.device.type == "cuda":  # pinned host tensors copy asynchronously to a GPU
+                x, y = x.pin_memory(), y.pin_memory()
+            non_blocking = self.device.type == "cuda"
+            x, y = x.to(self.device, non_blocking=non_blocking), y.to(self.device, non_blocking=non_blocking)
+            self._batch_cache = (bi, (x, y, ids))
+        return self._batch_cache[1]  # type: ignore[return-value]
+
+    def _clean(self, mi: int, bi: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if self._clean_cache is None or self._clean_cache[0] != (mi, bi):
+            x, y, _ = self._batch(bi)
+            with torch.no_grad(), autocast(self.device, self.config.amp):
+                logits = self._model(mi)(x).float()
+            self._clean_cache = ((mi, bi), (logits, logits.argmax(1) == y))
+        return self._clean_cache[1]
+
+    def measure(self, unit: Unit, tick: Tick) -> pd.DataFrame:
+        c, label = self.config, self.labels[unit.model]
+        model = self._model(unit.model)
+        x, y, ids = self._batch(unit.batch)
+        clean_logits, clean_correct = self._clean(unit.model, unit.batch)
+        if unit.part == "clean":
+            fooled = ["" if ok else "clean" for ok in clean_correct.tolist()]
+            rows = batch_rows(label, ids, "clean", 0.0, c.norm, x, x, y, clean_logits, clean_correct, fooled)
+            tick(1)
+            return rows
+        with autocast(self.device, c.amp if c.amp_attacks else None):
+            return cascade(
+                model, label, unit.part, c.eps, c.norm, x, y, ids, clean_correct, c.steps, c.step_size,
+                self.n_classes, c.seed, clean_logits=clean_logits, tick=tick,
+            )  # fmt: skip
+
+    # --- checks and summary ---------------------------------------------------------------------------------------
+
+    def model_checks(self, model: int) -> list[Check]:
+        c, lm = self.config, self.loaded[model]
+        module, label = self._model(model), lm.label
+        x, y = self.source.take(self.ids[:N_CHECK])
+        x, y = x.to(self.device), y.to(self.device)
+        with torch.no_grad():
+            clean_pred = module(x).argmax(1)
+        out = [
+            MC.check_eval_deterministic(module, label, x),
+            MC.check_gradients(module, label, x, y),
+            MC.check_logits(module, label, x),
+        ]
+        info = ATTACKS[c.attacks[0]]
+        torch.manual_seed(unit_seed(c.seed, label, "eps0"))
+        params = AttackParams(0.0, c.norm, c.steps, 0.0 if c.step_size is None else c.step_size, c.seed, self.n_classes)
+        (_, fn0), *_ = info.build(module, params)
+        out.append(IC.check_eps0(module, label, x, y, fn0, clean_pred))
+        if c.check_masking:
+            out.extend(self._masking_checks(module, label, x, y))
+        return out
+
+    def _masking_checks(self, model: nn.Module, label: str, x: torch.Tensor, y: torch.Tensor) -> list[Check]:
+        """--check-masking: huge eps reaches chance; 5x steps is not weaker; Square does not beat PGD."""
+        c = self.config
+        big = 0.5 if c.norm is Norm.LINF else 20.0
+        mid = c.eps[len(c.eps) // 2]
+
+        def acc(attack: str, eps: float, steps: int, step_size: float | None) -> float:
+            return accuracy_under(
+                model, attack, x, y, AttackParams(eps, c.norm, steps, step_size, c.seed, self.n_classes)
+            )
+
+        acc_big = acc("pgd", big, max(c.steps, 20), None)
+        acc_mid = acc("pgd", mid, c.steps, c.step_size)
+        acc_5x = acc("pgd", mid, 5 * c.steps, c.step_size)
+        acc_square = acc("square", mid, c.steps, c.step_size)
+        return [
+            IC.check_chance(acc_big, self.n_classes, label, big),
+            IC.check_more_steps(acc_mid, acc_5x, len(y), label, 5),
+            IC.check_blackbox(acc_mid, acc_square, len(y), label),
+        ]
+
+    def row_checks(self, rows: pd.DataFrame, label: str) -> list[Check]:
+        checks = [IC.check_in_ball(rows, label), IC.check_monotone(rows, label)]
+        pgd_fgsm = IC.check_pgd_vs_fgsm(rows, label)
+        if pgd_fgsm is not None:
+            checks.append(pgd_fgsm)
+        if any(a in ("pgd", "pgd-l2") for a in self.config.attacks):
+            checks.append(IC.check_step_budget(self.config.steps, self.config.step_size, list(self.config.eps), label))
+        return checks
+
+    def summarise(self, rows: pd.DataFrame, checks: list[Check]) -> dict[str, Any]:
+        c = self.config
+        return {
+            "kind": "attack",
+            "family": "image",
+            "data": c.data,
+            "n_examples": c.n_examples,
+            "seed": c.seed,
+            "attacks": list(c.attacks),
+            "eps": list(c.eps),
+            "norm": c.norm.value,
+            "steps": c.steps,
+            "step_size": c.step_size if c.step_size is not None else "0.15*eps",
+            "precision": {"clean": c.amp or "fp32", "attacks": (c.amp if c.amp_attacks else None) or "fp32"},
+            "models": summarize_rows(rows),
+            "checks": [ch.to_dict() for ch in checks],
+            "checks_summary": summarize_checks(checks),
+            "attention": self.attention_maps(),
+        }
+
+    def attention_maps(self) -> dict[str, Any]:
+        """CLS attention per layer of every DeiT-style model on the first selected example (for reports).
+
+        The image itself is stored when it is small (<= 64 x 64 per channel), so the figure can show it.
+        """
+        from ..models.attention_maps import cls_attention_maps, supports_attention_maps
+
+        x, _ = self.source.take(self.ids[:1])
+        out: dict[str, Any] = {"_example_id": int(self.ids[0])}
+        if x.shape[-1] * x.shape[-2] <= 64 * 64:
+            out["_image"] = x[0].mean(0).tolist()
+        for mi, lm in enumerate(self.loaded):
+            if not supports_attention_maps(lm.module):
+                continue
+            try:
+                maps = cls_attention_maps(self._model(mi), x[0].to(self.device))
+            except (RuntimeError, AttributeError, TypeError, ValueError) as exc:  # an attention layer we cannot read
+                log.info("no attention maps for %s: %s", lm.label, exc)
+                continue
+            out[lm.label] = {"maps": np.round(maps, 6).tolist()}
+        return out
+
+
+def accuracy_under(model: nn.Module, attack: str, x: torch.Tensor, y: torch.Tensor, params: AttackParams) -> float:
+    """Robust accuracy of ``model`` under one attack (per-example worst case over its components)."""
+    torch.manual_seed(params.seed)
+    alive = torch.ones(len(y), dtype=torch.bool, device=x.device)
+    for _, fn in get_attack(attack).build(model, params):
+        idx = alive.nonzero().squeeze(1)
+        if not len(idx):
+            break
+        x_adv = fn(x[idx], y[idx]).detach()
+        with torch.no_grad():
+            alive[idx[model(x_adv).argmax(1) != y[idx]]] = False
+    return alive.float().mean().item()

@@ -1,0 +1,278 @@
+"""Language-model attacks as a runner measurement: embedding FGSM/PGD and word-swap contamination on shared text.
+
+Units are (model, clean or attack, batch of sequences); rows are built in :mod:`.lm_rows`. Perplexity is
+``exp(sum NLL / sum tokens)`` over sequences, next-token accuracy likewise, always recomputed from the rows.
+eps is relative to the embedding scale by default (see :mod:`.embedding`); the scale of every model is reported.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import nn
+
+from ..checks import Check
+from ..checks import lm as LC
+from ..checks import model as MC
+from ..checks import summarize as summarize_checks
+from ..configs import DEFAULT_LM_SEQUENCES, WORDSWAP, LMAttackConfig, model_label
+from ..errors import RobfiltError
+from ..runs.measurement import Measurement, PrepareContext, Tick
+from ..runs.units import Unit, batch_slices, ids_digest
+from .catalogue import Norm
+from .embedding import eps_scale
+from .lm_rows import LMSubject, attack_rows, encode_batch, score_rows, text_chunks, wordswap_rows
+from .wordswap import eligible_spans
+
+N_PROBE = 8  # sequences the model-level checks probe
+
+
+def _tokenizer_for(ref: str, size: str, checkpoint: str) -> Any:
+    from ..data import load_tokenizer
+    from ..models.checkpoint import zoo_path
+
+    folder = zoo_path(ref, size) if checkpoint == "zoo" else Path(checkpoint)
+    if folder.is_file():
+        folder = folder.parent
+    path = folder / "tokenizer.json"
+    if not path.exists():
+        raise RobfiltError(f"{folder} has no tokenizer.json; an LM checkpoint must be saved with its tokenizer.")
+    return load_tokenizer(path)
+
+
+def load_lm_subjects(
+    models: Sequence[str | nn.Module], data: str, size: str, checkpoint: str | None, seed: int, tokenizer: Any = None
+) -> list[LMSubject]:
+    """Every model with the tokenizer its weights were trained with.
+
+    Precedence: ``tokenizer`` when given; a module's own ``tokenizer`` (attached by its checkpoint); the
+    checkpoint folder's ``tokenizer.json``; for untrained models a character tokenizer of the data's train split.
+    """
+    from ..models import create_model
+    from ..models.resolve import load_model
+
+    untrained = checkpoint in (None, "none")
+    fallback = tokenizer
+    if fallback is None and (untrained or any(not isinstance(m, str) and not hasattr(m, "tokenizer") for m in models)):
+        from ..data import CharTokenizer, load_text
+
+        fallback = CharTokenizer.train(load_text(data, split="train"))
+    out = []
+    for i, m in enumerate(models):
+        if not isinstance(m, str):
+            tok = tokenizer or getattr(m, "tokenizer", None) or fallback
+            out.append(LMSubject(model_label(m, i), m.eval(), tok, "module"))
+        elif untrained:
+            torch.manual_seed(seed)
+            out.append(LMSubject(m, create_model(m, size, vocab_size=fallback.vocab_size), fallback, "untrained"))
+        else:
+            lm = load_model(m, size, checkpoint, seed)
+            tok = tokenizer or _tokenizer_for(m, size, str(checkpoint))
+            out.append(LMSubject(lm.label, lm.module.eval(), tok, lm.source))
+    for s in out:
+        emb = getattr(s.module, "tok_embed", None)
+        if isinstance(emb, nn.Embedding) and emb.num_embeddings < s.tokenizer.vocab_size:
+            raise RobfiltError(
+                f"{s.label}: the tokenizer has {s.tokenizer.vocab_size} tokens but the model only "
+                f"{emb.num_embeddings}; use the tokenizer saved with the checkpoint."
+            )
+    return out
+
+
+def _aggregate(rows: pd.DataFrame) -> dict[str, Any]:
+    n_tok = int(rows.n_tokens.sum())
+    nll = float(rows.nll_sum.sum()) / n_tok if n_tok else float("nan")
+    seq_ppl = np.exp(rows.nll_sum / rows.n_tokens.clip(lower=1))
+    return {
+        "ppl": math.exp(nll) if n_tok else float("nan"),
+        "acc": float(rows.correct_tokens.sum()) / n_tok if n_tok else float("nan"),
+        "nll": nll,
+        "n_tokens": n_tok,
+        "n_sequences": int(len(rows)),
+        "ppl_median_seq": float(np.median(seq_ppl)) if len(rows) else float("nan"),
+    }
+
+
+def summarize_lm_rows(rows: pd.DataFrame) -> dict[str, Any]:
+    """Per model: clean perplexity/accuracy, then one entry per (attack, eps or rate), recomputed from rows."""
+    out: dict[str, Any] = {}
+    for label, grp in rows.groupby("model", sort=False):
+        clean = _aggregate(grp[grp.kind == "clean"])
+        results = []
+        for (attack, eps), sub in grp[grp.kind != "clean"].groupby(["attack", "eps"], sort=True):
+            entry = {"attack": attack, "kind": sub.kind.iloc[0], "eps": float(eps), **_aggregate(sub)}
+            entry["ppl_ratio"] = entry["ppl"] / clean["ppl"] if clean["ppl"] > 0 else float("nan")
+            if entry["kind"] == "contamination":
+                entry["rate"] = float(eps)
+                entry["words_swapped"] = float(sub.n_swapped.sum() / max(int(sub.n_eligible.sum()), 1))
+            else:
+                entry["eps_abs"] = float(sub.eps_abs.iloc[0])
+            results.append(entry)
+        out[label] = {"clean": clean, "results": results}
+    return out
+
+
+def scale_definition(norm: Norm, eps_mode: str) -> str:
+    if eps_mode == "absolute":
+        return "absolute: eps is the per-token radius in embedding space"
+    if norm is Norm.L2:
+        return "eps_abs = eps * mean L2 norm of the token-embedding rows (per-token L2 ball)"
+    return "eps_abs = eps * mean |entry| of the token-embedding matrix (Linf box)"
+
+
+class LMAttack(Measurement):
+    """Language models x (embedding attacks, word swap) on the same seeded text sequences."""
+
+    kind = "attack"
+    config: LMAttackConfig
+
+    def prepare(self, ctx: PrepareContext) -> None:
+        from ..data import load_text
+
+        c = self.config
+        self.device = ctx.device
+        text = load_text(c.data, split="test")
+        self.data_checksum = hashlib.sha256(text.encode()).hexdigest()[:16]
+        self.subjects = load_lm_subjects(c.models, c.data, c.size, c.checkpoint, c.seed, c.tokenizer)
+        self.block = min(int(s.module.config.block_size) for s in self.subjects)
+        pool = text_chunks(text, self.block + 1)
+        if not pool:
+            raise RobfiltError(
+                f"the {c.data} test text has {len(text)} characters, fewer than one sequence ({self.block + 1})."
+            )
+        self.n = min(DEFAULT_LM_SEQUENCES, len(pool)) if c.n_examples is None else c.n_examples
+        self.ids = ctx.select(len(pool), self.n)
+        self.chunks = [pool[int(i)] for i in self.ids]
+        ctx.record_data("examples", hashlib.sha256("\0".join(self.chunks).encode()).hexdigest())
+        if any(r > 0 for r in c.rates) and not any(eligible_spans(t)[0] for t in self.chunks):
+            raise RobfiltError(
+                f"the selected {c.data} test text has no eligible words (only stopwords, or no words); "
+                "word swap needs content words."
+            )
+        self.batches = batch_slices(self.n, c.batch_size)
+        self._encoded: tuple[tuple[int, int], Any] | None = None
+        self._on_device: set[int] = set()
+
+    @property
+    def labels(self) -> list[str]:
+        return [s.label for s in self.subjects]
+
+    def modules(self) -> list[nn.Module]:
+        return [s.module for s in self.subjects]
+
+    def describe(self) -> dict[str, Any]:
+        c = self.config
+        return {
+            "models": self.labels,
+            "attacks": list(c.attacks),
+            "eps": list(c.eps),
+            "rates": list(c.rates),
+            "norm": c.norm.value,
+            "eps_mode": c.eps_mode,
+            "steps": c.steps,
+            "step_size": c.step_size,
+            "data": c.data,
+            "data_checksum": self.data_checksum,
+            "n_examples": self.n,
+            "example_ids_sha256": ids_digest(self.ids),
+            "seq_chars": self.block + 1,
+            "replacement": c.replacement,
+            "batch_size": c.batch_size,
+            "size": c.size,
+            "checkpoint": c.checkpoint,
+            "sources": [s.source for s in self.subjects],
+            "check_masking": c.check_masking,
+        }
+
+    def plan(self) -> list[Unit]:
+        n_models, n_batches = len(self.subjects), len(self.batches)
+        attack = [Unit(mi, a, bi) for mi in range(n_models) for a in self.config.attacks for bi in range(n_batches)]
+        return attack + [Unit(mi, "clean", bi) for mi in range(n_models) for bi in range(n_batches)]
+
+    def work(self, unit: Unit) -> int:
+        c = self.config
+        return 1 if unit.part == "clean" else len(c.rates) if unit.part == WORDSWAP else len(c.eps)
+
+    def _subject(self, mi: int) -> LMSubject:
+        s = self.subjects[mi]
+        if mi not in self._on_device:
+            s.module.to(self.device).eval()
+            self._on_device.add(mi)
+        return s
+
+    def _encode(self, mi: int, bi: int):  # noqa: ANN202 - lm_rows.Batch
+        if self._encoded is None or self._encoded[0] != (mi, bi):
+            texts = self.chunks[self.batches[bi]]
+            self._encoded = ((mi, bi), encode_batch(self.subjects[mi].tokenizer, texts, self.block + 1, self.device))
+        return self._encoded[1]
+
+    def measure(self, unit: Unit, tick: Tick) -> pd.DataFrame:
+        c, s = self.config, self._subject(unit.model)
+        ids, texts = self.ids[self.batches[unit.batch]], self.chunks[self.batches[unit.batch]]
+        if unit.part == WORDSWAP:
+            return wordswap_rows(s, texts, ids, c.rates, c.replacement, self.block + 1, c.seed, self.device, tick)
+        b = self._encode(unit.model, unit.batch)
+        if unit.part == "clean":
+            rows = score_rows(s.module, s.label, ids, b, s.module.embed(b.idx), "clean", "clean", 0.0, "")
+            tick(1)
+            return rows
+        scale = eps_scale(s.module, c.norm, c.eps_mode)
+        return attack_rows(s, unit.part, c.eps, c.norm, scale, b, ids, c.steps, c.step_size, c.seed, tick)
+
+    def model_checks(self, model: int) -> list[Check]:
+        c, s = self.config, self._subject(model)
+        probe = encode_batch(s.tokenizer, self.chunks[:N_PROBE], self.block + 1, self.device)
+        checks = [
+            MC.check_eval_deterministic(s.module, s.label, probe.idx),
+            LC.check_embedding_gradients(s.module, s.label, probe.idx, probe.targets, probe.mask),
+        ]
+        if c.check_masking and "pgd" in c.attacks:
+            mid = c.eps[len(c.eps) // 2]
+            scale = eps_scale(s.module, c.norm, c.eps_mode)
+            ids = torch.arange(len(probe.idx))
+            base = attack_rows(s, "pgd", [mid], c.norm, scale, probe, ids, c.steps, c.step_size, c.seed)
+            more = attack_rows(s, "pgd", [mid], c.norm, scale, probe, ids, 5 * c.steps, c.step_size, c.seed)
+            checks.append(LC.check_more_steps(LC.ppl(base), LC.ppl(more), s.label, 5))
+        return checks
+
+    def row_checks(self, rows: pd.DataFrame, label: str) -> list[Check]:
+        found = [
+            LC.check_rate0_equals_clean(rows, label),
+            LC.check_eps0_equals_clean(rows, label),
+            LC.check_contamination_rate(rows, label),
+            LC.check_embedding_ball(rows, label),
+            LC.check_ppl_monotone(rows, label),
+            LC.check_pgd_vs_fgsm(rows, label),
+        ]
+        return [ch for ch in found if ch is not None]
+
+    def summarise(self, rows: pd.DataFrame, checks: list[Check]) -> dict[str, Any]:
+        c, labels = self.config, self.labels
+        return {
+            "kind": "attack",
+            "family": "lm",
+            "data": c.data,
+            "n_examples": self.n,
+            "seed": c.seed,
+            "attacks": list(c.attacks),
+            "eps": list(c.eps),
+            "rates": list(c.rates),
+            "norm": c.norm.value,
+            "eps_mode": c.eps_mode,
+            "eps_scale": {s.label: eps_scale(s.module, c.norm, c.eps_mode) for s in self.subjects},
+            "eps_scale_definition": scale_definition(c.norm, c.eps_mode),
+            "steps": c.steps,
+            "step_size": c.step_size if c.step_size is not None else "0.15*eps",
+            "seq_chars": self.block + 1,
+            "replacement": c.replacement,
+            "models": summarize_lm_rows(rows),
+            "checks": [ch.to_dict() for ch in sorted(checks, key=lambda ch: labels.index(ch.model))],
+            "checks_summary": summarize_checks(checks),
+        }

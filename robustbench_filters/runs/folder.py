@@ -1,0 +1,394 @@
+"""Run folders: the one on-disk format every measurement writes, and the checks that make it tamper-evident.
+
+A run folder holds
+
+    manifest.json        format version, kind, fingerprint, config, planned units, versions, git commit, status;
+                         when the run ends also the sha256 of every part, of rows.parquet and of summary.json
+    parts/<key>.parquet  the rows of one finished unit of work (the resume granularity)
+    parts/<key>.json     that part's sha256 and the fingerprint of the run it belongs to
+    rows.parquet         all rows, merged in plan order when the run finishes
+    summary.json         aggregates recomputed from the rows; written last
+    .lock                an OS-level lock held while a process writes (see :mod:`.lock`)
+
+Every write is atomic (temp file + rename). A part counts as finished only when its sidecar records its hash
+and this run's fingerprint: ``--resume`` recomputes a unit whose part is missing, and refuses (one line, nothing
+touched) a part that was edited, belongs to another run, or to no planned unit. Readers (:func:`load_run`)
+verify the recorded hashes before they trust a single number.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import logging
+import os
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from .. import io as _io
+from ..errors import RobfiltError, RunStateError
+from ..versions import git_commit, library_versions
+from .lock import LOCK, RunLock
+
+log = logging.getLogger(__name__)
+
+FORMAT = "robfilt-run"
+FORMAT_VERSION = 2
+MANIFEST = "manifest.json"
+SUMMARY = "summary.json"
+ROWS = "rows.parquet"
+PARTS = "parts"
+
+
+def fingerprint(config: dict[str, Any]) -> str:
+    """A stable hash of everything a run's rows depend on: equal fingerprints compute equal rows."""
+    blob = json.dumps(config, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def read_manifest(folder: Path) -> dict[str, Any]:
+    """The manifest of ``folder``; one-line errors for a missing, garbled or foreign file."""
+    path = folder / MANIFEST
+    try:
+        manifest = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise RobfiltError(
+            f"{folder} is not a robfilt run folder (no {MANIFEST}); pass a folder robfilt wrote."
+        ) from None
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise RunStateError(f"{path} is corrupted (not JSON); re-run that command with --overwrite.") from None
+    if not isinstance(manifest, dict) or "kind" not in manifest:
+        raise RunStateError(f"{path} is not a robfilt run manifest; pass a folder robfilt wrote.")
+    version = manifest.get("format_version", manifest.get("schema_version"))
+    if version != FORMAT_VERSION:
+        raise RunStateError(
+            f"{folder} is a run folder of format {version}; this robfilt reads format {FORMAT_VERSION} (it records "
+            "integrity hashes): re-run the command with --overwrite to rewrite it."
+        )
+    return manifest
+
+
+def _is_run_folder(folder: Path) -> bool:
+    return (folder / MANIFEST).exists()
+
+
+def prepare_out(out: Path, kind: str, resume: bool, overwrite: bool) -> None:
+    """Refuse an output folder that holds anything but a run of this kind that we may continue or replace.
+
+    Runs before a single file is touched: a folder of a user's own files is never written into.
+    """
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise RunStateError(f"--out {out} is a file; pass a folder path.")
+    entries = [p for p in out.iterdir() if p.name != LOCK]
+    if not entries:
+        return
+    if not _is_run_folder(out):
+        foreign = sorted(p.name for p in entries)[0]
+        raise RunStateError(
+            f"--out {out} is not a robfilt run folder (it holds {foreign!r}); robfilt never writes into other "
+            "files: pass a new or empty --out."
+        )
+    if not (resume or overwrite):
+        raise RunStateError(
+            f"--out {out} already holds a run; pass --resume to continue it, --overwrite, or another --out."
+        )
+    try:
+        old = json.loads((out / MANIFEST).read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        raise RunStateError(f"{out / MANIFEST} is corrupted; use --overwrite or another --out.") from None
+    old_kind = old.get("kind") if isinstance(old, dict) else None
+    if old_kind != kind:
+        raise RunStateError(
+            f"--out {out} holds a {old_kind!r} run, not a {kind!r} run; pass another --out (nothing was changed)."
+        )
+
+
+def check_writable(out: Path) -> None:
+    """Fail before any work if the output folder cannot be created or written."""
+    probe = out
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir():
+        raise RunStateError(f"--out {out}: {probe} is a file, not a folder; pick a folder path.")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise RunStateError(f"--out {out} is not writable ({probe} denies writes); pick a folder you can write.")
+
+
+def describe_change(old: dict[str, Any], new: dict[str, Any]) -> str:
+    """What differs between two runs' recorded inputs, in words (weights and data by name)."""
+    if old.get("kind") != new.get("kind"):
+        return f"a {old.get('kind')!r} run, not {new.get('kind')!r}"
+    if old.get("seed") != new.get("seed"):
+        return f"seed {old.get('seed')} vs {new.get('seed')}"
+    oc, nc = old.get("config", {}), new.get("config", {})
+    ow, nw = oc.get("weights", {}) or {}, nc.get("weights", {}) or {}
+    changed = [m for m in nw if m in ow and ow[m] != nw[m]]
+    if changed:
+        return f"the weights of {changed[0]} changed"
+    if oc.get("examples") != nc.get("examples"):
+        return "the selected data changed"
+    for key in sorted(set(oc) | set(nc)):
+        if key not in ("weights", "examples") and oc.get(key) != nc.get(key):
+            return f"{key} {json.dumps(oc.get(key), default=str)[:40]} vs {json.dumps(nc.get(key), default=str)[:40]}"
+    return "other settings"
+
+
+class RunWriter:
+    """Writes one run folder; use as a context manager so the lock is always released.
+
+    ``units`` (planned unit keys, from the runner) makes the folder self-checking: only planned parts are
+    written or accepted. In a distributed run rank 0's writer is the ``primary``: it alone takes the lock,
+    applies --resume/--overwrite, writes the manifest and finishes. Other ranks attach and write their parts.
+    """
+
+    def __init__(
+        self,
+        out: str | Path,
+        kind: str,
+        config: dict[str, Any],
+        *,
+        seed: int,
+        resume: bool = False,
+        overwrite: bool = False,
+        extra: dict[str, Any] | None = None,
+        primary: bool = True,
+        units: Sequence[str] | None = None,
+    ) -> None:
+        self.out = Path(out)
+        self.kind, self.config, self.seed = kind, config, seed
+        self.resume, self.overwrite, self.primary = resume, overwrite, primary
+        self.extra = extra or {}
+        self.units = list(units) if units is not None else None
+        self._planned = set(self.units) if self.units is not None else None
+        self.lock = RunLock(self.out)
+        self.fp = fingerprint({"kind": kind, "seed": seed, **config})
+        self._done: dict[str, str] = {}  # key -> sha256 of its part
+
+    # --- opening ----------------------------------------------------------------------------------------------
+
+    def __enter__(self) -> RunWriter:
+        if not self.primary:
+            self._attach()
+            return self
+        check_writable(self.out)
+        prepare_out(self.out, self.kind, self.resume, self.overwrite)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.lock.acquire()
+        try:
+            self._open()
+        except BaseException:
+            self.lock.release()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.lock.release()
+
+    def _manifest(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "kind": self.kind,
+            "status": "running",
+            "fingerprint": self.fp,
+            "seed": self.seed,
+            "config": self.config,
+            "units": self.units,
+            "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+            "git_commit": git_commit(),
+            "versions": library_versions(),
+            **self.extra,
+        }
+
+    def _open(self) -> None:
+        manifest_path = self.out / MANIFEST
+        new = self._manifest()
+        if manifest_path.exists() and self.resume:
+            old = read_manifest(self.out)
+            if old.get("fingerprint") != self.fp:
+                raise RunStateError(
+                    f"--out {self.out} holds a different run ({describe_change(old, new)}); --resume continues only "
+                    "the same run: use --overwrite to replace it or another --out."
+                )
+            self.refresh()
+            log.info("resuming %s: %d finished units", self.out, len(self._done))
+            for name in (SUMMARY, ROWS):  # the run is running again until it finishes
+                (self.out / name).unlink(missing_ok=True)
+        elif manifest_path.exists() and self.overwrite:
+            shutil.rmtree(self.out / PARTS, ignore_errors=True)
+            for name in (ROWS, SUMMARY):
+                (self.out / name).unlink(missing_ok=True)
+        _io.atomic_write_json(manifest_path, new)
+
+    def _attach(self) -> None:
+        """A secondary rank joins the folder rank 0 prepared: no lock, no manifest write, the same fingerprint."""
+        if not (self.out / MANIFEST).exists():
+            raise RunStateError(
+                f"--out {self.out} has no {MANIFEST} on this node although rank 0 wrote it; distributed runs need "
+                "--out on a filesystem that every rank shares."
+            )
+        if read_manifest(self.out).get("fingerprint") != self.fp:
+            raise RunStateError(
+                f"--out {self.out} holds a different run than this rank computes; give every rank the same options."
+            )
+        self.refresh()
+
+    # --- parts ------------------------------------------------------------------------------------------------
+
+    def refresh(self) -> None:
+        """Re-read the finished parts from disk (including other ranks'), verifying each one.
+
+        A part counts only with a sidecar naming this run's fingerprint and a matching sha256. A part file
+        without a sidecar (a process killed between the two atomic writes) is left to be recomputed; anything
+        else that does not check out is refused, so no edited or foreign row can enter the merge.
+        """
+        self._done = {}
+        folder = self.out / PARTS
+        if not folder.exists():
+            return
+        for path in sorted(folder.iterdir()):
+            if path.name.startswith("."):
+                continue  # temp files of an interrupted atomic write
+            key, suffix = path.stem, path.suffix
+            if suffix not in (".parquet", ".json"):
+                raise RunStateError(f"{path} is not a part of this run; remove it, then --resume.")
+            if self._planned is not None and key not in self._planned:
+                raise RunStateError(
+                    f"{path} belongs to no planned unit of this run (edited?); remove it, then --resume."
+                )
+            if suffix == ".json":
+                continue
+            sidecar = path.with_suffix(".json")
+            if not sidecar.exists():
+                log.info("part %s has no hash record (interrupted write); it will be recomputed", key)
+                continue
+            self._done[key] = self._verified_hash(path, sidecar)
+
+    def _verified_hash(self, part: Path, sidecar: Path) -> str:
+        try:
+            record = json.loads(sidecar.read_text())
+            recorded, run_fp = record["sha256"], record["fingerprint"]
+        except (OSError, ValueError, KeyError, TypeError):
+            raise RunStateError(f"{sidecar} is garbled; remove it and {part.name}, then --resume.") from None
+        if run_fp != self.fp:
+            raise RunStateError(f"{part} belongs to another run (fingerprint {run_fp}); remove it, then --resume.")
+        actual = _io.sha256_file(part)
+        if actual != recorded:
+            raise RunStateError(
+                f"{part} does not match its recorded sha256 (edited or corrupted); remove it to recompute that "
+                "unit, then --resume."
+            )
+        return actual
+
+    def is_done(self, key: str) -> bool:
+        return key in self._done
+
+    def write_part(self, key: str, rows: pd.DataFrame) -> None:
+        """Persist one finished unit atomically, then its hash record; resume skips it afterwards."""
+        if self._planned is not None and key not in self._planned:
+            raise RunStateError(f"unit {key} is not planned in {self.out}; this is a bug in the measurement.")
+        path = self.out / PARTS / f"{key}.parquet"
+        _io.atomic_write(path, lambda tmp: rows.to_parquet(tmp, index=False))
+        digest = _io.sha256_file(path)
+        _io.atomic_write_json(path.with_suffix(".json"), {"key": key, "sha256": digest, "fingerprint": self.fp})
+        self._done[key] = digest
+
+    def load_part(self, key: str) -> pd.DataFrame:
+        """The rows of a finished part, re-verified against its hash (it may have been edited meanwhile)."""
+        path = self.out / PARTS / f"{key}.parquet"
+        if _io.sha256_file(path) != self._done[key]:
+            raise RunStateError(f"{path} changed while the run was going (edited?); remove it, then --resume.")
+        return pd.read_parquet(path)
+
+    def rows(self, keys: Sequence[str] | None = None) -> pd.DataFrame:
+        """All finished parts' rows, in the order of ``keys`` (default: sorted keys)."""
+        order = list(keys) if keys is not None else sorted(self._done)
+        frames = [self.load_part(k) for k in order]
+        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+    # --- finishing --------------------------------------------------------------------------------------------
+
+    def finish(self, rows: pd.DataFrame, summary: dict[str, Any]) -> None:
+        """Write the merged rows, the summary, then the manifest with every hash and status complete."""
+        if not self.primary:
+            raise RunStateError("only rank 0 finishes a distributed run.")
+        _io.atomic_write(self.out / ROWS, lambda tmp: rows.to_parquet(tmp, index=False))
+        doc = {"format_version": FORMAT_VERSION, "fingerprint": self.fp, **summary}
+        _io.atomic_write_json(self.out / SUMMARY, doc)
+        manifest = json.loads((self.out / MANIFEST).read_text())
+        manifest.update(
+            status="complete",
+            finished=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+            parts=dict(sorted(self._done.items())),
+            rows_sha256=_io.sha256_file(self.out / ROWS),
+            summary_sha256=_io.sha256_file(self.out / SUMMARY),
+        )
+        _io.atomic_write_json(self.out / MANIFEST, manifest)
+
+
+@dataclass
+class Run:
+    """A finished, verified run, as read back by reports, checks and the study."""
+
+    path: Path
+    manifest: dict[str, Any]
+    rows: pd.DataFrame
+    summary: dict[str, Any]
+
+    @property
+    def kind(self) -> str:
+        return self.manifest["kind"]
+
+    @property
+    def run_id(self) -> str:
+        return f"{self.path.name}@{self.manifest['fingerprint']}"
+
+
+def verify_run(path: str | Path) -> dict[str, Any]:
+    """Check a finished run folder against its recorded hashes; returns its manifest.
+
+    Raises a one-line :class:`RunStateError` naming the first file that is missing, unfinished, edited or
+    foreign. Part files are optional (``rows.parquet`` holds every row), but each one present must match.
+    """
+    path = Path(path)
+    manifest = read_manifest(path)
+    if manifest.get("status") != "complete":
+        raise RunStateError(f"{path} is an unfinished run; finish it with --resume before reading it.")
+    for name, key in ((ROWS, "rows_sha256"), (SUMMARY, "summary_sha256")):
+        file = path / name
+        if not file.exists():
+            raise RunStateError(f"{file} is missing; re-run the command with --overwrite.")
+        if _io.sha256_file(file) != manifest.get(key):
+            raise RunStateError(f"{file} does not match the sha256 recorded in its manifest (edited or corrupted).")
+    parts = manifest.get("parts") or {}
+    folder = path / PARTS
+    if folder.exists():
+        for file in sorted(folder.glob("*.parquet")):
+            if file.stem not in parts:
+                raise RunStateError(f"{file} is not a recorded part of this run (foreign or added).")
+            if _io.sha256_file(file) != parts[file.stem]:
+                raise RunStateError(f"{file} does not match the sha256 recorded in its manifest (edited or corrupted).")
+    try:
+        summary_fp = json.loads((path / SUMMARY).read_text()).get("fingerprint")
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise RunStateError(f"{path / SUMMARY} is corrupted; re-run with --overwrite.") from None
+    if summary_fp != manifest.get("fingerprint"):
+        raise RunStateError(f"{path}: summary and manifest belong to different runs; re-run with --overwrite.")
+    return manifest
+
+
+def load_run(path: str | Path) -> Run:
+    """Read a finished run folder after verifying it (see :func:`verify_run`)."""
+    path = Path(path)
+    manifest = verify_run(path)
+    summary = json.loads((path / SUMMARY).read_text())
+    rows = pd.read_parquet(path / ROWS)
+    return Run(path=path, manifest=manifest, rows=rows, summary=summary)

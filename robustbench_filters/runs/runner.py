@@ -1,0 +1,206 @@
+"""The runner: one run loop for every measurement (config -> runner -> measurement -> run folder).
+
+The runner owns how a run goes; the measurement (:mod:`.measurement`) owns what it computes:
+
+1. ``prepare`` the measurement on every rank (models, data, example selection through the runner's context);
+   anything that cannot be measured is refused here, before a folder is touched;
+2. fingerprint the run: the measurement's description, the hash of every model's parameters and buffers, and
+   the digests of the selected examples, so ``--resume`` with other weights or data is refused by name;
+3. plan the units and shard them round-robin across torchrun ranks (whole units, so every batch and seed is the
+   one a single process would use, and the merged rows are identical for any world size);
+4. open the run folder (rank 0 locks it and writes the manifest with the planned units; others attach), skip
+   units whose parts verify, measure the rest, write each part with its hash;
+5. rank 0 merges every planned part in plan order, runs the model and row checks, summarises, and finishes the
+   folder with the hashes of every file.
+
+Errors raised by a user's model inside a unit become one line naming the model, the unit and the exception; the
+parts finished so far stay, so ``--resume`` continues.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+from torch import nn
+
+from .. import distributed
+from ..checks import Check
+from ..errors import RobfiltError, RunStateError, UserCodeError
+from ..progress import ProgressHook, null_progress
+from .folder import FORMAT_VERSION, RunWriter, load_run
+from .measurement import Measurement, PrepareContext
+from .units import Unit
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RunResult:
+    """What a run returns: the merged rows, the summary (with its checks) and the run folder (None if temporary)."""
+
+    rows: pd.DataFrame
+    summary: dict[str, Any]
+    out: Path | None
+
+
+def weights_digest(module: nn.Module) -> str:
+    """sha256 over every parameter and buffer (names, dtypes, shapes, values): what the model computes with."""
+    h = hashlib.sha256()
+    tensors = [*module.named_parameters(), *module.named_buffers()]
+    for name, t in sorted(tensors, key=lambda kv: kv[0]):
+        t = t.detach().cpu().contiguous()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}".encode())
+        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()[:16]
+
+
+def _resolve_out(out: str | Path | None) -> tuple[Path, tempfile.TemporaryDirectory | None]:
+    if out is not None:
+        return Path(out), None
+    tmp = tempfile.TemporaryDirectory(prefix="robfilt-")
+    return Path(tmp.name) / "run", tmp
+
+
+class _Progress:
+    """Counts work steps across this rank's units and reports them to the caller's hook."""
+
+    def __init__(self, hook: ProgressHook, task: str, total: int) -> None:
+        self.hook, self.task, self.total, self.done, self.info = hook, task, total, 0, ""
+        hook(task, 0, total, "")
+
+    def tick(self, k: int = 1) -> None:
+        self.done = min(self.total, self.done + k)
+        self.hook(self.task, self.done, self.total, self.info)
+
+
+def run(
+    measurement: Measurement,
+    *,
+    out: str | Path | None = None,
+    resume: bool = False,
+    overwrite: bool = False,
+    progress: ProgressHook | None = None,
+) -> RunResult:
+    """Run ``measurement`` into ``out`` (a temporary folder when None) and return the merged, checked result.
+
+    Under torchrun every rank calls this with the same arguments and gets the merged result; ``out`` must then
+    be a folder every rank shares.
+    """
+    config = measurement.config
+    ctx = distributed.init(str(config.device))
+    device = torch.device(distributed.local_device(str(config.device), ctx))
+    if ctx.enabled and out is None:
+        raise RobfiltError("a distributed run (torchrun) needs --out: a folder on a filesystem all ranks share.")
+    prep = PrepareContext(device=device, seed=int(config.seed))
+    measurement.prepare(prep)
+    labels = measurement.labels
+    if len(set(labels)) != len(labels):
+        raise RobfiltError(f"model labels repeat ({', '.join(labels)}); give each model a distinct name.")
+    described = {
+        **measurement.describe(),
+        "weights": {label: weights_digest(m) for label, m in zip(labels, measurement.modules(), strict=True)},
+        "examples": prep.examples,
+    }
+    units = measurement.plan()
+    keys = [u.key for u in units]
+    if len(set(keys)) != len(keys):
+        raise RunStateError("the measurement planned two units with one key; this is a bug.")
+    mine = sorted(distributed.shard(units, ctx.rank, ctx.world_size), key=lambda u: (u.model, u.batch, u.part))
+    folder, tmp = _resolve_out(out)
+    extra = {"family": measurement.family, "world_size": ctx.world_size}
+
+    def make_writer(primary: bool) -> RunWriter:
+        return RunWriter(
+            folder, measurement.kind, described, seed=int(config.seed), resume=resume, overwrite=overwrite,
+            extra=extra, primary=primary, units=keys,
+        )  # fmt: skip
+
+    try:
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(measurement.session())
+            writer = stack.enter_context(distributed.shared_run(ctx, make_writer))
+            checks = distributed.all_or_none(ctx, lambda: _compute(measurement, writer, mine, progress, ctx.is_primary))
+            merged = distributed.all_or_none(
+                ctx, lambda: _finish(measurement, writer, sorted(units), checks) if ctx.is_primary else None
+            )
+        if merged is None:  # the other ranks read what rank 0 merged
+            finished = load_run(folder)
+            rows = finished.rows
+            summary = {k: v for k, v in finished.summary.items() if k not in ("format_version", "fingerprint")}
+        else:
+            rows, summary = merged
+        return RunResult(rows=rows, summary=summary, out=None if tmp else folder)
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+
+
+def _compute(
+    measurement: Measurement, writer: RunWriter, mine: list[Unit], hook: ProgressHook | None, primary: bool
+) -> list[Check]:
+    """This rank's units (skipping verified finished parts); rank 0 then runs every model's checks."""
+    bar = _Progress(hook or null_progress, measurement.kind, sum(measurement.work(u) for u in mine))
+    labels = measurement.labels
+    for unit in mine:
+        bar.info = f"{labels[unit.model]} {unit.part}"
+        if writer.is_done(unit.key):
+            bar.tick(measurement.work(unit))
+            continue
+        with _user_errors(labels[unit.model], unit.key):
+            rows = measurement.measure(unit, bar.tick)
+        if not isinstance(rows, pd.DataFrame) or rows.empty:
+            raise RunStateError(
+                f"unit {unit.key} produced no rows; this is a bug in the {measurement.kind} measurement."
+            )
+        writer.write_part(unit.key, rows)
+    checks: list[Check] = []
+    if primary:
+        for i, label in enumerate(labels):
+            with _user_errors(label, "sanity checks"):
+                checks += measurement.model_checks(i)
+    return checks
+
+
+def _finish(
+    measurement: Measurement, writer: RunWriter, units: list[Unit], model_checks: list[Check]
+) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """Rank 0: merge every planned part in plan order, run the row checks, summarise, write the finished folder."""
+    writer.refresh()
+    missing = [u.key for u in units if not writer.is_done(u.key)]
+    if missing:
+        raise RunStateError(
+            f"{len(missing)} units have no part file (first: {missing[0]}); if ranks ran on several nodes, --out "
+            "must be on a filesystem they all share. Finish the run with --resume."
+        )
+    rows = writer.rows([u.key for u in units])
+    checks = list(model_checks)
+    for label in measurement.labels:
+        checks += measurement.row_checks(rows, label)
+    summary = measurement.summarise(rows, checks)
+    writer.finish(rows, summary)
+    log.info("finished %s run in %s (format %d)", measurement.kind, writer.out, FORMAT_VERSION)
+    return rows, summary
+
+
+@contextlib.contextmanager
+def _user_errors(label: str, where: str) -> Iterator[None]:
+    """Exceptions from inside a model's computation become one line naming the model, the unit and the cause.
+
+    RobfiltErrors (already one line) and Ctrl-C pass through; SystemExit from a user's code does not end the
+    process silently (a gate must never exit 0 without checking).
+    """
+    try:
+        yield
+    except (RobfiltError, KeyboardInterrupt):
+        raise
+    except (Exception, SystemExit) as exc:
+        raise UserCodeError.wrap(label, where, exc) from exc

@@ -1,0 +1,30 @@
+"""Every kind of run, small: launched once under torchrun by tests/test_distributed.py, and once in-process.
+
+``python dist_kinds.py OUT`` writes OUT/{image,lm,corruption,lipschitz}; under torchrun every rank runs the same
+four configs and rank 0 merges each run.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from robustbench_filters.api import estimate_lipschitz, evaluate
+
+KINDS = ("image", "lm", "corruption", "lipschitz")
+
+
+def run_all(out: Path) -> None:
+    common = {"checkpoint": "none", "seed": 3}
+    evaluate(["deit", "deit-bsa"], ["fgsm", "pgd"], [0.02, 0.05], n_examples=10, batch_size=3, steps=3,
+             out=out / "image", **common)  # fmt: skip
+    evaluate(["lm", "lm-grc"], ["pgd", "wordswap"], [0.05], n_examples=5, batch_size=2, steps=2, rates=[0.0, 0.2],
+             out=out / "lm", **common)  # fmt: skip
+    evaluate(["deit"], ["corruption:gaussian_noise", "corruption:contrast"], n_examples=7, batch_size=3,
+             severities=[1, 4], out=out / "corruption", **common)  # fmt: skip
+    estimate_lipschitz(["deit", "lm"], n_examples=3, batch_size=1, method="power", data="synthetic",
+                       power_iters=5, seq_len=8, out=out / "lipschitz", **common)  # fmt: skip
+
+
+if __name__ == "__main__":
+    run_all(Path(sys.argv[1]))

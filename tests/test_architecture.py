@@ -1,0 +1,146 @@
+"""The architecture holds: no import cycles between files, and the arrows follow the data flow.
+
+config -> runner -> measurement -> run folder -> report. The runner never imports a measurement; the report package
+reads run folders only (it never runs models or attacks); records do not import models. Every import counts,
+including those inside functions and under TYPE_CHECKING, because a lazy import is still an arrow.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = "robustbench_filters"
+
+
+def _modules() -> dict[str, Path]:
+    """Module name -> file, with cli/ installed as robustbench_filters.cli."""
+    out: dict[str, Path] = {}
+    for base, prefix in ((ROOT / PACKAGE, PACKAGE), (ROOT / "cli", f"{PACKAGE}.cli")):
+        for path in base.rglob("*.py"):
+            parts = list(path.relative_to(base).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            out[".".join([prefix, *parts])] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _is_package(name: str) -> bool:
+    return MODULES[name].name == "__init__.py"
+
+
+def _resolve(module: str, level: int, target: str | None) -> str:
+    if level == 0:
+        return target or ""
+    base = module.split(".") if _is_package(module) else module.split(".")[:-1]
+    base = base[: len(base) - (level - 1)]
+    return ".".join([*base, target] if target else base)
+
+
+def imports_of(module: str) -> set[str]:
+    """The package modules ``module`` imports (a from-import of a submodule counts as that submodule)."""
+    tree = ast.parse(MODULES[module].read_text())
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = _resolve(module, node.level, node.module)
+            names = [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names]
+        else:
+            continue
+        for name in names:
+            while name and name not in MODULES:
+                name = name.rpartition(".")[0]
+            if name and name != module:
+                found.add(name)
+    return found
+
+
+GRAPH = {m: imports_of(m) for m in MODULES}
+
+
+def _cycles() -> list[list[str]]:
+    """Strongly connected components with more than one file (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in GRAPH[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(GRAPH):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_cycles_between_files() -> None:
+    assert _cycles() == []
+
+
+def _reach(module: str) -> set[str]:
+    seen, todo = set(), [module]
+    while todo:
+        for w in GRAPH[todo.pop()]:
+            if w not in seen:
+                seen.add(w)
+                todo.append(w)
+    return seen
+
+
+def _under(names: set[str], *prefixes: str) -> set[str]:
+    return {n for n in names if any(n == p or n.startswith(p + ".") for p in prefixes)}
+
+
+MEASUREMENTS = (f"{PACKAGE}.attacks", f"{PACKAGE}.lipschitz", f"{PACKAGE}.smoothing", f"{PACKAGE}.api")
+
+
+@pytest.mark.parametrize("module", [m for m in MODULES if m.startswith(f"{PACKAGE}.runs")])
+def test_the_runner_never_imports_a_measurement(module: str) -> None:
+    assert _under(_reach(module), *MEASUREMENTS, f"{PACKAGE}.configs") == set()
+
+
+@pytest.mark.parametrize("module", [m for m in MODULES if m.startswith(f"{PACKAGE}.report")])
+def test_the_report_reads_run_folders_only(module: str) -> None:
+    forbidden = (*MEASUREMENTS, f"{PACKAGE}.runs.runner", f"{PACKAGE}.gate", f"{PACKAGE}.models", f"{PACKAGE}.train")
+    assert _under(_reach(module), *forbidden) == set()
+
+
+def test_records_and_base_modules_import_no_models() -> None:
+    for module in (f"{PACKAGE}.runs.folder", f"{PACKAGE}.versions", f"{PACKAGE}.errors", f"{PACKAGE}.io"):
+        assert _under(_reach(module), f"{PACKAGE}.models") == set(), module
+
+
+def test_the_graph_sees_known_arrows() -> None:
+    """Guards the scanner itself: relative, package and lazy imports are all seen."""
+    assert f"{PACKAGE}.runs.folder" in GRAPH[f"{PACKAGE}.runs.runner"]
+    assert f"{PACKAGE}.checks.image" in GRAPH[f"{PACKAGE}.attacks.image"]  # from ..checks import image as IC
+    assert f"{PACKAGE}.lipschitz.methods" in GRAPH[f"{PACKAGE}.configs"]  # a lazy import inside a function
+    assert f"{PACKAGE}.cli._render" in GRAPH[f"{PACKAGE}.cli.attack"]
