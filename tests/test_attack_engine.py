@@ -13,9 +13,9 @@ from torch import nn
 
 from robustbench_filters.api import evaluate
 from robustbench_filters.attacks import ATTACKS
-from robustbench_filters.family import Family
 from robustbench_filters.cli import run
 from robustbench_filters.data import load_images
+from robustbench_filters.family import Family
 
 
 class TinyNet(nn.Module):

@@ -159,7 +159,7 @@ def study(tmp_path_factory):
 
 
 def test_smoke_study_writes_a_readme_with_every_claim(study):
-    out, first = study["out"], study["first"]
+    out = study["out"]
     readme = (out / "README.md").read_text()
     for spec in CLAIMS:
         assert f"({spec.id}) {spec.claim}" in readme
