@@ -66,14 +66,16 @@ def test_page_is_self_contained_and_complete(page: Path) -> None:
     assert parsed.errors == [] and parsed.stack == []
     assert parsed.external == [] and "http://" not in html and "https://" not in html
     assert "default-src 'none'" in html  # the browser may not fetch anything
-    assert len(parsed.tables) >= 10 and parsed.sortable == len(parsed.tables)  # runs, checks and 8 report tables
+    assert len(parsed.tables) == 11 and parsed.sortable == len(parsed.tables)  # runs, 2 x checks, 8 report tables
     assert {"runs", "checks", "t-robust_accuracy", "t-perplexity", "t-lipschitz_bounds"} <= set(parsed.tables)
     assert len(parsed.images) == 4 and all(src.startswith("data:image/svg+xml;base64,") for src in parsed.images)
     svg = base64.b64decode(parsed.images[0].split(",", 1)[1]).decode()
     assert "<svg" in svg and "n = 24" in svg  # the subtitle (drawn as paths, named in a comment)
     for run in ("img@", "corr@", "lm@", "lip-img@", "lip-lm@", "seq@"):
         assert f">{run}" in html
-    assert "FAILED" in html and 'class="status-fail">fail<' in html  # deit-bsa's failing check is shown failing
+    assert "1 of 24 sanity checks FAILED" in html
+    flagged = re.search(r'id="checks-flagged".*?</table>', html, re.S).group(0)  # shown, not folded away
+    assert flagged.count("<tr>") == 2 and "deit-bsa" in flagged and 'class="status-fail">fail<' in flagged
     assert "<script>" in html and "aria-sort" in html
 
 
@@ -84,6 +86,7 @@ def test_cli_html_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     assert "index.html" in capsys.readouterr().out
     html = (out / "index.html").read_text()
     assert "All 8 of 8 sanity checks passed" in html and 'class="status-fail"' not in html
+    assert 'id="checks-flagged"' not in html
     assert cli_run(["report", str(runs[0]), "--out", str(out), "--figures", "png"]) == 0
     assert not (out / "index.html").exists()  # a report without --html leaves no stale page behind
 

@@ -43,7 +43,7 @@ figure{margin:1em 0}figure img{max-width:100%;height:auto;border:1px solid #eee}
 .status-fail{color:#b00020;font-weight:700}
 .banner{padding:.5em .8em;border-radius:4px;margin:.6em 0}
 .banner.ok{background:#e6f4ef;color:#004d39}.banner.bad{background:#fde7ea;color:#8a0018;font-weight:600}
-code{font-size:12px}
+code{font-size:12px}summary{cursor:pointer;color:#333;margin:.3em 0}
 """
 
 # Sorting: numbers by value (first number in the cell, k/255 as a fraction), text alphabetically, blanks last.
@@ -127,21 +127,27 @@ def _e(text: object) -> str:
     return html.escape(str(text), quote=True)
 
 
-def _is_num(value: object) -> bool:
-    s = str(value).strip()
-    return bool(s) and (s[0].isdigit() or (len(s) > 1 and s[0] in "+-<>x\u2212" and (s[1].isdigit() or s[1] == ".")))
+_NUMERIC = re.compile(r"^\s*(?:[<>]=?\s*)?x?[+\-\u2212]?(?:\d|\.\d)")
+
+
+def _numeric_column(values: pd.Series) -> bool:
+    """A column whose every cell starts with a number (or is missing) is right-aligned."""
+    cells = [str(v).strip() for v in values]
+    present = [c for c in cells if c not in ("", "-", "nan")]
+    return bool(present) and all(_NUMERIC.match(c) for c in present)
 
 
 def table_html(table: pd.DataFrame, table_id: str, status_col: str | None = None) -> str:
-    """A sortable table; cells that start with a number are right-aligned; a status column is coloured."""
+    """A sortable table; numeric columns are right-aligned; a status column is coloured by its value."""
     if table.empty:
         return "<p><em>(empty)</em></p>"
+    numeric = {c: i > 0 and _numeric_column(table[c]) for i, c in enumerate(table.columns)}
     head = "".join(f'<th scope="col">{_e(c)}</th>' for c in table.columns)
     rows = []
     for row in table.itertuples(index=False):
         cells = []
         for col, value in zip(table.columns, row, strict=True):
-            cls = f"status-{_e(value)}" if col == status_col else ("num" if _is_num(value) else "")
+            cls = f"status-{_e(value)}" if col == status_col else ("num" if numeric[col] else "")
             cells.append(f'<td class="{cls}">{_e(value)}</td>' if cls else f"<td>{_e(value)}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
     return (
@@ -151,7 +157,7 @@ def table_html(table: pd.DataFrame, table_id: str, status_col: str | None = None
 
 
 def checks_html(checks: pd.DataFrame) -> str:
-    """A banner (all passed / how many failed) and every check, failing ones first."""
+    """A banner (all passed / how many failed), the failing and warning checks, then every check (folded)."""
     if checks.empty:
         return "<p>No sanity checks recorded by these runs (Lipschitz and sequence-length runs record none).</p>"
     status = checks["status"].astype(str)
@@ -165,7 +171,16 @@ def checks_html(checks: pd.DataFrame) -> str:
         extra = f" ({warn} warning{'s' if warn != 1 else ''})" if warn else ""
         banner = f'<p class="banner ok">All {len(checks) - warn} of {len(checks)} sanity checks passed{extra}.</p>'
     ordered = checks.assign(_o=status.map(lambda s: STATUS_ORDER.get(s, 3))).sort_values("_o", kind="stable")
-    return banner + table_html(ordered.drop(columns="_o"), "checks", status_col="status")
+    ordered = ordered.drop(columns="_o")
+    flagged = ordered[ordered["status"].astype(str) != "pass"]
+    parts = [banner]
+    if not flagged.empty:
+        parts.append(table_html(flagged, "checks-flagged", status_col="status"))
+    parts.append(
+        f"<details><summary>All {len(checks)} checks</summary>"
+        f"{table_html(ordered, 'checks', status_col='status')}</details>"
+    )
+    return "".join(parts)
 
 
 def _display_width(svg: bytes, zoom: float = 1.45) -> int:
