@@ -34,10 +34,14 @@ def report_cmd(
     baseline: Annotated[
         str | None, typer.Option("--baseline", help="Model the variants are compared with (default: deit / lm).")
     ] = None,
+    html: Annotated[
+        bool,
+        typer.Option("--html", help="Also write index.html: one self-contained page, figures inline, sortable tables."),
+    ] = False,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
-    """Write paper-ready tables and figures for finished runs, plus an index.md that links them.
+    """Write paper-ready tables and figures for finished runs, plus an index.md (and with --html an index.html).
 
     Tables: accuracy with 95% Wilson CIs, paired McNemar tests vs the baseline, perplexity, corruptions and
     Lipschitz bounds. Figures: accuracy vs eps, perplexity vs rate, Lipschitz profile, attention maps.
@@ -50,12 +54,15 @@ def report_cmd(
         figures=_formats(figures, "figure format", FIGURE_FORMATS),
         allow_mixed=allow_mixed,
         baseline=baseline,
+        html=html,
     )
     if json_out:
         print_json(result.to_dict())
         return
     c = console()
     c.print(f"report: {result.index}", markup=False)
+    if result.html is not None:
+        c.print(f"html: {result.html}", markup=False)
     c.print(f"{len(result.tables)} tables, {len(result.figures)} figures from {len(result.runs)} run(s)", markup=False)
     for note in result.notes:
         c.print(f"note: {note}", style="yellow", markup=False)

@@ -1,4 +1,4 @@
-"""``build_report``: run folders in, a folder of tables, figures and an ``index.md`` out.
+"""``build_report``: run folders in, a folder of tables, figures and an ``index.md`` (optionally ``index.html``) out.
 
 Everything is recomputed from the per-example rows, so a report never disagrees with the runs it names, and
 tables from several runs line up example by example. Items whose inputs are missing (no LM run, no per-layer
@@ -7,7 +7,6 @@ Lipschitz rows, ...) are skipped and listed in ``index.md`` with the reason, rat
 
 from __future__ import annotations
 
-import datetime as _dt
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -17,8 +16,9 @@ from typing import Any
 import pandas as pd
 
 from ..errors import RobfiltError, unknown
-from ..io import atomic_write_text
+from . import context as C
 from . import figures as F
+from . import index as I
 from . import render as R
 from . import tables as T
 from .runs import IMAGE, LIPSCHITZ, LM, SEQLEN, RunSet, load_runs
@@ -35,6 +35,7 @@ class ReportResult:
     out: Path
     index: Path
     runs: list[str]
+    html: Path | None = None
     tables: dict[str, list[Path]] = field(default_factory=dict)
     figures: dict[str, list[Path]] = field(default_factory=dict)
     skipped: list[str] = field(default_factory=list)
@@ -44,21 +45,13 @@ class ReportResult:
         return {
             "out": str(self.out),
             "index": str(self.index),
+            "html": str(self.html) if self.html else None,
             "runs": self.runs,
             "tables": {k: [str(p) for p in v] for k, v in self.tables.items()},
             "figures": {k: [str(p) for p in v] for k, v in self.figures.items()},
             "skipped": self.skipped,
             "notes": self.notes,
         }
-
-
-@dataclass
-class _Section:
-    title: str
-    caption: str
-    table: str | None = None  # table name (stem)
-    figure: str | None = None
-    inline: str = ""  # Markdown layout shown in index.md
 
 
 def _check_formats(values: Sequence[str], allowed: Sequence[str], what: str) -> tuple[str, ...]:
@@ -70,11 +63,13 @@ def _check_formats(values: Sequence[str], allowed: Sequence[str], what: str) -> 
 
 
 class _Builder:
-    def __init__(self, runset: RunSet, out: Path, formats: tuple[str, ...], fig_formats: tuple[str, ...]) -> None:
-        self.rs, self.out = runset, out
+    def __init__(
+        self, runset: RunSet, out: Path, formats: tuple[str, ...], fig_formats: tuple[str, ...], html: bool = False
+    ) -> None:
+        self.rs, self.out, self.html = runset, out, html
         self.formats, self.fig_formats = formats, fig_formats
         self.result = ReportResult(out=out, index=out / "index.md", runs=runset.ids(), notes=list(runset.notes))
-        self.sections: list[_Section] = []
+        self.sections: list[I.Section] = []
 
     def table(self, name: str, title: str, caption: str, tidy: pd.DataFrame, layout: pd.DataFrame, family: str) -> None:
         if not self.formats:
@@ -82,14 +77,16 @@ class _Builder:
         sources = self.rs.ids(family)
         paths = R.write_table(self.out / "tables", name, tidy, layout, caption, sources, self.formats)
         self.result.tables[name] = paths
-        self.sections.append(_Section(title, caption, table=name, inline=R.markdown(layout)))
+        self.sections.append(I.Section(title, caption, table=name, inline=R.markdown(layout), layout=layout))
 
     def figure(self, name: str, title: str, caption: str, make) -> None:
-        if not self.fig_formats:
+        if not self.fig_formats and not self.html:
             return
         fig = make()
-        self.result.figures[name] = F.save_figure(fig, self.out / "figures", name, self.fig_formats)
-        self.sections.append(_Section(title, caption, figure=name))
+        if self.fig_formats:
+            self.result.figures[name] = F.save_figure(fig, self.out / "figures", name, self.fig_formats)
+        svg = F.figure_bytes(fig, "svg") if self.html else None
+        self.sections.append(I.Section(title, caption, figure=name, svg=svg))
 
     def skip(self, what: str, why: str) -> None:
         log.info("report: skipping %s (%s)", what, why)
@@ -123,7 +120,7 @@ class _Builder:
                     "robust_accuracy_vs_eps",
                     "Robust accuracy vs eps",
                     "Accuracy vs perturbation budget per attack (eps 0 = clean); bands: 95% Wilson intervals.",
-                    lambda: F.robust_accuracy_figure(acc, src),
+                    lambda: F.robust_accuracy_figure(acc, src, C.image_subtitle(self.rs.families[IMAGE], rows, n)),
                 )
             else:
                 self.skip("robust accuracy figure", "only clean rows")
@@ -228,11 +225,12 @@ class _Builder:
             )
             if (table["attack"] != T.CLEAN).any():
                 src = self.rs.ids(LM)
+                sub = C.lm_subtitle(self.rs.families[LM], rows, int(table["n"].max()))
                 self.figure(
                     "perplexity_vs_rate",
                     "Perplexity vs contamination rate",
                     "Perplexity vs contamination rate (or embedding eps) per attack; bands: 95% bootstrap intervals.",
-                    lambda: F.perplexity_figure(table, src),
+                    lambda: F.perplexity_figure(table, src, sub),
                 )
             else:
                 self.skip("perplexity figure", "only clean rows")
@@ -262,15 +260,16 @@ class _Builder:
                     "Per-block Lipschitz profile",
                     "Per block: empirical gain at the hidden states (mean, max) and certified block constants.",
                     layers,
-                    R.generic_layout(layers),
+                    R.lipschitz_layer_layout(layers),
                     LIPSCHITZ,
                 )
                 src = self.rs.ids(LIPSCHITZ)
                 self.figure(
                     "lipschitz_profile",
                     "Per-layer Lipschitz profile",
-                    "Empirical gain (solid, mean over examples) and certified local constant (dashed, median) per block.",
-                    lambda: F.lipschitz_profile_figure(layers, src),
+                    "Per block: empirical gain (mean over examples) and certified local constant (median); "
+                    "colour and marker: variant; solid and filled: DeiT, dashed and hollow: LM.",
+                    lambda: F.lipschitz_profile_figure(layers, src, C.lipschitz_subtitle(rows)),
                 )
         rows = self.rs.rows.get(SEQLEN)
         if rows is None:
@@ -282,7 +281,7 @@ class _Builder:
             "Perturbation vs sequence length",
             "RMS output change of one attention layer for a fixed input noise, per sequence length and kind.",
             study,
-            R.generic_layout(study),
+            R.seqlen_layout(study),
             SEQLEN,
         )
         src = self.rs.ids(SEQLEN)
@@ -290,7 +289,7 @@ class _Builder:
             "perturbation_vs_seqlen",
             "Perturbation vs sequence length",
             "Output change of one attention sublayer vs sequence length (mean +- 1 sd over trials).",
-            lambda: F.seqlen_figure(study, src),
+            lambda: F.seqlen_figure(study, src, C.seqlen_subtitle(study)),
         )
 
     def remove_stale(self) -> None:
@@ -303,6 +302,10 @@ class _Builder:
                 if path.is_file() and path.suffix in known and path not in written:
                     log.info("report: removing stale %s", path)
                     path.unlink()
+        stale_html = self.out / "index.html"
+        if not self.html and stale_html.is_file():
+            log.info("report: removing stale %s", stale_html)
+            stale_html.unlink()
 
     # -- index ---------------------------------------------------------------------------------------------
     def checks_notes(self) -> None:
@@ -316,42 +319,11 @@ class _Builder:
                 )
 
     def index(self) -> Path:
-        lines = [
-            "# robfilt report",
-            "",
-            f"Generated {_dt.datetime.now(_dt.UTC).isoformat(timespec='seconds')} from "
-            f"{len(self.rs.runs)} run(s). Numbers are recomputed from the per-example rows.",
-            "",
-            "## Runs",
-            "",
-            "| run id | kind | path | created | git commit |",
-            "|:---|:---|:---|:---|:---|",
-        ]
-        for run in self.rs.runs:
-            m = run.manifest
-            lines.append(
-                f"| `{run.run_id}` | {run.kind} | `{run.path}` | {m.get('created', '-')} | "
-                f"`{str(m.get('git_commit') or '-')[:10]}` |"
-            )
-        if self.result.notes:
-            lines += ["", "## Notes", ""] + [f"- {n}" for n in self.result.notes]
-        for s in self.sections:
-            lines += ["", f"## {s.title}", "", s.caption, ""]
-            if s.table:
-                lines.append(s.inline.rstrip())
-                links = ", ".join(f"[{p.suffix[1:]}](tables/{p.name})" for p in self.result.tables[s.table])
-                lines += ["", f"Files: {links}"]
-            if s.figure:
-                paths = self.result.figures[s.figure]
-                png = next((p for p in paths if p.suffix == ".png"), None)
-                if png is not None:
-                    lines.append(f"![{s.title}](figures/{png.name})")
-                links = ", ".join(f"[{p.suffix[1:]}](figures/{p.name})" for p in paths)
-                lines += ["", f"Files: {links}"]
-        if self.result.skipped:
-            lines += ["", "## Not included", ""] + [f"- {s}" for s in self.result.skipped]
-        atomic_write_text(self.result.index, "\n".join(lines) + "\n")
-        return self.result.index
+        return I.write_markdown(self.result, self.rs.runs, self.sections)
+
+    def index_html(self) -> Path:
+        """The same report as one self-contained page (figures inline, sortable tables, every sanity check)."""
+        return I.write_html(self.result, self.rs.runs, self.sections)
 
 
 def build_report(
@@ -363,6 +335,7 @@ def build_report(
     *,
     baseline: str | None = None,
     attention: bool | None = None,
+    html: bool = False,
 ) -> ReportResult:
     """Write tables, figures and ``index.md`` for the given run folders into ``out``.
 
@@ -374,6 +347,7 @@ def build_report(
         allow_mixed: accept runs of one family made on different examples (then no paired tests across them).
         baseline: the model variants are compared with (default: deit / lm / the first model).
         attention: draw softmax-vs-BSA attention maps (default: when the image runs hold deit and deit-bsa).
+        html: also write ``index.html``, one self-contained page with the figures inline and sortable tables.
     """
     formats = _check_formats(formats, R.FORMATS, "table format")
     fig_formats = _check_formats(figures, ("pdf", "png", "svg"), "figure format")
@@ -384,13 +358,15 @@ def build_report(
     if out.exists() and not out.is_dir():
         raise RobfiltError(f"--out {out} is a file; pass a folder path.")
     out.mkdir(parents=True, exist_ok=True)
-    builder = _Builder(runset, out, formats, fig_formats)
+    builder = _Builder(runset, out, formats, fig_formats, html=html)
     builder.image(baseline, attention)
     builder.lm()
     builder.lipschitz()
     builder.checks_notes()
     builder.remove_stale()
     builder.index()
+    if html:
+        builder.index_html()
     log.info(
         "report written to %s (%d tables, %d figures)", out, len(builder.result.tables), len(builder.result.figures)
     )

@@ -1,10 +1,10 @@
 """Paper layouts of the tidy tables, and writers for Markdown, CSV and LaTeX (booktabs).
 
 CSV files hold the tidy numbers (for re-analysis); Markdown and LaTeX hold the layout a paper shows: one row
-per condition, one column per model, "85.2 [81.0, 88.7]" cells (accuracy % with its 95% interval). LaTeX goes
-through pandas' Styler (``hrules=True`` gives ``\\toprule``/``\\midrule``/``\\bottomrule``; needs
-``\\usepackage{booktabs}``). Markdown is serialised here from the DataFrame because pandas' ``to_markdown``
-needs the optional ``tabulate`` package, which robfilt does not depend on.
+per condition, one column per model, "85.2 [81.0, 88.7]" cells (accuracy % with its 95% interval), and column
+headers written for readers ("gain (mean)", not ``lower_mean``). LaTeX is a complete ``table`` float with caption,
+label and booktabs rules (:mod:`.latex`). Markdown is serialised here from the DataFrame because pandas'
+``to_markdown`` needs the optional ``tabulate`` package, which robfilt does not depend on.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..io import atomic_write_text
+from .latex import format_number, label_for, latex_table
 from .tables import CLEAN, eps_label, model_order
 
 FORMATS: tuple[str, ...] = ("md", "csv", "tex")
@@ -30,9 +31,10 @@ def pct(acc: float, lo: float | None = None, hi: float | None = None) -> str:
 
 
 def sci(value: float | None) -> str:
+    """3 significant digits, e-notation outside [1e-3, 1e4); '-' when missing."""
     if value is None or not math.isfinite(value):
         return "-"
-    return f"{value:.3g}" if 1e-3 <= abs(value) < 1e4 else f"{value:.2e}"
+    return format_number(value)
 
 
 def pvalue(p: float) -> str:
@@ -140,13 +142,43 @@ def lipschitz_layout(table: pd.DataFrame) -> pd.DataFrame:
     )
 
 
+def lipschitz_layer_layout(table: pd.DataFrame) -> pd.DataFrame:
+    """Per model and block: the empirical gain (mean, max over examples) and the certified block constants."""
+    if table.empty:
+        return pd.DataFrame()
+    return pd.DataFrame(
+        {
+            "model": table["model"],
+            "block": table["block"],
+            "gain (mean)": table["lower_mean"].map(sci),
+            "gain (max)": table["lower_max"].map(sci),
+            "certified local (median)": table["local_upper_median"].map(sci),
+            "certified block constant": table["global_upper"].map(sci),
+        }
+    )
+
+
+def seqlen_layout(table: pd.DataFrame) -> pd.DataFrame:
+    """Per attention kind and sequence length: the RMS output change (mean, sd over trials)."""
+    if table.empty:
+        return pd.DataFrame()
+    out = {"kind": table["kind"], "N": table["n"], "RMS change (mean)": table["mean_perturbation"].map(sci)}
+    if "std_perturbation" in table.columns:
+        out["RMS change (sd)"] = table["std_perturbation"].map(sci)
+    if "trials" in table.columns:
+        out["trials"] = table["trials"]
+    if "upper" in table.columns:
+        out["certified bound (softmax)"] = table["upper"].map(sci)
+    return pd.DataFrame(out)
+
+
 def generic_layout(table: pd.DataFrame) -> pd.DataFrame:
-    """Numbers in 3 significant digits, everything else as text."""
+    """Numbers in 3 significant digits, everything else as text; snake_case headers become words."""
     out = table.copy()
     for col in out.columns:
         if pd.api.types.is_float_dtype(out[col]):
             out[col] = out[col].map(sci)
-    return out
+    return out.rename(columns=lambda c: str(c).replace("_", " "))
 
 
 def markdown(table: pd.DataFrame) -> str:
@@ -167,19 +199,9 @@ def markdown(table: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
-def latex(table: pd.DataFrame, caption: str, sources: Sequence[str]) -> str:
-    """A booktabs tabular (no float environment, so it can be ``\\input`` into any table)."""
-    n_left = sum(1 for c in table.columns if c in ("attack", "model", "variant", "vs", "corruption", "method", "kind"))
-    n_left = max(1, n_left)
-    spec = "l" * n_left + "r" * (len(table.columns) - n_left)
-    body = (
-        table.style.hide(axis="index")
-        .format(escape="latex")
-        .format_index(escape="latex", axis=1)
-        .to_latex(hrules=True, column_format=spec)
-    )
-    header = f"% {caption}\n% source: {'; '.join(sources)}\n% needs \\usepackage{{booktabs}}\n"
-    return header + body
+def latex(table: pd.DataFrame, caption: str, sources: Sequence[str], label: str = "tab:robfilt") -> str:
+    """A ``table`` float (caption, label, booktabs rules); see :func:`.latex.latex_table`."""
+    return latex_table(table, caption, label, sources)
 
 
 def write_table(
@@ -201,6 +223,6 @@ def write_table(
         elif fmt == "md":
             atomic_write_text(path, f"{caption}\n\n{markdown(layout)}\nsource: {'; '.join(sources)}\n")
         elif fmt == "tex":
-            atomic_write_text(path, latex(layout, caption, sources))
+            atomic_write_text(path, latex(layout, caption, sources, label_for(stem)))
         written.append(path)
     return written

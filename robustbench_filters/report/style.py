@@ -1,24 +1,30 @@
-"""One visual language for every table and figure: fixed colours per variant, paper-sized figures, footers.
+"""One visual language for every table and figure: fixed styles per variant and family, paper sizes, footers.
 
-A variant keeps its colour in every figure of every report (readers compare figures across pages), so colours
-are a fixed table, not a cycle. They come from the Okabe-Ito palette, which stays distinct for the common
-colour-vision deficiencies; markers and line styles differ too, so figures also survive grey-scale printing.
-The LM variants share the DeiT variants' colours: ``lm-bsa`` looks like ``deit-bsa``.
+A variant keeps its colour and marker in every figure of every report (readers compare figures across pages),
+so both are fixed tables, not cycles. Colours come from the Okabe-Ito palette, which stays distinct for the
+common colour-vision deficiencies; markers differ too, so figures survive grey-scale printing. The family is a
+second, independent channel: DeiT curves are solid with filled markers, LM curves dashed with hollow markers,
+so ``deit-bsa`` and ``lm-bsa`` share colour and marker (same variant) and still differ in one figure.
 
 Figures are built with matplotlib's object API on a bare :class:`~matplotlib.figure.Figure`: no pyplot, so no
 global state, and saving renders through Agg (PNG) or the PDF backend without touching the user's display
-backend. They are sized for a one-column (3.3 in) or two-column (6.9 in) paper layout.
+backend. They are sized for a one-column (3.3 in) or two-column (6.9 in) paper layout. :data:`RC` must be
+active while *saving* too (:func:`paper_style`): ``pdf.fonttype`` and ``savefig.dpi`` are read at save time.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterator, Sequence
+import textwrap
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import matplotlib
+import numpy as np
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.ticker import LogFormatter
 
 # Okabe & Ito (2008), "Color Universal Design".
 OKABE_ITO: dict[str, str] = {
@@ -31,16 +37,20 @@ OKABE_ITO: dict[str, str] = {
     "vermillion": "#D55E00",
     "purple": "#CC79A7",
 }
+VARIANTS: tuple[str, ...] = ("", "bsa", "grc", "bsa-grc")  # "" is the baseline (softmax, plain residual)
+VARIANT_NAMES: dict[str, str] = {"": "baseline", "bsa": "bsa", "grc": "grc", "bsa-grc": "bsa-grc"}
 VARIANT_COLORS: dict[str, str] = {
-    "": OKABE_ITO["blue"],  # softmax attention, plain residual (the baseline)
+    "": OKABE_ITO["blue"],
     "bsa": OKABE_ITO["orange"],
     "grc": OKABE_ITO["green"],
     "bsa-grc": OKABE_ITO["purple"],
 }
 VARIANT_MARKERS: dict[str, str] = {"": "o", "bsa": "s", "grc": "^", "bsa-grc": "D"}
-VARIANT_LINESTYLES: dict[str, str] = {"": "-", "bsa": "--", "grc": "-.", "bsa-grc": ":"}
+# family -> (line style, filled markers); models outside both families draw like DeiT
+FAMILY_STYLE: dict[str, tuple[Any, bool]] = {"deit": ("-", True), "lm": ((0, (4, 1.5)), False)}
 # Models outside the registry (timm:<arch>, custom factories) get the remaining colours, in order of appearance.
 EXTRA_COLORS: tuple[str, ...] = (OKABE_ITO["sky"], OKABE_ITO["vermillion"], OKABE_ITO["black"], OKABE_ITO["yellow"])
+EXTRA_MARKERS: tuple[str, ...] = ("v", "P", "X", "<")
 # Sequence-length study kinds: softmax with additive positions is the stock DeiT layer, BSA the bilateral one.
 SEQLEN_STYLE: dict[str, dict[str, Any]] = {
     "softmax+pos": {"color": VARIANT_COLORS[""], "marker": "o", "linestyle": "-"},
@@ -50,24 +60,30 @@ SEQLEN_STYLE: dict[str, dict[str, Any]] = {
 
 ONE_COLUMN = 3.3  # inches, e.g. NeurIPS/ICML single column
 TWO_COLUMN = 6.9  # inches, full text width
-FOOTER_IN = 0.16  # inches reserved at the bottom for the provenance footer
+DPI = 300  # raster output; print needs >= 300
+FOOTER_PT = 5.5  # source line: small, but legible when printed
+FOOTER_LINE_IN = FOOTER_PT * 1.3 / 72  # one footer line, in inches
+LOG_RATIO = 30.0  # a positive series whose max/min exceeds this is drawn on a log axis
 RC: dict[str, Any] = {
     "font.size": 7,
     "axes.titlesize": 7,
     "axes.labelsize": 7,
+    "figure.titlesize": 6.5,
     "legend.fontsize": 6,
     "xtick.labelsize": 6,
     "ytick.labelsize": 6,
     "axes.linewidth": 0.6,
     "lines.linewidth": 1.1,
-    "lines.markersize": 3,
+    "lines.markersize": 3.2,
     "grid.linewidth": 0.4,
     "grid.alpha": 0.4,
     "axes.spines.top": False,
     "axes.spines.right": False,
-    "pdf.fonttype": 42,  # embed TrueType: editable text in vector editors, accepted by paper systems
+    "pdf.fonttype": 42,  # TrueType, not Type 3: editable text, accepted by paper submission systems
     "ps.fonttype": 42,
-    "savefig.dpi": 300,
+    "svg.fonttype": "path",  # self-contained SVG (no font needed where it is shown)
+    "savefig.dpi": DPI,
+    "figure.dpi": 100,
 }
 
 
@@ -75,13 +91,19 @@ def variant_key(model: str) -> str:
     """'deit-bsa-grc' -> 'bsa-grc', 'lm' -> '', 'deit [run]' -> '', 'timm:x' -> 'timm:x' (not a variant)."""
     model = model.split(" [", 1)[0]  # a model renamed after its run (mixed example sets) keeps its colour
     family, _, rest = model.partition("-")
-    if family in ("deit", "lm") and rest in VARIANT_COLORS:
+    if family in FAMILY_STYLE and rest in VARIANT_COLORS:
         return rest
     return model
 
 
+def family_key(model: str) -> str:
+    """'lm-grc' -> 'lm', 'deit [run]' -> 'deit'; anything else (timm:x, custom) -> 'deit' (image models)."""
+    family = model.split(" [", 1)[0].partition("-")[0]
+    return family if family in FAMILY_STYLE else "deit"
+
+
 class Palette:
-    """Colour, marker and line style per model; registry variants are fixed, others are assigned in order."""
+    """Colour and marker per variant, line style and marker fill per family; unknown models in order seen."""
 
     def __init__(self) -> None:
         self._extra: dict[str, int] = {}
@@ -98,19 +120,29 @@ class Palette:
 
     def marker(self, model: str) -> str:
         key = self._key(model)
-        return VARIANT_MARKERS.get(key, "v")
+        return VARIANT_MARKERS.get(key) or EXTRA_MARKERS[self._extra[key] % len(EXTRA_MARKERS)]
 
-    def linestyle(self, model: str) -> str:
-        key = self._key(model)
-        return VARIANT_LINESTYLES.get(key, (0, (1, 1)))  # type: ignore[return-value]
+    def linestyle(self, model: str) -> Any:
+        return FAMILY_STYLE[family_key(model)][0]
+
+    def filled(self, model: str) -> bool:
+        return FAMILY_STYLE[family_key(model)][1]
 
     def line(self, model: str) -> dict[str, Any]:
-        return {"color": self.color(model), "marker": self.marker(model), "linestyle": self.linestyle(model)}
+        """Keyword arguments for ``Axes.plot``: the variant's colour and marker, the family's line and fill."""
+        color = self.color(model)
+        return {
+            "color": color,
+            "marker": self.marker(model),
+            "linestyle": self.linestyle(model),
+            "markerfacecolor": color if self.filled(model) else "white",
+            "markeredgecolor": color,
+        }
 
 
 @contextlib.contextmanager
 def paper_style() -> Iterator[None]:
-    """Small fonts and thin lines that match 8-10 pt paper text at the sizes below."""
+    """Small fonts and thin lines that match 8-10 pt paper text, TrueType fonts and 300 dpi when saving."""
     with matplotlib.rc_context(RC):
         yield
 
@@ -119,16 +151,72 @@ def new_figure(width: float, height: float, footer: bool = True) -> Figure:
     """A bare Figure with constrained layout; the bottom strip stays free for :func:`add_footer`."""
     fig = Figure(figsize=(width, height), layout="constrained")
     if footer:
-        fig.get_layout_engine().set(rect=(0.0, FOOTER_IN / height, 1.0, 1.0 - FOOTER_IN / height))
+        _reserve_footer(fig, 1)
     return fig
 
 
+def _reserve_footer(fig: Figure, lines: int) -> None:
+    height = fig.get_figheight()
+    strip = (lines * FOOTER_LINE_IN + 0.05) / height
+    fig.get_layout_engine().set(rect=(0.0, strip, 1.0, 1.0 - strip))
+
+
 def add_footer(fig: Figure, sources: Sequence[str]) -> None:
-    """Write where the figure's numbers came from (run ids, weights) in a small grey line at the bottom."""
+    """Write where the figure's numbers came from (run ids, weights) at the bottom, wrapped to the width.
+
+    Long source lists wrap onto more lines; the figure grows by those lines so the plot keeps its size.
+    """
     text = "source: " + "; ".join(sources) if sources else "source: -"
-    fig.text(0.005, 0.004, text, fontsize=4.5, color="0.45", ha="left", va="bottom")
+    lines = _wrap(text, fig, FOOTER_PT).split("\n")
+    if len(lines) > 1:
+        fig.set_figheight(fig.get_figheight() + (len(lines) - 1) * FOOTER_LINE_IN)
+    _reserve_footer(fig, len(lines))
+    fig.text(0.005, 0.004, "\n".join(lines), fontsize=FOOTER_PT, color="0.3", ha="left", va="bottom",
+             linespacing=1.15)  # fmt: skip
+
+
+def _wrap(text: str, fig: Figure, size_pt: float) -> str:
+    chars = max(30, int(fig.get_figwidth() * 72 / (size_pt * 0.55)))  # ~0.55 em per character
+    return "\n".join(textwrap.wrap(text, chars, break_on_hyphens=False)) or text
+
+
+def add_subtitle(fig: Figure, text: str) -> None:
+    """The figure's sample size and threat model above the panels (every figure states both), wrapped."""
+    size = RC["figure.titlesize"]
+    fig.suptitle(_wrap(text, fig, size), fontsize=size, color="0.15", linespacing=1.2)
+
+
+class PlainLogFormatter(LogFormatter):
+    """Log-axis tick labels as plain numbers ("20", "0.5") instead of "2 x 10^1"."""
+
+    def _num_to_string(self, x: float, vmin: float, vmax: float) -> str:
+        return f"{x:g}"
+
+
+def tidy_grid(ax: Axes, log: bool) -> None:
+    """Major grid lines; on a log y axis faint minor lines too, and plain labels for moderate numbers.
+
+    Call after plotting: the labels depend on the final limits.
+    """
+    ax.grid(True, which="major")
+    if not log:
+        return
+    ax.grid(True, which="minor", alpha=0.12)
+    lo, hi = ax.get_ylim()
+    if ax.get_yscale() == "log" and lo >= 1e-2 and hi <= 1e5:
+        ax.yaxis.set_major_formatter(PlainLogFormatter())
+        ax.yaxis.set_minor_formatter(PlainLogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
 
 
 def grid_shape(n: int, max_cols: int = 4) -> tuple[int, int]:
     cols = min(n, max_cols)
     return math.ceil(n / cols), cols
+
+
+def spans_decades(values: Iterable[float], ratio: float = LOG_RATIO) -> bool:
+    """True when the finite values are all positive and max/min exceeds ``ratio``: then use a log axis."""
+    v = np.asarray([x for x in values if x is not None], dtype=float)
+    v = v[np.isfinite(v)]
+    if v.size < 2 or (v <= 0).any():
+        return False
+    return float(v.max() / v.min()) > ratio

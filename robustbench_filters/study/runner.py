@@ -43,7 +43,7 @@ log = logging.getLogger(__name__)
 MANIFEST = "study.json"
 SCHEMA_VERSION = 1
 DONE, RUNNING = "done", "running"
-_OUTPUTS = ("checkpoints", "runs", "report", "README.md", "results.json", "scores.csv", MANIFEST)
+_OUTPUTS = ("checkpoints", "runs", "report", "figures", "README.md", "results.json", "scores.csv", MANIFEST)
 
 
 def _now() -> str:

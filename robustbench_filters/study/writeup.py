@@ -2,7 +2,9 @@
 
 Nothing in the README is typed by hand: the claims table comes from :mod:`.claims`, every other table from the
 per-seed scores (:mod:`.tables`), the settings from the plan, the wall times from the manifest. Negative and
-inconclusive verdicts are listed exactly like positive ones, in the same table.
+inconclusive verdicts are listed exactly like positive ones, in the same table. The figures are drawn from
+every seed (:mod:`.figures`): the claims forest plot (the headline: each claim's per-seed paired differences
+and 95% interval) and the seed-averaged curves; the reporter's report of the first seed is linked for detail.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import dataclasses
 import datetime as _dt
 import logging
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -104,7 +107,7 @@ def _counts(claims: list[ClaimResult]) -> str:
 
 
 def _build_figures(plan: StudyPlan, out: Path, manifest: dict) -> tuple[list[tuple[str, str]], list[str]]:
-    """The reporter's figures for the first seed's runs; (title, relative png path) pairs, and notes."""
+    """The reporter's report of the first seed's runs; (title, relative png path) pairs, and notes."""
     from ..report import build_report
 
     seed = plan.seeds[0]
@@ -132,6 +135,40 @@ def _build_figures(plan: StudyPlan, out: Path, manifest: dict) -> tuple[list[tup
     return figs, notes
 
 
+def _study_figures(
+    plan: StudyPlan, out: Path, manifest: dict, data: StudyScores, claims: list[ClaimResult]
+) -> tuple[list[tuple[str, str]], list[str]]:
+    """The all-seed figures (forest plot first); a failure is a note, never a lost write-up."""
+    from .figures import study_figures
+
+    return study_figures(plan, data, claims, out, str(manifest.get("plan_fingerprint", "")))
+
+
+def _figures_section(
+    plan: StudyPlan, figures: list[tuple[str, str]], report_figures: list[tuple[str, str]]
+) -> list[str]:
+    lines = ["## Figures", ""]
+    if figures:
+        lines += [
+            f"Drawn from all {len(plan.seeds)} training seed(s) ({', '.join(map(str, plan.seeds))}): the mean as a "
+            "thick line, every seed as a thin one (accuracy: arithmetic mean; perplexity and Lipschitz constants: "
+            "geometric). PDF versions are next to the PNGs in `figures/`.",
+            "",
+        ]
+        lines += [line for title, path in figures[1:] for line in (f"![{title}]({path})", "")]
+    else:
+        lines += ["No study figures (see 'Notes').", ""]
+    if report_figures:
+        links = ", ".join(f"[{title}]({path})" for title, path in report_figures)
+        lines += [
+            f"The reporter's report of the first seed's runs (seed {plan.seeds[0]}; per-example tables, Wilson "
+            f"intervals, McNemar tests) is in [`{REPORT_DIR}/index.md`]({REPORT_DIR}/index.md); its figures: "
+            f"{links}.",
+            "",
+        ]
+    return lines
+
+
 def _section(title: str, caption: str, table: pd.DataFrame) -> list[str]:
     return [f"### {title}", "", caption, "", markdown(table).rstrip(), ""]
 
@@ -143,7 +180,10 @@ def render_readme(
     claims: list[ClaimResult],
     figures: list[tuple[str, str]],
     notes: list[str],
+    report_figures: Sequence[tuple[str, str]] = (),
 ) -> str:
+    """The README. ``figures``: the study's all-seed figures (the first is the claims forest plot);
+    ``report_figures``: the reporter's first-seed figures, linked (not shown) for detail."""
     s = data.scores
     n_seeds = len(plan.seeds)
     vbase = plan.vision_models[0] if plan.vision_models else "deit"
@@ -168,6 +208,7 @@ def render_readme(
         "",
         markdown(claims_table(claims, primary=True)).rstrip(),
         "",
+        *_headline(figures),
         "Secondary evidence (the same claims in the other family, or on one synthetic layer):",
         "",
         markdown(claims_table(claims, primary=False)).rstrip(),
@@ -299,27 +340,31 @@ def render_readme(
         "One attention layer: RMS output change per N", cap, seed_table(s, "layer", "seqlen_perturbation")
     )
 
-    lines += ["## Figures", ""]
-    if figures:
-        lines += [
-            f"Drawn by the reporter (`robfilt report`) from the first seed's runs (seed {plan.seeds[0]}); the full "
-            f"report is in [`{REPORT_DIR}/index.md`]({REPORT_DIR}/index.md).",
-            "",
-        ]
-        for title, path in figures:
-            lines += [f"![{title}]({path})", ""]
-    else:
-        lines += ["No figures (see 'Not included').", ""]
+    lines += _figures_section(plan, figures, list(report_figures))
     lines += [
         "## Files",
         "",
         "- `study.json`: the plan and every piece's status, input fingerprint, folder and wall time (resume state).",
         "- `checkpoints/`: the trained models (safetensors + card with recipe, data checksum and seed).",
+        "- `figures/`: the study's figures (PDF with TrueType fonts, PNG at 300 dpi), drawn from every seed.",
         "- `runs/s<seed>/<piece>/`: run folders with per-example rows (`rows.parquet`) and `summary.json`.",
         "- `results.json`, `scores.csv`: the per-seed numbers and the claims, machine-readable.",
         "",
     ]
     return "\n".join(lines)
+
+
+def _headline(figures: list[tuple[str, str]]) -> list[str]:
+    if not figures:
+        return []
+    title, path = figures[0]
+    return [
+        "Every comparison behind the verdicts, per training seed (dots), with the 95% interval across seeds (bar) "
+        "and its mean (diamond), oriented so that right of zero is the claimed direction; colour = verdict:",
+        "",
+        f"![{title}]({path})",
+        "",
+    ]
 
 
 def _json_safe(value: Any) -> Any:
@@ -333,7 +378,7 @@ def _json_safe(value: Any) -> Any:
 
 
 def write_outputs(plan: StudyPlan, out: Path, manifest: dict, data: StudyScores, result: Any, report: bool) -> Path:
-    """Write results.json, scores.csv, the reporter's figures (optional) and README.md; returns the README."""
+    """Write results.json, scores.csv, the figures (optional: the study's own and the reporter's) and README.md."""
     atomic_write_text(out / "scores.csv", data.scores.to_csv(index=False))
     atomic_write_json(
         out / "results.json",
@@ -347,6 +392,11 @@ def write_outputs(plan: StudyPlan, out: Path, manifest: dict, data: StudyScores,
             }
         ),
     )
-    figures, notes = _build_figures(plan, out, manifest) if report else ([], ["figures not requested"])
-    text = render_readme(plan, manifest, data, result.claims, figures, notes)
+    if report:
+        figures, notes = _study_figures(plan, out, manifest, data, result.claims)
+        report_figures, report_notes = _build_figures(plan, out, manifest)
+        notes += report_notes
+    else:
+        figures, report_figures, notes = [], [], ["figures not requested"]
+    text = render_readme(plan, manifest, data, result.claims, figures, notes, report_figures)
     return atomic_write_text(out / "README.md", text)
