@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from robustbench_filters.report import write_seqlen_run
-from robustbench_filters.results import RunWriter
+from robustbench_filters.runs.folder import RunWriter
 
 DEIT = ["deit", "deit-bsa", "deit-grc", "deit-bsa-grc"]
 LMS = ["lm", "lm-bsa", "lm-grc", "lm-bsa-grc"]

@@ -20,7 +20,7 @@ from robustbench_filters.report import figures as F
 from robustbench_filters.report import tables as T
 from robustbench_filters.report.attention import AttentionMaps
 from robustbench_filters.report.style import OKABE_ITO, Palette, add_footer, new_figure
-from robustbench_filters.results import load_run
+from robustbench_filters.runs.folder import load_run
 
 
 @pytest.fixture(scope="module")

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
@@ -21,37 +19,12 @@ from . import figures as F
 from . import index as I
 from . import render as R
 from . import tables as T
+from .index import ReportResult
 from .runs import IMAGE, LIPSCHITZ, LM, SEQLEN, RunSet, load_runs
 
 log = logging.getLogger(__name__)
 
 ATTENTION_MODELS: tuple[str, str] = ("deit", "deit-bsa")
-
-
-@dataclass
-class ReportResult:
-    """What ``build_report`` wrote: paths per table and figure, plus what it skipped and why."""
-
-    out: Path
-    index: Path
-    runs: list[str]
-    html: Path | None = None
-    tables: dict[str, list[Path]] = field(default_factory=dict)
-    figures: dict[str, list[Path]] = field(default_factory=dict)
-    skipped: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "out": str(self.out),
-            "index": str(self.index),
-            "html": str(self.html) if self.html else None,
-            "runs": self.runs,
-            "tables": {k: [str(p) for p in v] for k, v in self.tables.items()},
-            "figures": {k: [str(p) for p in v] for k, v in self.figures.items()},
-            "skipped": self.skipped,
-            "notes": self.notes,
-        }
 
 
 def _check_formats(values: Sequence[str], allowed: Sequence[str], what: str) -> tuple[str, ...]:

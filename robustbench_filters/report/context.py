@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from ..results import Run
+from ..runs.folder import Run
 from .tables import CLEAN, MODEL_LAYER, is_corruption
 
 EPS = "\u03b5"

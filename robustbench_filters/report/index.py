@@ -8,20 +8,43 @@ from __future__ import annotations
 
 import datetime as _dt
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 import pandas as pd
 
 from ..io import atomic_write_text
-from ..results import Run
+from ..runs.folder import Run
 from . import html as H
 
-if TYPE_CHECKING:
-    from .builder import ReportResult
-
 RUN_COLUMNS = ["run id", "kind", "path", "created", "git commit"]
+
+
+@dataclass
+class ReportResult:
+    """What ``build_report`` wrote: paths per table and figure, plus what it skipped and why."""
+
+    out: Path
+    index: Path
+    runs: list[str]
+    html: Path | None = None
+    tables: dict[str, list[Path]] = field(default_factory=dict)
+    figures: dict[str, list[Path]] = field(default_factory=dict)
+    skipped: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "out": str(self.out),
+            "index": str(self.index),
+            "html": str(self.html) if self.html else None,
+            "runs": self.runs,
+            "tables": {k: [str(p) for p in v] for k, v in self.tables.items()},
+            "figures": {k: [str(p) for p in v] for k, v in self.figures.items()},
+            "skipped": self.skipped,
+            "notes": self.notes,
+        }
 
 
 @dataclass
