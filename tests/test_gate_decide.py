@@ -89,6 +89,11 @@ def test_paired_catches_a_3_point_drop_at_n500_that_the_interval_rule_misses(tmp
     # the MDE the paired check reports is below the interval rule's
     assert paired.mde is not None and interval.mde is not None and paired.mde < interval.mde / 1.5
 
+    # outcomes that do not reproduce the metric (an edited baseline) are refused
+    edited = Metric("deit", "pgd@0.01", "acc", 0.62, 0.57, 0.66, 500)
+    with pytest.raises(RobfiltError, match="baseline's per-example outcomes give 60.0% but its metric says 62.0%"):
+        decide_baseline(edited, fresh_m, pair=pair)
+
     # a tolerance of 3 points makes the same drop acceptable (score test against the margin)
     tol = decide_baseline(base_m, fresh_m, mode="paired", pair=pair, tolerance=0.03)
     assert tol.status is Status.PASS and "margin 3.0 pp" in tol.detail
@@ -164,12 +169,17 @@ def test_threshold_modes(tmp_path: Path) -> None:
     assert decide_threshold(m, 0.71, "min").status is Status.FAIL
     d = decide_threshold(m, 0.45, "min")
     assert d.mde is not None and "n = 20" in d.mde_text
+    # restated from the measured 50%: the MDE below the limit plus the 5-point headroom
+    assert f"a change of {100 * (0.05 + d.mde):.1f} pp from the measured 50.0%" in d.mde_text
     with pytest.raises(RobfiltError, match="threshold check has no baseline to pair with"):
         decide_threshold(m, 0.45, "min", "paired")
     with pytest.raises(RobfiltError, match="unknown check mode 'strict'"):
         decide_threshold(m, 0.45, "min", "strict")
     ppl = Metric("lm", "clean", "ppl", 3.6, 3.4, 3.8, 64, "lm")
     assert decide_threshold(ppl, 3.5, "max").status is Status.WARN
+    ok = decide_threshold(ppl, 4.0, "max")
+    assert ok.status is Status.PASS and ok.mde is not None
+    assert f"{100 * (4.0 * (1 + ok.mde) / 3.6 - 1):+.1f}% from the measured 3.6" in ok.mde_text
     assert decide_threshold(ppl, 3.3, "max").status is Status.FAIL
     lip = Metric("deit", "-", "lipschitz_upper", 2e43, 2e43, 2e43, None, "lipschitz")
     assert decide_threshold(lip, 1e43, "max").status is Status.FAIL
@@ -242,3 +252,29 @@ def test_nan_free_perplexity_effect_text() -> None:
     worse = Metric("lm", "clean", "ppl", 3.96, 3.85, 4.07, 64)
     d = decide_baseline(base, worse, mode="interval")
     assert d.status is Status.FAIL and d.detail.startswith("+10.0% worse") and math.isfinite(d.mde or math.nan)
+
+
+def test_judge_baseline_end_to_end_with_timed_junit(tmp_path: Path) -> None:
+    import xml.etree.ElementTree as ET
+
+    from robustbench_filters.gating.judge import judge_baseline, junit_cases
+    from robustbench_filters.gating.junit import junit_xml
+
+    base_c, fresh_c = three_point_drop()
+    write_baseline(tmp_path / "b.json", [image_run(tmp_path / "base", base_c)])
+    baseline = read_baseline(tmp_path / "b.json")
+    fresh = image_run(tmp_path / "fresh", fresh_c)
+    (paired,) = judge_baseline(baseline, [fresh])
+    assert paired.decision.status is Status.FAIL and paired.seconds > 0 and paired.run == fresh.run_id
+    (interval,) = judge_baseline(baseline, [fresh], mode=lambda m: "interval")
+    assert interval.decision.status is Status.WARN
+    xml = junit_xml("gate", junit_cases([paired]))
+    case = ET.fromstring(xml.split("\n", 1)[1]).find("testsuite/testcase")
+    assert case is not None and case.get("classname") == "robfilt.image.deit"
+    assert case.get("name") == "[baseline] deit pgd@0.01 acc" and case.find("failure") is not None
+    other = image_run(tmp_path / "other", fresh_c, config={**IMAGE_CONFIG, "data_checksum": "zzz"})
+    with pytest.raises(RobfiltError, match="different examples"):
+        judge_baseline(baseline, [other])
+    lm = lm_run(tmp_path / "lm", np.ones(4) * 100, np.ones(4) * 50)
+    with pytest.raises(RobfiltError, match="metric 'deit/pgd@0.01/acc' of baseline .* is missing .*no run has that"):
+        judge_baseline(baseline, [lm])

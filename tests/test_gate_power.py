@@ -64,15 +64,17 @@ def test_interval_mdes_match_hand_computation() -> None:
 
 
 def test_ratio_mde_matches_hand_computation() -> None:
-    """Perplexity with log-se s = 0.02, paired, correlation 0.5: s_D = sqrt(2 * 0.5) * 0.02 = 0.02;
+    """Perplexity with log-se s = 0.02, paired, per-sequence correlation 0.5 between the runs: s_D = sqrt(2 * 0.5) * 0.02 = 0.02;
     delta = (1.6448536 + 0.8416212) * 0.02 = 0.0497295; exp(delta) - 1 = 0.0509866 (+5.1%)."""
-    assert log_ratio_mde(Mode.PAIRED, 0.02, baseline=True) == pytest.approx(0.0509866, abs=1e-6)
+    assert log_ratio_mde(Mode.PAIRED, 0.02, baseline=True, correlation=0.5) == pytest.approx(0.0509866, abs=1e-6)
     # interval baseline: 2 * 1.959964 * 0.02 + 0.8416212 * 0.02 = 0.0952318 -> +9.99%
-    assert log_ratio_mde(Mode.INTERVAL, 0.02, baseline=True) == pytest.approx(math.expm1(0.0952318), abs=1e-6)
+    assert log_ratio_mde(Mode.INTERVAL, 0.02, True, correlation=0.5) == pytest.approx(math.expm1(0.0952318), abs=1e-6)
     # tolerance 5%: delta = log(1.05) + 0.0497295
-    assert log_ratio_mde(Mode.PAIRED, 0.02, True, tolerance=0.05) == pytest.approx(
+    assert log_ratio_mde(Mode.PAIRED, 0.02, True, tolerance=0.05, correlation=0.5) == pytest.approx(
         math.expm1(math.log(1.05) + 0.0497295), abs=1e-6
     )
+    # the default correlation 0.85: s_D = sqrt(0.3) * 0.02 = 0.0109545; delta = 2.4864748 * 0.0109545 = 0.0272381
+    assert log_ratio_mde(Mode.PAIRED, 0.02, baseline=True) == pytest.approx(math.expm1(0.0272381), abs=1e-6)
 
 
 @pytest.mark.parametrize("mode", [Mode.PAIRED, Mode.INTERVAL, Mode.POINT])

@@ -87,7 +87,20 @@ def decide_threshold(m: Metric, threshold: float, bound: Bound, mode: Mode | str
         detail = f"{_with_interval(m)}: point value misses {fmt(m.metric, t)}, but the 95% CI reaches it (noise)"
     ref = t if bound == "min" or m.metric not in PERCENT_METRICS else 1 - t
     effect, text = _plan_mde(CheckPlan(m.metric, mode, m.n, ref, baseline=False, log_se=_log_se(m)))
+    if effect is not None and effect > 0 and ok:
+        text += f"; {_headroom(m, t, bound, effect)}"
     return Decision(status, mode, detail, mde=effect, mde_text=text)
+
+
+def _headroom(m: Metric, t: float, bound: Bound, mde: float) -> str:
+    """The MDE past the limit, restated from the measured value: how far the metric must move to fail."""
+    if m.metric in RELATIVE:  # relative MDE past a max limit (perplexity)
+        move = (t * (1 + mde)) / m.value - 1 if bound == "max" else 1 - (t * (1 - mde)) / m.value
+        return f"i.e. {100 * move:+.1f}% from the measured {fmt(m.metric, m.value)}"
+    move = (m.value - t + mde) if bound == "min" else (t + mde - m.value)
+    unit = " pp" if m.metric in PERCENT_METRICS else ""
+    amount = f"{100 * move:.1f}" if m.metric in PERCENT_METRICS else f"{move:.4g}"
+    return f"i.e. a change of {amount}{unit} from the measured {fmt(m.metric, m.value)}"
 
 
 def _worse_by(base: Metric, fresh: Metric) -> float:
@@ -184,6 +197,22 @@ def decide_baseline(
     return Decision(status, mode, detail, effect=effect, mde=mde, mde_text=text)
 
 
+def _consistent(base: Metric, fresh: Metric, pair: PairedBinary | PairedRatio) -> None:
+    """The paired outcomes must reproduce both aggregate values (else a baseline file was edited or mixed up)."""
+    if isinstance(pair, PairedBinary):
+        values = (float(pair.base.mean()), float(pair.fresh.mean()))
+    elif fresh.metric == "ppl":
+        values = (math.exp(pair.base_ratio), math.exp(pair.fresh_ratio))
+    else:
+        values = (pair.base_ratio, pair.fresh_ratio)
+    for who, m, v in (("baseline", base, values[0]), ("fresh run", fresh, values[1])):
+        if not math.isclose(m.value, v, rel_tol=1e-9, abs_tol=1e-12):
+            raise RobfiltError(
+                f"{fresh.key}: the {who}'s per-example outcomes give {fmt(m.metric, v)} but its metric says "
+                f"{fmt(m.metric, m.value)}; the outcomes and the metrics come from different runs (rewrite the baseline)."
+            )
+
+
 def _decide_paired(
     base: Metric,
     fresh: Metric,
@@ -195,6 +224,7 @@ def _decide_paired(
     seed: int,
 ) -> Decision:
     metric = fresh.metric
+    _consistent(base, fresh, pair)
     if metric == "acc":
         if not isinstance(pair, PairedBinary):
             raise RobfiltError(f"{fresh.key}: accuracy needs paired correct/wrong outcomes, got {type(pair).__name__}.")
