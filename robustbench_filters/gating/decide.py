@@ -122,16 +122,14 @@ def _interval_or_point(base: Metric, fresh: Metric, mode: Mode, tol: float) -> t
     """Today's interval rule, or the strict point rule; with no interval recorded both compare point values."""
     blo, bhi = _lo_hi(base)
     flo, fhi = _lo_hi(fresh)
-    higher, rel = DIRECTION[fresh.metric], fresh.metric in RELATIVE
+    rel = fresh.metric in RELATIVE  # relative tolerances; all of them lower-is-better
     worse = _worse_by(base, fresh) > tol
     if mode is Mode.POINT or fresh.metric in DETERMINISTIC_METRICS:
         return (Status.FAIL if worse else Status.PASS), (
             "worse than the baseline beyond the tolerance" if worse else ""
         )
-    if higher:
-        fail = (fhi * (1 + tol) < blo) if rel else (fhi + tol < blo)
-    else:
-        fail = flo > (bhi * (1 + tol) if rel else bhi + tol)
+    widened = bhi * (1 + tol) if rel else bhi + tol
+    fail = (fhi + tol < blo) if DIRECTION[fresh.metric] else flo > widened
     if fail:
         return Status.FAIL, f"beyond the tolerance and both 95% CIs (baseline {_with_interval(base)})"
     if worse:
