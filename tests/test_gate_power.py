@@ -33,7 +33,8 @@ def test_paired_mde_matches_hand_computation() -> None:
     assert mde == pytest.approx(0.0496257, abs=2e-6)
     plan = CheckPlan("acc", Mode.PAIRED, 500, 0.6, baseline=True)
     assert minimum_detectable(plan).effect == pytest.approx(0.0496257, abs=2e-6)
-    assert "5.0 pp" in minimum_detectable(plan).text() and "20% of examples" in minimum_detectable(plan).text()
+    text = minimum_detectable(plan).text()
+    assert "detects 5.0 pp worse than the baseline with 80% power" in text and "20% of examples" in text
 
 
 def test_interval_mdes_match_hand_computation() -> None:

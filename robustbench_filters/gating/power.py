@@ -69,6 +69,7 @@ class Mde:
     effect: float | None
     relative: bool  # True: a relative rise (perplexity), False: absolute points (accuracy)
     assumption: str  # one line: what the figure assumes
+    versus: str = "past the limit"  # or "worse than the baseline"
 
     def text(self) -> str:
         if self.effect is None:
@@ -76,7 +77,7 @@ class Mde:
         if self.effect == 0.0:
             return f"any change past the limit fails ({self.assumption})"
         amount = f"+{100 * self.effect:.1f}%" if self.relative else f"{100 * self.effect:.1f} pp"
-        return f"detects {amount} with 80% power ({self.assumption})"
+        return f"detects {amount} {self.versus} with 80% power ({self.assumption})"
 
 
 def _bisect(f: Callable[[float], float], lo: float, hi: float, iters: int = 80) -> float | None:
@@ -211,6 +212,7 @@ def _acc_assumption(plan: CheckPlan) -> str:
 
 def minimum_detectable(plan: CheckPlan) -> Mde:
     """The MDE of one check, with the assumptions it rests on in one line."""
+    versus = "worse than the baseline" if plan.baseline else "past the limit"
     if plan.metric in DETERMINISTIC_METRICS:
         return Mde(0.0, False, "deterministic value, no sampling error")
     if not plan.n:
@@ -223,7 +225,7 @@ def minimum_detectable(plan: CheckPlan) -> Mde:
         else:
             x = accuracy_threshold_mde(mode, plan.n, plan.reference, plan.power)
         why = _acc_assumption(plan) if x is not None else _acc_assumption(plan) + "; nothing in range is detectable"
-        return Mde(x, False, why)
+        return Mde(x, False, why, versus)
     if plan.metric in RATIO_LOG_METRICS:
         if plan.log_se is None:
             return Mde(None, True, f"no interval known for {plan.metric} at n = {plan.n}")
@@ -232,7 +234,7 @@ def minimum_detectable(plan: CheckPlan) -> Mde:
         why = f"n = {plan.n}, {plan.mode} mode, log-se {plan.log_se:.3g} from the bootstrap interval"
         if plan.baseline and plan.mode is not Mode.INTERVAL:
             why += f", per-sequence correlation {plan.correlation:g} between runs assumed"
-        return Mde(x, True, why)
+        return Mde(x, True, why, versus)
     return Mde(None, False, f"no sampling interval is recorded for {plan.metric}")
 
 
