@@ -51,3 +51,88 @@ def _t_quantile_975(df: int) -> float:
     """Student-t 97.5% quantile (table for small df, normal beyond)."""
     table = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
     return table.get(df, Z95 if df > 30 else 2.2)
+
+
+# --- one-sided paired tests (the CI gate asks "did the fresh run get worse?", never "did it change?") ---
+
+
+def normal_sf(z: float) -> float:
+    """Upper tail P(Z >= z) of the standard normal."""
+    return 1.0 - NormalDist().cdf(z)
+
+
+def z_quantile(q: float) -> float:
+    """The standard normal q-quantile (z_quantile(0.95) = 1.645)."""
+    return NormalDist().inv_cdf(q)
+
+
+def binom_half_sf(k: int, n: int) -> float:
+    """P(X >= k) for X ~ Binomial(n, 1/2), exactly (integer sums; the division rounds once)."""
+    if k <= 0:
+        return 1.0
+    if k > n:
+        return 0.0
+    return sum(math.comb(n, i) for i in range(k, n + 1)) / 2**n
+
+
+def mcnemar_one_sided(b: int, c: int) -> float:
+    """One-sided exact McNemar p-value for "B is worse than A" on paired binary outcomes.
+
+    ``b`` counts pairs where only A is right (A correct, B wrong), ``c`` pairs where only B is right. Given the
+    b + c discordant pairs, b ~ Binomial(b + c, 1/2) when A and B are equally accurate (the conditional exact
+    test; McNemar 1947, exact form as in Agresti, *Categorical Data Analysis*, 3rd ed., sec. 11.1.4), so
+    p = P(Binomial(b + c, 1/2) >= b). Concordant pairs carry no information about the difference.
+    """
+    if b < 0 or c < 0:
+        raise ValueError(f"discordant counts must be >= 0, got b={b}, c={c}")
+    return binom_half_sf(b, b + c)
+
+
+def paired_margin_score_test(b: int, c: int, n: int, margin: float) -> tuple[float, float]:
+    """One-sided score test of H0: drop <= margin vs H1: drop > margin for paired proportions; (z, p).
+
+    The drop is ``p_b - p_c`` (the probability that only A is right minus the probability that only B is
+    right, i.e. acc(A) - acc(B)); ``n`` counts all pairs, concordant ones included. This is Tango's score test
+    (Tango 1998, "Equivalence test and confidence interval for the difference in proportions for the
+    paired-sample design", Stat. Med. 17:891-908; Nam 1997, Biometrics 53:1422-1430 for the non-inferiority
+    form). The variance of (b - c)/n is evaluated at the restricted maximum-likelihood estimate of the cell
+    probabilities under ``p_b - p_c = margin``:
+
+        z = (b - c - n d) / sqrt(n (2 q + d (1 - d))),   q = (sqrt(B^2 - 4 A C) - B) / (2 A),
+        A = 2n, B = -b - c + (2n - b + c) d, C = -c d (1 - d),      (q = restricted p_c, d = margin)
+
+    Liu et al. (2002, Stat. Med. 21:231-245) found its size close to nominal for paired non-inferiority. At
+    ``margin = 0`` it is McNemar's score test z = (b - c) / sqrt(b + c); use :func:`mcnemar_one_sided` there.
+    """
+    if not 0.0 <= margin < 1.0:
+        raise ValueError(f"margin must be in [0, 1), got {margin}")
+    if n <= 0 or b < 0 or c < 0 or b + c > n:
+        raise ValueError(f"need 0 <= b + c <= n and n > 0, got b={b}, c={c}, n={n}")
+    d = margin
+    A = 2.0 * n
+    B = -b - c + (2.0 * n - b + c) * d
+    C = -c * d * (1.0 - d)
+    q = (math.sqrt(max(B * B - 4 * A * C, 0.0)) - B) / (2 * A)
+    var = n * (2 * q + d * (1 - d))
+    num = b - c - n * d
+    if var <= 0:  # margin 0 and no discordant pair: no evidence of any drop
+        return 0.0, 1.0
+    z = num / math.sqrt(var)
+    return z, normal_sf(z)
+
+
+def holm(p_values: list[float]) -> list[float]:
+    """Holm's step-down adjusted p-values (Holm 1979): compare each with alpha to keep the family-wise rate.
+
+    For a gate with many checks: an unchanged-but-retrained model fails *some* check at per-check alpha far
+    more often than alpha; Holm-adjusted p-values bound that rate by alpha, uniformly more powerful than
+    Bonferroni.
+    """
+    m = len(p_values)
+    order = sorted(range(m), key=lambda i: p_values[i])
+    adjusted = [0.0] * m
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p_values[i]))
+        adjusted[i] = running
+    return adjusted

@@ -1,0 +1,266 @@
+"""Pure decision functions of the gate: one measured metric (and a baseline) in, one :class:`Decision` out.
+
+- :func:`decide_threshold`: ``min_X`` / ``max_X`` limits, mode ``interval`` (FAIL when the whole 95% interval
+  misses the limit, WARN when only the point value does) or ``point`` (FAIL when the point value misses).
+- :func:`decide_baseline`: compare with a baseline, mode ``paired`` (one-sided test on the same examples,
+  FAIL when p < alpha; WARN when the point value is worse beyond the tolerance but not significantly),
+  ``interval`` (FAIL when the intervals widened by the tolerance no longer overlap) or ``point``.
+
+Tolerances are absolute for accuracies (0.02 = 2 points) and relative for perplexity and Lipschitz bounds
+(0.05 = 5%). Metrics without sampling error (certified Lipschitz bounds) are compared exactly in every mode.
+Nothing here reads files or makes runs; the gate passes :class:`~..report.metrics.Metric` values and, for the
+paired mode, the paired per-example outcomes (:func:`.series.pair_series`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+from ..errors import RobfiltError
+from ..paired import PairedBinary, PairedRatio, sign_flip_ratio_test
+from ..report.metrics import DIRECTION, RELATIVE, Metric
+from ..stats import mcnemar_one_sided, paired_margin_score_test
+from .modes import Decision, Mode, Status, threshold_mode
+from .power import (
+    DEFAULT_ALPHA,
+    DEFAULT_DISCORDANCE,
+    DETERMINISTIC_METRICS,
+    CheckPlan,
+    log_se_from_interval,
+    minimum_detectable,
+)
+
+PERCENT_METRICS = frozenset({"acc", "token_acc"})
+Bound = Literal["min", "max"]
+
+
+def fmt(metric: str, v: float | None) -> str:
+    if v is None or not math.isfinite(v):
+        return "-"
+    return f"{100 * v:.1f}%" if metric in PERCENT_METRICS else f"{v:.4g}"
+
+
+def _with_interval(m: Metric) -> str:
+    if not m.has_interval:
+        return fmt(m.metric, m.value)
+    return f"{fmt(m.metric, m.value)} [{fmt(m.metric, m.lo)}, {fmt(m.metric, m.hi)}]"
+
+
+def _lo_hi(m: Metric) -> tuple[float, float]:
+    lo = m.lo if math.isfinite(m.lo) else m.value
+    hi = m.hi if math.isfinite(m.hi) else m.value
+    return lo, hi
+
+
+def _log_se(m: Metric) -> float | None:
+    lo, hi = _lo_hi(m)
+    if m.metric not in RELATIVE or not m.has_interval or lo <= 0 or hi <= lo:
+        return None
+    return log_se_from_interval(lo, hi)
+
+
+def _plan_mde(plan: CheckPlan) -> tuple[float | None, str]:
+    mde = minimum_detectable(plan)
+    return mde.effect, mde.text()
+
+
+def decide_threshold(m: Metric, threshold: float, bound: Bound, mode: Mode | str = Mode.INTERVAL) -> Decision:
+    """Judge one ``min_X``/``max_X`` limit; ``paired`` is refused (one line): a limit has nothing to pair with."""
+    mode = threshold_mode(mode)
+    lo, hi = _lo_hi(m)
+    t = threshold
+    op = ">=" if bound == "min" else "<="
+    ok = m.value >= t if bound == "min" else m.value <= t
+    reaches = hi >= t if bound == "min" else lo <= t  # does the interval still reach the limit?
+    if ok:
+        status, detail = Status.PASS, f"{_with_interval(m)} {op} {fmt(m.metric, t)}"
+    elif mode is Mode.POINT or not m.has_interval or not reaches:
+        status = Status.FAIL
+        if mode is Mode.POINT or not m.has_interval:
+            detail = f"{_with_interval(m)}: the point value misses {fmt(m.metric, t)} ({mode} mode)"
+        else:
+            side = "upper" if bound == "min" else "lower"
+            detail = f"{_with_interval(m)}: the 95% CI {side} end misses {fmt(m.metric, t)}"
+    else:
+        status = Status.WARN
+        detail = f"{_with_interval(m)}: point value misses {fmt(m.metric, t)}, but the 95% CI reaches it (noise)"
+    ref = t if bound == "min" or m.metric not in PERCENT_METRICS else 1 - t
+    effect, text = _plan_mde(CheckPlan(m.metric, mode, m.n, ref, baseline=False, log_se=_log_se(m)))
+    if effect is not None and effect > 0 and ok:
+        text += f"; {_headroom(m, t, bound, effect)}"
+    return Decision(status, mode, detail, mde=effect, mde_text=text)
+
+
+def _headroom(m: Metric, t: float, bound: Bound, mde: float) -> str:
+    """The MDE past the limit, restated from the measured value: how far the metric must move to fail."""
+    if m.metric in RELATIVE:  # relative MDE past a max limit (perplexity)
+        move = (t * (1 + mde)) / m.value - 1 if bound == "max" else 1 - (t * (1 - mde)) / m.value
+        return f"i.e. {100 * move:+.1f}% from the measured {fmt(m.metric, m.value)}"
+    move = (m.value - t + mde) if bound == "min" else (t + mde - m.value)
+    unit = " pp" if m.metric in PERCENT_METRICS else ""
+    amount = f"{100 * move:.1f}" if m.metric in PERCENT_METRICS else f"{move:.4g}"
+    return f"i.e. a change of {amount}{unit} from the measured {fmt(m.metric, m.value)}"
+
+
+def _worse_by(base: Metric, fresh: Metric) -> float:
+    """How much worse fresh is: absolute for accuracies, relative for RELATIVE metrics; < 0 when better."""
+    if fresh.metric in RELATIVE:  # all lower-is-better: perplexity, Lipschitz bounds
+        return fresh.value / base.value - 1 if base.value else math.inf
+    return (base.value - fresh.value) if DIRECTION[fresh.metric] else (fresh.value - base.value)
+
+
+def _effect_text(metric: str, effect: float) -> str:
+    if metric in RELATIVE:
+        return f"{100 * effect:+.1f}% worse" if effect >= 0 else f"{100 * -effect:.1f}% better"
+    if metric in PERCENT_METRICS:
+        return f"{-100 * effect:+.1f} pp"
+    return f"{-effect:+.4g}"
+
+
+def _interval_or_point(base: Metric, fresh: Metric, mode: Mode, tol: float) -> tuple[Status, str]:
+    """Today's interval rule, or the strict point rule; with no interval recorded both compare point values."""
+    blo, bhi = _lo_hi(base)
+    flo, fhi = _lo_hi(fresh)
+    rel = fresh.metric in RELATIVE  # relative tolerances; all of them lower-is-better
+    worse = _worse_by(base, fresh) > tol
+    if mode is Mode.POINT or fresh.metric in DETERMINISTIC_METRICS:
+        return (Status.FAIL if worse else Status.PASS), (
+            "worse than the baseline beyond the tolerance" if worse else ""
+        )
+    widened = bhi * (1 + tol) if rel else bhi + tol
+    fail = (fhi + tol < blo) if DIRECTION[fresh.metric] else flo > widened
+    if fail:
+        return Status.FAIL, f"beyond the tolerance and both 95% CIs (baseline {_with_interval(base)})"
+    if worse:
+        return Status.WARN, "worse than the baseline by more than the tolerance, but within noise"
+    return Status.PASS, ""
+
+
+def _paired_binary(pair: PairedBinary, tol: float, alpha: float) -> tuple[float, float, str]:
+    """(p worse, p better, test description) for accuracy on the same examples."""
+    b, c = pair.b, pair.c
+    p_better = mcnemar_one_sided(c, b)
+    if tol == 0:
+        return mcnemar_one_sided(b, c), p_better, "one-sided exact McNemar"
+    _, p = paired_margin_score_test(b, c, pair.n, tol)
+    return p, p_better, f"one-sided paired score test, margin {100 * tol:.1f} pp"
+
+
+def decide_baseline(
+    base: Metric,
+    fresh: Metric,
+    *,
+    mode: Mode | str = Mode.PAIRED,
+    tolerance: float = 0.0,
+    alpha: float = DEFAULT_ALPHA,
+    pair: PairedBinary | PairedRatio | None = None,
+    unpaired_reason: str = "",
+    fallback: bool = False,
+    discordance: float = DEFAULT_DISCORDANCE,
+    n_perm: int = 10_000,
+    seed: int = 0,
+) -> Decision:
+    """Judge a fresh metric against its baseline value (see the module docstring for the rules).
+
+    ``pair`` holds both runs' per-example outcomes for ``paired`` mode; without it, ``fallback=True`` uses the
+    interval rule and says so in the detail, else a one-line :class:`RobfiltError` names ``unpaired_reason``.
+    """
+    mode = Mode.parse(mode)
+    if not (math.isfinite(tolerance) and tolerance >= 0):
+        raise RobfiltError(f"tolerance must be a number >= 0, got {tolerance}.")
+    if not 0 < alpha < 1:
+        raise RobfiltError(f"alpha must be between 0 and 1, got {alpha}.")
+    note = ""
+    if mode is Mode.PAIRED and fresh.metric not in DETERMINISTIC_METRICS and pair is None:
+        reason = unpaired_reason or "no per-example outcomes were given"
+        if not fallback:
+            raise RobfiltError(
+                f"{fresh.key}: mode = 'paired' needs both runs' per-example outcomes, but {reason}; write a v2 "
+                "baseline (robfilt check --write-baseline) or set mode = 'interval'."
+            )
+        mode, note = Mode.INTERVAL, f"paired unavailable ({reason}), interval rule used; "
+    effect = _worse_by(base, fresh)
+    expected_n = pair.n if pair is not None else (fresh.n or base.n)
+    if mode is Mode.PAIRED and fresh.metric not in DETERMINISTIC_METRICS:
+        assert pair is not None
+        return _decide_paired(base, fresh, pair, tolerance, alpha, discordance, n_perm, seed)
+    status, why = _interval_or_point(base, fresh, mode, tolerance)
+    if fresh.metric in DETERMINISTIC_METRICS:
+        why = (why + "; " if why else "") + "deterministic value, compared exactly"
+    detail = note + _effect_text(fresh.metric, effect) + (f": {why}" if why else "")
+    plan = CheckPlan(fresh.metric, mode, expected_n, base.value, True, tolerance, alpha, discordance=discordance,
+                     log_se=_log_se(base))  # fmt: skip
+    mde, text = _plan_mde(plan)
+    return Decision(status, mode, detail, effect=effect, mde=mde, mde_text=text)
+
+
+def _consistent(base: Metric, fresh: Metric, pair: PairedBinary | PairedRatio) -> None:
+    """The paired outcomes must reproduce both aggregate values (else a baseline file was edited or mixed up)."""
+    if isinstance(pair, PairedBinary):
+        values = (float(pair.base.mean()), float(pair.fresh.mean()))
+    elif fresh.metric == "ppl":
+        values = (math.exp(pair.base_ratio), math.exp(pair.fresh_ratio))
+    else:
+        values = (pair.base_ratio, pair.fresh_ratio)
+    for who, m, v in (("baseline", base, values[0]), ("fresh run", fresh, values[1])):
+        if not math.isclose(m.value, v, rel_tol=1e-9, abs_tol=1e-12):
+            raise RobfiltError(
+                f"{fresh.key}: the {who}'s per-example outcomes give {fmt(m.metric, v)} but its metric says "
+                f"{fmt(m.metric, m.value)}; the outcomes and the metrics come from different runs (rewrite the baseline)."
+            )
+
+
+def _decide_paired(
+    base: Metric,
+    fresh: Metric,
+    pair: PairedBinary | PairedRatio,
+    tol: float,
+    alpha: float,
+    discordance: float,
+    n_perm: int,
+    seed: int,
+) -> Decision:
+    metric = fresh.metric
+    _consistent(base, fresh, pair)
+    if metric == "acc":
+        if not isinstance(pair, PairedBinary):
+            raise RobfiltError(f"{fresh.key}: accuracy needs paired correct/wrong outcomes, got {type(pair).__name__}.")
+        p, p_better, test = _paired_binary(pair, tol, alpha)
+        effect = pair.drop
+        observed = (pair.b + pair.c) / pair.n if pair.n else 0.0
+        counts = f" on the same {pair.n} examples ({pair.b} lost, {pair.c} gained)"
+        disc = max(discordance, observed)
+        plan = CheckPlan(metric, Mode.PAIRED, pair.n, base.value, True, tol, alpha, discordance=disc)
+    elif metric in ("ppl", "token_acc"):
+        if not isinstance(pair, PairedRatio):
+            raise RobfiltError(f"{fresh.key}: {metric} needs paired per-sequence values, got {type(pair).__name__}.")
+        ppl = metric == "ppl"
+        margin = math.log1p(tol) if ppl else tol
+        res = sign_flip_ratio_test(pair, worse="higher" if ppl else "lower", margin=margin, n_perm=n_perm, seed=seed)
+        p, p_better = res.p_worse, res.p_better
+        effect = math.expm1(res.difference) if ppl else -res.difference
+        kind = "exact" if res.exact else f"{res.n_perm} seeded"
+        test = f"one-sided paired sign-flip test ({kind} swaps)"
+        counts = f" on the same {pair.n} sequences"
+        plan = CheckPlan(metric, Mode.PAIRED, pair.n, base.value, True, tol, alpha, log_se=_log_se(base))
+    else:
+        raise RobfiltError(f"{fresh.key}: mode = 'paired' has no test for {metric}; use mode = 'interval'.")
+    worse = effect > tol
+    if p < alpha:
+        status = Status.FAIL
+        verdict = f"{test} p = {p:.2g} < {alpha:g}"
+    elif worse:
+        status = Status.WARN
+        verdict = f"worse beyond the tolerance, but {test} p = {p:.2g} >= {alpha:g} (noise)"
+    else:
+        status = Status.PASS
+        verdict = f"{test} p = {p:.2g}"
+        if p_better < alpha:
+            verdict += "; significantly better: consider updating the baseline"
+    mde, text = _plan_mde(plan)
+    detail = f"{_effect_text(metric, effect)}{counts}: {verdict}"
+    return Decision(status, Mode.PAIRED, detail, p_value=p, effect=effect, mde=mde, mde_text=text)
+
+
+__all__ = ["decide_baseline", "decide_threshold", "fmt"]
