@@ -144,3 +144,12 @@ def test_the_graph_sees_known_arrows() -> None:
     assert f"{PACKAGE}.checks.image" in GRAPH[f"{PACKAGE}.attacks.image"]  # from ..checks import image as IC
     assert f"{PACKAGE}.lipschitz.methods" in GRAPH[f"{PACKAGE}.configs"]  # a lazy import inside a function
     assert f"{PACKAGE}.cli._render" in GRAPH[f"{PACKAGE}.cli.attack"]
+
+
+def test_every_package_is_installed() -> None:
+    """pyproject lists packages explicitly (cli/ is mapped); a package left out would be missing from a fresh install."""
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    packages = {m for m in MODULES if _is_package(m)}
+    assert packages <= listed, sorted(packages - listed)

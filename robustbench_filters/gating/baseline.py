@@ -39,7 +39,7 @@ from ..io import atomic_write_json
 from ..paired import PairedBinary, PairedRatio
 from ..report.metrics import BASELINE_FORMAT, DIRECTION, Metric, load_baseline, metrics_from_run, parse_condition
 from ..report.runs import family_of
-from ..results import Run, load_run
+from ..runs.folder import Run, load_run
 from .series import (
     BinarySeries,
     RatioSeries,

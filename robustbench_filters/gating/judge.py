@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from ..errors import RobfiltError
 from ..report.metrics import Metric, find, metrics_from_run
 from ..report.runs import family_of
-from ..results import Run
+from ..runs.folder import Run
 from .baseline import Baseline
 from .decide import decide_baseline
 from .junit import Stopwatch, TimedCase
