@@ -117,7 +117,10 @@ def input_spec_of(obj: Any) -> InputSpec | None:
     if isinstance(obj, str):
         import timm
 
-        cfg = timm.models.get_pretrained_cfg(obj)
+        try:
+            cfg = timm.models.get_pretrained_cfg(obj)
+        except RuntimeError:  # a wrong tag of a known architecture
+            cfg = None
         if cfg is None:
             raise RobfiltError(
                 f"unknown timm model {obj!r} for preprocessing.{suggest(obj, timm.list_models())} "

@@ -78,3 +78,28 @@ def normalize_input(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """What ``model``'s first layer sees for the [0, 1] input ``x`` (for code that bypasses ``model(x)``)."""
     norm = get_normalizer(model)
     return x if norm is None else norm(x)
+
+
+def channel_stats(
+    mean: float | Sequence[float], std: float | Sequence[float], in_chans: int
+) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Mean/std with one value per input channel.
+
+    One value is repeated; RGB statistics for a 1-channel model are averaged (a grey image is the mean of its
+    channels to first order, e.g. ImageNet's (0.485, 0.456, 0.406) -> 0.449). Anything else needs explicit values.
+    """
+
+    def fit(values: float | Sequence[float], what: str) -> tuple[float, ...]:
+        vals = tuple(float(v) for v in values) if isinstance(values, list | tuple) else (float(values),)
+        if len(vals) == in_chans:
+            return vals
+        if len(vals) == 1:
+            return vals * in_chans
+        if in_chans == 1:
+            return (sum(vals) / len(vals),)
+        raise RobfiltError(
+            f"{what} has {len(vals)} values but the model takes {in_chans} channels; "
+            f"give {what}=[...] with {in_chans} values."
+        )
+
+    return fit(mean, "mean"), fit(std, "std")
