@@ -23,7 +23,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from ..errors import RobfiltError
-from .folder import as_ids
+from .folder import as_ids, worker_context
 from .images import tensor_checksum
 from .preprocess import InputSpec, adapt_tensor, pil_transform
 
@@ -248,7 +248,9 @@ class DatasetSource:
         items = _Items(self.dataset, idx, self.spec, self.resize)
         xs: list[torch.Tensor] = []
         ys: list[torch.Tensor] = []
-        for x, y, errors in DataLoader(items, batch_size=64, num_workers=workers, collate_fn=_collate_items):
+        loader = DataLoader(items, batch_size=64, num_workers=workers, collate_fn=_collate_items,
+                            multiprocessing_context=worker_context() if workers else None)  # fmt: skip
+        for x, y, errors in loader:
             bad = next((e for e in errors if e), "")
             if bad:
                 raise RobfiltError(bad)

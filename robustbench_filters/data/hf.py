@@ -25,7 +25,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from ..errors import RobfiltError, suggest
 from .adapters import to_unit_float
-from .folder import as_ids, default_workers
+from .folder import as_ids, default_workers, worker_context
 from .images import tensor_checksum
 from .preprocess import InputSpec, adapt_tensor, pil_transform, resolve_input_spec
 
@@ -189,7 +189,7 @@ class HFImageSource:
         out: list[torch.Tensor | None] = [None] * len(rows)
         loader = DataLoader(_Rows(self._images, rows, self.spec, self.resize, self.is_image, self._dtype),
                             batch_size=max(1, -(-len(rows) // max(1, workers))), num_workers=workers,
-                            collate_fn=_collate)  # fmt: skip
+                            collate_fn=_collate, multiprocessing_context=worker_context() if workers else None)  # fmt: skip
         for xs, positions, errors in loader:
             bad = next((e for e in errors if e), "")
             if bad:
