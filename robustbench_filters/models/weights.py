@@ -119,7 +119,7 @@ def _hints(model: nn.Module, shapes: list[tuple[str, torch.Tensor, torch.Tensor]
         elif first_conv and key == f"{first_conv}.weight" and got.dim() == 4 and got.shape[1] != want.shape[1]:
             hints.append(f"in_chans={got.shape[1]}")
         elif key.endswith("pos_embed"):
-            hints.append("img_size=<the size it was trained at>")
+            hints.append("img_size=<its training size>")
     return list(dict.fromkeys(hints))
 
 
@@ -142,7 +142,9 @@ def mismatch(model: nn.Module, state: Mapping[str, torch.Tensor]) -> str | None:
         parts.append(f"{len(shapes)} of another shape ({shown}{', ...' if len(shapes) > SHOWN else ''})")
     hints = _hints(model, shapes)
     fix = (
-        f"; build the model to match, e.g. ?{'&'.join(hints)}" if hints else "; build the model the file was saved from"
+        f"; the file looks like a model built with {' and '.join(hints)} (for timm: ?{'&'.join(hints)})"
+        if hints
+        else "; build the model the file was saved from"
     )
     return "; ".join(parts) + fix
 
