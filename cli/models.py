@@ -32,7 +32,7 @@ def list_cmd(json_out: JsonOpt = False, quiet: QuietOpt = False) -> None:
         print_json(rows)
         return
     table = Table(title="robfilt models")
-    for col in ("name", "family", "BSA", "GRC", "sizes", "zoo weights (test)"):
+    for col in ("name", "family", "BSA", "GRC", "sizes", "zoo weights (test)", "timm names (timm:<name>)"):
         table.add_column(col)
     for r in rows:
         zoo = "; ".join(f"{s}: {_fmt_metrics(m)}" for s, m in r["zoo"].items()) or "-"
@@ -43,6 +43,7 @@ def list_cmd(json_out: JsonOpt = False, quiet: QuietOpt = False) -> None:
             "yes" if r["grc"] else "-",
             ", ".join(r["sizes"]),
             zoo,
+            "\n".join(r["timm"].values()) or "-",
         )
     console().print(table)
 
@@ -70,6 +71,8 @@ def show_cmd(
     for k, v in info["config"].items():
         table.add_row(k, str(v))
     out.print(table)
+    if info.get("timm"):
+        out.print(f"timm name: {info['timm']} (timm.create_model, or --model timm:{info['timm']})", markup=False)
     if info["zoo"]:
         out.print(f"zoo weights: {info['zoo']['path']}  metrics: {info['zoo']['metrics']}", markup=False)
     out.print(f"note: {info['note']}", markup=False, style="dim")

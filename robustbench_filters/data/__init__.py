@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from .adapters import DatasetSource, TensorSource
 from .assets import ASSETS_DIR, asset_path, load_checksums, sha256_file, verify_assets
+from .folder import FolderSource
+from .hf import HFImageSource, load_hf_text
 from .images import (
     IMAGE_DATASETS,
     IMAGE_SPLITS,
@@ -20,6 +23,9 @@ from .images import (
     tensor_checksum,
 )
 from .lm_data import encode_corpus, eval_windows, get_batch
+from .preprocess import InputSpec, input_spec_of, resolve_input_spec
+from .source import ImageSource
+from .sources import open_image_source
 from .splits import contiguous_split
 from .stopwords import load_stopwords
 from .text import TEXT_DATASETS, TEXT_SPLITS, load_text, normalise_split
@@ -35,7 +41,13 @@ __all__ = [
     "TOKENIZER_KINDS",
     "BPETokenizer",
     "CharTokenizer",
+    "DatasetSource",
+    "FolderSource",
+    "HFImageSource",
     "ImageData",
+    "ImageSource",
+    "InputSpec",
+    "TensorSource",
     "Tokenizer",
     "asset_path",
     "contiguous_split",
@@ -44,12 +56,16 @@ __all__ = [
     "eval_windows",
     "get_batch",
     "image_transform",
+    "input_spec_of",
     "load_checksums",
+    "load_hf_text",
     "load_images",
     "load_stopwords",
     "load_text",
     "load_tokenizer",
     "normalise_split",
+    "open_image_source",
+    "resolve_input_spec",
     "sha256_file",
     "stratified_prefix",
     "tensor_checksum",

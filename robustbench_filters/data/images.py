@@ -24,16 +24,16 @@ import torch
 
 from ..errors import ChecksumError, RobfiltError, suggest, unknown
 from .assets import asset_path
+from .folder import IMAGEFOLDER
+from .preprocess import DEFAULT_PREPROCESS, InputSpec, pil_transform, resolve_input_spec
 
 log = logging.getLogger(__name__)
 
 BUNDLED = "fashion-mnist"
 TORCHVISION_SETS = ("cifar10", "cifar100", "mnist", "fashion-mnist-full")
-IMAGEFOLDER = "imagefolder:"
 #: Dataset specs for CLI help and completion; ``imagefolder:<path>`` takes a folder.
 IMAGE_DATASETS: tuple[str, ...] = (BUNDLED, *TORCHVISION_SETS, f"{IMAGEFOLDER}<path>")
 IMAGE_SPLITS: tuple[str, ...] = ("train", "test")
-DEFAULT_PREPROCESS = "deit_tiny_patch16_224"
 DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
 
 
@@ -115,22 +115,26 @@ def load_images(
     root: str | os.PathLike[str] | None = None,
     download: bool = False,
     n_max: int | None = None,
-    preprocess: str | Mapping[str, Any] | torch.nn.Module = DEFAULT_PREPROCESS,
+    preprocess: str | Mapping[str, Any] | torch.nn.Module | InputSpec | None = DEFAULT_PREPROCESS,
+    img_size: int | tuple[int, int] | None = None,
+    in_chans: int | None = None,
+    num_workers: int | None = None,
 ) -> ImageData:
     """Load an image set as :class:`ImageData` (images in [0, 1]).
 
     ``spec``: ``fashion-mnist`` (bundled subset, the default), ``fashion-mnist-full``, ``mnist``, ``cifar10``,
     ``cifar100`` (torchvision files under ``root``; ``download=True`` fetches them), or ``imagefolder:<path>``
     (one sub-folder per class; ``<path>/<split>`` is used when it exists). ``n_max`` keeps a class-balanced
-    prefix, so only those images are materialised. ``preprocess`` (image folders only): a timm model name, a
-    timm data config / ``pretrained_cfg`` dict, or a timm model; its resize, crop and interpolation are used,
-    its mean/std are not.
+    prefix, so only those images are decoded. ``preprocess`` (image folders only): a timm model name, a timm
+    data config / ``pretrained_cfg`` dict, a model or an :class:`InputSpec`; its channels, resize, crop and
+    interpolation are used, its mean/std are not. ``img_size`` / ``in_chans`` override it. For folders too big
+    to hold, use :func:`~robustbench_filters.data.open_image_source` (decodes a batch at a time).
     """
     if n_max is not None and n_max < 1:
         raise RobfiltError(f"n_max must be at least 1, got {n_max}")
     spec = spec.strip()
     if spec.startswith(IMAGEFOLDER):
-        return _load_imagefolder(spec[len(IMAGEFOLDER) :], split, n_max, preprocess)
+        return _load_imagefolder(spec[len(IMAGEFOLDER) :], split, n_max, preprocess, img_size, in_chans, num_workers)
     key = spec.lower().replace("_", "-")
     if key not in (BUNDLED, *TORCHVISION_SETS):
         if spec and Path(spec).expanduser().is_dir():
@@ -271,35 +275,18 @@ def _read_idx_pair(images: Path, labels: Path) -> tuple[np.ndarray, np.ndarray]:
 
 
 # ------------------------------------------------------------------------------------------ imagefolder
-def _load_imagefolder(path_str: str, split: str, n_max: int | None, preprocess: Any) -> ImageData:
-    from PIL import UnidentifiedImageError
-    from torchvision.datasets import ImageFolder
+def _load_imagefolder(
+    path_str: str, split: str, n_max: int | None, preprocess: Any, img_size: Any, in_chans: int | None, workers: Any
+) -> ImageData:
+    """The class-balanced prefix of a folder, materialised (small sets; big ones use :class:`FolderSource`)."""
+    from .folder import FolderSource
 
-    base = Path(path_str).expanduser()
-    if not path_str or not base.is_dir():
-        raise RobfiltError(
-            f"image folder {path_str!r} does not exist; pass imagefolder:<folder with one sub-folder per class>"
-        )
-    folder = _split_folder(base, split)
-    transform = image_transform(preprocess)
-    try:
-        ds = ImageFolder(str(folder), transform=transform)
-    except FileNotFoundError:
-        raise RobfiltError(f"no images found in {folder}; expected {folder}/<class name>/<image file>") from None
-    idx = stratified_prefix(np.asarray(ds.targets), n_max)
-    xs, ys = [], []
-    for i in idx:
-        try:
-            img, label = ds[int(i)]
-        except (UnidentifiedImageError, OSError) as e:
-            raise RobfiltError(f"cannot read image {ds.samples[int(i)][0]} ({e}); remove or replace the file") from None
-        xs.append(img.float().div_(255.0) if img.dtype == torch.uint8 else img.float())
-        ys.append(label)
-    name = f"{IMAGEFOLDER}{base}"
-    data = ImageData(
-        x=torch.stack(xs), y=torch.tensor(ys, dtype=torch.int64), classes=list(ds.classes), name=name, split=split
-    )
-    log.info("loaded %s (%s): %d images %s, %d classes", name, folder, len(data), data.image_shape, data.num_classes)
+    source = FolderSource(path_str, split, resolve_input_spec(preprocess, img_size, in_chans), workers)
+    idx = stratified_prefix(source.labels, n_max)
+    x, y = source.take(idx)
+    data = ImageData(x=x, y=y, classes=list(source.classes), name=source.name, split=split)
+    log.info("loaded %s (%s): %d images %s, %d classes", source.name, source.root, len(data), data.image_shape,
+             data.num_classes)  # fmt: skip
     return data
 
 
@@ -320,25 +307,9 @@ def _split_folder(base: Path, split: str) -> Path:
     return base
 
 
-def image_transform(preprocess: str | Mapping[str, Any] | torch.nn.Module = DEFAULT_PREPROCESS) -> Any:
-    """timm's eval transform (resize, center crop, interpolation) for ``preprocess``, without normalisation.
+def image_transform(preprocess: str | Mapping[str, Any] | torch.nn.Module | InputSpec = DEFAULT_PREPROCESS) -> Any:
+    """PIL image -> uint8 tensor (C, H, W): ``preprocess``'s channels and timm eval resize/crop, no normalisation.
 
-    The result maps a PIL image to a uint8 or float tensor (C, H, W); normalising is the model's job.
+    ``preprocess``: a timm model name, a timm data config / ``pretrained_cfg`` dict, a model, or an InputSpec.
     """
-    import timm
-    from timm.data import create_transform, resolve_data_config
-
-    if isinstance(preprocess, torch.nn.Module):
-        cfg = resolve_data_config(model=preprocess)
-    elif isinstance(preprocess, Mapping):
-        cfg = resolve_data_config(pretrained_cfg=dict(preprocess))
-    else:
-        pretrained = timm.models.get_pretrained_cfg(preprocess)
-        if pretrained is None:
-            raise RobfiltError(
-                f"unknown timm model {preprocess!r} for preprocessing.{suggest(preprocess, timm.list_models())} "
-                f"Pass a timm model name such as {DEFAULT_PREPROCESS!r} or a data-config dict."
-            )
-        cfg = resolve_data_config(pretrained_cfg=pretrained.to_dict())
-    keep = {k: cfg[k] for k in ("input_size", "interpolation", "crop_pct", "crop_mode") if k in cfg}
-    return create_transform(**keep, is_training=False, normalize=False)
+    return pil_transform(resolve_input_spec(preprocess))

@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 BUNDLED_TEXT = "austen"
 TEXT_PREFIX = "text:"
 #: Text specs for CLI help and completion.
-TEXT_DATASETS: tuple[str, ...] = (BUNDLED_TEXT, f"{TEXT_PREFIX}<path>")
+TEXT_DATASETS: tuple[str, ...] = (BUNDLED_TEXT, f"{TEXT_PREFIX}<path>", "hf-disk:<path>")
 TEXT_SPLITS: tuple[str, ...] = SPLITS
 _ALIASES = {"val": "valid", "validation": "valid", "dev": "valid"}
 # File names tried, in order, for each split of a text folder.
@@ -40,10 +40,11 @@ def normalise_split(split: str) -> str:
     return s
 
 
-def load_text(spec: str = BUNDLED_TEXT, split: str = "test") -> str:
+def load_text(spec: str = BUNDLED_TEXT, split: str = "test", text_column: str = "text") -> str:
     """The text of one split of a corpus, as a str.
 
-    ``spec``: ``austen`` (bundled) or ``text:<path>`` (a WikiText-style folder or one plain-text file).
+    ``spec``: ``austen`` (bundled), ``text:<path>`` (a WikiText-style folder or one plain-text file) or
+    ``hf-disk:<path>`` (a Hugging Face ``save_to_disk`` folder; rows of ``text_column`` joined by newlines).
     """
     split = normalise_split(split)
     spec = spec.strip()
@@ -51,6 +52,10 @@ def load_text(spec: str = BUNDLED_TEXT, split: str = "test") -> str:
         text = _read_bundled(split)
     elif spec.startswith(TEXT_PREFIX):
         text = _read_user(spec[len(TEXT_PREFIX) :], split)
+    elif spec.startswith("hf-disk:"):
+        from .hf import load_hf_text
+
+        text = load_hf_text(spec[len("hf-disk:") :], split, text_column)
     else:
         if spec and Path(spec).expanduser().exists():
             raise RobfiltError(f"unknown text dataset {spec!r}; to load your own text use 'text:{spec}'")

@@ -34,6 +34,7 @@ from torch import nn
 from ..errors import RobfiltError
 from ..models.grc import BlockStack, boost
 from ..models.lm import CausalLM
+from ..models.normalize import get_normalizer
 from .attention_bound import attention_lipschitz
 from .compose import residual_step
 from .constants import (
@@ -247,9 +248,10 @@ def _trace_vit(model: VisionTransformer, x: torch.Tensor, prop: _Propagator):
     if getattr(model, "dynamic_img_size", False):
         raise uncovered("VisionTransformer with dynamic_img_size", "patch_embed")
     pe = model.patch_embed
-    norm = getattr(pe, "input_norm", None)
+    norm = get_normalizer(model)  # the root's pre-hook normaliser: model(x) runs it before the patch embedding
     if norm is not None:
-        prop.scale(normalizer_lipschitz(norm.std), "patch_embed.input_norm", "normalizer", "max_c 1/std_c")
+        prop.scale(normalizer_lipschitz(norm.std), "input_norm", "normalizer", "max_c 1/std_c")
+        x = norm(x)
     if not isinstance(pe.norm, nn.Identity):
         raise uncovered(pe.norm, "patch_embed.norm")
     kh, kw = pe.proj.kernel_size

@@ -13,6 +13,7 @@ import timm
 import torch
 from torch import nn
 
+from ..data.preprocess import InputSpec
 from ..errors import RobfiltError
 from .bsa import BilateralAttention, PosKernel, bsa_layer
 from .config import FASHION_MNIST_MEAN, FASHION_MNIST_STD, DeiTConfig
@@ -63,8 +64,22 @@ def _grc_forward_intermediates(self: nn.Module, *args, **kwargs):
     raise RobfiltError("forward_intermediates is not supported for GRC models (timm's would skip the boosting).")
 
 
-def build_deit(cfg: DeiTConfig) -> nn.Module:
-    """Build a DeiT variant from its config; the model takes [0, 1] images."""
+def input_spec(cfg: DeiTConfig) -> InputSpec:
+    """The images a DeiT config takes: timm's eval crop of its arch at the arch's size, else a plain resize."""
+    size = (cfg.img_size, cfg.img_size)
+    timm_cfg = timm.models.get_pretrained_cfg(cfg.timm_arch)
+    if timm_cfg is not None and tuple(timm_cfg.input_size[1:]) == size:
+        spec = InputSpec.from_timm_cfg(timm_cfg)
+        return InputSpec(cfg.in_chans, size, spec.interpolation, spec.crop_pct, spec.crop_mode)
+    return InputSpec(cfg.in_chans, size, "bilinear", 1.0)
+
+
+def build_deit(cfg: DeiTConfig, normalize: bool = True) -> nn.Module:
+    """Build a DeiT variant from its config.
+
+    With ``normalize`` (robfilt's convention) the model takes [0, 1] images; without it, normalised images
+    (timm's convention, for the models registered in timm's registry).
+    """
     kwargs = dict(
         pretrained=False,
         img_size=cfg.img_size,
@@ -104,7 +119,9 @@ def build_deit(cfg: DeiTConfig) -> nn.Module:
         # timm code paths that iterate model.blocks instead of calling it would bypass GRC: make them fail loudly.
         model.set_grad_checkpointing = types.MethodType(_grc_set_grad_checkpointing, model)
         model.forward_intermediates = types.MethodType(_grc_forward_intermediates, model)
-    attach_normalizer(model, cfg.mean, cfg.std)
+    if normalize:
+        attach_normalizer(model, cfg.mean, cfg.std)
+    model.robfilt_input = input_spec(cfg)
     set_fused_attn(model, cfg.fused_attn)
     return model
 

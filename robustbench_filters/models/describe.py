@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ..family import Family
 from .checkpoint import CARD, WEIGHTS, zoo_path
 from .registry import MODEL_NAMES, SIZES, build_from_spec, parse_name, resolve_spec
+from .timm_registry import timm_name
 
 FORMULATION_NOTE = (
     "These BSA and GRC formulas are this project's formulation of the principles in Abdullaev, Tkachenko & "
@@ -65,6 +67,8 @@ def list_table() -> list[dict[str, Any]]:
                 "grc": grc,
                 "sizes": list(sizes),
                 "zoo": {s: z["metrics"] for s, z in zoo.items() if z is not None},
+                # timm.create_model(...) / --model timm:<name>; LMs are not timm models
+                "timm": {s: timm_name(name, s) for s in sizes} if family is Family.IMAGE else {},
             }
         )
     return rows
@@ -82,4 +86,5 @@ def show(name: str, size: str = "micro") -> dict[str, Any]:
         "formulas": formulas(spec.config),
         "note": FORMULATION_NOTE,
         "zoo": zoo_entry(name, size),
+        "timm": timm_name(name, size) if spec.family is Family.IMAGE else None,
     }

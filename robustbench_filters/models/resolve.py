@@ -1,104 +1,145 @@
-"""Resolve a ``--model`` reference into a ready-to-evaluate module.
+"""Resolve a model reference (``--model``) into a ready-to-evaluate module.
 
-Three kinds of references:
-- a registry name (``deit-grc``): zoo weights by default, or ``--checkpoint PATH`` / ``none`` (untrained);
-- ``timm:<arch>`` (e.g. ``timm:deit_small_patch16_224``): built by timm, normalisation from its pretrained
-  config, weights from ``--checkpoint`` (safetensors state dict);
-- ``pkg.module:factory``: a Python callable returning an ``nn.Module`` that takes [0, 1] images.
+References (:mod:`.ref`): ``[name=]target[?key=value&...]`` with target
+
+- a registry name (``deit-grc``): zoo weights by default, ``--checkpoint PATH`` (a robfilt checkpoint, or a plain
+  state dict for the same architecture) or ``none`` (untrained); arguments are config fields plus ``size``;
+- ``timm:<arch>``: any timm model, arguments to ``timm.create_model``; weights from ``--checkpoint`` (a
+  safetensors state dict; torch files with ``--allow-pickle``), ``none`` for seeded random weights, or ``zoo``
+  for robfilt's own registered DeiTs;
+- ``path/to/file.py:factory`` or ``pkg.module:factory``: a callable returning an ``nn.Module`` that takes [0, 1]
+  images, resolved against ``base_dir``; ``--checkpoint PATH`` loads a state dict into it.
+
+Every model comes back in eval mode with its :class:`~robustbench_filters.data.preprocess.InputSpec` when known.
 """
 
 from __future__ import annotations
 
-import importlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import torch
 from torch import nn
 
-from ..errors import CheckpointError, RobfiltError
+from ..data.preprocess import InputSpec, input_spec_of
+from ..errors import RobfiltError
+from .checkpoint import CARD
 from .factory import create_model
-from .registry import MODEL_NAMES, parse_name
+from .ref import ModelKind, ModelRef, apply_model_args, parse_model_ref
+from .registry import parse_name
+
+DEFAULT_CHECKPOINTS = (None, "none", "zoo")
 
 
 @dataclass
 class LoadedModel:
     label: str  # the name shown in tables and stored in rows
-    family: str  # deit | lm | timm | custom
+    family: str  # image | lm (registry) | timm | custom
     module: nn.Module
     source: str  # where the weights came from
+    input: InputSpec | None = None  # how its images must be prepared (None: the model does not say)
+    ref: ModelRef | None = None  # the parsed reference it was built from
 
 
-def _load_timm(arch: str, checkpoint: str | None) -> nn.Module:
-    import safetensors.torch
-    import timm
+def validate_model_ref(ref: str | ModelRef) -> str:
+    """Check a reference's syntax (registry name, timm architecture) without building anything; returns its family.
 
-    from .normalize import attach_normalizer
+    Factories are not imported here (that runs user code); :func:`load_model` checks them.
+    """
+    mref = parse_model_ref(ref)
+    if mref.kind is ModelKind.TIMM:
+        from .timm_models import check_timm_arch
 
-    if arch not in timm.list_models():
-        raise RobfiltError(f"unknown timm model {arch!r}; see timm.list_models() for names.")
-    model = timm.create_model(arch, pretrained=False)
-    cfg = model.pretrained_cfg
-    attach_normalizer(model, cfg.get("mean", (0.485, 0.456, 0.406)), cfg.get("std", (0.229, 0.224, 0.225)))
-    if checkpoint in (None, "none"):
-        return model.eval()
-    path = Path(checkpoint)
-    if not path.exists():
-        raise CheckpointError(f"checkpoint {path} does not exist.")
-    if path.suffix != ".safetensors":
-        raise CheckpointError(f"{path}: timm weights must be a .safetensors state dict (pickles are refused).")
-    state = safetensors.torch.load_file(str(path))
-    result = model.load_state_dict(state, strict=False)
-    if result.missing_keys or result.unexpected_keys:
-        raise CheckpointError(
-            f"{path} does not fit timm:{arch}: missing {result.missing_keys[:5]}, unexpected {result.unexpected_keys[:5]}."
-        )
-    return model.eval()
-
-
-def _load_factory(ref: str) -> nn.Module:
-    module_name, _, attr = ref.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise RobfiltError(f"cannot import {module_name!r} for --model {ref!r} ({exc}); check PYTHONPATH.") from None
-    factory = getattr(module, attr, None)
-    if not callable(factory):
-        raise RobfiltError(f"{module_name} has no callable {attr!r}; --model takes 'pkg.module:factory'.")
-    model = factory()
-    if not isinstance(model, nn.Module):
-        raise RobfiltError(f"{ref} returned {type(model).__name__}, not an nn.Module.")
-    return model.eval()
-
-
-def validate_model_ref(ref: str) -> str:
-    """Check a reference's syntax (and registry name) without loading anything; returns its family."""
-    if ref.startswith("timm:"):
+        check_timm_arch(mref.target)
         return "timm"
-    if ":" in ref:
+    if mref.kind is ModelKind.FACTORY:
         return "custom"
-    family, _, _ = parse_name(ref)
+    family, _, _ = parse_name(mref.target)
     return family.value
 
 
-def load_model(
-    ref: str, size: str = "micro", checkpoint: str | None = "zoo", seed: int = 0, allow_pickle: bool = False
-) -> LoadedModel:
-    """Load one model reference for evaluation, in eval mode."""
-    if ref.startswith("timm:"):
-        return LoadedModel(ref, "timm", _load_timm(ref[5:], checkpoint), str(checkpoint))
-    if ":" in ref:
-        return LoadedModel(ref, "custom", _load_factory(ref), ref)
-    if ref not in MODEL_NAMES:
-        parse_name(ref)  # raises with suggestions
+def _registry(ref: ModelRef, size: str, checkpoint: Any, seed: int, allow_pickle: bool) -> tuple[nn.Module, str]:
+    overrides = dict(ref.args)
+    size = str(overrides.pop("size", size))
+    name = ref.target
+    parse_name(name)  # raises with suggestions
     if checkpoint in (None, "none"):
-        import torch
-
         torch.manual_seed(seed)
-        return LoadedModel(ref, parse_name(ref)[0].value, create_model(ref, size), "untrained")
+        return create_model(name, size, **overrides), "untrained"
+    path = Path(str(checkpoint)).expanduser()
+    if str(checkpoint) != "zoo" and path.is_file() and not (path.parent / CARD).exists():
+        # a plain state dict (e.g. trained with timm under the registered name): build from the reference, load it
+        from .weights import load_weights
+
+        model = create_model(name, size, **overrides)
+        return load_weights(model, path, ref.label, allow_pickle).eval(), str(checkpoint)
     if allow_pickle and str(checkpoint) != "zoo":
         from .checkpoint import load_checkpoint
 
-        module = load_checkpoint(checkpoint, name=ref, size=size, allow_pickle=True)
+        return load_checkpoint(checkpoint, name=name, size=size, allow_pickle=True, **overrides), str(checkpoint)
+    return create_model(name, size, checkpoint=checkpoint, **overrides), str(checkpoint)
+
+
+def _timm(ref: ModelRef, checkpoint: Any, seed: int, allow_pickle: bool) -> tuple[nn.Module, str]:
+    from .timm_models import build_timm
+    from .timm_registry import REGISTERED
+
+    if checkpoint == "zoo":
+        if ref.target not in REGISTERED:
+            raise RobfiltError(
+                f"timm:{ref.target} has no zoo weights; pass --checkpoint FILE.safetensors, or --checkpoint none "
+                "for seeded random weights (robfilt never downloads timm weights)."
+            )
+        return build_timm(ref, seed, pretrained=True), "zoo"
+    model = build_timm(ref, seed)
+    if checkpoint in (None, "none"):
+        return model, f"random init (seed {seed})"
+    from .weights import load_weights
+
+    return load_weights(model, checkpoint, ref.label, allow_pickle).eval(), str(checkpoint)
+
+
+def _factory(
+    ref: ModelRef, checkpoint: Any, seed: int, allow_pickle: bool, base_dir: str | Path | None
+) -> tuple[nn.Module, str]:
+    from .user_factory import build_factory
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = build_factory(ref, base_dir)
+    if checkpoint in DEFAULT_CHECKPOINTS:
+        return model.eval(), "factory"  # the factory's own weights: nothing to load
+    from .weights import load_weights
+
+    return load_weights(model, checkpoint, ref.label, allow_pickle).eval(), str(checkpoint)
+
+
+def load_model(
+    ref: str | ModelRef,
+    size: str = "micro",
+    checkpoint: str | Path | None = "zoo",
+    seed: int = 0,
+    allow_pickle: bool = False,
+    base_dir: str | Path | None = None,
+    model_args: Mapping[str, Any] | None = None,
+) -> LoadedModel:
+    """Load one model reference for evaluation, in eval mode.
+
+    ``model_args`` (e.g. from ``--model-arg``) override the reference's own arguments. ``base_dir`` is where
+    relative factory paths and dotted factory modules are looked up (default: the working directory; for a spec,
+    pass the spec's folder). ``checkpoint``: ``"zoo"`` (default weights of the kind: zoo for registry models, the
+    factory's own), ``"none"``/None (untrained, seeded by ``seed``) or a path.
+    """
+    mref = apply_model_args(parse_model_ref(ref), model_args)
+    if mref.kind is ModelKind.TIMM:
+        module, source = _timm(mref, checkpoint, seed, allow_pickle)
+        family = "timm"
+    elif mref.kind is ModelKind.FACTORY:
+        module, source = _factory(mref, checkpoint, seed, allow_pickle, base_dir)
+        family = "custom"
     else:
-        module = create_model(ref, size, checkpoint=checkpoint)
-    return LoadedModel(ref, parse_name(ref)[0].value, module, str(checkpoint))
+        module, source = _registry(mref, size, checkpoint, seed, allow_pickle)
+        family = parse_name(mref.target)[0].value
+    return LoadedModel(mref.label, family, module, source, input_spec_of(module), mref)

@@ -1,0 +1,230 @@
+"""Image folders that scale: an index of files, and only the selected examples decoded, a batch at a time.
+
+``imagefolder:<path>`` is an ImageNet-style folder: one sub-folder per class (sorted names give the labels, as in
+torchvision's ``ImageFolder``), image files anywhere below it. Opening one lists file names only; nothing is
+decoded until :meth:`FolderSource.take` asks for examples, and then only those, through a torch ``DataLoader``
+whose workers decode in parallel. Memory grows with the batch, not with the folder: ImageNet's 50,000
+validation images are never held at once.
+
+Identity without decoding: :attr:`FolderSource.checksum` hashes the sorted file list, sizes, labels and the
+preprocessing; :meth:`FolderSource.digest` hashes the bytes of exactly the selected files, their labels and the
+preprocessing. A corrupt or truncated file stops the run with its path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from ..errors import RobfiltError
+from .preprocess import InputSpec, pil_transform, resolve_input_spec
+
+log = logging.getLogger(__name__)
+
+IMAGEFOLDER = "imagefolder:"
+IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".pgm", ".pbm", ".bmp", ".tif", ".tiff", ".webp", ".gif")
+
+
+def worker_context() -> str | None:
+    """``fork`` on Linux: a worker then starts in milliseconds with the parent's imports. Elsewhere (macOS,
+    Windows) Python's default, because forking there is unsafe; also under a spawned parent (whose default would
+    be spawn, i.e. every worker re-importing torch for seconds)."""
+    import sys
+
+    return "fork" if sys.platform.startswith("linux") else None
+
+
+def default_workers() -> int:
+    """Decoding processes per DataLoader: min(4, CPU count)."""
+    return min(4, os.cpu_count() or 1)
+
+
+def as_ids(ids: Any, n: int) -> np.ndarray:
+    """Example ids (tensor, array, list) as a 1-D int64 array, each in [0, n)."""
+    arr = ids.detach().cpu().numpy() if isinstance(ids, torch.Tensor) else np.asarray(ids)
+    arr = arr.reshape(-1)
+    if arr.size and not np.issubdtype(arr.dtype, np.integer):
+        raise RobfiltError(f"example ids must be integers, got {arr.dtype}.")
+    arr = arr.astype(np.int64)
+    if arr.size and (arr.min() < 0 or arr.max() >= n):
+        raise RobfiltError(f"example id {int(arr.max() if arr.max() >= n else arr.min())} is outside [0, {n}).")
+    return arr
+
+
+def index_folder(folder: Path) -> tuple[list[str], np.ndarray, list[str]]:
+    """(relative file paths, labels, class names) of a class-per-sub-folder tree, in a fixed sorted order."""
+    classes = sorted(e.name for e in os.scandir(folder) if e.is_dir() and not e.name.startswith("."))
+    if not classes:
+        loose = any(e.is_file() and e.name.lower().endswith(IMG_EXTENSIONS) for e in os.scandir(folder))
+        hint = "it holds images but no class sub-folders; move them into" if loose else "expected"
+        raise RobfiltError(f"no images found in {folder}: {hint} {folder}/<class name>/<image file>.")
+    files: list[str] = []
+    labels: list[int] = []
+    for label, cls in enumerate(classes):
+        found = []
+        for dirpath, dirnames, filenames in os.walk(folder / cls, followlinks=True):
+            dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+            rel = Path(dirpath).relative_to(folder)
+            found += [(rel / f).as_posix() for f in sorted(filenames) if f.lower().endswith(IMG_EXTENSIONS)]
+        if not found:
+            raise RobfiltError(
+                f"class folder {folder / cls} has no image files ({', '.join(IMG_EXTENSIONS)}); add images or remove it."
+            )
+        files += found
+        labels += [label] * len(found)
+    return files, np.asarray(labels, dtype=np.int64), classes
+
+
+class _Decode(Dataset):
+    """Decodes the files at some positions; errors come back as values (a worker's exception would lose the path)."""
+
+    def __init__(self, root: Path, files: Sequence[str], spec: InputSpec) -> None:
+        self.root, self.files, self.spec = root, files, spec
+        self._transform: Any = None
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor | None, int, str]:
+        from PIL import Image
+
+        if self._transform is None:  # built in the worker: nothing unpicklable crosses processes
+            self._transform = pil_transform(self.spec)
+        try:
+            with Image.open(self.root / self.files[i]) as img:
+                img.load()
+                return self._transform(img), i, ""
+        except Exception as exc:  # noqa: BLE001 - PIL raises many types for bad files
+            return None, i, f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+
+
+def _collate(items: list[tuple[torch.Tensor | None, int, str]]) -> tuple[torch.Tensor | None, list[int], list[str]]:
+    errors = [e for _, _, e in items]
+    positions = [i for _, i, _ in items]
+    if any(errors):
+        return None, positions, errors
+    return torch.stack([x for x, _, _ in items]), positions, errors  # type: ignore[misc]
+
+
+class FolderSource:
+    """An image folder as an :class:`~robustbench_filters.data.source.ImageSource`, decoded on demand."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        split: str = "test",
+        spec: InputSpec | None = None,
+        num_workers: int | None = None,
+    ) -> None:
+        from .images import _split_folder
+
+        base = Path(path).expanduser()
+        if not str(path) or not base.is_dir():
+            raise RobfiltError(
+                f"image folder {str(path)!r} does not exist; pass imagefolder:<folder with one sub-folder per class>"
+            )
+        self.root = _split_folder(base, split)
+        self.files, self.labels, self.classes = index_folder(self.root)
+        self.spec = spec if spec is not None else resolve_input_spec()
+        self.num_workers = default_workers() if num_workers is None else int(num_workers)
+        if self.num_workers < 0:
+            raise RobfiltError(f"num_workers must be 0 or more, got {num_workers}.")
+        self.name = f"{IMAGEFOLDER}{base}"
+        self.split = split
+        self._checksum = ""
+        log.info(
+            "indexed %s: %d files, %d classes, images %s", self.root, len(self), len(self.classes), self.image_shape
+        )
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.classes)
+
+    @property
+    def y(self) -> torch.Tensor:
+        """Every example's label (known from the folder names, nothing decoded)."""
+        return torch.from_numpy(self.labels)
+
+    @property
+    def image_shape(self) -> tuple[int, int, int]:
+        return self.spec.image_shape
+
+    def _settings(self) -> bytes:
+        return json.dumps({"classes": self.classes, "preprocess": self.spec.settings()}, sort_keys=True).encode()
+
+    @property
+    def checksum(self) -> str:
+        """sha256 of the sorted file list, file sizes, labels, class names and preprocessing (no decoding)."""
+        if not self._checksum:
+            h = hashlib.sha256(b"robfilt-imagefolder-v1\0" + self._settings())
+            for rel, label in zip(self.files, self.labels.tolist(), strict=True):
+                h.update(f"{rel}\0{(self.root / rel).stat().st_size}\0{label}\n".encode())
+            self._checksum = h.hexdigest()
+        return self._checksum
+
+    def digest(self, ids: Any) -> str:
+        """sha256 of the bytes and labels of exactly the files ``ids`` (in order) and the preprocessing."""
+        h = hashlib.sha256(b"robfilt-imagefolder-v1\0" + self._settings())
+        for i in as_ids(ids, len(self)).tolist():
+            h.update(f"{self.labels[i]}\0".encode())
+            with open(self.root / self.files[i], "rb") as f:
+                for chunk in iter(lambda f=f: f.read(1 << 20), b""):
+                    h.update(chunk)
+            h.update(b"\0")
+        return h.hexdigest()
+
+    def _loader(self, files: list[str], batches: list[list[int]]) -> DataLoader:
+        workers = min(self.num_workers, len(batches))
+        return DataLoader(
+            _Decode(self.root, files, self.spec),
+            batch_sampler=batches,
+            num_workers=workers,
+            collate_fn=_collate,
+            prefetch_factor=2 if workers else None,
+            multiprocessing_context=worker_context() if workers else None,
+        )
+
+    def _fail(self, files: list[str], positions: list[int], errors: list[str]) -> None:
+        pos, err = next((p, e) for p, e in zip(positions, errors, strict=True) if e)
+        raise RobfiltError(f"cannot read image {self.root / files[pos]} ({err}); remove or replace the file.")
+
+    def take(self, ids: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """Decode the examples ``ids``: float32 (len(ids), C, H, W) in [0, 1] and int64 labels."""
+        idx = as_ids(ids, len(self))
+        x = torch.empty((len(idx), *self.image_shape), dtype=torch.uint8)
+        if len(idx):
+            files = [self.files[i] for i in idx.tolist()]
+            parts = max(1, min(self.num_workers, len(idx)))
+            chunks = [c.tolist() for c in np.array_split(np.arange(len(idx)), parts) if len(c)]
+            for batch, positions, errors in self._loader(files, chunks):
+                if batch is None:
+                    self._fail(files, positions, errors)
+                x[positions] = batch
+        return x.float().div_(255.0), torch.from_numpy(self.labels[idx])
+
+    def batches(self, ids: Any, batch_size: int) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+        """(ids, x, y) per batch of ``batch_size``, decoded by one set of workers ahead of use (for long runs)."""
+        idx = as_ids(ids, len(self))
+        if batch_size <= 0:
+            raise RobfiltError(f"batch_size must be positive, got {batch_size}.")
+        files = [self.files[i] for i in idx.tolist()]
+        chunks = [list(range(i, min(i + batch_size, len(idx)))) for i in range(0, len(idx), batch_size)]
+        if not chunks:
+            return
+        for batch, positions, errors in self._loader(files, chunks):
+            if batch is None:
+                self._fail(files, positions, errors)
+            sel = idx[positions]
+            yield torch.from_numpy(sel), batch.float().div_(255.0), torch.from_numpy(self.labels[sel])
