@@ -54,6 +54,23 @@ def setup_logging(quiet: bool, json_out: bool = False) -> None:
     root.propagate = False
 
 
+MODEL_HELP = (
+    "Comma list of model references: registry names (deit-grc), timm:<arch>[?key=value&...], file.py:factory or "
+    "pkg.mod:factory; name=ref sets the display name."
+)
+
+
+def parse_model_list(text: str) -> list[str]:
+    """``--model`` split on commas outside brackets and quotes (model arguments may hold lists)."""
+    from robustbench_filters.errors import RobfiltError
+    from robustbench_filters.models.ref import split_model_list
+
+    models = split_model_list(text)
+    if not models or any(not m.strip() for m in models):
+        raise RobfiltError(f"--model {text!r} has an empty item; give a comma-separated list like 'deit,deit-grc'.")
+    return [m.strip() for m in models]
+
+
 def is_primary() -> bool:
     """False on the non-zero ranks of a torchrun launch (they compute; rank 0 prints)."""
     from robustbench_filters.distributed import env_context

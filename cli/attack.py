@@ -10,7 +10,18 @@ import typer
 
 from robustbench_filters.parsing import parse_ints, parse_names, parse_numbers
 
-from ._common import JsonOpt, QuietOpt, SeedOpt, console, is_primary, print_json, progress_bar, setup_logging
+from ._common import (
+    MODEL_HELP,
+    JsonOpt,
+    QuietOpt,
+    SeedOpt,
+    console,
+    is_primary,
+    parse_model_list,
+    print_json,
+    progress_bar,
+    setup_logging,
+)
 from ._render import render_summary
 
 ATTACK_HELP = (
@@ -20,9 +31,11 @@ ATTACK_HELP = (
 
 
 def attack_cmd(
-    model: Annotated[
-        str, typer.Option("--model", help="Comma list: registry names, timm:<arch>, or pkg.mod:factory.")
-    ] = "deit-grc",
+    model: Annotated[str, typer.Option("--model", help=MODEL_HELP)] = "deit-grc",
+    model_arg: Annotated[
+        list[str] | None,
+        typer.Option("--model-arg", help="key=value for every model's constructor, e.g. num_classes=10 (repeatable)."),
+    ] = None,
     attack: Annotated[str, typer.Option("--attack", help=ATTACK_HELP)] = "pgd",
     eps: Annotated[
         str | None, typer.Option("--eps", help="Comma list on the [0,1] scale; fractions like 8/255 work.")
@@ -43,6 +56,15 @@ def attack_cmd(
         str | None, typer.Option("--data", help="Dataset spec (default: bundled fashion-mnist or austen).")
     ] = None,
     data_root: Annotated[str | None, typer.Option("--data-root", help="Root folder for external datasets.")] = None,
+    img_size: Annotated[
+        int | None, typer.Option("--img-size", help="Resize/crop images to this size (default: the model's own).")
+    ] = None,
+    num_workers: Annotated[
+        int | None, typer.Option("--num-workers", help="Image decoding processes (default min(4, CPUs); 0: none).")
+    ] = None,
+    image_column: Annotated[str | None, typer.Option("--image-column", help="hf-disk: image column.")] = None,
+    label_column: Annotated[str | None, typer.Option("--label-column", help="hf-disk: label column.")] = None,
+    text_column: Annotated[str | None, typer.Option("--text-column", help="hf-disk: text column (LM).")] = None,
     size: Annotated[str, typer.Option("--size", help="Model size for registry names.")] = "micro",
     checkpoint: Annotated[
         str, typer.Option("--checkpoint", help="zoo (default), a checkpoint folder, or none.")
@@ -83,7 +105,7 @@ def attack_cmd(
     from robustbench_filters.runs.runner import run
 
     setup_logging(quiet, json_out)
-    models = parse_names(model, "model")
+    models = parse_model_list(model)
     attacks = parse_names(attack, "attack")
     given: dict[str, Any] = {
         "eps": tuple(parse_numbers(eps, "eps", lo=0.0)) if eps is not None else None,
@@ -102,6 +124,12 @@ def attack_cmd(
         "eps_mode": eps_mode,
         "severities": tuple(parse_ints(severity, "severity", lo=0, hi=5)) if severity is not None else None,
         "allow_pickle": allow_pickle or None,
+        "model_args": tuple(model_arg) if model_arg else None,
+        "img_size": img_size,
+        "num_workers": num_workers,
+        "image_column": image_column,
+        "label_column": label_column,
+        "text_column": text_column,
     }
     options = {k: v for k, v in given.items() if v is not None}
     common = {"models": tuple(models), "attacks": tuple(attacks), "seed": seed, "size": size,

@@ -9,9 +9,20 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from robustbench_filters.parsing import parse_names, parse_number
+from robustbench_filters.parsing import parse_number
 
-from ._common import JsonOpt, QuietOpt, SeedOpt, console, is_primary, print_json, progress_bar, setup_logging
+from ._common import (
+    MODEL_HELP,
+    JsonOpt,
+    QuietOpt,
+    SeedOpt,
+    console,
+    is_primary,
+    parse_model_list,
+    print_json,
+    progress_bar,
+    setup_logging,
+)
 
 
 def _sci(value: float | None) -> str:
@@ -21,9 +32,11 @@ def _sci(value: float | None) -> str:
 
 
 def lipschitz(
-    model: Annotated[
-        str, typer.Option("--model", "-m", help="Comma list: registry names, timm:<arch>, or pkg.mod:factory.")
-    ],
+    model: Annotated[str, typer.Option("--model", "-m", help=MODEL_HELP)],
+    model_arg: Annotated[
+        list[str] | None,
+        typer.Option("--model-arg", help="key=value for every model's constructor, e.g. num_classes=10 (repeatable)."),
+    ] = None,
     n_examples: Annotated[int, typer.Option("--n-examples", "-n", help="Examples per model.")] = 16,
     method: Annotated[str, typer.Option("--method", help="Lower bound: exact, power or ratio.")] = "exact",
     bounds: Annotated[
@@ -61,7 +74,7 @@ def lipschitz(
     setup_logging(quiet, json_out)
     radius = parse_number(rho, "--rho")
     config = LipschitzConfig(
-        models=tuple(parse_names(model, "model")), n_examples=n_examples, method=method, bounds=bounds,
+        models=tuple(parse_model_list(model)), model_args=tuple(model_arg or ()), n_examples=n_examples, method=method, bounds=bounds,
         per_layer=per_layer, data=data, size=size, checkpoint=checkpoint, rho=radius, batch_size=batch_size,
         seq_len=seq_len, seed=seed, device=device,
     )  # fmt: skip

@@ -60,9 +60,11 @@ def default_eps(data: str, norm: Norm) -> tuple[float, ...]:
 
 
 def model_label(model: ModelLike, index: int) -> str:
-    """The name a model has in rows and tables: its reference, its registry name, or ``model<i>``."""
+    """The name a model has in rows and tables: its display name or reference, its registry name, or ``model<i>``."""
     if isinstance(model, str):
-        return model
+        from .models.ref import parse_model_ref
+
+        return parse_model_ref(model).label
     return getattr(getattr(model, "robfilt_spec", None), "name", f"model{index}")
 
 
@@ -120,6 +122,8 @@ class RunConfig:
     checkpoint: str | None = "zoo"
     device: str = "cpu"
     allow_pickle: bool = False
+    model_args: tuple[str, ...] = ()
+    base_dir: str | None = None
 
     def __post_init__(self) -> None:
         models = (self.models,) if isinstance(self.models, str | nn.Module) else tuple(self.models)
@@ -137,9 +141,18 @@ class RunConfig:
                     )
         _positive(self.n_examples, "--n-examples")
         _positive(self.batch_size, "--batch-size")
+        self._set("model_args", tuple(self.model_args))
+        self.parsed_model_args  # noqa: B018 - validates key=value syntax before any model is built
         if isinstance(self.seed, bool) or int(self.seed) != self.seed:
             raise RobfiltError(f"--seed must be an integer, got {self.seed}.")
         _check_device(str(self.device))
+
+    @property
+    def parsed_model_args(self) -> dict[str, Any]:
+        """``--model-arg key=value`` pairs as typed values (they apply to every model given by reference)."""
+        from .models.ref import parse_model_args
+
+        return parse_model_args(self.model_args)
 
     def _set(self, name: str, value: Any) -> None:
         object.__setattr__(self, name, value)
@@ -169,13 +182,18 @@ class ImageAttackConfig(RunConfig):
     check_masking: bool = False
     amp: str | None = None
     amp_attacks: bool = False
-    data: str = "fashion-mnist"
+    data: Any = "fashion-mnist"
     data_root: str | None = None
+    img_size: int | None = None
+    num_workers: int | None = None
+    image_column: str | None = None
+    label_column: str | None = None
     n_examples: int = 256
     batch_size: int = 128
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        _check_image_data(self)
         attacks = _unique(_names(self.attacks), "--attack")
         if not attacks:
             raise RobfiltError("no attack given; pass --attack NAME[,NAME...].")
@@ -197,6 +215,8 @@ class ImageAttackConfig(RunConfig):
                     f"attack {a!r} does not support --norm {norm.value}; use {ATTACKS[a].norms[0].value}."
                 )
         self._set("norm", norm)
+        if self.eps is None and not isinstance(self.data, str):
+            raise RobfiltError("data given as arrays or a Dataset has no default eps grid; pass eps, e.g. eps=[8/255].")
         eps = default_eps(self.data, norm) if self.eps is None else _unique(map(float, self.eps), "--eps")
         if not eps:
             raise RobfiltError("--eps is empty; give values like 0.01,0.02 or 8/255.")
@@ -233,6 +253,7 @@ class LMAttackConfig(RunConfig):
     replacement: str = DEFAULT_REPLACEMENT
     check_masking: bool = False
     tokenizer: Any = field(default=None, compare=False)
+    text_column: str | None = None
     data: str = "austen"
     batch_size: int = 32
 
@@ -300,13 +321,18 @@ class CorruptionConfig(RunConfig):
     attacks: tuple[str, ...] = (CORRUPTION,)
     severities: tuple[int, ...] = SEVERITIES
     baseline: str | None = "deit"
-    data: str = "fashion-mnist"
+    data: Any = "fashion-mnist"
     data_root: str | None = None
+    img_size: int | None = None
+    num_workers: int | None = None
+    image_column: str | None = None
+    label_column: str | None = None
     n_examples: int = 256
     batch_size: int = 128
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        _check_image_data(self)
         self._set("attacks", _unique(_names(self.attacks), "--attack"))
         self.corruptions  # noqa: B018 - validates the names
         sev = _unique((int(s) for s in self.severities), "severities")
@@ -374,13 +400,32 @@ class LipschitzConfig(RunConfig):
             raise RobfiltError(f"inputs hold {len(self.inputs)} examples but n_examples is {self.n_examples}.")
 
 
+def _check_image_data(config: Any) -> None:
+    """Image data options: a positive image size and worker count (0 workers decodes in this process)."""
+    _positive(config.img_size, "--img-size")
+    if config.num_workers is not None and (isinstance(config.num_workers, bool) or int(config.num_workers) < 0):
+        raise RobfiltError(f"--num-workers must be 0 or more, got {config.num_workers}.")
+
+
+def data_label(data: Any) -> str:
+    """How a run's data is named in records: its spec string, or the kind of in-memory data."""
+    return data if isinstance(data, str) else f"<{type(data).__name__}>"
+
+
 def _names(values: str | Sequence[str]) -> list[str]:
     return [values] if isinstance(values, str) else [str(v) for v in values]
 
 
 CONFIGS: tuple[type[RunConfig], ...] = (ImageAttackConfig, LMAttackConfig, CorruptionConfig, LipschitzConfig)
 #: How an option is spelt on the command line, where that differs from the field name.
-FLAGS: dict[str, str] = {"rates": "--rate", "models": "--model", "attacks": "--attack", "input_labels": "labels"}
+FLAGS: dict[str, str] = {
+    "rates": "--rate",
+    "models": "--model",
+    "attacks": "--attack",
+    "input_labels": "labels",
+    "model_args": "--model-arg",
+    "severities": "--severity",
+}
 
 
 def flag(name: str) -> str:

@@ -48,7 +48,7 @@ from .report.runs import IMAGE, LIPSCHITZ, LM
 SECTIONS: tuple[str, ...] = (IMAGE, LM, LIPSCHITZ)
 TOP_KEYS = frozenset({"version", "name", "out", "baseline", "tolerance", "sanity", "device", *SECTIONS})
 SANITY = ("fail", "warn", "ignore")
-_NOT_IN_SPECS = {"device", "tokenizer", "inputs", "input_labels"}  # top-level key, or Python objects only
+_NOT_IN_SPECS = {"device", "tokenizer", "inputs", "input_labels", "base_dir"}  # top-level key, or Python objects only
 
 
 def _run_keys(*classes: type[CF.RunConfig]) -> frozenset[str]:

@@ -20,7 +20,7 @@ from robustbench_filters.gating import (
     write_baseline,
 )
 from robustbench_filters.report.metrics import Metric, baseline_document, find, metrics_from_run
-from robustbench_filters.results import Run, RunWriter, load_run
+from robustbench_filters.runs.folder import Run, RunWriter, load_run
 
 IMAGE_CONFIG = {"data": "fashion-mnist", "data_checksum": "abc", "example_ids_sha256": "ids0", "seed": 0}
 

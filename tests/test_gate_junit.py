@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from robustbench_filters.gating.junit import RunTime, Stopwatch, TimedCase, junit_xml, run_wall_seconds, timed
-from robustbench_filters.results import RunWriter, load_run
+from robustbench_filters.runs.folder import RunWriter, load_run
 
 
 def test_stopwatch_and_timed_measure_wall_time() -> None:

@@ -29,12 +29,12 @@ from ..checks import corruption as CC
 from ..checks import model as MC
 from ..checks import summarize as summarize_checks
 from ..configs import CORRUPTION as PREFIX
-from ..configs import CorruptionConfig
+from ..configs import CorruptionConfig, data_label
 from ..runs.measurement import Measurement, PrepareContext, Tick
 from ..runs.units import Unit, batch_slices, ids_digest, unit_seed
 from .cascade import margin_loss
 from .corruption_transforms import CORRUPTIONS, corrupt, parameter_table, pregenerate
-from .image import accuracy, check_fits, frozen, load_image_models
+from .image import accuracy, check_fits, frozen, load_image_models, open_images
 
 DEFAULT_BASELINE = "deit"
 N_CHECK = 32  # images the severity-0 and model checks probe
@@ -163,18 +163,16 @@ class Corruptions(Measurement):
     config: CorruptionConfig
 
     def prepare(self, ctx: PrepareContext) -> None:
-        from ..data import load_images
-
         c = self.config
         self.device = ctx.device
         self.names = c.corruptions
-        self.source = load_images(c.data, split="test", root=c.data_root)
+        self.loaded = load_image_models(c)
+        self.source = open_images(c, self.loaded)
         self.ids = ctx.select(len(self.source), c.n_examples)
         ctx.record_data("examples", self.source.digest(self.ids))
-        self.loaded = load_image_models(c)
         probe, _ = self.source.take(self.ids[:1])
         for lm in self.loaded:
-            check_fits(lm, probe, len(self.source.classes), c.data)
+            check_fits(lm, probe, len(self.source.classes), data_label(c.data))
         self.batches = batch_slices(len(self.ids), c.batch_size)
         self._cache: tuple[tuple[int, int], tuple[torch.Tensor, ...]] | None = None
 
@@ -192,7 +190,7 @@ class Corruptions(Measurement):
             "attacks": list(c.attacks),
             "corruptions": self.names,
             "severities": list(c.severities),
-            "data": c.data,
+            "data": data_label(c.data),
             "data_checksum": self.source.checksum,
             "n_examples": c.n_examples,
             "example_ids_sha256": ids_digest(self.ids),
@@ -251,7 +249,7 @@ class Corruptions(Measurement):
         return {
             "kind": "corruption",
             "family": "image",
-            "data": c.data,
+            "data": data_label(c.data),
             "n_examples": c.n_examples,
             "seed": c.seed,
             "attacks": list(c.attacks),

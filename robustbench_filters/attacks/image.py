@@ -22,7 +22,7 @@ from ..checks import Check
 from ..checks import image as IC
 from ..checks import model as MC
 from ..checks import summarize as summarize_checks
-from ..configs import ImageAttackConfig, model_label
+from ..configs import ImageAttackConfig, data_label, model_label
 from ..errors import RobfiltError
 from ..models.resolve import LoadedModel, load_model
 from ..runs.measurement import Measurement, PrepareContext, Tick
@@ -58,12 +58,24 @@ def summarize_rows(rows: pd.DataFrame) -> dict[str, Any]:
 
 def load_image_models(config: Any) -> list[LoadedModel]:
     """The config's models, loaded for evaluation (registry names, ``timm:``, factories, or modules as given)."""
+    args = config.parsed_model_args
     return [
-        load_model(m, config.size, config.checkpoint, config.seed, config.allow_pickle)
+        load_model(m, config.size, config.checkpoint, config.seed, config.allow_pickle, config.base_dir, args)
         if isinstance(m, str)
         else LoadedModel(model_label(m, i), "custom", m.eval(), "module")
         for i, m in enumerate(config.models)
     ]
+
+
+def open_images(config: Any, models: list[LoadedModel]) -> Any:
+    """The config's test images, prepared the way the first model expects (resize, crop, channels)."""
+    from ..data.sources import open_image_source
+
+    columns = {k: v for k, v in (("image_column", config.image_column), ("label_column", config.label_column)) if v}
+    return open_image_source(
+        config.data, "test", config.data_root, img_size=config.img_size, preprocess=models[0],
+        num_workers=config.num_workers, **columns,
+    )  # fmt: skip
 
 
 def check_fits(lm: LoadedModel, x: torch.Tensor, n_classes: int, data: str) -> None:
@@ -115,18 +127,16 @@ class ImageAttack(Measurement):
     config: ImageAttackConfig
 
     def prepare(self, ctx: PrepareContext) -> None:
-        from ..data import load_images
-
         c = self.config
         self.device = ctx.device
-        self.source = load_images(c.data, split="test", root=c.data_root)
+        self.loaded = load_image_models(c)
+        self.source = open_images(c, self.loaded)
         self.ids = ctx.select(len(self.source), c.n_examples)
         ctx.record_data("examples", self.source.digest(self.ids))
         self.n_classes = len(self.source.classes)
-        self.loaded = load_image_models(c)
         probe, _ = self.source.take(self.ids[:1])
         for lm in self.loaded:
-            check_fits(lm, probe, self.n_classes, c.data)
+            check_fits(lm, probe, self.n_classes, data_label(c.data))
         self.batches = batch_slices(len(self.ids), c.batch_size)
         self._batch_cache: tuple[int, tuple[torch.Tensor, ...]] | None = None
         self._clean_cache: tuple[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] | None = None
@@ -148,7 +158,7 @@ class ImageAttack(Measurement):
             "norm": c.norm.value,
             "steps": c.steps,
             "step_size": c.step_size,
-            "data": c.data,
+            "data": data_label(c.data),
             "data_checksum": self.source.checksum,
             "n_examples": c.n_examples,
             "example_ids_sha256": ids_digest(self.ids),
@@ -277,7 +287,7 @@ class ImageAttack(Measurement):
         return {
             "kind": "attack",
             "family": "image",
-            "data": c.data,
+            "data": data_label(c.data),
             "n_examples": c.n_examples,
             "seed": c.seed,
             "attacks": list(c.attacks),

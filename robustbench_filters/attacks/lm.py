@@ -48,7 +48,14 @@ def _tokenizer_for(ref: str, size: str, checkpoint: str) -> Any:
 
 
 def load_lm_subjects(
-    models: Sequence[str | nn.Module], data: str, size: str, checkpoint: str | None, seed: int, tokenizer: Any = None
+    models: Sequence[str | nn.Module],
+    data: str,
+    size: str,
+    checkpoint: str | None,
+    seed: int,
+    tokenizer: Any = None,
+    base_dir: str | None = None,
+    model_args: dict[str, Any] | None = None,
 ) -> list[LMSubject]:
     """Every model with the tokenizer its weights were trained with.
 
@@ -73,8 +80,12 @@ def load_lm_subjects(
             torch.manual_seed(seed)
             out.append(LMSubject(m, create_model(m, size, vocab_size=fallback.vocab_size), fallback, "untrained"))
         else:
-            lm = load_model(m, size, checkpoint, seed)
-            tok = tokenizer or _tokenizer_for(m, size, str(checkpoint))
+            lm = load_model(m, size, checkpoint, seed, base_dir=base_dir, model_args=model_args)
+            tok = (
+                tokenizer
+                or getattr(lm.module, "tokenizer", None)
+                or _tokenizer_for(lm.ref.target, size, str(checkpoint))
+            )
             out.append(LMSubject(lm.label, lm.module.eval(), tok, lm.source))
     for s in out:
         emb = getattr(s.module, "tok_embed", None)
@@ -138,9 +149,11 @@ class LMAttack(Measurement):
 
         c = self.config
         self.device = ctx.device
-        text = load_text(c.data, split="test")
+        text = load_text(c.data, split="test", **({"text_column": c.text_column} if c.text_column else {}))
         self.data_checksum = hashlib.sha256(text.encode()).hexdigest()[:16]
-        self.subjects = load_lm_subjects(c.models, c.data, c.size, c.checkpoint, c.seed, c.tokenizer)
+        self.subjects = load_lm_subjects(
+            c.models, c.data, c.size, c.checkpoint, c.seed, c.tokenizer, c.base_dir, c.parsed_model_args
+        )
         self.block = min(int(s.module.config.block_size) for s in self.subjects)
         pool = text_chunks(text, self.block + 1)
         if not pool:

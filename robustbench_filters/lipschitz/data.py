@@ -48,10 +48,10 @@ def _synthetic(target: Target, n: int, seed: int, seq_len: int) -> Inputs:
     return Inputs(x=x, y=None, ids=torch.arange(n))
 
 
-def _images(name: str, n: int, select: Selector) -> Inputs:
-    from ..data import load_images
+def _images(name: str, target: Target, n: int, select: Selector) -> Inputs:
+    from ..data.sources import open_image_source
 
-    data = load_images(name, split="test")
+    data = open_image_source(name, "test", preprocess=target.model)
     idx = select(len(data), n)
     x, y = data.take(idx)
     return Inputs(x=x.float(), y=y, ids=idx)
@@ -91,5 +91,5 @@ def load_inputs(target: Target, data: str | None, n: int, select: Selector, seq_
     if name == SYNTHETIC:
         return _synthetic(target, n, seed, seq_len)
     if target.kind is Kind.IMAGE:
-        return _images(name, n, select)
+        return _images(name, target, n, select)
     return _text(name, target, n, select, seq_len)

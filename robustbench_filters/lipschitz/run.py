@@ -103,11 +103,12 @@ def _load_model(ref: str, size: str, checkpoint: str | None, seed: int) -> nn.Mo
     factory references load like everywhere else (:func:`..models.resolve.load_model`); the target switches a
     fused-attention copy to the manual path.
     """
-    from ..models.registry import MODEL_NAMES
+    from ..models.ref import ModelKind, parse_model_ref
     from ..models.resolve import load_model
 
-    if ref not in MODEL_NAMES:
+    if parse_model_ref(ref).kind is not ModelKind.REGISTRY or parse_model_ref(ref).args:
         return load_model(ref, size, checkpoint, seed).module
+    ref = parse_model_ref(ref).target
     if checkpoint is None or str(checkpoint).lower() == "none":
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed * 1_000_003 + zlib.crc32(ref.encode()))
