@@ -125,14 +125,13 @@ class FolderSource:
         spec: InputSpec | None = None,
         num_workers: int | None = None,
     ) -> None:
-        from .images import _split_folder
 
         base = Path(path).expanduser()
         if not str(path) or not base.is_dir():
             raise RobfiltError(
                 f"image folder {str(path)!r} does not exist; pass imagefolder:<folder with one sub-folder per class>"
             )
-        self.root = _split_folder(base, split)
+        self.root = split_folder(base, split)
         self.files, self.labels, self.classes = index_folder(self.root)
         self.spec = spec if spec is not None else resolve_input_spec()
         self.num_workers = default_workers() if num_workers is None else int(num_workers)
@@ -228,3 +227,20 @@ class FolderSource:
                 self._fail(files, positions, errors)
             sel = idx[positions]
             yield torch.from_numpy(sel), batch.float().div_(255.0), torch.from_numpy(self.labels[sel])
+
+
+def split_folder(base: Path, split: str) -> Path:
+    """``base/<split>`` if present (``valid`` and ``val`` are interchangeable), else ``base`` if it has no split folders."""
+    aliases = {"valid": ("valid", "val"), "val": ("val", "valid"), "validation": ("validation", "val", "valid")}
+    for name in aliases.get(split, (split,)):
+        if (base / name).is_dir():
+            return base / name
+    present = [
+        d.name
+        for d in sorted(base.iterdir())
+        if d.is_dir() and d.name in ("train", "val", "valid", "validation", "test")
+    ]
+    if present:
+        raise RobfiltError(f"no {split!r} folder in {base}; use a split that exists: {', '.join(present)}")
+    log.info("%s has no split sub-folders; using all of it as split %r", base, split)
+    return base

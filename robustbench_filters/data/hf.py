@@ -238,11 +238,10 @@ class HFImageSource:
 
 
 def load_hf_text(path: str | os.PathLike[str], split: str = "test", text_column: str = "text") -> str:
-    """The text of one split of a ``save_to_disk`` dataset: its ``text_column`` rows joined by newlines."""
+    """The text of one split (``train``/``valid``/``test``, already normalised by the caller) of a ``save_to_disk``
+    dataset: its ``text_column`` rows joined by newlines."""
     from .splits import SPLITS, contiguous_split
-    from .text import normalise_split
 
-    split = normalise_split(split)
     ds, used = load_hf_disk(path, split)
     _column(ds, text_column, "text", Path(path))
     rows = ds[text_column]

@@ -290,23 +290,6 @@ def _load_imagefolder(
     return data
 
 
-def _split_folder(base: Path, split: str) -> Path:
-    """``base/<split>`` if present (``valid`` and ``val`` are interchangeable), else ``base`` if it has no split folders."""
-    aliases = {"valid": ("valid", "val"), "val": ("val", "valid"), "validation": ("validation", "val", "valid")}
-    for name in aliases.get(split, (split,)):
-        if (base / name).is_dir():
-            return base / name
-    present = [
-        d.name
-        for d in sorted(base.iterdir())
-        if d.is_dir() and d.name in ("train", "val", "valid", "validation", "test")
-    ]
-    if present:
-        raise RobfiltError(f"no {split!r} folder in {base}; use a split that exists: {', '.join(present)}")
-    log.info("%s has no split sub-folders; using all of it as split %r", base, split)
-    return base
-
-
 def image_transform(preprocess: str | Mapping[str, Any] | torch.nn.Module | InputSpec = DEFAULT_PREPROCESS) -> Any:
     """PIL image -> uint8 tensor (C, H, W): ``preprocess``'s channels and timm eval resize/crop, no normalisation.
 
