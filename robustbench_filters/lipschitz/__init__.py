@@ -24,7 +24,7 @@ from .profile import layer_profile
 from .ratio import pair_ratio_ascent
 from .seqlen import sequence_length_study
 from .spectral import conv_lipschitz, linear_lipschitz, spectral_norm
-from .target import Kind, Target, make_target, prepare_model
+from .target import Kind, Target, make_target, model_family, prepare_model
 
 __all__ = [
     "COLUMNS",
@@ -55,6 +55,7 @@ __all__ = [
     "layernorm_output_radius",
     "linear_lipschitz",
     "make_target",
+    "model_family",
     "margins",
     "normalizer_lipschitz",
     "pair_ratio_ascent",
