@@ -322,26 +322,18 @@ def _trace_lm(model: CausalLM, emb: torch.Tensor, prop: _Propagator):
     return model.lm_head(t)[:, -1, :], records
 
 
-def _flatten(module: nn.Module) -> list[tuple[str, nn.Module]]:
-    if isinstance(module, nn.Sequential):
-        return [(f"{name}.{sub_name}" if sub_name else name, sub)
-                for name, child in module.named_children() for sub_name, sub in _flatten(child)]  # fmt: skip
-    return [("", module)]
-
-
 def _trace_generic(model: nn.Module, x: torch.Tensor, prop: _Propagator):
-    """Sequential stacks of Linear, LayerNorm, Flatten and pointwise activations (product rule)."""
+    """Plain Sequential stacks of the layers in :func:`.coverage.generic_layer_lipschitz` (product rule)."""
+    from .coverage import flatten_sequential, generic_layer_lipschitz
+
     t = x
-    for name, layer in _flatten(model):
+    for name, layer in flatten_sequential(model):
         where = name or type(layer).__name__
-        if isinstance(layer, nn.Linear):
-            prop.scale(linear_lipschitz(layer), where, "linear", "||W||_2")
-        elif isinstance(layer, nn.LayerNorm):
+        constant = generic_layer_lipschitz(layer, t, where)
+        if constant is None:
             prop.apply_layernorm(layer, t, where)
-        elif isinstance(layer, nn.Flatten):
-            pass
-        else:
-            prop.scale(activation_lipschitz(layer, where), where, "activation", type(layer).__name__)
+        elif constant[1] != "reshape":
+            prop.scale(constant[0], where, constant[1], constant[2])
         t = layer(t)
     return t.reshape(t.shape[0], -1), []
 
@@ -394,6 +386,9 @@ def trace_bounds(
     if model.training:
         raise RobfiltError(f"{target.name} is in training mode (dropout on); call model.eval() or use make_target().")
     _check_hooks(model)
+    from .coverage import check_certifiable
+
+    check_certifiable(target, x)
     chain, floor = _improved_local(target, x, rhos, options) if improved else (None, None)
     prop = _Propagator(x.shape[0], rhos, first_floor=floor)
     with torch.no_grad():

@@ -27,7 +27,7 @@ from torch import nn
 from ..family import Family
 from ..models.lm import CausalLM
 from .attention_bound import check_attention
-from .certify import _check_block, _is_identity_in_eval, _layerscale, _stack_lambdas, _sublayer
+from .certify import _check_block, _is_identity_in_eval, _layerscale, _mlp_lipschitz, _stack_lambdas, _sublayer
 from .constants import check_layernorm, uncovered
 from .spectral import spectral_norm
 from .target import Target
@@ -73,9 +73,9 @@ class Stage:
 
 @dataclass
 class Readout:
-    """LayerNorm -> pool (one token, or the mean of tokens ``start:``) -> fc_norm -> head."""
+    """LayerNorm -> pool (one token, or the mean / max of tokens ``start:``) -> fc_norm -> head."""
 
-    pool: str  # "token" | "avg"
+    pool: str  # "token" | "avg" | "max"
     index: int  # the selected token ("token"); -1 = last position
     start: int  # first averaged token ("avg")
     norm: nn.LayerNorm | None
@@ -87,7 +87,8 @@ class Readout:
             t = h[:, self.index]
             t = self.norm(t) if self.norm is not None else t
         else:
-            t = (self.norm(h) if self.norm is not None else h)[:, self.start :].mean(1)
+            t = (self.norm(h) if self.norm is not None else h)[:, self.start :]
+            t = t.mean(1) if self.pool == "avg" else t.amax(1)
         t = self.fc_norm(t) if self.fc_norm is not None else t
         return self.head(t) if self.head is not None else t
 
@@ -133,6 +134,7 @@ def _stages(stack: nn.Module, dtype: torch.dtype, is_causal: bool, first: int) -
         where = f"blocks.{i}"
         _check_block(blk, where)
         check_attention(blk.attn, f"{where}.attn")
+        _mlp_lipschitz(blk.mlp, f"{where}.mlp")  # fc1 -> act -> fc2 only (no norm, no dropout in eval)
         for kind, norm, inner, ls_mod, lam in (
             ("attn", blk.norm1, blk.attn, blk.ls1, lams[0]),
             ("mlp", blk.norm2, blk.mlp, blk.ls2, lams[1]),
@@ -190,7 +192,7 @@ def _vit_chain(model: VisionTransformer, name: str, dtype: torch.dtype) -> Chain
     y0_stage = len(stages)
     stages += _stages(model.blocks, dtype, is_causal=False, first=0)
     pool = model.global_pool
-    if pool not in ("token", "avg"):
+    if pool not in ("token", "avg", "max"):
         raise uncovered(f"global_pool={pool!r}", "pool")
     head = model.head
     if not isinstance(head, (nn.Linear, nn.Identity)):

@@ -108,8 +108,9 @@ def first_norm_floor(chain: Chain, x: torch.Tensor, box: tuple[float, float] | N
     lo, hi = box
     # h_t(x) = M (x - lo) + c_t with x - lo in [0, hi - lo]
     var = box_min_variance(emb.patch_map.cpu(), offsets[emb.num_prefix :], 0.0, hi - lo)
-    prefix = token_std(offsets[: emb.num_prefix]).pow(2)
-    return torch.cat([prefix, var]).clamp_min(0.0).sqrt().to(x.device)
+    if emb.num_prefix:
+        var = torch.cat([token_std(offsets[: emb.num_prefix]).pow(2), var])
+    return var.clamp_min(0.0).sqrt().to(x.device)
 
 
 def _check_forward(chain: Chain, target: Target, x: torch.Tensor, out: torch.Tensor) -> None:

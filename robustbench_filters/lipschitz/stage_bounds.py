@@ -229,6 +229,15 @@ def readout_local(readout: Readout, h0: torch.Tensor, token_r: torch.Tensor, tot
                     return ReadoutLocal(sup=both, curvature=curv * w_norm(readout))
             else:
                 t, r = h[:, 0], r_in
+        elif readout.pool == "max":  # |max_t a_t - max_t b_t| <= max_t |a_t - b_t| per feature: 1-Lipschitz, not C^1
+            h, r = h0[:, readout.start :], token_r[..., readout.start :]
+            gain = torch.ones_like(r)
+            if readout.norm is not None:
+                _, gain, _ = _ln_ball(readout.norm, h, r, None)
+                h = readout.norm(h)
+            lip, curv = gain.amax(-1), torch.full_like(one, math.inf)
+            r = torch.minimum((gain * r).pow(2).sum(-1).sqrt(), lip * total_r)
+            t = h.amax(1)
         else:
             h = h0[:, readout.start :]
             r = token_r[..., readout.start :]
