@@ -23,7 +23,6 @@ of the profile use.
 
 from __future__ import annotations
 
-import logging
 import math
 from dataclasses import dataclass, field
 
@@ -49,8 +48,6 @@ from .constants import (
 )
 from .spectral import conv_lipschitz, linear_lipschitz
 from .target import Target
-
-log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -346,22 +343,6 @@ def _check_hooks(model: nn.Module) -> None:
                 raise uncovered(f"forward hook {getattr(hook, '__name__', type(hook).__name__)}", name or "model")
 
 
-def _improved_local(target: Target, x: torch.Tensor, rhos: torch.Tensor, options) -> tuple[object, object]:
-    """(chain, first-LayerNorm box floor) for models the stage-wise local bounds cover, else (None, None)."""
-    from .chain import build_chain
-    from .local_bound import first_norm_floor
-
-    if not isinstance(target.model, (VisionTransformer, CausalLM)):
-        return None, None
-    try:
-        chain = build_chain(target, x)
-    except RobfiltError as exc:  # covered by the layer-by-layer trace only (it raises for truly uncovered layers)
-        log.debug("stage-wise local bounds skipped for %s: %s", target.name, exc)
-        return None, None
-    use_floor = options is None or options.box_floor
-    return chain, first_norm_floor(chain, x, target.box) if use_floor else None
-
-
 def trace_bounds(
     target: Target,
     x: torch.Tensor,
@@ -389,7 +370,9 @@ def trace_bounds(
     from .coverage import check_certifiable
 
     check_certifiable(target, x)
-    chain, floor = _improved_local(target, x, rhos, options) if improved else (None, None)
+    from .local_bound import chain_and_floor
+
+    chain, floor = chain_and_floor(target, x, options) if improved else (None, None)
     prop = _Propagator(x.shape[0], rhos, first_floor=floor)
     with torch.no_grad():
         if isinstance(model, VisionTransformer):

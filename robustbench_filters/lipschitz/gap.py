@@ -117,7 +117,7 @@ def gap_rows(
             _model_frame(target.name, ids, rho, empirical, layerwise.cpu().numpy(), trace, baseline, detail, k)
         )
         for rec, base_rec in zip(trace.blocks, baseline.blocks, strict=True):
-            local_blocks = trace_block_local(trace, rec.index, rho_t, k)
+            local_blocks = _block_local(trace, rec.index, k)
             block_norms = [n for n, st in zip(stage_norms, chain.stages, strict=True) if st.block == rec.index]
             emp = profile[profile["layer"] == rec.name]["lower"].to_numpy()
             frames.append(
@@ -130,7 +130,7 @@ def gap_rows(
                         "local_upper": local_blocks.cpu().numpy(),
                         "local_first_order": per_block[rec.index][:, k].cpu().numpy(),
                         "local_taylor": np.full(len(ids), np.nan),
-                        "baseline_local": _baseline_block(baseline, base_rec, k),
+                        "baseline_local": _baseline_block(base_rec, k),
                         "global_upper": np.full(len(ids), rec.global_upper),
                     },
                     len(ids),
@@ -139,7 +139,7 @@ def gap_rows(
     return pd.concat(frames, ignore_index=True)[list(GAP_COLUMNS)]
 
 
-def trace_block_local(trace: BoundTrace, index: int, rhos: torch.Tensor, k: int) -> torch.Tensor:
+def _block_local(trace: BoundTrace, index: int, k: int) -> torch.Tensor:
     """The certified local constant of block ``index`` on the ball for ``rhos[k]`` (trace records hold rhos[0])."""
     rec = next(r for r in trace.blocks if r.index == index)
     if k == 0 or trace.local_detail is None:
@@ -148,7 +148,8 @@ def trace_block_local(trace: BoundTrace, index: int, rhos: torch.Tensor, k: int)
     return per_block.clamp_max(rec.global_upper)
 
 
-def _baseline_block(baseline: BoundTrace, rec, k: int) -> np.ndarray:
+def _baseline_block(rec, k: int) -> np.ndarray:
+    """The baseline trace records block constants for the first radius only."""
     return rec.local_upper.cpu().numpy() if k == 0 else np.full(rec.local_upper.shape[0], np.nan)
 
 

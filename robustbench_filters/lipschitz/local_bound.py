@@ -12,7 +12,7 @@ lower bounds, attention localised to the tokens reachable around the real LayerN
 centre plus curvature times radius. For images the first LayerNorm also gets the box minimum variance of
 :func:`.layernorm_bound.box_min_variance` (the ball is intersected with [0, 1]^d, the domain of images).
 
-With ``taylor=True`` the sweep runs one example at a time and the second-order bound of :mod:`.taylor` both
+With ``LocalOptions.taylor`` the sweep runs one example at a time and the second-order bound of :mod:`.taylor` both
 tightens the radii (``r_k = rho (||P_k(x0)|| + e_k)`` instead of rho times a product of constants) and gives its
 own bound, which tends to the exact ||J(x0)|| as rho -> 0. The reported local bound is the minimum of the bounds
 that apply, each of which is certified on its own.
@@ -24,8 +24,10 @@ import logging
 from dataclasses import dataclass, field
 
 import torch
+from timm.models.vision_transformer import VisionTransformer
 
 from ..errors import RobfiltError
+from ..models.lm import CausalLM
 from .chain import Chain, build_chain
 from .layernorm_bound import box_min_variance, token_std
 from .stage_bounds import ReadoutLocal, StageLocal, readout_local, stage_local
@@ -111,6 +113,23 @@ def first_norm_floor(chain: Chain, x: torch.Tensor, box: tuple[float, float] | N
     if emb.num_prefix:
         var = torch.cat([token_std(offsets[: emb.num_prefix]).pow(2), var])
     return var.clamp_min(0.0).sqrt().to(x.device)
+
+
+def chain_and_floor(target: Target, x: torch.Tensor, options: LocalOptions | None) -> tuple[Chain | None, object]:
+    """(chain, first-LayerNorm box floor) for models the stage-wise bounds cover, else (None, None).
+
+    Used by :func:`.certify.trace_bounds`, whose layer-by-layer trace also covers plain Sequential stacks (and
+    raises for anything uncovered), so a chain that cannot be built just means no stage-wise refinement.
+    """
+    if not isinstance(target.model, (VisionTransformer, CausalLM)):
+        return None, None
+    try:
+        chain = build_chain(target, x)
+    except RobfiltError as exc:
+        log.debug("stage-wise local bounds skipped for %s: %s", target.name, exc)
+        return None, None
+    use_floor = options is None or options.box_floor
+    return chain, first_norm_floor(chain, x, target.box) if use_floor else None
 
 
 def _check_forward(chain: Chain, target: Target, x: torch.Tensor, out: torch.Tensor) -> None:
@@ -238,4 +257,4 @@ def local_bounds(
     return LocalBounds(rhos, out, first, tay, centre, local, _cat_records([p[4] for p in parts]), ro, hs, y0)
 
 
-__all__ = ["LocalBounds", "LocalOptions", "StageRecord", "first_norm_floor", "local_bounds"]
+__all__ = ["LocalBounds", "LocalOptions", "StageRecord", "chain_and_floor", "first_norm_floor", "local_bounds"]
