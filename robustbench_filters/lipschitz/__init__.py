@@ -17,17 +17,27 @@ from .constants import (
     layernorm_output_radius,
     normalizer_lipschitz,
 )
+from .coverage import check_certifiable
+from .gap import GAP_COLUMNS, gap_rows, gap_summary
 from .jacobian import PowerResult, jacobian_dense, jacobian_norm_exact, jacobian_norm_power
+from .local_bound import LocalBounds, LocalOptions, local_bounds
 from .methods import Method, parse_method
 from .profile import layer_profile
 from .ratio import pair_ratio_ascent
 from .run import COLUMNS, DEFINITIONS, Lipschitz, LipschitzResult, estimate_lipschitz, summarize
 from .seqlen import sequence_length_study
 from .spectral import conv_lipschitz, linear_lipschitz, spectral_norm
-from .target import Kind, Target, make_target, prepare_model
+from .target import Kind, Target, make_target, model_family, prepare_model
 
 __all__ = [
     "COLUMNS",
+    "GAP_COLUMNS",
+    "LocalBounds",
+    "LocalOptions",
+    "check_certifiable",
+    "gap_rows",
+    "gap_summary",
+    "local_bounds",
     "DEFINITIONS",
     "GELU_LIPSCHITZ",
     "GELU_TANH_LIPSCHITZ",
@@ -56,6 +66,7 @@ __all__ = [
     "layernorm_output_radius",
     "linear_lipschitz",
     "make_target",
+    "model_family",
     "margins",
     "normalizer_lipschitz",
     "pair_ratio_ascent",

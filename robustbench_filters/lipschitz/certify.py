@@ -32,6 +32,7 @@ from timm.models.vision_transformer import Block, VisionTransformer
 from torch import nn
 
 from ..errors import RobfiltError
+from ..family import Family
 from ..models.grc import BlockStack, boost
 from ..models.lm import CausalLM
 from ..models.normalize import get_normalizer
@@ -47,7 +48,7 @@ from .constants import (
     uncovered,
 )
 from .spectral import conv_lipschitz, linear_lipschitz
-from .target import Kind, Target
+from .target import Target
 
 
 @dataclass
@@ -75,16 +76,19 @@ class BoundTrace:
     local_upper: torch.Tensor  # (B, K) float64
     blocks: list[BlockRecord] = field(default_factory=list)
     factors: list[dict] = field(default_factory=list)  # per-layer global constants, in order
+    local_detail: object | None = None  # the stage-wise LocalBounds behind local_upper (None: not covered)
 
 
 class _Propagator:
     """Carries L_global (a float) and L_local (B, K) through the layers and records the factor table."""
 
-    def __init__(self, batch: int, rhos: torch.Tensor) -> None:
+    def __init__(self, batch: int, rhos: torch.Tensor, first_floor: torch.Tensor | None = None) -> None:
         self.rhos = rhos.double()
         self.glob = 1.0
         self.loc = torch.ones(batch, len(rhos), dtype=torch.float64, device=rhos.device)
         self.factors: list[dict] = []
+        # per-token lower bound on the first LayerNorm's input std over the input box (images), used once
+        self.first_floor = first_floor
 
     def record(self, layer: str, kind: str, value: float, detail: str = "", cumulative: bool = False) -> None:
         self.factors.append(
@@ -108,14 +112,22 @@ class _Propagator:
         h = centre.detach().double().reshape(centre.shape[0], -1, d)
         sigma = h.var(dim=-1, unbiased=False).sqrt()  # (B, N)
         sigma_lo = (sigma[:, None, :] - radius[:, :, None] / math.sqrt(d)).clamp_min(0.0)  # (B, K, N)
+        floor = self.first_floor
+        self.ln_detail = f"max|gamma|/sqrt(eps), eps={norm.eps:g}"
+        glob = float(layernorm_lipschitz(norm))
+        if floor is not None and floor.shape[-1] == sigma.shape[-1]:
+            self.first_floor = None  # only the first LayerNorm sees the affine embedding
+            sigma_lo = torch.maximum(sigma_lo, floor.double().to(sigma_lo.device)[None, None, :])
+            glob = float(layernorm_lipschitz(norm, floor.min().item()))
+            self.ln_detail = f"max|gamma|/sqrt(min var over the input box + eps), min std={floor.min().item():.4g}"
         local = layernorm_lipschitz(norm, sigma_lo.amin(dim=-1))
-        return float(layernorm_lipschitz(norm)), local
+        return glob, local
 
     def apply_layernorm(self, norm: nn.Module, centre: torch.Tensor, where: str) -> None:
         g, loc = self.layernorm(norm, centre, self.radius(), where)
         self.glob *= g
         self.loc = self.loc * loc
-        self.record(where, "layernorm", g, f"max|gamma|/sqrt(eps), eps={norm.eps:g}", cumulative=True)
+        self.record(where, "layernorm", g, self.ln_detail, cumulative=True)
 
 
 def _is_identity_in_eval(module: nn.Module) -> bool:
@@ -200,7 +212,7 @@ def _trace_blocks(stack: nn.Module, t: torch.Tensor, prop: _Propagator, is_causa
         # attention sublayer
         ln1_g, ln1_l = prop.layernorm(blk.norm1, t, r_in, f"{where}.norm1")
         fa_g, fa_l = ls1 * attn.value * ln1_g, ls1 * attn.value * ln1_l
-        prop.record(f"{where}.norm1", "layernorm", ln1_g, f"max|gamma|/sqrt(eps), eps={blk.norm1.eps:g}")
+        prop.record(f"{where}.norm1", "layernorm", ln1_g, prop.ln_detail)
         prop.record(
             f"{where}.attn", "attention", attn.value,
             f"notes 1.4(f) on ||x_t|| <= R={r1:.4g}, n={n}, combine={attn.combine}"
@@ -215,7 +227,7 @@ def _trace_blocks(stack: nn.Module, t: torch.Tensor, prop: _Propagator, is_causa
         # MLP sublayer
         ln2_g, ln2_l = prop.layernorm(blk.norm2, mid, prop.radius(), f"{where}.norm2")
         fm_g, fm_l = ls2 * mlp * ln2_g, ls2 * mlp * ln2_l
-        prop.record(f"{where}.norm2", "layernorm", ln2_g, f"max|gamma|/sqrt(eps), eps={blk.norm2.eps:g}")
+        prop.record(f"{where}.norm2", "layernorm", ln2_g, prop.ln_detail)
         prop.record(f"{where}.mlp", "mlp", mlp, mlp_detail)
         m = blk.drop_path2(blk.ls2(blk.mlp(blk.norm2(mid))))
         out = _sublayer(mid, m, y0, lm)
@@ -309,26 +321,18 @@ def _trace_lm(model: CausalLM, emb: torch.Tensor, prop: _Propagator):
     return model.lm_head(t)[:, -1, :], records
 
 
-def _flatten(module: nn.Module) -> list[tuple[str, nn.Module]]:
-    if isinstance(module, nn.Sequential):
-        return [(f"{name}.{sub_name}" if sub_name else name, sub)
-                for name, child in module.named_children() for sub_name, sub in _flatten(child)]  # fmt: skip
-    return [("", module)]
-
-
 def _trace_generic(model: nn.Module, x: torch.Tensor, prop: _Propagator):
-    """Sequential stacks of Linear, LayerNorm, Flatten and pointwise activations (product rule)."""
+    """Plain Sequential stacks of the layers in :func:`.coverage.generic_layer_lipschitz` (product rule)."""
+    from .coverage import flatten_sequential, generic_layer_lipschitz
+
     t = x
-    for name, layer in _flatten(model):
+    for name, layer in flatten_sequential(model):
         where = name or type(layer).__name__
-        if isinstance(layer, nn.Linear):
-            prop.scale(linear_lipschitz(layer), where, "linear", "||W||_2")
-        elif isinstance(layer, nn.LayerNorm):
+        constant = generic_layer_lipschitz(layer, t, where)
+        if constant is None:
             prop.apply_layernorm(layer, t, where)
-        elif isinstance(layer, nn.Flatten):
-            pass
-        else:
-            prop.scale(activation_lipschitz(layer, where), where, "activation", type(layer).__name__)
+        elif constant[1] != "reshape":
+            prop.scale(constant[0], where, constant[1], constant[2])
         t = layer(t)
     return t.reshape(t.shape[0], -1), []
 
@@ -341,22 +345,41 @@ def _check_hooks(model: nn.Module) -> None:
                 raise uncovered(f"forward hook {getattr(hook, '__name__', type(hook).__name__)}", name or "model")
 
 
-def trace_bounds(target: Target, x: torch.Tensor, rhos: torch.Tensor | list[float]) -> BoundTrace:
+def trace_bounds(
+    target: Target,
+    x: torch.Tensor,
+    rhos: torch.Tensor | list[float],
+    *,
+    improved: bool = True,
+    options=None,
+) -> BoundTrace:
     """Global and local certified constants for the batch ``x`` (already in the target's input space).
+
+    With ``improved`` (default) the first LayerNorm of an image model uses its minimum variance over the input
+    box (globally and locally), and the local constants are the minimum of this layer-by-layer trace and the
+    stage-wise bounds of :func:`.local_bound.local_bounds` (per-token variance bounds, localised attention;
+    ``options`` is its :class:`.local_bound.LocalOptions`, default without the slower second-order pass). Every
+    candidate is certified on B(x0, rho) (intersected with the [0, 1] box for images), so their minimum is.
 
     Raises :class:`RobfiltError` naming the first layer the bounds do not cover, or when the recomputed forward
     does not reproduce the model's output.
     """
     rhos = torch.as_tensor(rhos, dtype=torch.float64, device=x.device).reshape(-1)
-    prop = _Propagator(x.shape[0], rhos)
     model = target.model
     if model.training:
         raise RobfiltError(f"{target.name} is in training mode (dropout on); call model.eval() or use make_target().")
     _check_hooks(model)
+    from .coverage import check_certifiable
+
+    check_certifiable(target, x)
+    from .local_bound import chain_and_floor
+
+    chain, floor = chain_and_floor(target, x, options) if improved else (None, None)
+    prop = _Propagator(x.shape[0], rhos, first_floor=floor)
     with torch.no_grad():
-        if target.kind is Kind.IMAGE:
+        if isinstance(model, VisionTransformer):
             out, records = _trace_vit(model, x, prop)
-        elif target.kind is Kind.LM:
+        elif target.family is Family.LM:
             out, records = _trace_lm(model, x, prop)
         else:
             out, records = _trace_generic(model, x, prop)
@@ -369,9 +392,22 @@ def trace_bounds(target: Target, x: torch.Tensor, rhos: torch.Tensor | list[floa
             f"{target.name}: the layer-by-layer forward used for the bound does not reproduce the model output "
             "(patched forward or unsupported wiring); the certified bound would be wrong, so none is given."
         )
+    local, detail = prop.loc, None
+    if chain is not None:
+        from .local_bound import LocalOptions, local_bounds
+
+        detail = local_bounds(target, x, rhos, options=options or LocalOptions(taylor=False), chain=chain)
+        local = torch.minimum(local, detail.local)
+        per_block = detail.block_local()
+        for rec in records:
+            if rec.index in per_block:
+                rec.local_upper = torch.minimum(rec.local_upper, per_block[rec.index][:, 0])
+    local = local.clamp_max(prop.glob)
+    for rec in records:
+        rec.local_upper = rec.local_upper.clamp_max(rec.global_upper)
     return BoundTrace(
-        output=expected, global_upper=prop.glob, rhos=rhos, local_upper=prop.loc,
-        blocks=records, factors=prop.factors,
+        output=expected, global_upper=prop.glob, rhos=rhos, local_upper=local,
+        blocks=records, factors=prop.factors, local_detail=detail,
     )  # fmt: skip
 
 

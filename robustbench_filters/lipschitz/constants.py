@@ -38,6 +38,30 @@ def activation_lipschitz(module: nn.Module, where: str = "") -> float:
     raise uncovered(module, where)
 
 
+# sup |phi''| of the smooth activations (for the second-order local bound, :mod:`.taylor`): GELU (exact and tanh)
+# peaks at x = 0 with 2 phi(0) = sqrt(2/pi); SiLU at 0 with 1/2; tanh at 4/(3 sqrt 3). Rounded up.
+GELU_CURVATURE: float = math.sqrt(2.0 / math.pi) * (1 + 1e-12)
+SILU_CURVATURE: float = 0.5 * (1 + 1e-12)
+TANH_CURVATURE: float = 4.0 / (3.0 * math.sqrt(3.0)) * (1 + 1e-12)
+
+
+def activation_curvature(module: nn.Module) -> float:
+    """sup |phi''| of a pointwise activation: the Lipschitz constant of its derivative.
+
+    ReLU has a jump in phi' (no finite constant): ``inf``, which switches the second-order bound off for that
+    layer while the first-order bounds still hold.
+    """
+    if isinstance(module, nn.GELU):
+        return GELU_CURVATURE
+    if isinstance(module, nn.SiLU):
+        return SILU_CURVATURE
+    if isinstance(module, nn.Tanh):
+        return TANH_CURVATURE
+    if isinstance(module, (nn.Identity, nn.Dropout)):
+        return 0.0
+    return math.inf
+
+
 def uncovered(module: nn.Module | str, where: str = "") -> RobfiltError:
     """The error for a layer the certified bounds do not cover: names the layer type and where it sits."""
     name = module if isinstance(module, str) else type(module).__name__

@@ -2,14 +2,16 @@
 
 Definitions (reported in every summary, because a Lipschitz number means nothing without them):
 
-- image models (DeiT family): input = [0, 1] pixels, flattened (the mean/std normaliser is part of the model);
-  output = the logit vector. Norm: l2 on both sides.
+- image models (``Family.IMAGE``: robfilt DeiTs and any classifier taking [0, 1] images - timm CNNs, ConvNeXt,
+  Swin, ViT, a plain ``nn.Module``): input = [0, 1] pixels, flattened (any mean/std normalisation is part of the
+  model); output = the logit vector. Norm: l2 on both sides. Pair points stay in the [0, 1] box.
 - language models: input = the token-embedding sequence (B, T, d) that ``CausalLM.forward_embeddings`` takes,
   i.e. the space embedding attacks perturb; output = the next-token logits at the **last position** only. The
   last position sees every token through the causal mask, so it measures the whole context, and a 10-100 wide
   output keeps the exact Jacobian affordable. Certified bounds are computed for the full-sequence map, which
   bounds the last position too (selecting rows is 1-Lipschitz).
-- any other ``nn.Module`` (tests, linear probes): input = its input tensor, output = its output flattened.
+- any other ``nn.Module`` (family None: tests, linear probes on features): input = its input tensor, output = its
+  output flattened.
 
 Fused scaled-dot-product attention has no forward-mode AD and no double backward, so every estimator runs on
 the manual attention path. A model that has fused attention switched on is copied and switched (logged), never
@@ -21,33 +23,45 @@ from __future__ import annotations
 import copy
 import logging
 from dataclasses import dataclass
-from enum import Enum
 
 import torch
 from timm.models.vision_transformer import VisionTransformer
 from torch import nn
 
 from ..errors import RobfiltError
+from ..family import Family
 from ..models.deit import set_fused_attn
 from ..models.lm import CausalLM
 
 log = logging.getLogger(__name__)
 
-
-class Kind(str, Enum):
-    """Which input/output convention a model is measured in (see the module docstring)."""
-
-    IMAGE = "image"
-    LM = "lm"
-    GENERIC = "generic"
+# Deprecated alias, kept only until lipschitz/api.py and lipschitz/data.py move to the shared runner (they read
+# ``Kind.IMAGE`` / ``Kind.LM`` and ``target.kind``); new code uses ``Family`` and ``Target.family``.
+Kind = Family
 
 
-def model_kind(model: nn.Module) -> Kind:
+def _first_leaf(model: nn.Module) -> nn.Module | None:
+    for module in model.modules():
+        if not any(True for _ in module.children()):
+            return module
+    return None
+
+
+def model_family(model: nn.Module) -> Family | None:
+    """IMAGE for any image classifier, LM for robfilt language models, None for other modules.
+
+    Image classifiers are recognised by construction, not by name: robfilt/timm ViTs, any timm model (its
+    ``pretrained_cfg`` has an ``input_size``), or any module whose first layer is a 2D convolution (a ResNet,
+    ConvNeXt or Swin stem). Pass ``family=`` to :func:`make_target` to override.
+    """
     if isinstance(model, CausalLM):
-        return Kind.LM
+        return Family.LM
     if isinstance(model, VisionTransformer):
-        return Kind.IMAGE
-    return Kind.GENERIC
+        return Family.IMAGE
+    cfg = getattr(model, "pretrained_cfg", None) or getattr(model, "default_cfg", None)
+    if isinstance(cfg, dict) and "input_size" in cfg:
+        return Family.IMAGE
+    return Family.IMAGE if isinstance(_first_leaf(model), nn.Conv2d) else None
 
 
 def model_name(model: nn.Module) -> str:
@@ -97,20 +111,23 @@ class Target:
 
     name: str
     model: nn.Module
-    kind: Kind
+    family: Family | None  # None: a generic module (its input tensor in, its output flattened out)
     box: tuple[float, float] | None  # the input domain for pair points (pixels stay in [0, 1])
 
+    @property
+    def kind(self) -> Family | None:
+        """Deprecated alias of :attr:`family` (see :data:`Kind`)."""
+        return self.family
+
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if self.kind is Kind.LM:
+        if self.family is Family.LM:
             return self.model.forward_embeddings(x)[:, -1, :]
-        if self.kind is Kind.IMAGE:
-            return self.model(x)
         return self.model(x).reshape(x.shape[0], -1)
 
     def inputs(self, data: torch.Tensor) -> torch.Tensor:
         """Turn raw data into the measured input space: token ids -> embeddings for LMs, dtype cast otherwise."""
         param = next(self.model.parameters())
-        if self.kind is Kind.LM and not torch.is_floating_point(data):
+        if self.family is Family.LM and not torch.is_floating_point(data):
             with torch.no_grad():
                 return self.model.embed(data.to(param.device)).detach()
         return data.to(device=param.device, dtype=param.dtype)
@@ -123,9 +140,18 @@ def make_target(
     dtype: torch.dtype | None = None,
     device: torch.device | str | None = None,
     on_fused: str = "switch",
+    family: Family | str | None = None,
 ) -> Target:
-    """Prepare ``model`` and wrap it with its measurement convention."""
+    """Prepare ``model`` and wrap it with its measurement convention (``family`` overrides the detection)."""
     prepared = prepare_model(model, dtype=dtype, device=device, on_fused=on_fused)
-    kind = model_kind(prepared)
-    box = (0.0, 1.0) if kind is Kind.IMAGE else None
-    return Target(name=name or model_name(model), model=prepared, kind=kind, box=box)
+    if family is not None:
+        try:
+            fam = Family(family)
+        except ValueError:
+            raise RobfiltError(f"unknown family {family!r}; pass 'image' or 'lm'.") from None
+        if fam is Family.LM and not hasattr(prepared, "forward_embeddings"):
+            raise RobfiltError(f"{model_name(model)} has no forward_embeddings(); only robfilt LMs are family 'lm'.")
+    else:
+        fam = model_family(prepared)
+    box = (0.0, 1.0) if fam is Family.IMAGE else None
+    return Target(name=name or model_name(model), model=prepared, family=fam, box=box)

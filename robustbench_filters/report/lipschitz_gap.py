@@ -1,0 +1,122 @@
+"""Figure: where the certified Lipschitz bounds lose, per model and per block.
+
+Input: the tidy rows of :func:`robustbench_filters.lipschitz.gap.gap_rows` (columns ``model``, ``layer``,
+``rho``, ``empirical``, ``layerwise_estimate``, ``local_upper``, ``global_upper``; optional ``local_taylor``).
+For every layer (each block, then the whole model) one column of markers on a log axis, medians over examples:
+
+- empirical gain (a lower bound), the product of exact per-sublayer norms (layerwise estimate, not certified),
+  the certified local bound for each rho and the certified global bound;
+- the vertical segments between them are the losses: empirical -> layerwise is lost to composing layer
+  constants, layerwise -> certified local to the layer bounds themselves (and to the radius they propagate),
+  local -> global to the domain.
+
+Pure matplotlib OO API (Agg canvas), no pyplot; the caller saves the figure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+
+from ..errors import RobfiltError
+
+REQUIRED = ("model", "layer", "rho", "empirical", "layerwise_estimate", "local_upper", "global_upper")
+COMPOSITION = "#d95f02"
+LAYER_BOUNDS = "#7570b3"
+DOMAIN = "#999999"
+MARKERS = {"empirical": ("o", "#1b9e77"), "layerwise_estimate": ("s", COMPOSITION), "global_upper": ("_", "#333333")}
+
+
+def _layer_order(layers: Sequence[str]) -> list[str]:
+    blocks = sorted({x for x in layers if x != "model"}, key=lambda s: (len(s), s))
+    return blocks + (["model"] if "model" in set(layers) else [])
+
+
+def _medians(rows: pd.DataFrame) -> pd.DataFrame:
+    cols = [c for c in ("empirical", "layerwise_estimate", "local_upper", "local_taylor", "global_upper") if c in rows]
+    return rows.groupby(["model", "layer", "rho"], sort=False)[cols].median().reset_index()
+
+
+def _segment(ax, x: float, lo: float, hi: float, color: str) -> None:
+    if np.isfinite(lo) and np.isfinite(hi) and hi > lo > 0:
+        ax.plot([x, x], [lo, hi], color=color, lw=3.0, alpha=0.55, solid_capstyle="butt", zorder=1)
+
+
+def _rho_colors(n: int) -> list[tuple[float, float, float]]:
+    """Dark (smallest rho) to light (largest): one colour per radius."""
+    return [(0.45 + 0.5 * i / max(1, n - 1), 0.05 + 0.35 * i / max(1, n - 1), 0.25 + 0.3 * i / max(1, n - 1))
+            for i in range(n)]  # fmt: skip
+
+
+def _panel(ax, med: pd.DataFrame, rhos: list[float], title: str) -> None:
+    layers = _layer_order(med["layer"].tolist())
+    shades = _rho_colors(len(rhos))
+    for xi, layer in enumerate(layers):
+        mine = med[med["layer"] == layer]
+        first = mine.iloc[0]
+        emp, lw, glob = (float(first[c]) for c in ("empirical", "layerwise_estimate", "global_upper"))
+        locs = [float(mine[mine["rho"] == r]["local_upper"].iloc[0]) for r in rhos]
+        _segment(ax, xi - 0.12, emp, lw, COMPOSITION)
+        _segment(ax, xi, lw, min(locs), LAYER_BOUNDS)
+        _segment(ax, xi + 0.12, max(locs), glob, DOMAIN)
+        for key in ("empirical", "layerwise_estimate", "global_upper"):
+            marker, color = MARKERS[key]
+            value = float(first[key])
+            if np.isfinite(value) and value > 0:
+                ax.plot([xi], [value], marker=marker, color=color, ms=5 if key != "global_upper" else 12, mew=1.5,
+                        ls="none", zorder=3)  # fmt: skip
+        for shade, value in zip(shades, locs, strict=True):
+            if np.isfinite(value) and value > 0:
+                ax.plot([xi + 0.06], [value], marker="v", color=shade, ms=5, ls="none", zorder=3)
+        if "local_taylor" in mine and layer == "model":
+            for value in mine.set_index("rho").reindex(rhos)["local_taylor"]:
+                if np.isfinite(value) and 0 < value < glob:
+                    ax.plot([xi + 0.18], [value], marker="D", color="#e7298a", ms=3.5, ls="none", zorder=3)
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(layers)), [s.replace("blocks.", "block ") for s in layers], rotation=30, fontsize=7)
+    ax.set_title(title, fontsize=8)
+    ax.tick_params(axis="y", labelsize=7)
+    ax.grid(axis="y", alpha=0.3, lw=0.5)
+
+
+def lipschitz_gap_figure(
+    rows: pd.DataFrame, rhos: Sequence[float] | None = None, sources: Sequence[str] = ()
+) -> Figure:
+    """One panel per model: empirical, layerwise estimate, certified local (each rho) and global per layer."""
+    missing = [c for c in REQUIRED if c not in rows.columns]
+    if missing:
+        raise RobfiltError(f"the Lipschitz gap figure needs columns {missing}; build the rows with gap_rows().")
+    if rows.empty:
+        raise RobfiltError("the Lipschitz gap figure got no rows; run the Lipschitz measurement first.")
+    rhos = sorted(set(rows["rho"].astype(float))) if rhos is None else [float(r) for r in rhos]
+    rows = rows[rows["rho"].astype(float).isin(rhos)]
+    med = _medians(rows)
+    models = list(dict.fromkeys(med["model"]))
+    fig = Figure(figsize=(max(3.6, 2.6 * len(models)), 3.6), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(1, len(models), sharey=True, squeeze=False)[0]
+    for ax, model in zip(axes, models, strict=True):
+        _panel(ax, med[med["model"] == model], rhos, model)
+    axes[0].set_ylabel("Lipschitz constant (l2, log scale)", fontsize=8)
+    handles = [
+        Line2D([], [], marker="o", color=MARKERS["empirical"][1], ls="none", label="empirical (lower bound)"),
+        Line2D([], [], marker="s", color=COMPOSITION, ls="none", label="layerwise estimate (not certified)"),
+        *[
+            Line2D([], [], marker="v", color=c, ls="none", label=f"certified local, rho={r:g}")
+            for r, c in zip(rhos, _rho_colors(len(rhos)), strict=True)
+        ],  # fmt: skip
+        Line2D([], [], marker="_", color="#333333", ls="none", ms=10, label="certified global"),
+        Line2D([], [], color=COMPOSITION, lw=3, alpha=0.55, label="lost to composition"),
+        Line2D([], [], color=LAYER_BOUNDS, lw=3, alpha=0.55, label="lost to layer bounds and radii"),
+        Line2D([], [], marker="D", color="#e7298a", ls="none", ms=3.5, label="second-order bound (model)"),
+    ]
+    fig.legend(handles=handles, loc="outside lower center", ncol=2 if len(models) == 1 else 3, fontsize=6,
+               frameon=False)  # fmt: skip
+    if sources:
+        fig.text(0.005, 0.004, "source: " + "; ".join(sources), fontsize=4.5, color="0.45", ha="left", va="bottom")
+    return fig
