@@ -67,7 +67,7 @@ def tiny(name: str, **extra) -> nn.Module:
 
 def tiny_inputs(target, seed: int, n: int = 2) -> torch.Tensor:
     gen = torch.Generator().manual_seed(seed)
-    if target.kind.value == "image":
+    if target.family.value == "image":
         return target.inputs(torch.rand(n, 1, 8, 8, generator=gen))
     return target.inputs(torch.randint(0, 11, (n, 6), generator=gen))
 

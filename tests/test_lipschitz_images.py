@@ -31,7 +31,6 @@ from robustbench_filters.lipschitz import (
 )
 from robustbench_filters.lipschitz.gap import GAP_COLUMNS, gap_rows, gap_summary
 from robustbench_filters.lipschitz.local_bound import LocalOptions, local_bounds
-from robustbench_filters.lipschitz.target import Kind
 from robustbench_filters.models import create_model
 from robustbench_filters.report.lipschitz_gap import lipschitz_gap_figure
 
@@ -87,8 +86,7 @@ def test_family_replaces_kind():
     assert model_family(lm) is Family.LM
     assert model_family(nn.Linear(3, 2)) is None
     target = make_target(resnet18())
-    assert target.family is Family.IMAGE and target.box == (0.0, 1.0) and target.kind is Family.IMAGE
-    assert Kind is Family  # the deprecated alias the old run loop still imports
+    assert target.family is Family.IMAGE and target.box == (0.0, 1.0)
     assert make_target(nn.Linear(4, 2), family="image").family is Family.IMAGE
     with pytest.raises(RobfiltError, match="forward_embeddings"):
         make_target(nn.Linear(4, 2), family="lm")

@@ -27,7 +27,7 @@ from .ratio import pair_ratio_ascent
 from .run import COLUMNS, DEFINITIONS, Lipschitz, LipschitzResult, estimate_lipschitz, summarize
 from .seqlen import sequence_length_study
 from .spectral import conv_lipschitz, linear_lipschitz, spectral_norm
-from .target import Kind, Target, make_target, model_family, prepare_model
+from .target import Target, make_target, model_family, prepare_model
 
 __all__ = [
     "COLUMNS",
@@ -44,7 +44,6 @@ __all__ = [
     "SOFTMAX_LIPSCHITZ",
     "AttentionBound",
     "BoundTrace",
-    "Kind",
     "Lipschitz",
     "LipschitzResult",
     "Method",

@@ -26,6 +26,7 @@ from torch import nn
 
 from ..family import Family
 from ..models.lm import CausalLM
+from ..models.normalize import get_normalizer, normalize_input
 from .attention_bound import check_attention
 from .certify import _check_block, _is_identity_in_eval, _layerscale, _mlp_lipschitz, _stack_lambdas, _sublayer
 from .constants import check_layernorm, uncovered
@@ -155,7 +156,7 @@ def _patch_embedding(model: VisionTransformer) -> Embedding:
         raise uncovered(conv, "patch_embed.proj")
     w = conv.weight.detach().double()
     mat = w.reshape(w.shape[0], -1)
-    norm = getattr(pe, "input_norm", None)
+    norm = get_normalizer(model)  # the root's pre-hook normaliser: model(x) runs it before the patch embedding
     if norm is not None:  # (x - mean) / std per input channel, folded into the patch matrix
         inv = (1.0 / norm.std.detach().double().flatten()).repeat_interleave(w.shape[2] * w.shape[3])
         mat = mat * inv[None, :]
@@ -169,7 +170,7 @@ def _patch_embedding(model: VisionTransformer) -> Embedding:
     token_gain = torch.cat([torch.zeros(prefix, dtype=torch.float64), torch.full((n_patch,), gain).double()])
 
     def fn(x: torch.Tensor) -> torch.Tensor:
-        return model.patch_drop(model._pos_embed(model.patch_embed(x)))
+        return model.patch_drop(model._pos_embed(model.patch_embed(normalize_input(model, x))))
 
     return Embedding(fn=fn, lipschitz=lip, token_gain=token_gain, patch_map=mat if tiled else None, num_prefix=prefix)
 

@@ -16,10 +16,11 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import RobfiltError
-from .target import Kind, Target
+from ..family import Family
+from .target import Target
 
 SYNTHETIC = "synthetic"
-DEFAULT_DATA: dict[Kind, str] = {Kind.IMAGE: "fashion-mnist", Kind.LM: "austen"}
+DEFAULT_DATA: dict[Family, str] = {Family.IMAGE: "fashion-mnist", Family.LM: "austen"}
 
 
 @dataclass
@@ -37,14 +38,19 @@ Selector = Callable[[int, int], torch.Tensor]  # (pool size, n) -> n seeded exam
 def _synthetic(target: Target, n: int, seed: int, seq_len: int) -> Inputs:
     gen = torch.Generator().manual_seed(seed)
     model = target.model
-    if target.kind is Kind.IMAGE:
-        c = model.patch_embed.proj.in_channels
-        h, w = model.patch_embed.img_size
-        x = torch.rand(n, c, h, w, generator=gen)
-    elif target.kind is Kind.LM:
+    if target.family is Family.IMAGE:
+        from ..data.preprocess import input_spec_of
+
+        spec = input_spec_of(model)
+        if spec is None:
+            raise RobfiltError(
+                f"{target.name} does not say its input size; pass inputs= tensors instead of synthetic data."
+            )
+        x = torch.rand(n, spec.in_chans, *spec.size, generator=gen)
+    elif target.family is Family.LM:
         x = torch.randint(0, model.config.vocab_size, (n, seq_len), generator=gen)
     else:
-        raise RobfiltError(f"synthetic data needs a DeiT or LM model, not {type(model).__name__}; pass inputs=.")
+        raise RobfiltError(f"synthetic data needs an image or LM model, not {type(model).__name__}; pass inputs=.")
     return Inputs(x=x, y=None, ids=torch.arange(n))
 
 
@@ -81,15 +87,15 @@ def _text(name: str, target: Target, n: int, select: Selector, seq_len: int) -> 
 
 def load_inputs(target: Target, data: str | None, n: int, select: Selector, seq_len: int = 64, seed: int = 0) -> Inputs:
     """n examples for ``target`` from the named data set (None: the family default), chosen by ``select``."""
-    if target.kind is Kind.LM and seq_len > target.model.config.block_size:
+    if target.family is Family.LM and seq_len > target.model.config.block_size:
         raise RobfiltError(
             f"--seq-len {seq_len} exceeds {target.name}'s block size {target.model.config.block_size}; pass less."
         )
-    name = data or DEFAULT_DATA.get(target.kind)
+    name = data or DEFAULT_DATA.get(target.family)
     if name is None:
         raise RobfiltError(f"{target.name} is not a DeiT or LM model; pass inputs= tensors.")
     if name == SYNTHETIC:
         return _synthetic(target, n, seed, seq_len)
-    if target.kind is Kind.IMAGE:
+    if target.family is Family.IMAGE:
         return _images(name, target, n, select)
     return _text(name, target, n, select, seq_len)

@@ -35,10 +35,6 @@ from ..models.lm import CausalLM
 
 log = logging.getLogger(__name__)
 
-# Deprecated alias, kept only until lipschitz/api.py and lipschitz/data.py move to the shared runner (they read
-# ``Kind.IMAGE`` / ``Kind.LM`` and ``target.kind``); new code uses ``Family`` and ``Target.family``.
-Kind = Family
-
 
 def _first_leaf(model: nn.Module) -> nn.Module | None:
     for module in model.modules():
@@ -113,11 +109,6 @@ class Target:
     model: nn.Module
     family: Family | None  # None: a generic module (its input tensor in, its output flattened out)
     box: tuple[float, float] | None  # the input domain for pair points (pixels stay in [0, 1])
-
-    @property
-    def kind(self) -> Family | None:
-        """Deprecated alias of :attr:`family` (see :data:`Kind`)."""
-        return self.family
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.family is Family.LM:
