@@ -71,6 +71,24 @@ def parse_model_list(text: str) -> list[str]:
     return [m.strip() for m in models]
 
 
+AllowFailedOpt = Annotated[
+    bool,
+    typer.Option("--allow-failed-checks", help="Exit 0 even when a sanity check fails (the failure is still shown)."),
+]
+FAILED_CHECKS_EXIT = 3
+
+
+def exit_for_checks(summary: dict[str, Any], allow_failed: bool) -> None:
+    """A run whose sanity checks failed ends with exit code 3 (its numbers are unreliable), unless allowed."""
+    counts = summary.get("checks_summary") or {}
+    if counts.get("fail", 0) and not allow_failed:
+        console_err(
+            f"error: {counts['fail']} sanity check(s) failed, so these numbers are unreliable (exit "
+            f"{FAILED_CHECKS_EXIT}); fix the cause, or pass --allow-failed-checks to accept them."
+        )
+        raise typer.Exit(FAILED_CHECKS_EXIT)
+
+
 def is_primary() -> bool:
     """False on the non-zero ranks of a torchrun launch (they compute; rank 0 prints)."""
     from robustbench_filters.distributed import env_context

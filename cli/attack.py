@@ -12,10 +12,12 @@ from robustbench_filters.parsing import parse_ints, parse_names, parse_numbers
 
 from ._common import (
     MODEL_HELP,
+    AllowFailedOpt,
     JsonOpt,
     QuietOpt,
     SeedOpt,
     console,
+    exit_for_checks,
     is_primary,
     parse_model_list,
     print_json,
@@ -96,6 +98,7 @@ def attack_cmd(
     allow_pickle: Annotated[
         bool, typer.Option("--allow-pickle", help="Accept a torch .pt state dict (read with weights_only=True).")
     ] = False,
+    allow_failed_checks: AllowFailedOpt = False,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
@@ -142,9 +145,10 @@ def attack_cmd(
         return
     if json_out:
         print_json({"out": str(result.out), **result.summary})
-        return
-    render_summary(result.summary)
-    console().print(f"run folder: {result.out}", markup=False, style="dim")
+    else:
+        render_summary(result.summary)
+        console().print(f"run folder: {result.out}", markup=False, style="dim")
+    exit_for_checks(result.summary, allow_failed_checks)
 
 
 def register(app: typer.Typer) -> None:

@@ -9,20 +9,23 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from robustbench_filters.parsing import parse_number
+from robustbench_filters.parsing import parse_number, parse_numbers
 
 from ._common import (
     MODEL_HELP,
+    AllowFailedOpt,
     JsonOpt,
     QuietOpt,
     SeedOpt,
     console,
+    exit_for_checks,
     is_primary,
     parse_model_list,
     print_json,
     progress_bar,
     setup_logging,
 )
+from ._render import render_checks
 
 
 def _sci(value: float | None) -> str:
@@ -43,6 +46,11 @@ def lipschitz(
         bool, typer.Option("--bounds/--no-bounds", help="Certified global and local upper bounds (default on).")
     ] = True,
     per_layer: Annotated[bool, typer.Option("--per-layer", help="Per-block gains next to certified bounds.")] = False,
+    gap: Annotated[
+        bool,
+        typer.Option("--gap", help="Show where certified bounds lose: empirical vs layerwise vs certified (slow)."),
+    ] = False,
+    gap_rho: Annotated[str, typer.Option("--gap-rho", help="Ball radii of the --gap rows (comma list).")] = "1e-3",
     data: Annotated[
         str | None,
         typer.Option("--data", help="fashion-mnist / austen (default per family) or synthetic (smoke tests)."),
@@ -61,6 +69,7 @@ def lipschitz(
     out: Annotated[Path | None, typer.Option("--out", help="Write a run folder here.")] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue the run in --out.")] = False,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace the run in --out.")] = False,
+    allow_failed_checks: AllowFailedOpt = False,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
@@ -74,9 +83,10 @@ def lipschitz(
     setup_logging(quiet, json_out)
     radius = parse_number(rho, "--rho")
     config = LipschitzConfig(
-        models=tuple(parse_model_list(model)), model_args=tuple(model_arg or ()), n_examples=n_examples, method=method, bounds=bounds,
-        per_layer=per_layer, data=data, size=size, checkpoint=checkpoint, rho=radius, batch_size=batch_size,
-        seq_len=seq_len, seed=seed, device=device,
+        models=tuple(parse_model_list(model)), model_args=tuple(model_arg or ()), n_examples=n_examples,
+        method=method, bounds=bounds, per_layer=per_layer, gap=gap,
+        gap_rhos=tuple(parse_numbers(gap_rho, "--gap-rho", lo=0.0)), data=data, size=size, checkpoint=checkpoint,
+        rho=radius, batch_size=batch_size, seq_len=seq_len, seed=seed, device=device,
     )  # fmt: skip
     with progress_bar(quiet or json_out) as hook:
         result = estimate_lipschitz(config=config, out=out, resume=resume, overwrite=overwrite, progress=hook)
@@ -84,6 +94,7 @@ def lipschitz(
         return
     if json_out:
         print_json({"path": str(result.path) if result.path else None, **result.summary})
+        exit_for_checks(result.summary, allow_failed_checks)
         return
     table = Table(title=f"Lipschitz bounds ({method}, l2, rho={radius:g})")
     for col in ("model", "n", "lower mean", "lower max", "local upper (median)", "certified upper", "upper/lower"):
@@ -115,8 +126,25 @@ def lipschitz(
                     _sci(row["global_upper"]),
                 )
         out_console.print(layers)
+    if gap:
+        _gap_table(result.summary.get("gap_log10_median") or [])
+    render_checks(result.summary["checks"], result.summary["checks_summary"])
     if result.path is not None:
         out_console.print(f"run folder: {result.path}", markup=False)
+    exit_for_checks(result.summary, allow_failed_checks)
+
+
+def _gap_table(records: list[dict]) -> None:
+    """log10 medians: how much is lost to loose layer bounds and how much to composing them."""
+    table = Table(title="where the certified bounds lose (log10, median over examples)")
+    cols = ("model", "layer", "rho", "empirical", "layerwise (not certified)", "certified local", "certified global")
+    keys = ("empirical", "layerwise_estimate", "local_upper", "global_upper")
+    for col in cols:
+        table.add_column(col, justify="left" if col in ("model", "layer") else "right")
+    for r in records:
+        vals = [f"{r[k]:.2f}" if r.get(k) is not None else "-" for k in keys]
+        table.add_row(r["model"], r["layer"], f"{r['rho']:g}", *vals)
+    console().print(table)
 
 
 def register(app: typer.Typer) -> None:

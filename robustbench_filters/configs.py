@@ -370,6 +370,8 @@ class LipschitzConfig(RunConfig):
     method: str = "exact"
     bounds: bool = True
     per_layer: bool = False
+    gap: bool = False
+    gap_rhos: tuple[float, ...] = (1e-3,)
     rho: float = 0.1
     power_iters: int = 50
     tol: float = 1e-5

@@ -30,6 +30,8 @@ import pandas as pd
 import torch
 from torch import nn
 
+from ..checks import FAIL, PASS, Check
+from ..checks import summarize as summarize_checks
 from ..configs import LipschitzConfig
 from ..errors import RobfiltError
 from ..models import create_model
@@ -46,6 +48,7 @@ from .target import Target, make_target
 log = logging.getLogger(__name__)
 
 MODEL_LAYER = "model"
+GAP = "gap/"  # layer prefix of the rows that show where the certified bounds lose (--gap)
 COLUMNS = (
     "model", "example_id", "layer", "method", "lower", "local_upper", "global_upper",
     "radius", "rho", "margin", "pred", "label", "iterations",
@@ -75,10 +78,11 @@ class LipschitzResult:
     layers: pd.DataFrame
     summary: dict[str, Any]
     path: Path | None = None
+    gap: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     @property
     def rows(self) -> pd.DataFrame:
-        return pd.concat([self.examples, self.layers], ignore_index=True)
+        return pd.concat([self.examples, self.layers, self.gap], ignore_index=True)
 
 
 @dataclass
@@ -202,9 +206,44 @@ def _sandwich_ok(group: pd.DataFrame) -> bool:
     return bool(ok.all())
 
 
+def _gap_rows(
+    target: Target, inputs: Inputs, batch: slice, config: LipschitzConfig, gen: torch.Generator
+) -> pd.DataFrame:
+    """Empirical gain, layerwise estimate (not certified), certified local and global, per example and block."""
+    from .gap import gap_rows
+
+    x = target.inputs(inputs.x[batch])
+    ids = inputs.ids[batch].cpu().numpy()
+    rows = gap_rows(target, x, ids, config.gap_rhos, power_iters=config.power_iters, generator=gen)
+    rows["layer"] = GAP + rows["layer"].astype(str)
+    return rows
+
+
+def lipschitz_checks(rows: pd.DataFrame, label: str) -> list[Check]:
+    """Sandwich checks: every lower bound <= its certified local bound <= the certified global bound."""
+    checks = []
+    examples = rows[(rows["model"] == label) & (rows["layer"] == MODEL_LAYER)]
+    if len(_finite(examples["local_upper"])):
+        ok = _sandwich_ok(examples)
+        detail = (
+            f"{len(examples)} examples: lower <= local <= global" if ok else "a lower bound exceeds a certified one"
+        )
+        checks.append(Check("lower <= certified local <= global", label, PASS if ok else FAIL, detail))
+    gap = rows[(rows["model"] == label) & rows["layer"].astype(str).str.startswith(GAP)]
+    if len(gap):
+        slack = 1 + SANDWICH_RTOL
+        bad = (gap["empirical"] > gap["local_upper"] * slack) | (gap["local_upper"] > gap["global_upper"] * slack)
+        status = FAIL if bool(bad.any()) else PASS
+        checks.append(Check("gap rows: empirical <= certified local <= global", label, status,
+                            f"{int(bad.sum())} of {len(gap)} rows out of order"))  # fmt: skip
+    return checks
+
+
 def summarize(rows: pd.DataFrame, factors: dict[str, list[dict]] | None = None) -> dict[str, Any]:
     """Per-model aggregates, recomputed from the rows; ``factors`` adds each model's certified factor table."""
     out: dict[str, Any] = {}
+    gap = rows[rows["layer"].astype(str).str.startswith(GAP)]
+    rows = rows[~rows["layer"].astype(str).str.startswith(GAP)]
     examples = rows[rows["layer"] == MODEL_LAYER]
     for name, group in examples.groupby("model", sort=False):
         lower, local, glob = group["lower"], _finite(group["local_upper"]), _finite(group["global_upper"])
@@ -237,7 +276,13 @@ def summarize(rows: pd.DataFrame, factors: dict[str, list[dict]] | None = None) 
         if factors and name in factors:
             entry["factors"] = factors[name]
         out[str(name)] = entry
-    return {"models": out, "definitions": DEFINITIONS}
+    result: dict[str, Any] = {"models": out, "definitions": DEFINITIONS}
+    if len(gap):
+        from .gap import gap_summary
+
+        med = gap_summary(gap.assign(layer=gap["layer"].str.slice(len(GAP))))
+        result["gap_log10_median"] = med.replace({np.nan: None}).to_dict(orient="records")
+    return result
 
 
 class Lipschitz(Measurement):
@@ -292,10 +337,12 @@ class Lipschitz(Measurement):
             "data": "inputs:" + _tensor_hash(c.inputs) if c.inputs is not None else c.data, "rho": s.rho,
             "power_iters": s.power_iters, "tol": s.tol, "ratio_steps": s.ratio_steps, "batch_size": s.batch_size,
             "seq_len": c.seq_len, "dtype": str(self.dtype).replace("torch.", ""),
+            **({"gap_rhos": list(c.gap_rhos)} if c.gap else {}),
         }  # fmt: skip
 
     def plan(self) -> list[Unit]:
-        return [Unit(ti, "lipschitz", j) for ti in range(len(self.targets)) for j in range(len(self.batches))]
+        parts = ["lipschitz", "gap"] if self.config.gap else ["lipschitz"]
+        return [Unit(ti, p, j) for ti in range(len(self.targets)) for p in parts for j in range(len(self.batches))]
 
     @contextlib.contextmanager
     def session(self) -> Iterator[None]:
@@ -306,12 +353,21 @@ class Lipschitz(Measurement):
         t = self.targets[unit.model]
         key = f"{t.name}-{unit.batch:04d}"  # the generator seed keeps the name-based key of format 1 runs
         gen = torch.Generator().manual_seed(self.settings.seed * 1_000_003 + zlib.crc32(key.encode()))
-        rows = _batch_rows(t, self.inputs[unit.model], self.batches[unit.batch], self.settings, gen)
+        if unit.part == "gap":
+            rows = _gap_rows(t, self.inputs[unit.model], self.batches[unit.batch], self.config, gen)
+        else:
+            rows = _batch_rows(t, self.inputs[unit.model], self.batches[unit.batch], self.settings, gen)
         tick(1)
         return rows
 
-    def summarise(self, rows: pd.DataFrame, checks: list) -> dict[str, Any]:
-        return summarize(rows, self.factors)
+    def row_checks(self, rows: pd.DataFrame, label: str) -> list[Check]:
+        return lipschitz_checks(rows, label)
+
+    def summarise(self, rows: pd.DataFrame, checks: list[Check]) -> dict[str, Any]:
+        summary = summarize(rows, self.factors)
+        summary["checks"] = [c.to_dict() for c in checks]
+        summary["checks_summary"] = summarize_checks(checks)
+        return summary
 
 
 def estimate_lipschitz(
@@ -370,10 +426,12 @@ def estimate_lipschitz(
             ratio_steps=ratio_steps, seq_len=seq_len, dtype=_dtype_name(dtype), device=str(device or "cpu"),
         )  # fmt: skip
     result = run(Lipschitz(config), out=out, resume=resume, overwrite=overwrite, progress=progress)
-    is_model = result.rows["layer"] == MODEL_LAYER
+    layer = result.rows["layer"].astype(str)
+    is_model, is_gap = layer == MODEL_LAYER, layer.str.startswith(GAP)
     return LipschitzResult(
-        examples=result.rows[is_model].reset_index(drop=True),
-        layers=result.rows[~is_model].reset_index(drop=True),
+        examples=result.rows[is_model].reset_index(drop=True)[list(COLUMNS)],
+        layers=result.rows[~is_model & ~is_gap].reset_index(drop=True)[list(COLUMNS)],
+        gap=result.rows[is_gap].reset_index(drop=True),
         summary=result.summary,
         path=result.out,
     )
