@@ -6,6 +6,8 @@ object. Errors the user can fix are printed as one line (no traceback) with exit
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 
 import typer
@@ -17,7 +19,7 @@ except ImportError:  # pragma: no cover - depends on the installed typer
 
 from robustbench_filters.errors import RobfiltError, describe_os_error
 
-from . import attack, check, lipschitz, report, study, train
+from . import attack, check, lipschitz, report, study, train, verify
 from . import models as _models
 from ._common import console_err
 
@@ -30,35 +32,46 @@ app = typer.Typer(
 )
 app.add_typer(_models.app, name="models")
 
-for _command in (train, attack, lipschitz, report, check, study):  # each command lives in its own file
+for _command in (train, attack, lipschitz, report, check, study, verify):  # each command lives in its own file
     _command.register(app)
 
 
 def run(argv: list[str] | None = None) -> int:
     """Run the CLI and return its exit code; user errors become one line on stderr."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["check"] and check.CHILD_ENV not in os.environ and "--help" not in argv:
+        return check.supervise(argv)
+    json_mode = "--json" in argv
+
+    def fail(message: str, code: int) -> int:
+        """One line on stderr; under --json also a JSON object on stdout, so scripts always get JSON."""
+        console_err(message)
+        if json_mode:
+            sys.stdout.write(json.dumps({"error": message.removeprefix("error: "), "exit_code": code}) + "\n")
+        return code
+
     try:
         result = app(args=argv, prog_name="robfilt", standalone_mode=False)
     except typer.Exit as exc:
         return int(exc.exit_code or 0)
     except typer.Abort:
-        console_err("aborted")
-        return 130
+        return fail("aborted", 130)
     except click_exc.UsageError as exc:
         if type(exc).__name__ == "NoArgsIsHelpError":
             sys.stdout.write(exc.format_message() + "\n")
             return 0
         message = " ".join(exc.format_message().split())
-        console_err(f"error: {message} (see --help)")
-        return 2
+        return fail(f"error: {message} (see --help)", 2)
     except RobfiltError as exc:
-        console_err(f"error: {exc}")
-        return exc.exit_code
+        return fail(f"error: {exc}", exc.exit_code)
     except OSError as exc:  # robfilt's own writes (errors inside a user's model arrive as UserCodeError)
-        console_err(f"error: {describe_os_error(exc)}")
-        return 2
+        return fail(f"error: {describe_os_error(exc)}", 2)
     except KeyboardInterrupt:
-        console_err("interrupted; continue with --resume")
-        return 130
+        return fail("interrupted; continue with --resume", 130)
+    except SystemExit as exc:  # raised by code robfilt ran (a user's model): never a silent success
+        return fail(
+            f"error: the command was ended by SystemExit({exc.code!r}) from code it ran; nothing was finished", 2
+        )
     return int(result) if isinstance(result, int) else 0
 
 

@@ -1,13 +1,25 @@
-"""robfilt check: the CI gate (exit 0 pass, 1 regression, 2 usage error)."""
+"""robfilt check: the CI gate (exit 0 pass, 1 regression, 2 usage error or nothing checked).
+
+The gate runs users' model code, which may end the process (``sys.exit(0)``, ``os._exit(0)``, a crash). A CI gate
+must never pass without checking, so ``robfilt check`` runs the gate in a child process and exits 0 only when
+the child reports, through a result file tagged with a fresh nonce, that it evaluated every check and passed.
+"""
 
 from __future__ import annotations
 
+import json
+import os
+import secrets
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.table import Table
 
+from robustbench_filters.errors import RobfiltError
 from robustbench_filters.gate import run_gate
 from robustbench_filters.parsing import parse_number
 from robustbench_filters.report.judge import GateResult
@@ -60,6 +72,44 @@ def render_gate(result: GateResult) -> None:
     out.print(f"junit: {result.junit}  summary: {result.summary}", style="dim", markup=False)
 
 
+CHILD_ENV = "ROBFILT_GATE_CHILD"  # "<nonce>:<result file>" in the supervised child
+
+
+def supervise(argv: list[str]) -> int:
+    """Run ``robfilt check ARGV`` in a child process; trust its exit code only with a matching result record."""
+    from ._common import console_err
+
+    with tempfile.TemporaryDirectory(prefix="robfilt-gate-") as tmp:
+        record, nonce = Path(tmp) / "result.json", secrets.token_hex(16)
+        env = {**os.environ, CHILD_ENV: f"{nonce}:{record}"}
+        try:
+            code = subprocess.run([sys.executable, "-m", "robustbench_filters.cli", *argv], env=env).returncode
+        except KeyboardInterrupt:
+            console_err("interrupted; nothing was checked")
+            return 130
+        try:
+            result = json.loads(record.read_text())
+        except (OSError, ValueError):
+            result = None
+    if code in (2, 130):  # a usage error or Ctrl-C, already reported by the child in one line
+        return code
+    if not isinstance(result, dict) or result.get("nonce") != nonce or result.get("exit_code") != code:
+        console_err(
+            f"error: the gate ended (exit {code}) before it evaluated its checks (a model's code may have ended "
+            "the process); nothing was checked, so the gate fails: run it again and read the first error."
+        )
+        return 2
+    return code
+
+
+def _record(exit_code: int, evaluated: int) -> None:
+    """In the supervised child: tell the parent the gate finished and how many checks it evaluated."""
+    tag = os.environ.get(CHILD_ENV)
+    if tag:
+        nonce, _, path = tag.partition(":")
+        Path(path).write_text(json.dumps({"nonce": nonce, "exit_code": exit_code, "evaluated": evaluated}))
+
+
 def check_cmd(
     spec: Annotated[
         Path | None, typer.Option("--spec", help="TOML spec: thresholds, and how to make fresh runs.")
@@ -109,6 +159,9 @@ def check_cmd(
             write_baseline=write_baseline,
             progress=hook,
         )
+    if not result.outcomes:
+        raise RobfiltError("the gate evaluated no checks; add requirements or a baseline to the spec.")
+    _record(result.exit_code, len(result.outcomes))
     if json_out:
         print_json(result.to_dict())
         if not result.passed:

@@ -8,8 +8,9 @@ Layout (every key optional unless marked)::
     baseline = "baselines/zoo.json"  # optional: compare with a committed baseline too
     tolerance = 0.0               # extra slack for baseline comparisons (accuracy units; relative for ppl/bounds)
     sanity = "warn"               # failed sanity checks of a run: "fail", "warn" or "ignore"
+    allow_code = false            # true lets models name code (file.py:factory, pkg.mod:factory): it will run
 
-    [image]                       # one fresh attack run; keys mirror `robfilt attack`
+    [image]                       # one fresh attack run; keys mirror `robfilt attack` (the run config's fields)
     models = ["deit", "deit-grc"] # required
     attacks = ["pgd"]
     eps = [0.01, "8/255"]
@@ -26,9 +27,11 @@ Layout (every key optional unless marked)::
     [lm] / [[lm.require]]         # max_ppl, min_token_acc
     [lipschitz] / [[lipschitz.require]]  # max_lipschitz_upper, max_lipschitz_local_upper, max_lipschitz_lower, min_radius
 
-Unknown keys and wrong types are usage errors (exit 2) with close-match suggestions. Paths are relative to the
-spec file and must stay inside the project folder (the nearest ancestor of the spec holding pyproject.toml or
-.git); a path outside it must be given on the command line instead.
+Unknown keys and wrong types are usage errors (exit 2) with close-match suggestions. Paths (``out``, ``baseline``,
+``checkpoint``, ``data_root``, the path in ``data = "imagefolder:..."``/``"text:..."``/``"hf-disk:..."`` and factory
+files) are relative to the spec file and, after resolving symlinks, must stay inside the project folder (the
+nearest ancestor of the spec holding pyproject.toml or .git); a path outside it must be given on the command line.
+A spec naming code runs that code, so it must say ``allow_code = true``.
 """
 
 from __future__ import annotations
@@ -46,7 +49,9 @@ from .report.judge import Requirement
 from .report.runs import IMAGE, LIPSCHITZ, LM
 
 SECTIONS: tuple[str, ...] = (IMAGE, LM, LIPSCHITZ)
-TOP_KEYS = frozenset({"version", "name", "out", "baseline", "tolerance", "sanity", "device", *SECTIONS})
+TOP_KEYS = frozenset({"version", "name", "out", "baseline", "tolerance", "sanity", "device", "allow_code", *SECTIONS})
+#: Data specs that carry a path; in a spec the path is relative to the spec's folder and must stay in the project.
+DATA_PATH_PREFIXES = ("imagefolder:", "text:", "hf-disk:")
 SANITY = ("fail", "warn", "ignore")
 _NOT_IN_SPECS = {"device", "tokenizer", "inputs", "input_labels", "base_dir"}  # top-level key, or Python objects only
 
@@ -167,11 +172,44 @@ def resolve_path(spec_path: Path, root: Path, value: Any, key: str) -> Path:
     return path
 
 
-def _settings(spec: Path, root: Path, fam: str, table: Mapping[str, Any]) -> dict[str, Any]:
+def _models(spec: Path, root: Path, fam: str, refs: list[str], allow_code: bool) -> list[str]:
+    """Model references of a section: code (factories) only with ``allow_code = true``, files inside the project."""
+    from .models.ref import ModelKind, is_file_module, parse_model_ref
+
+    for ref in refs:
+        try:
+            parsed = parse_model_ref(ref)
+        except RobfiltError as exc:
+            raise _err(spec, f"[{fam}] models: {exc}") from None
+        if parsed.kind is not ModelKind.FACTORY:
+            continue
+        if not allow_code:
+            raise _err(
+                spec,
+                f"[{fam}] model {ref!r} is code (a factory) and a spec that names code runs it; add "
+                "allow_code = true at the top of the spec if you trust it.",
+            )
+        module, _ = parsed.factory_parts
+        if is_file_module(module):
+            resolve_path(spec, root, module, f"[{fam}] model file")
+    return refs
+
+
+def _data(spec: Path, root: Path, fam: str, value: str) -> str:
+    """A data spec; a path inside it is resolved from the spec's folder and must stay inside the project."""
+    for prefix in DATA_PATH_PREFIXES:
+        if value.startswith(prefix):
+            return prefix + str(resolve_path(spec, root, value[len(prefix) :], f"[{fam}] data"))
+    return value
+
+
+def _settings(spec: Path, root: Path, fam: str, table: Mapping[str, Any], allow_code: bool) -> dict[str, Any]:
     s: dict[str, Any] = {}
     s["models"] = _strings(spec, table.get("models"), f"[{fam}] models") if "models" in table else None
     if s["models"] is None:
         raise _err(spec, f'[{fam}] needs models = [...], e.g. models = ["deit", "deit-grc"].')
+    s["models"] = _models(spec, root, fam, s["models"], allow_code)
+    s["base_dir"] = str(spec.parent)  # relative factory modules are found from the spec's folder
     for key, value in table.items():
         if key in ("models", "require"):
             continue
@@ -199,6 +237,10 @@ def _settings(spec: Path, root: Path, fam: str, table: Mapping[str, Any]) -> dic
             s[key] = value if value in ("zoo", "none") else str(resolve_path(spec, root, value, "checkpoint"))
         elif key == "data_root":
             s[key] = str(resolve_path(spec, root, value, "data_root"))
+        elif key == "data":
+            if not isinstance(value, str):
+                raise _err(spec, f"{what} must be a string, got {value!r}.")
+            s[key] = _data(spec, root, fam, value)
         else:  # data, size, norm, method, amp, eps_mode, replacement, baseline, dtype
             if not isinstance(value, str):
                 raise _err(spec, f"{what} must be a string, got {value!r}.")
@@ -282,6 +324,9 @@ def load_spec(path: str | Path) -> Spec:
     _check_keys(path, data, TOP_KEYS, "the top level")
     if data.get("version", 1) != 1:
         raise _err(path, f"version {data.get('version')!r} is not supported; this robfilt reads version = 1.")
+    allow_code = data.get("allow_code", False)
+    if not isinstance(allow_code, bool):
+        raise _err(path, f"allow_code must be true or false, got {allow_code!r}.")
     sanity = data.get("sanity", "warn")
     if sanity not in SANITY:
         raise _err(path, f"sanity must be one of {', '.join(SANITY)}, got {sanity!r}.")
@@ -296,8 +341,9 @@ def load_spec(path: str | Path) -> Spec:
         if not isinstance(table, dict):
             raise _err(path, f"{fam} must be a table ([{fam}]).")
         _check_keys(path, table, RUN_KEYS[fam], f"[{fam}]")
-        settings = _settings(path, root, fam, table)
-        reqs = _requirements(path, fam, settings["models"], table.get("require", []))
+        settings = _settings(path, root, fam, table, allow_code)
+        labels = [CF.model_label(m, i) for i, m in enumerate(settings["models"])]
+        reqs = _requirements(path, fam, labels, table.get("require", []))
         sections[fam] = Section(fam, settings, _config(path, fam, settings, data.get("device", "cpu")), reqs)
     if not sections:
         raise _err(path, f"defines no [{'], ['.join(SECTIONS)}] section; nothing to check.")
