@@ -53,6 +53,8 @@ def run(argv: list[str] | None = None) -> int:
     try:
         result = app(args=argv, prog_name="robfilt", standalone_mode=False)
     except typer.Exit as exc:
+        if exc.exit_code == 130 and isinstance(exc.__cause__, KeyboardInterrupt):  # typer's own Ctrl-C handling
+            return fail("interrupted; continue with --resume", 130)
         return int(exc.exit_code or 0)
     except typer.Abort:
         return fail("aborted", 130)
@@ -72,6 +74,8 @@ def run(argv: list[str] | None = None) -> int:
         return fail(
             f"error: the command was ended by SystemExit({exc.code!r}) from code it ran; nothing was finished", 2
         )
+    if result == 130:  # typer turns Ctrl-C inside a command into this return value (standalone_mode=False)
+        return fail("interrupted; continue with --resume", 130)
     return int(result) if isinstance(result, int) else 0
 
 

@@ -82,8 +82,9 @@ def parse_names(text: str, what: str, choices: list[str] | tuple[str, ...] | Non
         for n in names:
             if n not in choices:
                 raise unknown(what, n, choices)
-    if len(set(names)) != len(names):
-        raise RobfiltError(f"{what} {text!r} repeats a name; list each once.")
+    repeated = next((n for i, n in enumerate(names) if n in names[:i]), None)
+    if repeated is not None:
+        raise RobfiltError(f"{what} lists {repeated!r} twice; list each value once.")
     return names
 
 
