@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .checkpoint import CARD, WEIGHTS, zoo_path
+from .checkpoint import CARD, WEIGHTS, ZOO_NOISE_SIGMAS, noise_tag, zoo_path
 from .registry import MODEL_NAMES, SIZES, build_from_spec, parse_name, resolve_spec
 
 FORMULATION_NOTE = (
@@ -42,13 +42,27 @@ def formulas(config: Any) -> list[str]:
     return out
 
 
-def zoo_entry(name: str, size: str) -> dict[str, Any] | None:
-    """Zoo metrics for a name, or None when no trained weights are bundled."""
-    folder = zoo_path(name, size)
+def zoo_entry(name: str, size: str, noise_sigma: float | None = None) -> dict[str, Any] | None:
+    """Zoo metrics for a name (and noise level), or None when no trained weights are bundled."""
+    folder = zoo_path(name, size, noise_sigma)
     if not (folder / WEIGHTS).exists() or not (folder / CARD).exists():
         return None
     card = json.loads((folder / CARD).read_text())
-    return {"path": str(folder), "metrics": card.get("metrics", {}), "recipe": card.get("recipe")}
+    entry = {"path": str(folder), "metrics": card.get("metrics", {}), "recipe": card.get("recipe")}
+    if noise_sigma:
+        entry["checkpoint"] = f"zoo:{noise_tag(noise_sigma)}"
+        entry["certification"] = card.get("certification")
+    return entry
+
+
+def noise_zoo(name: str, size: str) -> dict[str, dict[str, Any]]:
+    """The noise-trained zoo variants of a name: ``{"sigma0.25": entry}`` for those bundled."""
+    out = {}
+    for sigma in ZOO_NOISE_SIGMAS:
+        entry = zoo_entry(name, size, sigma)
+        if entry is not None:
+            out[noise_tag(sigma)] = entry
+    return out
 
 
 def list_table() -> list[dict[str, Any]]:
@@ -65,6 +79,11 @@ def list_table() -> list[dict[str, Any]]:
                 "grc": grc,
                 "sizes": list(sizes),
                 "zoo": {s: z["metrics"] for s, z in zoo.items() if z is not None},
+                "zoo_noise": {
+                    f"{s}-{tag}": {"metrics": e["metrics"], "certification": e["certification"]}
+                    for s in sizes
+                    for tag, e in noise_zoo(name, s).items()
+                },
             }
         )
     return rows
@@ -82,4 +101,5 @@ def show(name: str, size: str = "micro") -> dict[str, Any]:
         "formulas": formulas(spec.config),
         "note": FORMULATION_NOTE,
         "zoo": zoo_entry(name, size),
+        "zoo_noise": noise_zoo(name, size),
     }

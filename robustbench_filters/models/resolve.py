@@ -16,6 +16,7 @@ from pathlib import Path
 from torch import nn
 
 from ..errors import CheckpointError, RobfiltError
+from .checkpoint import is_zoo_ref
 from .factory import create_model
 from .registry import MODEL_NAMES, parse_name
 
@@ -95,7 +96,7 @@ def load_model(
 
         torch.manual_seed(seed)
         return LoadedModel(ref, parse_name(ref)[0].value, create_model(ref, size), "untrained")
-    if allow_pickle and str(checkpoint) != "zoo":
+    if allow_pickle and not is_zoo_ref(checkpoint):
         from .checkpoint import load_checkpoint
 
         module = load_checkpoint(checkpoint, name=ref, size=size, allow_pickle=True)

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import torch
 from torch import nn
@@ -78,7 +79,7 @@ def certify_smoothed(
     ``attack`` adds the SmoothAdv check (a PGD attack of ``attack_steps`` x ``attack_draws`` forward/backward
     passes per example and radius, plus one PREDICT). The model is put in eval mode.
     """
-    sigma_list = _validate(x, y, [sigmas] if isinstance(sigmas, int | float) else list(sigmas))
+    sigma_list = _validate(x, y, [sigmas] if np.ndim(sigmas) == 0 else list(sigmas))
     validate_settings(n0, n, alpha)
     ids = list(range(len(y))) if example_ids is None else [int(i) for i in example_ids]
     model.eval()

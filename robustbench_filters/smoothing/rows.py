@@ -68,7 +68,7 @@ def certificate_rows(
     This is the unit a runner calls on a slice of examples; the rows of two slices concatenate to the rows of
     the union (noise is seeded per example id), so slices can run anywhere and in any order.
     """
-    sigma_list = [float(sigmas)] if isinstance(sigmas, int | float) else [float(s) for s in sigmas]
+    sigma_list = [float(sigmas)] if np.ndim(sigmas) == 0 else [float(s) for s in sigmas]
     ids = np.asarray([int(i) for i in example_ids], dtype=np.int64)
     labels = y.detach().cpu().numpy().astype(np.int64)
     frames = []

@@ -131,7 +131,10 @@ def check_determinism(
     batch_size: int,
     k: int = DETERMINISM_EXAMPLES,
 ) -> Check:
-    """(c) Re-certify the first ``k`` examples with another batch size; the rows must be identical."""
+    """(c) Re-certify the first ``k`` examples with another batch size; the rows must be identical.
+
+    ``rows`` are :func:`certificate_rows` of ``(x, y)`` in the order of ``x`` (so its first ids are x's first rows).
+    """
     name = "same seed, same certificates"
     label = str(rows["model"].iloc[0])
     first = rows[rows["example_id"].isin(rows["example_id"].iloc[:k])]
