@@ -226,6 +226,20 @@ def test_certify_smoothed_returns_rows_summary_and_passing_checks() -> None:
     assert res.settings["n"] == 500 and res.settings["max_certifiable_radius"]["0.25"] > 0
 
 
+def test_certify_smoothed_with_attack_adds_robust_accuracy_and_the_soundness_check() -> None:
+    model = Linear3()
+    x, y = linear_examples(model, DISTANCES)
+    res = certify_smoothed(
+        model, x, y, np.float32(SIGMA), n0=50, n=500, model_label="lin", attack=True, attack_radii=(0.25,),
+        attack_steps=8, attack_draws=8,
+    )  # fmt: skip
+    check = next(c for c in res.checks if c.name.startswith("certified <= robust"))
+    assert check.status == PASS, check.detail
+    at = res.summary[res.summary.radius == 0.25].iloc[0]
+    assert at.certified_acc <= at.smoothed_robust_acc < 1.0  # |d| < 0.25 examples are beaten
+    assert len(res.attacks) == len(y) and res.settings["attack_steps"] == 8
+
+
 def test_abstention_check_warns_when_most_examples_abstain() -> None:
     rows = pd.DataFrame({"model": "m", "sigma": 0.5, "abstain": [True, True, False, False, False]})
     assert check_abstention(rows, "m").status == WARN

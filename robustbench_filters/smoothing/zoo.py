@@ -35,6 +35,14 @@ def metric_key(radius: float) -> str:
     return f"certified_acc_r{radius:g}"
 
 
+def rebuild_command(name: str, sigma: float, n_examples: int, n0: int, n: int, alpha: float, seed: int) -> str:
+    """The command that remeasures a card's certification block (``scripts/certify_zoo.py``)."""
+    return (
+        f"python scripts/certify_zoo.py --model {name} --noise-sigma {sigma:g} --n-examples {n_examples} "
+        f"--n0 {n0} --n {n} --alpha {alpha:g} --seed {seed}"
+    )
+
+
 def certify_checkpoint(
     folder: str | Path,
     *,
@@ -92,6 +100,7 @@ def certify_checkpoint(
         "wall_time_s": round(wall, 1),
         "samples_per_s": result.settings["samples_per_s"],
         "torch_threads": torch.get_num_threads(),
+        "rebuild_command": rebuild_command(card["name"], sigma, n_examples, n0, n, alpha, seed),
     }
     log.info("certified %s at sigma %g in %.0fs: %s", folder, sigma, wall, block["certified_acc"])
     if write:
