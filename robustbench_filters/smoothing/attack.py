@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import RobfiltError
-from .sampler import example_noise, model_device
+from .sampler import DEFAULT_BATCH, example_noise, model_device
 
 DEFAULT_STEPS = 20
 DEFAULT_DRAWS = 16  # noise draws per step; Salman et al. use 1-8 when training and more to evaluate
@@ -51,7 +51,7 @@ def smooth_adv_pgd(
     steps: int = DEFAULT_STEPS,
     draws: int = DEFAULT_DRAWS,
     step_size: float | None = None,
-    batch_size: int = 1000,
+    batch_size: int = DEFAULT_BATCH,
     seed: int = 0,
 ) -> torch.Tensor:
     """Adversarial inputs within L2 distance ``eps`` of ``x`` (and in [0, 1]) against the smoothed classifier.

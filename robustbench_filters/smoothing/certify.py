@@ -26,7 +26,7 @@ from torch import nn
 
 from ..errors import RobfiltError
 from .bounds import binom_test_half, clopper_pearson_lower, radius_from_lower
-from .sampler import sample_counts
+from .sampler import DEFAULT_BATCH, sample_counts
 
 ABSTAIN = -1
 
@@ -36,7 +36,6 @@ ABSTAIN = -1
 DEFAULT_N0 = 100
 DEFAULT_N = 1000
 DEFAULT_ALPHA = 0.001
-DEFAULT_BATCH = 1000
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,9 @@ from torch import nn
 from ..errors import RobfiltError
 
 BLOCK = 100  # draws per noise block: one generator per (example, phase, block)
+# Samples per forward pass. 128 suits CPUs: the micro DeiT classifies ~1.5x more samples per second at batch
+# 50-200 than at 1000 on one core (activations stay in cache; measured for B8). On a GPU pass thousands.
+DEFAULT_BATCH = 128
 
 
 def noise_seed(seed: int, sigma: float, example_id: int, phase: str, block: int) -> int:
@@ -106,7 +109,7 @@ def sample_counts(
     *,
     seed: int,
     phase: str,
-    batch_size: int = 1000,
+    batch_size: int = DEFAULT_BATCH,
     noise_device: str | None = "cpu",
 ) -> np.ndarray:
     """Class counts of ``model(x_i + noise)`` over ``num`` draws per example: int64 array ``(k, num_classes)``.
@@ -152,4 +155,4 @@ def sample_counts(
     return counts.view(k, -1).cpu().numpy()
 
 
-__all__ = ["BLOCK", "example_noise", "model_device", "noise_block", "noise_seed", "sample_counts"]
+__all__ = ["BLOCK", "DEFAULT_BATCH", "example_noise", "model_device", "noise_block", "noise_seed", "sample_counts"]

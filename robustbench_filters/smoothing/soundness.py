@@ -21,6 +21,7 @@ from ..checks import FAIL, PASS, WARN, Check
 from .attack import DEFAULT_DRAWS, DEFAULT_STEPS, smooth_adv_pgd
 from .certify import ABSTAIN, predict
 from .rows import certificate_rows
+from .sampler import DEFAULT_BATCH
 
 ABSTAIN_WARN = 0.25  # above this abstention rate the certified numbers mostly measure indecision
 DETERMINISM_EXAMPLES = 4
@@ -36,7 +37,7 @@ def attack_rows(
     *,
     steps: int = DEFAULT_STEPS,
     draws: int = DEFAULT_DRAWS,
-    batch_size: int = 1000,
+    batch_size: int = DEFAULT_BATCH,
 ) -> pd.DataFrame:
     """Attack the smoothed classifier at each radius and re-decide with PREDICT at the adversarial point.
 
