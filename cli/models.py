@@ -23,6 +23,19 @@ def _fmt_metrics(metrics: dict) -> str:
     return ", ".join(parts) or "trained"
 
 
+def _fmt_certified(entry: dict) -> str:
+    """'acc 80.1%, certified 75.2/60.3/41.0% at r=0/0.25/0.5' for a noise-trained zoo entry."""
+    metrics, cert = entry.get("metrics") or {}, entry.get("certification")
+    parts = [_fmt_metrics(metrics)]
+    if cert:
+        accs = "/".join(f"{100 * a:.1f}" for a in cert["certified_acc"])
+        radii = "/".join(f"{r:g}" for r in cert["radii"])
+        parts.append(f"certified {accs}% at r={radii} (sigma {cert['sigma']:g}, {cert['n_examples']} ex.)")
+    else:
+        parts.append("not certified yet")
+    return ", ".join(parts)
+
+
 @app.command("list")
 def list_cmd(json_out: JsonOpt = False, quiet: QuietOpt = False) -> None:
     """All model names, their sizes, and which have bundled zoo weights (with test metrics)."""
@@ -32,10 +45,20 @@ def list_cmd(json_out: JsonOpt = False, quiet: QuietOpt = False) -> None:
         print_json(rows)
         return
     table = Table(title="robfilt models")
-    for col in ("name", "family", "BSA", "GRC", "sizes", "zoo weights (test)", "timm names (timm:<name>)"):
+    for col in (
+        "name",
+        "family",
+        "BSA",
+        "GRC",
+        "sizes",
+        "zoo weights (test)",
+        "noise-trained zoo (smoothed)",
+        "timm names (timm:<name>)",
+    ):
         table.add_column(col)
     for r in rows:
         zoo = "; ".join(f"{s}: {_fmt_metrics(m)}" for s, m in r["zoo"].items()) or "-"
+        noisy = "; ".join(f"{k}: {_fmt_certified(e)}" for k, e in r.get("zoo_noise", {}).items()) or "-"
         table.add_row(
             r["name"],
             r["family"],
@@ -43,6 +66,7 @@ def list_cmd(json_out: JsonOpt = False, quiet: QuietOpt = False) -> None:
             "yes" if r["grc"] else "-",
             ", ".join(r["sizes"]),
             zoo,
+            noisy,
             "\n".join(r["timm"].values()) or "-",
         )
     console().print(table)
@@ -75,4 +99,6 @@ def show_cmd(
         out.print(f"timm name: {info['timm']} (timm.create_model, or --model timm:{info['timm']})", markup=False)
     if info["zoo"]:
         out.print(f"zoo weights: {info['zoo']['path']}  metrics: {info['zoo']['metrics']}", markup=False)
+    for tag, entry in info.get("zoo_noise", {}).items():
+        out.print(f"zoo:{tag} weights: {entry['path']}  {_fmt_certified(entry)}", markup=False)
     out.print(f"note: {info['note']}", markup=False, style="dim")

@@ -27,6 +27,13 @@ def train_cmd(
     lr: Annotated[float | None, typer.Option("--lr", help="Peak learning rate.")] = None,
     tokenizer: Annotated[str | None, typer.Option("--tokenizer", help="LM tokenizer: char (default) or bpe.")] = None,
     ckpt_every: Annotated[int | None, typer.Option("--ckpt-every", help="Steps between resumable states.")] = None,
+    noise_sigma: Annotated[
+        float | None,
+        typer.Option(
+            "--noise-sigma",
+            help="Images: add N(0, S^2) noise to the [0, 1] inputs while training (for randomized smoothing).",
+        ),
+    ] = None,
     seed: SeedOpt = 0,
     out: Annotated[str | None, typer.Option("--out", help="Output folder (checkpoint + card).")] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue a killed run in --out.")] = False,
@@ -45,7 +52,9 @@ def train_cmd(
     base = DEFAULT_RECIPES[family]
     changes = {
         k: v
-        for k, v in dict(batch_size=batch_size, lr=lr, tokenizer=tokenizer, ckpt_every=ckpt_every).items()
+        for k, v in dict(
+            batch_size=batch_size, lr=lr, tokenizer=tokenizer, ckpt_every=ckpt_every, noise_sigma=noise_sigma
+        ).items()
         if v is not None
     }
     if epochs is not None or steps is not None:

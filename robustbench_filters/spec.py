@@ -44,6 +44,7 @@ from typing import Any
 
 from . import configs as CF
 from .errors import RobfiltError, suggest
+from .models.checkpoint import is_zoo_ref
 from .parsing import parse_number
 from .report.judge import Requirement
 from .report.runs import IMAGE, LIPSCHITZ, LM
@@ -234,7 +235,9 @@ def _settings(spec: Path, root: Path, fam: str, table: Mapping[str, Any], allow_
         elif key == "checkpoint":
             if not isinstance(value, str):
                 raise _err(spec, f"{what} must be 'zoo', 'none' or a folder path, got {value!r}.")
-            s[key] = value if value in ("zoo", "none") else str(resolve_path(spec, root, value, "checkpoint"))
+            s[key] = (
+                value if value == "none" or is_zoo_ref(value) else str(resolve_path(spec, root, value, "checkpoint"))
+            )
         elif key == "data_root":
             s[key] = str(resolve_path(spec, root, value, "data_root"))
         elif key == "data":

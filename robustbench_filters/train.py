@@ -52,6 +52,7 @@ class Recipe:
     grad_clip: float = 1.0
     label_smoothing: float = 0.0
     augment: bool = True  # images: random shifts (pad 2) and horizontal flips
+    noise_sigma: float = 0.0  # images: Gaussian data augmentation N(0, sigma^2) on the [0, 1] inputs (Cohen et al.)
     ckpt_every: int = 0  # steps between resumable states; 0 = once per epoch (images) or every 200 steps (LM)
     eval_max: int | None = None  # cap on test examples/windows for the final metric (None = all)
     tokenizer: str = "char"
@@ -68,8 +69,26 @@ class Recipe:
             raise RobfiltError(f"--batch-size must be positive, got {self.batch_size}.")
         if not (self.lr > 0 and math.isfinite(self.lr)):
             raise RobfiltError(f"--lr must be a positive number, got {self.lr}.")
+        if not (math.isfinite(self.noise_sigma) and self.noise_sigma >= 0):
+            raise RobfiltError(f"--noise-sigma must be a finite number >= 0, got {self.noise_sigma}.")
         if self.tokenizer not in ("char", "bpe"):
             raise RobfiltError(f"unknown tokenizer {self.tokenizer!r}; use 'char' or 'bpe'.")
+
+
+# Fields added after checkpoints were already in circulation, with the value that reproduces the old behaviour.
+# A card without such a field was trained with that value, and a recipe at that value keeps its old identity.
+LATER_FIELDS: dict[str, Any] = {"noise_sigma": 0.0}
+
+
+def recipe_identity(recipe: Recipe) -> dict[str, Any]:
+    """The recipe as a dict for digests and card matching: later fields at their neutral value are left out,
+    so checkpoint folders named before those fields existed keep their names."""
+    return {k: v for k, v in dataclasses.asdict(recipe).items() if not (k in LATER_FIELDS and v == LATER_FIELDS[k])}
+
+
+def card_recipe_value(card_recipe: dict[str, Any], key: str) -> Any:
+    """A recipe field as recorded in a card, reading a missing later field as its neutral value."""
+    return card_recipe.get(key, LATER_FIELDS.get(key))
 
 
 DEFAULT_RECIPES: dict[Family, Recipe] = {
@@ -110,6 +129,15 @@ def _augment(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     out = out.gather(3, cols)
     flip = torch.rand(b, generator=gen) < 0.5
     return torch.where(flip.view(b, 1, 1, 1), out.flip(-1), out)
+
+
+def add_gaussian_noise(x: torch.Tensor, sigma: float, gen: torch.Generator) -> torch.Tensor:
+    """Gaussian data augmentation for randomized smoothing: ``x + N(0, sigma^2 I)``, drawn from ``gen``.
+
+    No clipping to [0, 1]: the smoothed classifier that ``robustbench_filters.smoothing`` certifies adds
+    unclipped noise too (Cohen et al. 2019), and the base classifier must be trained on that distribution.
+    """
+    return x + sigma * torch.randn(x.shape, generator=gen, dtype=x.dtype)
 
 
 class _Task:
@@ -177,6 +205,8 @@ class _Task:
             x, y = self.train_data.x[idx], self.train_data.y[idx]
             if self.recipe.augment:
                 x = _augment(x, gen)
+            if self.recipe.noise_sigma > 0:
+                x = add_gaussian_noise(x, self.recipe.noise_sigma, gen)
             return x, y
         from .data import get_batch
 
@@ -202,7 +232,16 @@ class _Task:
                     (self.model(x[i : i + 500]).argmax(-1) == y[i : i + 500]).sum().item()
                     for i in range(0, len(y), 500)
                 )
-                return {"test_acc": correct / len(y), "test_n": len(y)}
+                out = {"test_acc": correct / len(y), "test_n": len(y)}
+                if self.recipe.noise_sigma > 0:
+                    # the base classifier on one fixed noise draw per test image (seeded, so reproducible)
+                    noisy = add_gaussian_noise(x, self.recipe.noise_sigma, torch.Generator().manual_seed(self.seed))
+                    hits = sum(
+                        (self.model(noisy[i : i + 500]).argmax(-1) == y[i : i + 500]).sum().item()
+                        for i in range(0, len(y), 500)
+                    )
+                    out["test_acc_noisy"] = hits / len(y)
+                return out
             from .data import eval_windows
 
             x, y = eval_windows(self.test_ids, self.spec.config.block_size, n_max=self.recipe.eval_max)
@@ -275,6 +314,7 @@ def _rebuild_command(name: str, size: str, data: str, seed: int, out: Path, reci
         ("lr", "--lr"),
         ("tokenizer", "--tokenizer"),
         ("ckpt_every", "--ckpt-every"),
+        ("noise_sigma", "--noise-sigma"),
     ):
         value = getattr(recipe, field_name)
         if value != getattr(base, field_name) and value is not None:
@@ -314,6 +354,8 @@ def train(
     spec = resolve_spec(name, size, **overrides)
     recipe = dataclasses.replace(recipe or DEFAULT_RECIPES[spec.family])
     recipe.validate()
+    if spec.family is Family.LM and recipe.noise_sigma:
+        raise RobfiltError("--noise-sigma is for image models (Gaussian noise on pixels); drop it for LM training.")
     if spec.family is Family.LM and recipe.steps is None:
         raise RobfiltError("LM training is step-based; pass --steps.")
     data = data or ("fashion-mnist" if spec.family is Family.IMAGE else "austen")
@@ -418,4 +460,13 @@ def train(
         lock.release()
 
 
-__all__ = ["DEFAULT_RECIPES", "Recipe", "TrainResult", "train", "lr_at"]
+__all__ = [
+    "DEFAULT_RECIPES",
+    "Recipe",
+    "TrainResult",
+    "add_gaussian_noise",
+    "card_recipe_value",
+    "lr_at",
+    "recipe_identity",
+    "train",
+]

@@ -27,25 +27,30 @@ import math
 from dataclasses import dataclass, field
 
 import torch
-from timm.layers import DropPath, LayerScale, Mlp, PatchDropout
-from timm.models.vision_transformer import Block, VisionTransformer
+from timm.models.vision_transformer import VisionTransformer
 from torch import nn
 
 from ..errors import RobfiltError
 from ..family import Family
-from ..models.grc import BlockStack, boost
 from ..models.lm import CausalLM
 from ..models.normalize import get_normalizer
 from .attention_bound import attention_lipschitz
 from .compose import residual_step
 from .constants import (
-    activation_lipschitz,
     check_layernorm,
     layernorm_lipschitz,
     layernorm_output_radius,
     mean_pool_lipschitz,
     normalizer_lipschitz,
     uncovered,
+)
+from .layers import (
+    _check_block,
+    _is_identity_in_eval,
+    _layerscale,
+    _mlp_lipschitz,
+    _stack_lambdas,
+    _sublayer,
 )
 from .spectral import conv_lipschitz, linear_lipschitz
 from .target import Target
@@ -128,67 +133,6 @@ class _Propagator:
         self.glob *= g
         self.loc = self.loc * loc
         self.record(where, "layernorm", g, self.ln_detail, cumulative=True)
-
-
-def _is_identity_in_eval(module: nn.Module) -> bool:
-    return isinstance(module, (nn.Identity, nn.Dropout, DropPath, PatchDropout))
-
-
-def _layerscale(module: nn.Module, where: str) -> float:
-    if isinstance(module, nn.Identity):
-        return 1.0
-    if isinstance(module, LayerScale):
-        return module.gamma.detach().double().abs().max().item()
-    raise uncovered(module, where)
-
-
-def _mlp_lipschitz(mlp: nn.Module, where: str) -> tuple[float, str]:
-    if type(mlp).forward is not Mlp.forward:
-        raise uncovered(mlp, where)
-    for part in ("drop1", "norm", "drop2"):
-        if not _is_identity_in_eval(getattr(mlp, part)):
-            raise uncovered(getattr(mlp, part), f"{where}.{part}")
-    for part in ("fc1", "fc2"):
-        if not isinstance(getattr(mlp, part), nn.Linear):
-            raise uncovered(getattr(mlp, part), f"{where}.{part}")
-    w1, w2 = linear_lipschitz(mlp.fc1), linear_lipschitz(mlp.fc2)
-    act = activation_lipschitz(mlp.act, f"{where}.act")
-    return w2 * act * w1, f"||W2||={w2:.4g} * act={act:.7g} * ||W1||={w1:.4g}"
-
-
-def _check_block(blk: nn.Module, where: str) -> None:
-    if not isinstance(blk, Block) or type(blk).forward is not Block.forward:
-        raise uncovered(blk, where)
-    for part in ("drop_path1", "drop_path2"):
-        if not _is_identity_in_eval(getattr(blk, part)):
-            raise uncovered(getattr(blk, part), f"{where}.{part}")
-
-
-def _sublayer(x: torch.Tensor, f: torch.Tensor, y0: torch.Tensor | None, lam: torch.Tensor | None) -> torch.Tensor:
-    return x + f if lam is None else boost(x, f, y0, lam)
-
-
-def block_forward(
-    blk: nn.Module,
-    x: torch.Tensor,
-    y0: torch.Tensor | None,
-    lambdas: tuple[torch.Tensor | None, torch.Tensor | None],
-    is_causal: bool,
-) -> torch.Tensor:
-    """The block map x -> block(x) with Y_0 held fixed; identical to ``BlockStack`` / timm ``Block`` forward."""
-    a = blk.drop_path1(blk.ls1(blk.attn(blk.norm1(x), is_causal=is_causal)))
-    x = _sublayer(x, a, y0, lambdas[0])
-    m = blk.drop_path2(blk.ls2(blk.mlp(blk.norm2(x))))
-    return _sublayer(x, m, y0, lambdas[1])
-
-
-def _stack_lambdas(stack: nn.Module, depth: int, dtype: torch.dtype):
-    if isinstance(stack, BlockStack) and stack.grc:
-        lam = stack.lambdas().detach().to(dtype)
-        return [(lam[i, 0], lam[i, 1] if lam.shape[1] == 2 else None) for i in range(depth)]
-    if isinstance(stack, (nn.Sequential, BlockStack)):
-        return [(None, None)] * depth
-    raise uncovered(stack, "blocks")
 
 
 def _trace_blocks(stack: nn.Module, t: torch.Tensor, prop: _Propagator, is_causal: bool, prefix: str):

@@ -28,8 +28,8 @@ from ..family import Family
 from ..models.lm import CausalLM
 from ..models.normalize import get_normalizer, normalize_input
 from .attention_bound import check_attention
-from .certify import _check_block, _is_identity_in_eval, _layerscale, _mlp_lipschitz, _stack_lambdas, _sublayer
 from .constants import check_layernorm, uncovered
+from .layers import _check_block, _is_identity_in_eval, _layerscale, _mlp_lipschitz, _stack_lambdas, _sublayer
 from .spectral import spectral_norm
 from .target import Target
 

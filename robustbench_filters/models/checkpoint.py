@@ -36,6 +36,9 @@ WEIGHTS = "model.safetensors"
 CARD = "card.json"
 TOKENIZER = "tokenizer.json"
 ZOO_DIR = Path(__file__).resolve().parent.parent / "zoo"
+# Noise levels of the noise-trained zoo variants (``checkpoint="zoo:sigma0.25"``): base classifiers for
+# randomized smoothing, trained with Gaussian data augmentation (``robfilt train --noise-sigma``).
+ZOO_NOISE_SIGMAS: tuple[float, ...] = (0.25,)
 PICKLE_SUFFIXES = {".pt", ".pth", ".pkl", ".pickle", ".bin", ".ckpt"}
 
 
@@ -47,8 +50,37 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def zoo_path(name: str, size: str) -> Path:
-    return ZOO_DIR / f"{name}-{size}"
+def zoo_path(name: str, size: str, noise_sigma: float | None = None) -> Path:
+    """The bundled checkpoint folder: ``<name>-<size>``, or ``<name>-<size>-sigma<S>`` for the zoo variant trained
+    with Gaussian noise of std S on its inputs (the base classifiers for randomized smoothing)."""
+    return ZOO_DIR / (f"{name}-{size}" + (f"-{noise_tag(noise_sigma)}" if noise_sigma else ""))
+
+
+def noise_tag(noise_sigma: float) -> str:
+    """``sigma0.25``: how a noise level names a zoo variant (``checkpoint="zoo:sigma0.25"``)."""
+    return f"sigma{float(noise_sigma):g}"
+
+
+def is_zoo_ref(checkpoint: str | Path | None) -> bool:
+    """True for ``"zoo"`` and its variants ``"zoo:<tag>"``."""
+    return checkpoint is not None and (str(checkpoint) == "zoo" or str(checkpoint).startswith("zoo:"))
+
+
+def zoo_ref_noise(checkpoint: str | Path) -> float | None:
+    """The noise level a zoo reference names: None for ``"zoo"``, 0.25 for ``"zoo:sigma0.25"``."""
+    ref = str(checkpoint)
+    if ref == "zoo":
+        return None
+    tag = ref.removeprefix("zoo:")
+    try:
+        value = float(tag.removeprefix("sigma")) if tag.startswith("sigma") else float("nan")
+    except ValueError:
+        value = float("nan")
+    if not value > 0:
+        raise CheckpointError(
+            f"unknown zoo variant {ref!r}; use 'zoo' or 'zoo:sigma<S>' for the noise-trained weights, e.g. 'zoo:sigma0.25'."
+        )
+    return value
 
 
 def filter_params(model: nn.Module, spec: ModelSpec) -> dict[str, Any]:
@@ -111,14 +143,16 @@ def save_checkpoint(
 
 
 def _resolve_paths(path: str | Path, name: str | None, size: str) -> tuple[Path, Path]:
-    if str(path) == "zoo":
+    if is_zoo_ref(path):
         if name is None:
-            raise CheckpointError("checkpoint='zoo' needs a model name.")
-        folder = zoo_path(name, size)
+            raise CheckpointError(f"checkpoint={str(path)!r} needs a model name.")
+        noise = zoo_ref_noise(path)
+        folder = zoo_path(name, size, noise)
         if not (folder / WEIGHTS).exists():
+            extra = f" --noise-sigma {noise:g}" if noise else ""
             raise CheckpointError(
-                f"no zoo weights for {name} ({size}); train them with `robfilt train --model {name} --size {size}` "
-                "or pass --checkpoint PATH."
+                f"no {path} weights for {name} ({size}); train them with "
+                f"`robfilt train --model {name} --size {size}{extra} --out {folder}` or pass --checkpoint PATH."
             )
         return folder / WEIGHTS, folder / CARD
     path = Path(path)
@@ -216,7 +250,8 @@ def load_checkpoint(
     allow_pickle: bool = False,
     **overrides: Any,
 ) -> nn.Module:
-    """Load a checkpoint (or ``"zoo"``) into a freshly built model; returns it in eval mode.
+    """Load a checkpoint (or ``"zoo"``, or ``"zoo:sigma0.25"`` for the noise-trained zoo) into a freshly built
+    model; returns it in eval mode.
 
     ``name`` (if given) must match the card, so a checkpoint is never loaded into the wrong variant.
     Only runtime switches (``fused_attn``) may be overridden on load; architecture comes from the card.
@@ -232,7 +267,7 @@ def load_checkpoint(
         raise CheckpointError(
             f"checkpoint {weights.parent} is for {card['name']!r}, not {name!r}; pass the matching --model or checkpoint."
         )
-    if name is not None and str(path) != "zoo" and card["size"] != size:
+    if name is not None and not is_zoo_ref(path) and card["size"] != size:
         raise CheckpointError(
             f"checkpoint {weights.parent} is for size {card['size']!r}, not {size!r}; pass --size {card['size']}."
         )

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from ..family import Family
-from .checkpoint import CARD, WEIGHTS, zoo_path
+from .checkpoint import CARD, WEIGHTS, ZOO_NOISE_SIGMAS, noise_tag, zoo_path
 from .registry import MODEL_NAMES, SIZES, build_from_spec, parse_name, resolve_spec
 from .timm_registry import timm_name
 
@@ -44,13 +44,27 @@ def formulas(config: Any) -> list[str]:
     return out
 
 
-def zoo_entry(name: str, size: str) -> dict[str, Any] | None:
-    """Zoo metrics for a name, or None when no trained weights are bundled."""
-    folder = zoo_path(name, size)
+def zoo_entry(name: str, size: str, noise_sigma: float | None = None) -> dict[str, Any] | None:
+    """Zoo metrics for a name (and noise level), or None when no trained weights are bundled."""
+    folder = zoo_path(name, size, noise_sigma)
     if not (folder / WEIGHTS).exists() or not (folder / CARD).exists():
         return None
     card = json.loads((folder / CARD).read_text())
-    return {"path": str(folder), "metrics": card.get("metrics", {}), "recipe": card.get("recipe")}
+    entry = {"path": str(folder), "metrics": card.get("metrics", {}), "recipe": card.get("recipe")}
+    if noise_sigma:
+        entry["checkpoint"] = f"zoo:{noise_tag(noise_sigma)}"
+        entry["certification"] = card.get("certification")
+    return entry
+
+
+def noise_zoo(name: str, size: str) -> dict[str, dict[str, Any]]:
+    """The noise-trained zoo variants of a name: ``{"sigma0.25": entry}`` for those bundled."""
+    out = {}
+    for sigma in ZOO_NOISE_SIGMAS:
+        entry = zoo_entry(name, size, sigma)
+        if entry is not None:
+            out[noise_tag(sigma)] = entry
+    return out
 
 
 def list_table() -> list[dict[str, Any]]:
@@ -69,6 +83,11 @@ def list_table() -> list[dict[str, Any]]:
                 "zoo": {s: z["metrics"] for s, z in zoo.items() if z is not None},
                 # timm.create_model(...) / --model timm:<name>; LMs are not timm models
                 "timm": {s: timm_name(name, s) for s in sizes} if family is Family.IMAGE else {},
+                "zoo_noise": {
+                    f"{s}-{tag}": {"metrics": e["metrics"], "certification": e["certification"]}
+                    for s in sizes
+                    for tag, e in noise_zoo(name, s).items()
+                },
             }
         )
     return rows
@@ -87,4 +106,5 @@ def show(name: str, size: str = "micro") -> dict[str, Any]:
         "note": FORMULATION_NOTE,
         "zoo": zoo_entry(name, size),
         "timm": timm_name(name, size) if spec.family is Family.IMAGE else None,
+        "zoo_noise": noise_zoo(name, size),
     }

@@ -21,7 +21,8 @@ def create_model(
     checkpoint: str | Path | None = None,
     **overrides: Any,
 ) -> nn.Module:
-    """Build a model by name; ``checkpoint`` is a path, or ``"zoo"`` for the bundled trained weights.
+    """Build a model by name; ``checkpoint`` is a path, ``"zoo"`` for the bundled trained weights, or
+    ``"zoo:sigma0.25"`` for the bundled weights trained with Gaussian noise (std 0.25) for randomized smoothing.
 
     Overrides reach every config field, e.g. ``create_model("deit-grc", grc_lambda=0.0)``. Image models take
     [0, 1] inputs. The model is returned in eval mode.

@@ -25,7 +25,7 @@ from torch import nn
 
 from ..data.preprocess import InputSpec, input_spec_of
 from ..errors import RobfiltError
-from .checkpoint import CARD
+from .checkpoint import CARD, is_zoo_ref
 from .factory import create_model
 from .ref import ModelKind, ModelRef, apply_model_args, parse_model_ref
 from .registry import parse_name
@@ -69,13 +69,13 @@ def _registry(ref: ModelRef, size: str, checkpoint: Any, seed: int, allow_pickle
         torch.manual_seed(seed)
         return create_model(name, size, **overrides), "untrained"
     path = Path(str(checkpoint)).expanduser()
-    if str(checkpoint) != "zoo" and path.is_file() and not (path.parent / CARD).exists():
+    if not is_zoo_ref(checkpoint) and path.is_file() and not (path.parent / CARD).exists():
         # a plain state dict (e.g. trained with timm under the registered name): build from the reference, load it
         from .weights import load_weights
 
         model = create_model(name, size, **overrides)
         return load_weights(model, path, ref.label, allow_pickle).eval(), str(checkpoint)
-    if allow_pickle and str(checkpoint) != "zoo":
+    if allow_pickle and not is_zoo_ref(checkpoint):
         from .checkpoint import load_checkpoint
 
         return load_checkpoint(checkpoint, name=name, size=size, allow_pickle=True, **overrides), str(checkpoint)

@@ -23,7 +23,7 @@ from ..family import Family
 from ..models.checkpoint import CARD, WEIGHTS, read_card
 from ..models.registry import parse_name
 from ..progress import ProgressHook
-from ..train import STATE_DIR, Recipe, train
+from ..train import STATE_DIR, Recipe, card_recipe_value, train
 from .plan import StudyPlan, recipe_tag
 
 log = logging.getLogger(__name__)
@@ -64,7 +64,7 @@ def card_mismatch(card: dict, model: str, size: str, data: str, checksum: str, s
     if rc.get("data") != data or rc.get("data_checksum") != checksum:
         return "training data"
     want = json.loads(json.dumps(dataclasses.asdict(recipe)))
-    diff = sorted(k for k, v in want.items() if rc.get(k) != v)
+    diff = sorted(k for k, v in want.items() if card_recipe_value(rc, k) != v)
     return f"recipe fields {diff}" if diff else None
 
 

@@ -22,7 +22,7 @@ from typing import Any
 from ..errors import RobfiltError
 from ..family import Family
 from ..models.registry import parse_name
-from ..train import Recipe
+from ..train import Recipe, recipe_identity
 
 VISION_MODELS: tuple[str, ...] = ("deit", "deit-bsa", "deit-grc", "deit-bsa-grc")
 LM_MODELS: tuple[str, ...] = ("lm", "lm-bsa", "lm-grc", "lm-bsa-grc")
@@ -130,7 +130,7 @@ def digest(obj: Any, n: int = 12) -> str:
 
 def recipe_tag(plan: StudyPlan, model: str) -> str:
     """Names a checkpoint folder by what determines its weights (recipe + data + size), not by the study."""
-    return digest({"recipe": dataclasses.asdict(plan.recipe(model)), "data": plan.data(model), "size": plan.size}, 8)
+    return digest({"recipe": recipe_identity(plan.recipe(model)), "data": plan.data(model), "size": plan.size}, 8)
 
 
 def full_plan(seeds: int = 3) -> StudyPlan:
