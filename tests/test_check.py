@@ -63,7 +63,7 @@ def test_threshold_decisions_on_intervals(tmp_path: Path) -> None:
         assert cli_run(["check", "--spec", str(spec), "--run", str(run), "--out", str(tmp_path / "o"), "-q"]) == code
 
 
-def test_baseline_unchanged_passes_and_regression_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_baseline_unchanged_passes_and_regression_fails(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     base = image_run(tmp_path / "base", BASE)
     same = image_run(tmp_path / "same", BASE)
     noisy = image_run(tmp_path / "noisy", {**BASE, ("deit", "pgd", 0.01): 8})  # 40% vs 60%: CIs overlap
@@ -72,9 +72,9 @@ def test_baseline_unchanged_passes_and_regression_fails(tmp_path: Path, capsys: 
     args = ["check", "--baseline", str(base), "--out", str(out), "-q"]
     assert cli_run([*args, "--run", str(same)]) == 0
     assert cli_run([*args, "--run", str(noisy)]) == 0
-    capsys.readouterr()
+    capfd.readouterr()
     assert cli_run([*args, "--run", str(worse)]) == 1
-    captured = capsys.readouterr()
+    captured = capfd.readouterr()
     assert "FAIL" in captured.out and "regression" in captured.err and len(captured.err.strip().splitlines()) == 1
 
     result = run_gate(runs=[noisy], baseline=base, out=out)
@@ -217,7 +217,7 @@ def test_spec_errors_are_one_line(tmp_path: Path, spec: str, message: str | None
     assert message in str(exc.value) and "\n" not in str(exc.value)
 
 
-def test_usage_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_usage_errors_exit_2(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     run = image_run(tmp_path / "run", BASE)
     missing = project(
         tmp_path, '[image]\nmodels = ["deit"]\n[[image.require]]\nattack = "pgd"\neps = 0.05\nmin_acc = 0.1\n'
@@ -242,7 +242,7 @@ def test_usage_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     ]
     for args, message in cases:
         assert cli_run(["check", *args, *o, "-q"]) == 2, args
-        err = capsys.readouterr().err.strip()
+        err = capfd.readouterr().err.strip()
         assert message in err and len(err.splitlines()) == 1, err
     # a baseline outside the project is fine when given on the command line
     outside_base = tmp_path / "base"

@@ -7,7 +7,7 @@ The formulas and their sources are in notes/lipschitz.md; each module's docstrin
 """
 
 from .attention_bound import AttentionBound, attention_lipschitz, castin_bound, dp_head_bound
-from .certify import BoundTrace, block_forward, certified_radius, margins, trace_bounds
+from .certify import BoundTrace, certified_radius, margins, trace_bounds
 from .constants import (
     GELU_LIPSCHITZ,
     GELU_TANH_LIPSCHITZ,
@@ -20,6 +20,7 @@ from .constants import (
 from .coverage import check_certifiable
 from .gap import GAP_COLUMNS, gap_rows, gap_summary
 from .jacobian import PowerResult, jacobian_dense, jacobian_norm_exact, jacobian_norm_power
+from .layers import block_forward
 from .local_bound import LocalBounds, LocalOptions, local_bounds
 from .methods import Method, parse_method
 from .profile import layer_profile

@@ -13,8 +13,9 @@ from __future__ import annotations
 import pandas as pd
 import torch
 
-from .certify import BoundTrace, block_forward
+from .certify import BoundTrace
 from .jacobian import jacobian_norm_power
+from .layers import block_forward
 
 
 def layer_profile(
