@@ -19,7 +19,7 @@ except ImportError:  # pragma: no cover - depends on the installed typer
 
 from robustbench_filters.errors import RobfiltError, describe_os_error
 
-from . import attack, check, lipschitz, report, study, train, verify
+from . import attack, certify, check, lipschitz, report, study, train, verify
 from . import models as _models
 from ._common import console_err
 
@@ -32,7 +32,7 @@ app = typer.Typer(
 )
 app.add_typer(_models.app, name="models")
 
-for _command in (train, attack, lipschitz, report, check, study, verify):  # each command lives in its own file
+for _command in (train, attack, lipschitz, certify, report, check, study, verify):  # each command lives in its own file
     _command.register(app)
 
 

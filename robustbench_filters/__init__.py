@@ -22,6 +22,8 @@ _LAZY: dict[str, str] = {
     "save_checkpoint": ".models",
     "evaluate": ".api",
     "estimate_lipschitz": ".api",
+    "certify": ".api",
+    "CertifyConfig": ".configs",
     "EvalResult": ".api",
     "RunResult": ".api",
     "LipschitzResult": ".api",

@@ -1,5 +1,5 @@
-"""The public Python API: attack models (:func:`evaluate`) and estimate Lipschitz constants
-(:func:`estimate_lipschitz`), each through the shared runner.
+"""The public Python API: attack models (:func:`evaluate`), estimate Lipschitz constants (:func:`estimate_lipschitz`)
+and certify smoothed models (:func:`certify`), each through the shared runner.
 
 Every function takes its options explicitly, or a ready config object (:mod:`.configs`), and returns the merged,
 checked rows and summary. An option that does not apply to the kind of run is an error, not silently ignored.
@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .configs import (
+    CertifyConfig,
     CorruptionConfig,
     ImageAttackConfig,
     LMAttackConfig,
@@ -25,6 +26,7 @@ from .lipschitz.run import LipschitzResult, estimate_lipschitz
 from .progress import ProgressHook
 from .runs.measurement import Measurement
 from .runs.runner import RunResult, run
+from .smoothing.run import certify
 
 EvalResult = RunResult
 
@@ -43,6 +45,10 @@ def measurement_for(config: RunConfig) -> Measurement:
         from .attacks.corruption import Corruptions
 
         return Corruptions(config)
+    if isinstance(config, CertifyConfig):
+        from .smoothing.run import Certify
+
+        return Certify(config)
     from .lipschitz.run import Lipschitz
 
     return Lipschitz(config)
@@ -121,4 +127,4 @@ def evaluate(
     return run(measurement_for(config), out=out, resume=resume, overwrite=overwrite, progress=progress)
 
 
-__all__ = ["EvalResult", "LipschitzResult", "RunResult", "estimate_lipschitz", "evaluate", "measurement_for"]
+__all__ = ["EvalResult", "LipschitzResult", "RunResult", "certify", "estimate_lipschitz", "evaluate", "measurement_for"]

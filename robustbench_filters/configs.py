@@ -402,6 +402,62 @@ class LipschitzConfig(RunConfig):
             raise RobfiltError(f"inputs hold {len(self.inputs)} examples but n_examples is {self.n_examples}.")
 
 
+@dataclass(frozen=True, kw_only=True)
+class CertifyConfig(RunConfig):
+    """Randomized-smoothing certificates (Cohen et al. 2019) of image models (see :mod:`.smoothing.run`).
+
+    The default checkpoint is the noise-trained zoo (``zoo:sigma0.25``): a smoothed classifier is only as good as
+    its base model is at classifying noisy inputs. Every run also attacks the smoothed classifier (SmoothAdv PGD)
+    on its first ``attack_examples`` examples to check that no certificate claims more than an attack can refute.
+    """
+
+    KIND: ClassVar[str] = "certify"
+    FAMILY: ClassVar[Family | None] = Family.IMAGE
+    DESCRIPTION: ClassVar[str] = "certify"
+
+    sigmas: tuple[float, ...] = (0.25,)
+    n0: int = 100
+    n: int = 1000
+    alpha: float = 0.001
+    radii: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
+    attack_examples: int = 8
+    attack_radii: tuple[float, ...] = (0.25, 0.5)
+    attack_steps: int = 20
+    attack_draws: int = 16
+    checkpoint: str | None = "zoo:sigma0.25"
+    data: Any = "fashion-mnist"
+    data_root: str | None = None
+    img_size: int | None = None
+    num_workers: int | None = None
+    image_column: str | None = None
+    label_column: str | None = None
+    n_examples: int = 64
+    batch_size: int = 16
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_image_data(self)
+        sigmas = _unique(map(float, self.sigmas), "--sigma")
+        if not sigmas or any(not (s > 0 and math.isfinite(s)) for s in sigmas):
+            raise RobfiltError(f"--sigma needs positive noise levels, got {list(sigmas)}; e.g. --sigma 0.12,0.25,0.5.")
+        self._set("sigmas", tuple(sorted(sigmas)))
+        _positive(self.n0, "--n0")
+        _positive(self.n, "--n")
+        if not (0.0 < self.alpha < 0.5):
+            raise RobfiltError(
+                f"--alpha must be in (0, 0.5), got {self.alpha}; it is the failure probability of a certificate."
+            )
+        for what, values in (("--radii", self.radii), ("--attack-radii", self.attack_radii)):
+            if any(not (r >= 0 and math.isfinite(r)) for r in values):
+                raise RobfiltError(f"{what} must be L2 radii >= 0, got {list(values)}.")
+        self._set("radii", tuple(sorted(_unique(map(float, self.radii), "--radii"))))
+        self._set("attack_radii", tuple(sorted(_unique(map(float, self.attack_radii), "--attack-radii"))))
+        if isinstance(self.attack_examples, bool) or int(self.attack_examples) < 0:
+            raise RobfiltError(f"--attack-examples must be 0 or more, got {self.attack_examples}.")
+        _positive(self.attack_steps, "--attack-steps")
+        _positive(self.attack_draws, "--attack-draws")
+
+
 def _check_image_data(config: Any) -> None:
     """Image data options: a positive image size and worker count (0 workers decodes in this process)."""
     _positive(config.img_size, "--img-size")
@@ -418,7 +474,13 @@ def _names(values: str | Sequence[str]) -> list[str]:
     return [values] if isinstance(values, str) else [str(v) for v in values]
 
 
-CONFIGS: tuple[type[RunConfig], ...] = (ImageAttackConfig, LMAttackConfig, CorruptionConfig, LipschitzConfig)
+CONFIGS: tuple[type[RunConfig], ...] = (
+    ImageAttackConfig,
+    LMAttackConfig,
+    CorruptionConfig,
+    LipschitzConfig,
+    CertifyConfig,
+)
 #: How an option is spelt on the command line, where that differs from the field name.
 FLAGS: dict[str, str] = {
     "rates": "--rate",
@@ -427,6 +489,7 @@ FLAGS: dict[str, str] = {
     "input_labels": "labels",
     "model_args": "--model-arg",
     "severities": "--severity",
+    "sigmas": "--sigma",
 }
 
 
@@ -457,6 +520,7 @@ def attack_config_class(models: Sequence[ModelLike], attacks: Sequence[str]) -> 
 
 __all__ = [
     "CONFIGS",
+    "CertifyConfig",
     "CONTAMINATIONS",
     "DEFAULT_EPS",
     "DEFAULT_LM_EPS",

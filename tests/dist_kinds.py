@@ -9,9 +9,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from robustbench_filters.api import estimate_lipschitz, evaluate
+from robustbench_filters.api import certify, estimate_lipschitz, evaluate
 
-KINDS = ("image", "lm", "corruption", "lipschitz")
+KINDS = ("image", "lm", "corruption", "lipschitz", "certify")
 
 
 def run_all(out: Path) -> None:
@@ -24,6 +24,7 @@ def run_all(out: Path) -> None:
              severities=[1, 4], out=out / "corruption", **common)  # fmt: skip
     estimate_lipschitz(["deit", "lm"], n_examples=3, batch_size=1, method="power", data="synthetic",
                        power_iters=5, seq_len=8, out=out / "lipschitz", **common)  # fmt: skip
+    certify(["deit"], [0.25], n_examples=4, n0=20, n=50, batch_size=2, out=out / "certify", **common)
 
 
 if __name__ == "__main__":
