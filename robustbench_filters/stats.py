@@ -136,3 +136,15 @@ def holm(p_values: list[float]) -> list[float]:
         running = max(running, min(1.0, (m - rank) * p_values[i]))
         adjusted[i] = running
     return adjusted
+
+
+def clopper_pearson(successes: int, n: int, level: float = 0.95) -> tuple[float, float]:
+    """Exact two-sided binomial interval (what certified accuracies are reported with); (0, 1) when n == 0."""
+    from scipy import stats
+
+    if n <= 0:
+        return 0.0, 1.0
+    tail = (1 - level) / 2
+    low = float(stats.beta.ppf(tail, successes, n - successes + 1)) if successes > 0 else 0.0
+    high = float(stats.beta.ppf(1 - tail, successes + 1, n - successes)) if successes < n else 1.0
+    return low, high

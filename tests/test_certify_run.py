@@ -80,3 +80,12 @@ def test_certify_json(certified: Path, tmp_path: Path, capfd) -> None:
     assert run([*ARGS, "--out", str(tmp_path / "j"), "--json"]) == 0
     doc = json.loads(capfd.readouterr().out)
     assert doc["kind"] == "certify" and "deit" in doc["models"]
+
+
+def test_report_draws_certified_next_to_empirical(certified: Path, tmp_path: Path) -> None:
+    from robustbench_filters.report import build_report
+
+    res = build_report([certified], tmp_path / "rep", figures=("png",))
+    assert "certified_accuracy" in res.tables and "certified_accuracy_vs_radius" in res.figures
+    table = pd.read_csv(tmp_path / "rep" / "tables" / "certified_accuracy.csv")
+    assert set(table["model"]) == {"deit"} and table["acc"].is_monotonic_decreasing

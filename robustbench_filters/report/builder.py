@@ -20,7 +20,7 @@ from . import index as I
 from . import render as R
 from . import tables as T
 from .index import ReportResult
-from .runs import IMAGE, LIPSCHITZ, LM, SEQLEN, RunSet, load_runs
+from .runs import CERTIFY, IMAGE, LIPSCHITZ, LM, SEQLEN, RunSet, load_runs
 
 log = logging.getLogger(__name__)
 
@@ -265,6 +265,43 @@ class _Builder:
             lambda: F.seqlen_figure(study, src, C.seqlen_subtitle(study)),
         )
 
+    def certify(self) -> None:
+        from . import certified as CT
+
+        runs = self.rs.families.get(CERTIFY, [])
+        rows = self.rs.rows.get(CERTIFY)
+        if not runs or rows is None:
+            self.skip("certified accuracy", "no certify run given")
+            return
+        table = CT.certified_table(rows)
+        self.table(
+            "certified_accuracy",
+            "Certified accuracy of the smoothed classifiers",
+            "Fraction of examples whose true class is certified at L2 radius r by randomized smoothing (Cohen et "
+            "al. 2019), with exact 95% Clopper-Pearson intervals over examples; abstain = CERTIFY abstained.",
+            table,
+            CT.certified_layout(table),
+            CERTIFY,
+        )
+        curve, smoothed = CT.certified_curve(rows), CT.smoothed_attack_table(rows)
+        base = CT.base_l2_table(runs, self.rs.families.get(IMAGE, []))
+        c = runs[0].manifest["config"]
+        subtitle = (
+            f"n = {int(table['n'].iloc[0])} test images · certified L2 radius, n0 = {c.get('n0')}, n = {c.get('n')}, "
+            f"α = {c.get('alpha')} · empirical: SmoothAdv PGD on the smoothed classifier"
+            + (" and L2 PGD on the base model" if len(base) else "")
+        )
+        src = self.rs.ids(CERTIFY) + (
+            [f"{len(base['model'].unique())} base model(s) from image runs"] if len(base) else []
+        )
+        self.figure(
+            "certified_accuracy_vs_radius",
+            "Certified vs empirical robust accuracy",
+            "Certified accuracy (solid) must lie below the empirical robust accuracy of the smoothed classifier under "
+            "SmoothAdv PGD (points) and, when measured on the same weights, of the base model under L2 PGD (dashed).",
+            lambda: CT.certified_figure(curve, smoothed, base, src, subtitle),
+        )
+
     def remove_stale(self) -> None:
         """Delete tables/figures an earlier report left in this folder, so index.md and the folder agree."""
         written = {p for paths in (*self.result.tables.values(), *self.result.figures.values()) for p in paths}
@@ -335,6 +372,7 @@ def build_report(
     builder.image(baseline, attention)
     builder.lm()
     builder.lipschitz()
+    builder.certify()
     builder.checks_notes()
     builder.remove_stale()
     builder.index()

@@ -25,8 +25,8 @@ from ..runs.folder import Run, RunWriter, load_run
 
 log = logging.getLogger(__name__)
 
-IMAGE, LM, LIPSCHITZ, SEQLEN = "image", "lm", "lipschitz", "seqlen"
-FAMILIES: tuple[str, ...] = (IMAGE, LM, LIPSCHITZ, SEQLEN)
+IMAGE, LM, LIPSCHITZ, SEQLEN, CERTIFY = "image", "lm", "lipschitz", "seqlen", "certify"
+FAMILIES: tuple[str, ...] = (IMAGE, LM, LIPSCHITZ, SEQLEN, CERTIFY)
 SEQLEN_COLUMNS = frozenset({"n", "kind", "mean_perturbation"})
 LM_COLUMNS = frozenset({"nll_sum", "n_tokens"})
 KEY_FIELDS = ("data", "data_checksum", "example_ids_sha256")
@@ -34,12 +34,12 @@ FALLBACK_KEY_FIELDS = ("data", "n_examples", "seed", "seq_len")
 
 
 def family_of(run: Run) -> str:
-    """image | lm | lipschitz | seqlen, from the manifest, the summary, then the row columns."""
+    """image | lm | lipschitz | seqlen | certify, from the manifest, the summary, then the row columns."""
     cols = set(run.rows.columns)
     if run.kind == SEQLEN or cols >= SEQLEN_COLUMNS:
         return SEQLEN
-    if run.kind == LIPSCHITZ:
-        return LIPSCHITZ
+    if run.kind in (LIPSCHITZ, CERTIFY):
+        return run.kind
     fam = run.manifest.get("family") or run.summary.get("family")
     if fam in (IMAGE, LM):
         return fam
@@ -140,7 +140,7 @@ def _merge(group: list[Run], keys: list[tuple | None], notes: list[str]) -> pd.D
     # "kind" is not part of a measurement's identity: the clean rows of an attack run ("adversarial"/"clean") and
     # of a corruption run ("clean") on the same examples are the same measurement and must count once.
     if "example_id" in merged.columns:
-        ident = [c for c in ("model", "example_id", "attack", "eps", "layer") if c in merged.columns]
+        ident = [c for c in ("model", "example_id", "attack", "eps", "layer", "sigma", "radius") if c in merged.columns]
     else:  # the sequence-length study: one row per (n, kind)
         ident = [c for c in ("n", "kind") if c in merged.columns]
     if ident:
