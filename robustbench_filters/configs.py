@@ -372,6 +372,7 @@ class LipschitzConfig(RunConfig):
     per_layer: bool = False
     gap: bool = False
     gap_rhos: tuple[float, ...] = (1e-3,)
+    gap_taylor: bool = True
     rho: float = 0.1
     power_iters: int = 50
     tol: float = 1e-5

@@ -14,7 +14,15 @@ from robustbench_filters.cli import run
 from robustbench_filters.errors import RobfiltError, RunStateError
 from robustbench_filters.study import CLAIMS, StudyPlan, Verdict, evaluate_claims, judge, pieces, run_study
 from robustbench_filters.study.checkpoints import find_reusable
-from robustbench_filters.study.plan import LipschitzEval, LMEval, SeqlenEval, VisionEval, full_plan, quick_plan
+from robustbench_filters.study.plan import (
+    CertifyEval,
+    LipschitzEval,
+    LMEval,
+    SeqlenEval,
+    VisionEval,
+    full_plan,
+    quick_plan,
+)
 from robustbench_filters.train import Recipe
 
 # --- verdicts from constructed numbers ------------------------------------------------------------------------
@@ -126,6 +134,7 @@ def smoke_plan(**changes) -> StudyPlan:
         vision=VisionEval(n_examples=8, pgd_steps=2, eps=(0.01, 0.05), corruption_examples=8, severities=(1,)),
         lm=LMEval(n_sequences=4, rates=(0.0, 0.1), eps=(0.05,), attack_steps=2),
         lipschitz=LipschitzEval(vision_examples=2, lm_examples=2, lm_seq_len=16),
+        certify=CertifyEval(n_examples=4, n0=10, n=40, attack_examples=1),
         seqlen=SeqlenEval(lm_ns=(8, 16), lm_windows=2, layer_ns=(16, 32), layer_trials=2),
     )
     return dataclasses.replace(plan, **changes)

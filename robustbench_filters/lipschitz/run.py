@@ -211,10 +211,12 @@ def _gap_rows(
 ) -> pd.DataFrame:
     """Empirical gain, layerwise estimate (not certified), certified local and global, per example and block."""
     from .gap import gap_rows
+    from .local_bound import LocalOptions
 
     x = target.inputs(inputs.x[batch])
     ids = inputs.ids[batch].cpu().numpy()
-    rows = gap_rows(target, x, ids, config.gap_rhos, power_iters=config.power_iters, generator=gen)
+    options = LocalOptions() if config.gap_taylor else LocalOptions(taylor=False)
+    rows = gap_rows(target, x, ids, config.gap_rhos, options=options, power_iters=config.power_iters, generator=gen)
     rows["layer"] = GAP + rows["layer"].astype(str)
     return rows
 
@@ -337,7 +339,7 @@ class Lipschitz(Measurement):
             "data": "inputs:" + _tensor_hash(c.inputs) if c.inputs is not None else c.data, "rho": s.rho,
             "power_iters": s.power_iters, "tol": s.tol, "ratio_steps": s.ratio_steps, "batch_size": s.batch_size,
             "seq_len": c.seq_len, "dtype": str(self.dtype).replace("torch.", ""),
-            **({"gap_rhos": list(c.gap_rhos)} if c.gap else {}),
+            **({"gap_rhos": list(c.gap_rhos), "gap_taylor": c.gap_taylor} if c.gap else {}),
         }  # fmt: skip
 
     def plan(self) -> list[Unit]:

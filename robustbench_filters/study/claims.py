@@ -182,6 +182,7 @@ ACC_DELTA = 0.01  # 1 percentage point of accuracy
 LOG_PPL_DELTA = 0.01  # ~1% perplexity
 LOG10_DELTA = 0.05  # ~12% of a Lipschitz bound
 SLOPE_DELTA = 0.05  # growth exponent
+RADIUS_DELTA = 0.01  # certified L2 radius on the [0, 1] pixel scale
 
 
 def _vs(family: str, metric: str, condition: str, base: str, var: str, direction: int, delta: float) -> Comparison:
@@ -202,9 +203,10 @@ CLAIMS: tuple[ClaimSpec, ...] = (
     ClaimSpec("b", "Boosting (GRC) raises FGSM robustness", VISION,
               "FGSM Linf robust accuracy, mean over the eps grid",
               (_vs("image", "acc_mean", "fgsm", "deit", "deit-grc", +1, ACC_DELTA),)),
-    ClaimSpec("c", "Boosting (GRC) lowers the Lipschitz upper bound", VISION,
-              "log10 of the certified global Lipschitz upper bound",
-              (_vs("image", "lip_log10_upper", "model", "deit", "deit-grc", -1, LOG10_DELTA),)),
+    ClaimSpec("c", "Boosting (GRC) lowers the Lipschitz constant", VISION,
+              "log10 of the layerwise estimate (product of the exact per-sublayer Jacobian norms at each input; "
+              "not certified), median over examples",
+              (_vs("image", "lip_log10_layerwise", "model", "deit", "deit-grc", -1, LOG10_DELTA),)),
     ClaimSpec("d", "BSA lowers contaminated perplexity", LANGUAGE,
               "log perplexity under word swap, mean over the rates > 0",
               (_vs("lm", "log_ppl_mean", "wordswap", "lm", "lm-bsa", -1, LOG_PPL_DELTA),)),
@@ -224,6 +226,14 @@ CLAIMS: tuple[ClaimSpec, ...] = (
     ClaimSpec("b", "Boosting (GRC) raises FGSM robustness", LANGUAGE,
               "log perplexity under embedding FGSM, mean over the eps grid",
               (_vs("lm", "log_ppl_mean", "fgsm", "lm", "lm-grc", -1, LOG_PPL_DELTA),), primary=False),
+    ClaimSpec("c", "Boosting (GRC) lowers the Lipschitz constant", VISION,
+              "certified L2 radius of the Gaussian-smoothed classifier (randomized smoothing, sigma 0.12), mean "
+              "over examples (0 where not certified)",
+              (_vs("image", "certified_radius_mean", "sigma=0.12", "deit", "deit-grc", +1, RADIUS_DELTA),),
+              primary=False),
+    ClaimSpec("c", "Boosting (GRC) lowers the Lipschitz constant", VISION,
+              "log10 of the certified global Lipschitz upper bound (vacuous at this depth: see the Lipschitz section)",
+              (_vs("image", "lip_log10_upper", "model", "deit", "deit-grc", -1, LOG10_DELTA),), primary=False),
     ClaimSpec("c", "Boosting (GRC) lowers the Lipschitz upper bound", LANGUAGE,
               "log10 of the certified global Lipschitz upper bound",
               (_vs("lm", "lip_log10_upper", "model", "lm", "lm-grc", -1, LOG10_DELTA),), primary=False),

@@ -14,7 +14,14 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..configs import CorruptionConfig, ImageAttackConfig, LipschitzConfig, LMAttackConfig, RunConfig
+from ..configs import (
+    CertifyConfig,
+    CorruptionConfig,
+    ImageAttackConfig,
+    LipschitzConfig,
+    LMAttackConfig,
+    RunConfig,
+)
 from ..errors import RobfiltError
 from ..models import load_checkpoint
 from ..progress import ProgressHook
@@ -46,6 +53,8 @@ def settings(plan: StudyPlan, kind: str) -> dict:
         return {**common, "data": plan.lm_data, "models": plan.lm_models, "lm": plan.to_dict()["lm"]}
     if kind == P.LIPSCHITZ_VISION:
         return {**common, "data": plan.vision_data, "models": plan.vision_models, "lip": plan.to_dict()["lipschitz"]}
+    if kind == P.CERTIFY_VISION:
+        return {**common, "data": plan.vision_data, "models": plan.vision_models, "certify": plan.to_dict()["certify"]}
     if kind == P.LIPSCHITZ_LM:
         return {**common, "data": plan.lm_data, "models": plan.lm_models, "lip": plan.to_dict()["lipschitz"]}
     if kind == P.SEQLEN_LM:
@@ -57,7 +66,7 @@ def settings(plan: StudyPlan, kind: str) -> dict:
 
 
 def family_models(plan: StudyPlan, kind: str) -> tuple[str, ...]:
-    if kind in (P.VISION_ATTACK, P.VISION_CORRUPTION, P.LIPSCHITZ_VISION):
+    if kind in (P.VISION_ATTACK, P.VISION_CORRUPTION, P.LIPSCHITZ_VISION, P.CERTIFY_VISION):
         return plan.vision_models
     if kind in (P.LM_ATTACK, P.LIPSCHITZ_LM, P.SEQLEN_LM):
         return plan.lm_models
@@ -115,6 +124,13 @@ def piece_config(piece: P.Piece, plan: StudyPlan, ckpts: Mapping[str, Checkpoint
             **common, n_examples=lip.vision_examples if vision else lip.lm_examples,
             method=lip.vision_method if vision else lip.lm_method, bounds=True, per_layer=True,
             data=plan.vision_data if vision else plan.lm_data, seq_len=lip.lm_seq_len,
+            gap=vision and lip.vision_gap, gap_rhos=(lip.gap_rho,), gap_taylor=False,
+        )  # fmt: skip
+    if kind == P.CERTIFY_VISION:
+        cert = plan.certify
+        return CertifyConfig(
+            **common, data=plan.vision_data, n_examples=cert.n_examples, sigmas=(cert.sigma,), n0=cert.n0,
+            n=cert.n, alpha=cert.alpha, attack_examples=cert.attack_examples,
         )  # fmt: skip
     raise ValueError(f"piece kind {kind!r} has no run config")
 

@@ -9,7 +9,9 @@ attention-layer kinds of the sequence-length study). Metrics:
 - lm: ``log_ppl`` (``clean`` or ``<attack>@<eps or rate>``), ``log_ppl_mean`` (condition = attack; mean over
   eps, or over the rates > 0 for word swap), ``log_ppl_increase`` (same conditions, minus the clean log ppl);
 - both: ``lip_lower_mean``, ``lip_lower_max``, ``lip_log10_upper`` (condition ``model``) and per block
-  ``lip_layer_lower_mean`` / ``lip_layer_log10_upper`` (condition = the block);
+  ``lip_layer_lower_mean`` / ``lip_layer_log10_upper`` (condition = the block); with gap rows also
+  ``lip_log10_layerwise`` (product of exact per-sublayer Jacobian norms, not certified) and ``lip_log10_local``;
+- image: ``certified_radius_mean`` and ``certified_acc`` (condition ``sigma=<s>``) of the smoothed classifiers;
 - lm / layer: ``seqlen_gain`` / ``seqlen_perturbation`` (condition ``N=<n>``) and ``seqlen_slope``.
 
 Log scales for perplexity and Lipschitz bounds make seed averages geometric means and differences ratios.
@@ -93,6 +95,25 @@ def lipschitz_scores(summary: dict, family: str, seed: int) -> list[dict]:
             upper = layer.get("global_upper")
             log_upper = math.log10(upper) if upper and upper > 0 and math.isfinite(upper) else None
             out.append(_row(family, model, seed, "lip_layer_log10_upper", layer["layer"], log_upper))
+    for rec in summary.get("gap_log10_median") or []:  # --gap: median log10 over examples, per layer and rho
+        if rec["layer"] == "model":
+            out.append(_row(family, rec["model"], seed, "lip_log10_layerwise", "model", rec.get("layerwise_estimate")))
+            out.append(
+                _row(family, rec["model"], seed, "lip_log10_local", f"rho={rec['rho']:g}", rec.get("local_upper"))
+            )
+    return out
+
+
+def certify_scores(rows: pd.DataFrame, seed: int) -> list[dict]:
+    """Per model and sigma: mean certified L2 radius of the true class (0 where not certified) and certified accuracy
+    at radius 0 (the smoothed classifier's certified clean accuracy)."""
+    certs = rows[rows["kind"] == "certificate"] if "kind" in rows.columns else rows
+    out = []
+    for (model, sigma), grp in certs.groupby(["model", "sigma"], sort=False):
+        radius = grp["certified_correct_radius"].astype(float).fillna(0.0).clip(lower=0.0)
+        cond = f"sigma={float(sigma):g}"
+        out.append(_row("image", model, seed, "certified_radius_mean", cond, radius.mean()))
+        out.append(_row("image", model, seed, "certified_acc", cond, float((radius > 0).mean())))
     return out
 
 
@@ -178,6 +199,8 @@ def scores_from_run(kind: str, run: Run, seed: int, baseline: str | None = None)
         return lm_scores(s, seed), []
     if kind == P.LIPSCHITZ_VISION:
         return lipschitz_scores(s, "image", seed), []
+    if kind == P.CERTIFY_VISION:
+        return certify_scores(run.rows, seed), []
     if kind == P.LIPSCHITZ_LM:
         return lipschitz_scores(s, "lm", seed), []
     if kind == P.SEQLEN_LM:

@@ -317,11 +317,23 @@ def render_readme(
 
     lines += ["## Lipschitz bounds", ""]
     for fam, models, title in (("image", plan.vision_models, "Vision"), ("lm", plan.lm_models, "Language")):
-        for metric in ("lip_lower_mean", "lip_lower_max", "lip_log10_upper"):
-            lines += _section(f"{title}: {METRICS[metric][2]}", cap, seed_table(s, fam, metric, models))
+        for metric in ("lip_lower_mean", "lip_lower_max", "lip_log10_layerwise", "lip_log10_upper"):
+            if not s[(s["family"] == fam) & (s["metric"] == metric)].empty:
+                lines += _section(f"{title}: {METRICS[metric][2]}", cap, seed_table(s, fam, metric, models))
         for metric in ("lip_layer_lower_mean", "lip_layer_log10_upper"):
             table = seed_table(s, fam, metric, models, label="block")
             lines += _section(f"{title}, per block: {METRICS[metric][2]}", cap, table)
+
+    cert = plan.certify
+    cert_cap = (
+        f"Randomized smoothing (Cohen et al. 2019) of the study's DeiTs at sigma {cert.sigma:g}: n0 = {cert.n0}, "
+        f"n = {cert.n}, alpha = {cert.alpha:g}, {cert.n_examples} test images; the radius counts 0 where the true "
+        "class is not certified. " + cap
+    )
+    for metric in ("certified_radius_mean", "certified_acc"):
+        if not s[(s["family"] == "image") & (s["metric"] == metric)].empty:
+            lines += _section(f"Smoothed DeiTs: {METRICS[metric][2]}", cert_cap, seed_table(s, "image", metric,
+                                                                                        plan.vision_models))  # fmt: skip
 
     lines += ["## Perturbation vs sequence length", ""]
     lines += _section(
