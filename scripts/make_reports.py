@@ -16,8 +16,14 @@ What it does:
    deit, corruption accuracy and mCE, accuracy-vs-eps figure, softmax-vs-BSA attention maps).
 2. lm: word-swap contamination sweep on the LM zoo models, if their zoo weights exist
    -> ``runs/lm-contamination`` -> ``reports/lm``.
-3. lipschitz: per-example lower/certified upper bounds with the per-block profile on the DeiT zoo models, plus
-   the sequence-length study of one attention layer -> ``runs/lipschitz``, ``runs/seqlen`` -> ``reports/lipschitz``.
+3. lipschitz: per-example lower/certified upper bounds with the per-block profile on the DeiT zoo models, the
+   gap rows (empirical vs layerwise estimate vs certified local and global, per block, at rho 1e-3 and 0.1) and
+   the sequence-length study of one attention layer -> ``runs/lipschitz``, ``runs/lipschitz-gap``,
+   ``runs/seqlen`` -> ``reports/lipschitz``.
+4. certified: randomized-smoothing certificates of the noise-trained zoo (sigma 0.25) and L2 PGD on the same
+   weights and examples -> ``runs/certify``, ``runs/certify-l2-pgd`` -> ``reports/certified``.
+
+Every report also gets a self-contained ``index.html``.
 
 Models without zoo weights are left out (and listed in the log); a part with no model left is skipped.
 Runs are made from scratch unless ``--reuse`` is given (a cached run would not notice retrained weights).
@@ -40,7 +46,7 @@ log = logging.getLogger("robustbench_filters.make_reports")
 
 DEIT = ["deit", "deit-bsa", "deit-grc", "deit-bsa-grc"]
 LM = ["lm", "lm-bsa", "lm-grc", "lm-bsa-grc"]
-PARTS = ("vision", "lm", "lipschitz")
+PARTS = ("vision", "lm", "lipschitz", "certified")
 
 
 def zoo_models(names: list[str], size: str = "micro") -> list[str]:
@@ -75,7 +81,7 @@ def vision(runs: Path, reports: Path, n_examples: int, steps: int, device: str, 
     if not (reuse and _finished(corr)):
         evaluate(models, ["corruption"], None, n_examples=n_examples, device=device, out=corr, overwrite=True)
     folders = [out, corr]
-    return build_report(folders, reports / "vision").index
+    return build_report(folders, reports / "vision", html=True).index
 
 
 def lm(runs: Path, reports: Path, n_examples: int, device: str, reuse: bool) -> Path | None:
@@ -89,7 +95,7 @@ def lm(runs: Path, reports: Path, n_examples: int, device: str, reuse: bool) -> 
     if not (reuse and _finished(out)):
         evaluate(models, ["wordswap"], None, n_examples=n_examples, out=out, overwrite=True, device=device,
                  rates=[0.05, 0.1, 0.2, 0.3])  # fmt: skip
-    return build_report([out], reports / "lm").index
+    return build_report([out], reports / "lm", html=True).index
 
 
 def lipschitz(runs: Path, reports: Path, n_examples: int, device: str, reuse: bool) -> Path | None:
@@ -103,18 +109,45 @@ def lipschitz(runs: Path, reports: Path, n_examples: int, device: str, reuse: bo
             estimate_lipschitz(models, n_examples=n_examples, method="power", per_layer=True, out=out, overwrite=True,
                                device=device)  # fmt: skip
         folders.append(out)
+        gap = runs / "lipschitz-gap"  # where the certified bounds lose: a few examples, at two ball radii
+        if not (reuse and _finished(gap)):
+            from robustbench_filters.configs import LipschitzConfig
+
+            config = LipschitzConfig(models=tuple(models), n_examples=4, batch_size=1, method="exact", gap=True,
+                                     gap_rhos=(1e-3, 0.1), device=device)  # fmt: skip
+            estimate_lipschitz(config=config, out=gap, overwrite=True)
+        folders.append(gap)
+    seq = runs / "seqlen"
     seq = runs / "seqlen"
     if not (reuse and _finished(seq)):
         settings = {"dim": 64, "heads": 4, "noise": 1e-3, "trials": 8, "seed": 0}
         write_seqlen_run(seq, sequence_length_study(**settings), settings)
     folders.append(seq)
-    return build_report(folders, reports / "lipschitz").index
+    return build_report(folders, reports / "lipschitz", html=True).index
+
+
+def certified(runs: Path, reports: Path, n_examples: int, device: str, reuse: bool) -> Path | None:
+    """Randomized smoothing of the noise-trained zoo, beside L2 PGD on the same weights and examples."""
+    from robustbench_filters.api import certify, evaluate
+
+    models = [m for m in zoo_models(DEIT) if zoo_path(m, "micro").with_name(f"{m}-micro-sigma0.25").exists()]
+    if not models:
+        log.warning("certified: no noise-trained zoo models; skipped")
+        return None
+    cert, l2 = runs / "certify", runs / "certify-l2-pgd"
+    if not (reuse and _finished(cert)):
+        certify(models, [0.25], n_examples=n_examples, out=cert, overwrite=True, device=device)
+    if not (reuse and _finished(l2)):
+        evaluate(models, ["pgd-l2"], [0.25, 0.5, 0.75, 1.0], n_examples=n_examples, checkpoint="zoo:sigma0.25",
+                 out=l2, overwrite=True, device=device)  # fmt: skip
+    return build_report([cert, l2], reports / "certified", html=True).index
 
 
 def main(
     runs: Annotated[Path, typer.Option("--runs", help="Folder for the run folders.")] = Path("runs"),
     reports: Annotated[Path, typer.Option("--reports", help="Folder for the reports.")] = Path("reports"),
-    only: Annotated[str, typer.Option("--only", help="Comma list of: vision, lm, lipschitz.")] = "vision,lm,lipschitz",
+    only: Annotated[str, typer.Option("--only", help="Comma list of: " + ", ".join(PARTS))] = ",".join(PARTS),
+    certify_examples: Annotated[int, typer.Option("--certify-examples", help="Images to certify.")] = 200,
     n_examples: Annotated[int, typer.Option("--n-examples", help="Test examples for the vision attacks.")] = 1000,
     steps: Annotated[int, typer.Option("--steps", help="PGD steps.")] = 20,
     lm_examples: Annotated[int, typer.Option("--lm-examples", help="Text windows for the LM sweep.")] = 200,
@@ -136,6 +169,8 @@ def main(
             written["lm"] = lm(runs, reports, lm_examples, device, reuse)
         if "lipschitz" in parts:
             written["lipschitz"] = lipschitz(runs, reports, lipschitz_examples, device, reuse)
+        if "certified" in parts:
+            written["certified"] = certified(runs, reports, certify_examples, device, reuse)
     except RobfiltError as exc:
         log.error("%s", exc)
         raise typer.Exit(exc.exit_code) from None
