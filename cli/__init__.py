@@ -12,6 +12,7 @@ by their summary), so a command module with heavy imports cannot slow the others
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
@@ -31,7 +32,7 @@ from robustbench_filters.versions import __version__
 
 from . import attack, lipschitz, report, study, train, verify
 from . import models as _models
-from ._common import console_err
+from ._common import StdoutClosed, console_err
 
 HELP = "Measure whether BSA and boosting residuals make transformers more robust."
 #: command -> (module, the first paragraph of its docstring: what ``robfilt --help`` shows without importing it)
@@ -110,6 +111,15 @@ for _command in (train, attack, lipschitz, report, study, verify):  # each comma
     _command.register(app)
 
 
+SIGPIPE_EXIT = 141  # what a shell reports for a program ended by SIGPIPE
+
+
+def _discard_stdout() -> None:
+    """Point stdout at /dev/null, so flushing it at exit does not raise again (Python's note on SIGPIPE)."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):  # a stdout without a descriptor (tests)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
 def run(argv: list[str] | None = None) -> int:
     """Run the CLI and return its exit code; user errors become one line on stderr."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -143,6 +153,9 @@ def run(argv: list[str] | None = None) -> int:
         return fail(f"error: {message} (see --help)", 2)
     except RobfiltError as exc:
         return fail(f"error: {exc}", exc.exit_code)
+    except (StdoutClosed, BrokenPipeError):  # `robfilt ... | head`: the reader has all it wanted
+        _discard_stdout()
+        return SIGPIPE_EXIT
     except OSError as exc:  # robfilt's own writes (errors inside a user's model arrive as UserCodeError)
         return fail(f"error: {describe_os_error(exc)}", 2)
     except KeyboardInterrupt:

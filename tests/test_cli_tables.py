@@ -3,6 +3,7 @@ and a closed pipe ends robfilt quietly."""
 
 from __future__ import annotations
 
+import io
 import math
 
 import numpy as np
@@ -95,3 +96,20 @@ def test_corruption_tables_show_accuracy_with_wilson_intervals(capsys: pytest.Ca
     for k in (13, 8, 18):  # severity 1, severity 2, clean: k of 20 correct
         lo, hi = wilson_interval(k, 20)
         assert f"{100 * k / 20:.1f} [{100 * lo:.1f}, {100 * hi:.1f}]" in out
+
+
+class _ClosedPipe(io.StringIO):
+    def write(self, text: str) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+def test_a_reader_that_stops_reading_ends_robfilt_quietly(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from robustbench_filters.cli import SIGPIPE_EXIT, _common, run
+
+    monkeypatch.setattr(_common, "_stdout", _common._Stdout(file=_ClosedPipe(), width=160))
+    assert run(["models", "list"]) == SIGPIPE_EXIT  # `robfilt models list | head -1`
+    monkeypatch.setattr("sys.stdout", _ClosedPipe())
+    assert run(["models", "list", "--json"]) == SIGPIPE_EXIT
+    assert capsys.readouterr().err == ""  # not "ended by SystemExit(1) from code it ran"
