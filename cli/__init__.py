@@ -13,6 +13,7 @@ by their summary), so a command module with heavy imports cannot slow the others
 from __future__ import annotations
 
 import contextlib
+import errno
 import importlib
 import json
 import os
@@ -120,6 +121,12 @@ def _discard_stdout() -> None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
+def _closed_pipe(exc: BaseException) -> bool:
+    """True when ``exc`` was raised while handling a broken pipe (EPIPE)."""
+    cause = exc.__context__
+    return isinstance(cause, OSError) and cause.errno == errno.EPIPE
+
+
 def run(argv: list[str] | None = None) -> int:
     """Run the CLI and return its exit code; user errors become one line on stderr."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -161,6 +168,9 @@ def run(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return fail("interrupted; continue with --resume", 130)
     except SystemExit as exc:  # raised by code robfilt ran (a user's model): never a silent success
+        if _closed_pipe(exc):  # click and rich (help pages) end with SystemExit(1) when stdout's reader left
+            _discard_stdout()
+            return SIGPIPE_EXIT
         return fail(
             f"error: the command was ended by SystemExit({exc.code!r}) from code it ran; nothing was finished", 2
         )

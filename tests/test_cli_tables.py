@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import io
 import math
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pandas as pd
@@ -113,3 +116,15 @@ def test_a_reader_that_stops_reading_ends_robfilt_quietly(
     monkeypatch.setattr("sys.stdout", _ClosedPipe())
     assert run(["models", "list", "--json"]) == SIGPIPE_EXIT
     assert capsys.readouterr().err == ""  # not "ended by SystemExit(1) from code it ran"
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["attack", "--help"], ["models", "list"], ["models", "list", "--json"]])
+def test_output_into_a_closed_pipe_ends_quietly_with_141(argv: list[str]) -> None:
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before robfilt writes a byte: `robfilt ... | head -0`
+    try:
+        done = subprocess.run([sys.executable, "-m", "robustbench_filters.cli", *argv], stdout=write,
+                              stderr=subprocess.PIPE, text=True, timeout=120)  # fmt: skip
+    finally:
+        os.close(write)
+    assert (done.returncode, done.stderr) == (141, "")
