@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Annotated, Any
 
@@ -16,10 +17,13 @@ from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
+    ProgressColumn,
+    Task,
+    TaskID,
     TextColumn,
     TimeElapsedColumn,
-    TimeRemainingColumn,
 )
+from rich.text import Text
 
 from robustbench_filters.io import _json_default
 
@@ -27,9 +31,20 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JS
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or info logs.")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Random seed; same seed, same numbers.")]
 
-_stdout = Console(highlight=False, soft_wrap=True)
+
+class StdoutClosed(Exception):
+    """Whoever read robfilt's output stopped reading (``robfilt attack ... | head``): stop quietly."""
+
+
+class _Stdout(Console):
+    def on_broken_pipe(self) -> None:  # rich's own raises SystemExit(1), which robfilt reports as a user's exit
+        self.quiet = True
+        raise StdoutClosed
+
+
+_stdout = _Stdout(highlight=False, soft_wrap=True)
 if not _stdout.is_terminal:  # pipes and CI logs: wide enough for a four-model comparison table
-    _stdout = Console(highlight=False, soft_wrap=True, width=160)
+    _stdout = _Stdout(highlight=False, soft_wrap=True, width=160)
 _stderr = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
@@ -97,32 +112,103 @@ def is_primary() -> bool:
 
 
 def print_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, default=_json_default) + "\n")
-    sys.stdout.flush()
+    try:
+        sys.stdout.write(json.dumps(data, indent=2, default=_json_default) + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:  # click would turn it into SystemExit(1), which reads like a user's exit
+        raise StdoutClosed from None
+
+
+class Pace:
+    """The pace of one progress task, for its ETA: seconds left = steps left x seconds per step so far.
+
+    A resumed run first ticks off the units it finished before, microseconds apart; counting those as work
+    done would promise an ETA of seconds. So the pace is measured from the end of that first burst of updates
+    (each arriving within :data:`BURST_S` of the end of the previous one, right after the start).
+    """
+
+    BURST_S = 0.002
+
+    def __init__(self, completed: int, now: float) -> None:
+        self.since, self.base, self.last, self.in_burst = now, completed, now, True
+
+    def update(self, completed: int, now: float) -> None:
+        """Record ``completed`` steps at time ``now`` (when the update arrived)."""
+        if self.in_burst and now - self.last <= self.BURST_S:
+            self.since, self.base = now, completed
+        else:
+            self.in_burst = False
+        self.last = now
+
+    def handled(self, now: float) -> None:
+        """The update has been drawn: the next update's gap counts from here (drawing takes milliseconds)."""
+        self.last = now
+
+    def remaining_s(self, completed: int, total: int | None, now: float) -> float | None:
+        """Seconds left, or None until a step has been timed."""
+        if total is not None and completed >= total:
+            return 0.0
+        done, elapsed = completed - self.base, now - self.since
+        if total is None or done <= 0 or elapsed <= 0:
+            return None
+        return (total - completed) * elapsed / done
+
+
+class EtaColumn(ProgressColumn):
+    """'eta 0:01:23' from the task's :class:`Pace`, ticking down between updates (rich's own estimate needs two
+    timed updates within 30 s and counts a resumed run's finished units as speed)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
+        self.clock = clock
+
+    def render(self, task: Task) -> Text:
+        pace = task.fields.get("pace")
+        left = pace.remaining_s(int(task.completed), task.total, self.clock()) if pace else None
+        if left is None:
+            return Text("eta -:--:--", style="progress.remaining")
+        minutes, seconds = divmod(round(left), 60)
+        hours, minutes = divmod(minutes, 60)
+        return Text(f"eta {hours:d}:{minutes:02d}:{seconds:02d}", style="progress.remaining")
+
+
+def progress_columns() -> tuple[ProgressColumn, ...]:
+    """What a bar shows: task, bar, done/total steps, current model and part, elapsed time, ETA."""
+    return (
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        EtaColumn(),
+        TextColumn("{task.fields[info]}", markup=False),
+    )
+
+
+def make_hook(bar: Progress, clock: Callable[[], float] = time.monotonic) -> Callable[..., None]:
+    """The library's progress hook (``task, completed, total, info``) drawing on ``bar``, one line per task."""
+    tasks: dict[str, tuple[TaskID, Pace]] = {}
+
+    def hook(task: str, completed: int, total: int, info: str = "") -> None:
+        now = clock()
+        if task not in tasks:
+            pace = Pace(completed, now)
+            tasks[task] = bar.add_task(task, total=total, completed=completed, info=info, pace=pace), pace
+        else:
+            task_id, pace = tasks[task]
+            pace.update(completed, now)
+            bar.update(task_id, completed=completed, total=total, info=info)
+        pace.handled(clock())
+
+    return hook
 
 
 @contextmanager
 def progress_bar(quiet: bool) -> Iterator[Any]:
-    """Yield a library progress hook backed by a rich bar (a no-op when quiet or not a terminal)."""
+    """Yield a library progress hook backed by a rich bar on stderr (None when quiet or stderr is not a terminal,
+    so logs and CI output stay free of control characters)."""
     if quiet or not _stderr.is_terminal:
         yield None
         return
-    bar = Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[info]}"),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        console=_stderr,
-        transient=False,
-    )
-    tasks: dict[str, int] = {}
-
-    def hook(task: str, completed: int, total: int, info: str = "") -> None:
-        if task not in tasks:
-            tasks[task] = bar.add_task(task, total=total, info=info)
-        bar.update(tasks[task], completed=completed, total=total, info=info)
-
+    bar = Progress(*progress_columns(), console=_stderr, transient=False)
     with bar:
-        yield hook
+        yield make_hook(bar)

@@ -57,12 +57,22 @@ def render_checks(checks: list[dict], counts: dict) -> None:
     out.print(f"[{style}]{verdict}[/] ({counts['pass']} pass, {counts['warn']} warn, {counts['fail']} fail)")
 
 
+def _finite(value: float | None) -> bool:
+    return value is not None and math.isfinite(value)
+
+
 def _ppl_cell(entry: dict, clean_ppl: float | None = None) -> str:
+    """'12.31 [11.80, 12.90] x1.42 (41.2%)': perplexity [95% bootstrap CI], ratio to clean, next-token accuracy.
+
+    Summaries written before the interval was recorded have no ``ppl_lo``/``ppl_hi``; they show the point value.
+    """
     ppl, acc = entry["ppl"], entry["acc"]
-    if ppl is None or not math.isfinite(ppl):
+    if not _finite(ppl):
         return "-"
+    lo, hi = entry.get("ppl_lo"), entry.get("ppl_hi")
+    interval = f" [{lo:.2f}, {hi:.2f}]" if _finite(lo) and _finite(hi) else ""
     ratio = f" x{ppl / clean_ppl:.2f}" if clean_ppl and clean_ppl > 0 else ""
-    return f"{ppl:.2f}{ratio} ({100 * acc:.1f}%)"
+    return f"{ppl:.2f}{interval}{ratio} ({100 * acc:.1f}%)"
 
 
 def _setting(entry: dict) -> str:
@@ -72,7 +82,8 @@ def _setting(entry: dict) -> str:
 
 
 def render_lm_summary(summary: dict) -> None:
-    """Perplexity (x clean, next-token accuracy %) per attack and eps/rate, one column per model; then checks."""
+    """Perplexity [95% CI] (x clean, next-token accuracy %) per attack and eps/rate, one column per model; then
+    the checks."""
     out = console()
     models = summary["models"]
     settings: list[tuple[str, str, float]] = []
@@ -85,7 +96,7 @@ def render_lm_summary(summary: dict) -> None:
     scale = summary.get("eps_mode", "relative")
     table = Table(
         title=(
-            f"perplexity (x clean) and next-token accuracy on {summary['n_examples']} {summary['data']} test "
+            f"perplexity [95% CI] (x clean) and next-token accuracy on {summary['n_examples']} {summary['data']} test "
             f"sequences of {summary.get('seq_chars', '?')} characters; embedding attacks: {summary['norm']}, "
             f"{scale} eps, {summary.get('steps', '?')} steps"
         )
@@ -116,12 +127,24 @@ def _fmt(value: float | None, pct: bool = True) -> str:
     return f"{100 * value:.1f}" if pct else f"{value:.3f}"
 
 
+def _acc_cell(cell: dict | None) -> str:
+    """Accuracy % with its 95% Wilson interval when the summary has one."""
+    if cell is None or not _finite(cell.get("acc")):
+        return "-"
+    return _pct(cell) if _finite(cell.get("lo")) and _finite(cell.get("hi")) else _fmt(cell["acc"])
+
+
 def render_corruption_summary(summary: dict) -> None:
-    """Accuracy % per corruption x severity for every model, then clean / mean / mCE, then the checks."""
+    """Accuracy % [95% CI] per corruption x severity for every model, then clean / mean / mCE, then the checks.
+
+    The means over severities and corruptions have no interval: they pool the same examples, not independent draws.
+    """
     out = console()
     models = summary["models"]
     sev = summary["severities"]
-    table = Table(title=f"accuracy % under corruptions on {summary['n_examples']} {summary['data']} test examples")
+    table = Table(
+        title=f"accuracy % [95% CI] under corruptions on {summary['n_examples']} {summary['data']} test examples"
+    )
     table.add_column("model")
     table.add_column("corruption")
     for s in sev:
@@ -130,11 +153,11 @@ def render_corruption_summary(summary: dict) -> None:
     table.add_column("CE", justify="right")
     for label, m in models.items():
         for i, (name, c) in enumerate(m["corruptions"].items()):
-            cells = {b["severity"]: b["acc"] for b in c["by_severity"]}
+            cells = {b["severity"]: b for b in c["by_severity"]}
             table.add_row(
                 label if i == 0 else "",
                 name,
-                *[_fmt(cells.get(s)) for s in sev],
+                *[_acc_cell(cells.get(s)) for s in sev],
                 _fmt(c["mean_acc"]),
                 _fmt(c.get("ce"), pct=False),
                 end_section=i == len(m["corruptions"]) - 1,
@@ -142,12 +165,12 @@ def render_corruption_summary(summary: dict) -> None:
     out.print(table)
     base = summary.get("baseline")
     overview = Table(title=f"corruption robustness (mCE relative to {base})" if base else "corruption robustness")
-    for col in ("model", "clean %", "mean corrupted %", "mCE", "relative mCE"):
+    for col in ("model", "clean % [95% CI]", "mean corrupted %", "mCE", "relative mCE"):
         overview.add_column(col, justify="left" if col == "model" else "right")
     for label, m in models.items():
         overview.add_row(
             label,
-            _fmt(m["clean"]["acc"]),
+            _acc_cell(m["clean"]),
             _fmt(m["mean_acc"]),
             _fmt(m.get("mce"), pct=False),
             _fmt(m.get("relative_mce"), pct=False),

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
+from robustbench_filters.names import attack_help
 from robustbench_filters.parsing import parse_ints, parse_names, parse_numbers
 
 from ._common import (
@@ -26,11 +27,6 @@ from ._common import (
 )
 from ._render import render_summary
 
-ATTACK_HELP = (
-    "Comma list. Images: fgsm, pgd, pgd-l2, apgd-ce, apgd-t, fab, square, cw, autoattack, corruption[:<name>]; "
-    "language models: fgsm, pgd, wordswap."
-)
-
 
 def attack_cmd(
     model: Annotated[str, typer.Option("--model", help=MODEL_HELP)] = "deit-grc",
@@ -38,7 +34,7 @@ def attack_cmd(
         list[str] | None,
         typer.Option("--model-arg", help="key=value for every model's constructor, e.g. num_classes=10 (repeatable)."),
     ] = None,
-    attack: Annotated[str, typer.Option("--attack", help=ATTACK_HELP)] = "pgd",
+    attack: Annotated[str, typer.Option("--attack", help=attack_help())] = "pgd",
     eps: Annotated[
         str | None, typer.Option("--eps", help="Comma list on the [0,1] scale; fractions like 8/255 work.")
     ] = None,

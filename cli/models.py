@@ -1,4 +1,8 @@
-"""robfilt models list | show."""
+"""robfilt models list | show.
+
+``list`` reads the zoo cards only (:mod:`robustbench_filters.zoo_index`), so it answers without importing torch;
+``show`` builds the model to count its parameters.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from robustbench_filters.models.describe import list_table, show
+from robustbench_filters.zoo_index import list_table
 
 from ._common import JsonOpt, QuietOpt, console, print_json, setup_logging
 
@@ -80,6 +84,8 @@ def show_cmd(
     quiet: QuietOpt = False,
 ) -> None:
     """Config, parameter count and the BSA/GRC formulas of one variant."""
+    from robustbench_filters.models.describe import show
+
     setup_logging(quiet, json_out)
     info = show(name, size)
     if json_out:

@@ -8,8 +8,6 @@ from typing import Annotated
 import typer
 
 from robustbench_filters.parsing import parse_names
-from robustbench_filters.report import build_report
-from robustbench_filters.report.render import FORMATS
 
 from ._common import JsonOpt, QuietOpt, console, print_json, setup_logging
 
@@ -46,6 +44,9 @@ def report_cmd(
     Tables: accuracy with 95% Wilson CIs, paired McNemar tests vs the baseline, perplexity, corruptions and
     Lipschitz bounds. Figures: accuracy vs eps, perplexity vs rate, Lipschitz profile, attention maps.
     """
+    from robustbench_filters.report import build_report
+    from robustbench_filters.report.render import FORMATS
+
     setup_logging(quiet, json_out)
     result = build_report(
         runs,

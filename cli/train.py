@@ -8,9 +8,8 @@ from typing import Annotated
 
 import typer
 
-from robustbench_filters.models.registry import MODEL_NAMES
+from robustbench_filters.names import MODEL_NAMES, parse_name
 from robustbench_filters.parsing import parse_names
-from robustbench_filters.train import DEFAULT_RECIPES, train
 
 from ._common import JsonOpt, QuietOpt, SeedOpt, console, print_json, progress_bar, setup_logging
 
@@ -44,7 +43,7 @@ def train_cmd(
     """Train a model on bundled (or your) data and write a safetensors checkpoint with its card."""
     import dataclasses
 
-    from robustbench_filters.models.registry import parse_name
+    from robustbench_filters.train import DEFAULT_RECIPES, train
 
     setup_logging(quiet, json_out)
     (name,) = parse_names(model, "model", MODEL_NAMES)

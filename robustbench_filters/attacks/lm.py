@@ -1,7 +1,8 @@
 """Language-model attacks as a runner measurement: embedding FGSM/PGD and word-swap contamination on shared text.
 
 Units are (model, clean or attack, batch of sequences); rows are built in :mod:`.lm_rows`. Perplexity is
-``exp(sum NLL / sum tokens)`` over sequences, next-token accuracy likewise, always recomputed from the rows.
+``exp(sum NLL / sum tokens)`` over sequences (with the report's 95% bootstrap interval over sequences), next-token
+accuracy likewise, always recomputed from the rows.
 eps is relative to the embedding scale by default (see :mod:`.embedding`); the scale of every model is reported.
 """
 
@@ -98,11 +99,17 @@ def load_lm_subjects(
 
 
 def _aggregate(rows: pd.DataFrame) -> dict[str, Any]:
+    """Perplexity with the report's 95% bootstrap interval over sequences (same resampling, same seed)."""
+    from ..report.tables import bootstrap_ratio_interval
+
     n_tok = int(rows.n_tokens.sum())
     nll = float(rows.nll_sum.sum()) / n_tok if n_tok else float("nan")
     seq_ppl = np.exp(rows.nll_sum / rows.n_tokens.clip(lower=1))
+    ppl_lo, ppl_hi = bootstrap_ratio_interval(rows.nll_sum.to_numpy(float), rows.n_tokens.to_numpy(float))
     return {
         "ppl": math.exp(nll) if n_tok else float("nan"),
+        "ppl_lo": ppl_lo,
+        "ppl_hi": ppl_hi,
         "acc": float(rows.correct_tokens.sum()) / n_tok if n_tok else float("nan"),
         "nll": nll,
         "n_tokens": n_tok,

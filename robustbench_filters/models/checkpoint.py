@@ -25,6 +25,9 @@ from ..errors import CheckpointError
 from ..family import Family
 from ..io import atomic_write_text
 from ..versions import library_versions
+from ..zoo_index import CARD, WEIGHTS, ZOO_DIR, zoo_folder_name  # ZOO_DIR: a global here, so tests can move it
+from ..zoo_index import ZOO_NOISE_SIGMAS as ZOO_NOISE_SIGMAS  # re-exported: the noise levels of the zoo
+from ..zoo_index import noise_tag as noise_tag  # re-exported: how a noise level names a zoo variant
 from .config import DeiTConfig, LMConfig, config_from_dict
 from .registry import ModelSpec, build_from_spec, parse_name
 
@@ -32,13 +35,7 @@ log = logging.getLogger(__name__)
 
 CARD_FORMAT = "robfilt-checkpoint"
 CARD_SCHEMA = 1
-WEIGHTS = "model.safetensors"
-CARD = "card.json"
 TOKENIZER = "tokenizer.json"
-ZOO_DIR = Path(__file__).resolve().parent.parent / "zoo"
-# Noise levels of the noise-trained zoo variants (``checkpoint="zoo:sigma0.25"``): base classifiers for
-# randomized smoothing, trained with Gaussian data augmentation (``robfilt train --noise-sigma``).
-ZOO_NOISE_SIGMAS: tuple[float, ...] = (0.25,)
 PICKLE_SUFFIXES = {".pt", ".pth", ".pkl", ".pickle", ".bin", ".ckpt"}
 
 
@@ -53,12 +50,7 @@ def sha256_file(path: Path) -> str:
 def zoo_path(name: str, size: str, noise_sigma: float | None = None) -> Path:
     """The bundled checkpoint folder: ``<name>-<size>``, or ``<name>-<size>-sigma<S>`` for the zoo variant trained
     with Gaussian noise of std S on its inputs (the base classifiers for randomized smoothing)."""
-    return ZOO_DIR / (f"{name}-{size}" + (f"-{noise_tag(noise_sigma)}" if noise_sigma else ""))
-
-
-def noise_tag(noise_sigma: float) -> str:
-    """``sigma0.25``: how a noise level names a zoo variant (``checkpoint="zoo:sigma0.25"``)."""
-    return f"sigma{float(noise_sigma):g}"
+    return ZOO_DIR / zoo_folder_name(name, size, noise_sigma)
 
 
 def is_zoo_ref(checkpoint: str | Path | None) -> bool:

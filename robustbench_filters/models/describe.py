@@ -1,13 +1,14 @@
-"""Human- and machine-readable descriptions of the model variants (``robfilt models list|show``)."""
+"""Human- and machine-readable descriptions of the model variants (``robfilt models show``; ``models list`` is
+:func:`robustbench_filters.zoo_index.list_table`, which never builds a model)."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from ..family import Family
-from .checkpoint import CARD, WEIGHTS, ZOO_NOISE_SIGMAS, noise_tag, zoo_path
-from .registry import MODEL_NAMES, SIZES, build_from_spec, parse_name, resolve_spec
+from ..zoo_index import list_table as list_table  # re-exported: `models list` reads cards only (no torch)
+from ..zoo_index import noise_zoo, zoo_entry
+from .registry import build_from_spec, resolve_spec
 from .timm_registry import timm_name
 
 FORMULATION_NOTE = (
@@ -42,55 +43,6 @@ def formulas(config: Any) -> list[str]:
     else:
         out.append("residual: Y <- Y + F(LN(Y)) (stock pre-norm).")
     return out
-
-
-def zoo_entry(name: str, size: str, noise_sigma: float | None = None) -> dict[str, Any] | None:
-    """Zoo metrics for a name (and noise level), or None when no trained weights are bundled."""
-    folder = zoo_path(name, size, noise_sigma)
-    if not (folder / WEIGHTS).exists() or not (folder / CARD).exists():
-        return None
-    card = json.loads((folder / CARD).read_text())
-    entry = {"path": str(folder), "metrics": card.get("metrics", {}), "recipe": card.get("recipe")}
-    if noise_sigma:
-        entry["checkpoint"] = f"zoo:{noise_tag(noise_sigma)}"
-        entry["certification"] = card.get("certification")
-    return entry
-
-
-def noise_zoo(name: str, size: str) -> dict[str, dict[str, Any]]:
-    """The noise-trained zoo variants of a name: ``{"sigma0.25": entry}`` for those bundled."""
-    out = {}
-    for sigma in ZOO_NOISE_SIGMAS:
-        entry = zoo_entry(name, size, sigma)
-        if entry is not None:
-            out[noise_tag(sigma)] = entry
-    return out
-
-
-def list_table() -> list[dict[str, Any]]:
-    rows = []
-    for name in MODEL_NAMES:
-        family, bsa, grc = parse_name(name)
-        sizes = SIZES[family]
-        zoo = {s: zoo_entry(name, s) for s in sizes}
-        rows.append(
-            {
-                "name": name,
-                "family": family.value,
-                "bsa": bsa,
-                "grc": grc,
-                "sizes": list(sizes),
-                "zoo": {s: z["metrics"] for s, z in zoo.items() if z is not None},
-                # timm.create_model(...) / --model timm:<name>; LMs are not timm models
-                "timm": {s: timm_name(name, s) for s in sizes} if family is Family.IMAGE else {},
-                "zoo_noise": {
-                    f"{s}-{tag}": {"metrics": e["metrics"], "certification": e["certification"]}
-                    for s in sizes
-                    for tag, e in noise_zoo(name, s).items()
-                },
-            }
-        )
-    return rows
 
 
 def show(name: str, size: str = "micro") -> dict[str, Any]:

@@ -1,0 +1,130 @@
+"""Terminal output: tables carry intervals (perplexity: the report's bootstrap CI; corruption accuracy: Wilson CIs),
+and a closed pipe ends robfilt quietly."""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from robustbench_filters.attacks.corruption import summarize_corruption_rows
+from robustbench_filters.attacks.lm import summarize_lm_rows
+from robustbench_filters.cli._render import render_corruption_summary, render_lm_summary
+from robustbench_filters.report.tables import perplexity_table
+from robustbench_filters.stats import wilson_interval
+
+CHECKS = {"checks": [], "checks_summary": {"passed": True, "pass": 0, "warn": 0, "fail": 0}}
+
+
+def _lm_rows() -> pd.DataFrame:
+    rng = np.random.default_rng(0)
+    records = []
+    for model, shift in (("lm", 0.0), ("lm-grc", 0.2)):
+        for i in range(12):
+            tok = int(rng.integers(20, 40))
+            base = {"model": model, "example_id": i, "n_tokens": tok}
+            nll = tok * (1.2 + shift + 0.3 * rng.random())
+            records.append({**base, "kind": "clean", "attack": "clean", "eps": 0.0, "nll_sum": nll,
+                            "correct_tokens": tok // 2, "eps_abs": 0.0, "n_swapped": 0, "n_eligible": 0})  # fmt: skip
+            for eps in (0.05, 0.1):
+                records.append({**base, "kind": "adversarial", "attack": "pgd", "eps": eps, "nll_sum": nll * (1 + 4 * eps),
+                                "correct_tokens": tok // 3, "eps_abs": eps * 0.02, "n_swapped": 0, "n_eligible": 0})  # fmt: skip
+            records.append({**base, "kind": "contamination", "attack": "wordswap", "eps": 0.1, "nll_sum": nll * 1.1,
+                            "correct_tokens": tok // 3, "eps_abs": 0.0, "n_swapped": 1, "n_eligible": 8})  # fmt: skip
+    return pd.DataFrame(records)
+
+
+def test_lm_summary_adds_the_reports_perplexity_interval_and_keeps_its_numbers() -> None:
+    rows = _lm_rows()
+    summary = summarize_lm_rows(rows)
+    report = perplexity_table(rows).set_index(["model", "attack", "eps"])
+    for model, m in summary.items():
+        clean = rows[(rows.model == model) & (rows.kind == "clean")]
+        assert m["clean"]["ppl"] == pytest.approx(math.exp(clean.nll_sum.sum() / clean.n_tokens.sum()))
+        for entry in [{"attack": "clean", "eps": 0.0, **m["clean"]}, *m["results"]]:
+            ref = report.loc[(model, entry["attack"], entry["eps"])]
+            assert (entry["ppl_lo"], entry["ppl_hi"]) == (ref.ppl_lo, ref.ppl_hi)  # the same bootstrap, same seed
+            assert entry["ppl_lo"] < entry["ppl"] < entry["ppl_hi"]
+            assert entry["ppl"] == pytest.approx(ref.ppl)
+
+
+def _lm_summary(models: dict) -> dict:
+    return {"family": "lm", "kind": "attack", "models": models, "n_examples": 12, "data": "austen", "seq_chars": 128,
+            "norm": "linf", "steps": 3, "eps_mode": "relative", "eps": [0.05, 0.1], **CHECKS}  # fmt: skip
+
+
+def test_lm_table_shows_perplexity_with_its_interval(capsys: pytest.CaptureFixture[str]) -> None:
+    models = summarize_lm_rows(_lm_rows())
+    render_lm_summary(_lm_summary(models))
+    out = capsys.readouterr().out
+    assert "perplexity [95% CI]" in out
+    clean = models["lm"]["clean"]
+    assert f"{clean['ppl']:.2f} [{clean['ppl_lo']:.2f}, {clean['ppl_hi']:.2f}] ({100 * clean['acc']:.1f}%)" in out
+    pgd = next(r for r in models["lm-grc"]["results"] if r["attack"] == "pgd" and r["eps"] == 0.1)
+    ratio = pgd["ppl"] / models["lm-grc"]["clean"]["ppl"]
+    assert f"{pgd['ppl']:.2f} [{pgd['ppl_lo']:.2f}, {pgd['ppl_hi']:.2f}] x{ratio:.2f}" in out
+
+
+def test_lm_table_of_a_summary_without_intervals_shows_the_point(capsys: pytest.CaptureFixture[str]) -> None:
+    models = summarize_lm_rows(_lm_rows())
+    for m in models.values():  # a run folder written before the summary had intervals
+        for entry in [m["clean"], *m["results"]]:
+            del entry["ppl_lo"], entry["ppl_hi"]
+    render_lm_summary(_lm_summary(models))
+    clean = models["lm"]["clean"]
+    assert f"{clean['ppl']:.2f} ({100 * clean['acc']:.1f}%)" in capsys.readouterr().out
+
+
+def test_corruption_tables_show_accuracy_with_wilson_intervals(capsys: pytest.CaptureFixture[str]) -> None:
+    rows = []
+    for model in ("deit", "deit-grc"):
+        for i in range(20):
+            rows.append({"model": model, "example_id": i, "kind": "clean", "attack": "clean", "eps": 0.0,
+                         "correct": i < 18})  # fmt: skip
+            for s in (1, 2):
+                rows.append({"model": model, "example_id": i, "kind": "contamination",
+                             "attack": "corruption:contrast", "eps": float(s), "correct": i < 18 - 5 * s})  # fmt: skip
+    models = summarize_corruption_rows(pd.DataFrame(rows))
+    summary = {"kind": "corruption", "family": "image", "models": models, "severities": [1, 2], "n_examples": 20,
+               "data": "fashion-mnist", "baseline": "deit", **CHECKS}  # fmt: skip
+    render_corruption_summary(summary)
+    out = capsys.readouterr().out
+    assert "accuracy % [95% CI] under corruptions" in out and "clean % [95% CI]" in out
+    for k in (13, 8, 18):  # severity 1, severity 2, clean: k of 20 correct
+        lo, hi = wilson_interval(k, 20)
+        assert f"{100 * k / 20:.1f} [{100 * lo:.1f}, {100 * hi:.1f}]" in out
+
+
+class _ClosedPipe(io.StringIO):
+    def write(self, text: str) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+def test_a_reader_that_stops_reading_ends_robfilt_quietly(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from robustbench_filters.cli import SIGPIPE_EXIT, _common, run
+
+    monkeypatch.setattr(_common, "_stdout", _common._Stdout(file=_ClosedPipe(), width=160))
+    assert run(["models", "list"]) == SIGPIPE_EXIT  # `robfilt models list | head -1`
+    monkeypatch.setattr("sys.stdout", _ClosedPipe())
+    assert run(["models", "list", "--json"]) == SIGPIPE_EXIT
+    assert capsys.readouterr().err == ""  # not "ended by SystemExit(1) from code it ran"
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["attack", "--help"], ["models", "list"], ["models", "list", "--json"]])
+def test_output_into_a_closed_pipe_ends_quietly_with_141(argv: list[str]) -> None:
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before robfilt writes a byte: `robfilt ... | head -0`
+    try:
+        done = subprocess.run([sys.executable, "-m", "robustbench_filters.cli", *argv], stdout=write,
+                              stderr=subprocess.PIPE, text=True, timeout=120)  # fmt: skip
+    finally:
+        os.close(write)
+    assert (done.returncode, done.stderr) == (141, "")
