@@ -89,6 +89,13 @@ def _measured_n(runs: Sequence[Run]) -> dict[str, int | None]:
     return out
 
 
+def _first_baseline(baseline: Path | None, write_to: str | Path | None) -> bool:
+    """True when the gate is asked to write the very baseline it names and that file does not exist yet."""
+    if baseline is None or write_to is None or baseline.exists():
+        return False
+    return Path(write_to).resolve() == baseline.resolve()
+
+
 def plan_gate(
     spec: Spec | None, baseline: Baseline | None, policy: BaselinePolicy, runs: Sequence[Run] = ()
 ) -> list[PlannedCheck]:
@@ -143,7 +150,8 @@ def run_gate(
         raise RobfiltError("--run needs something to compare with; pass --baseline FILE or --spec FILE.")
     policy = _policy(loaded, tolerance, mode)
     out_dir = Path(out) if out is not None else (loaded.out if loaded else Path("runs") / "check")
-    base = read_baseline(baseline_path) if baseline_path is not None else None  # fail fast on bad files
+    first = _first_baseline(baseline_path, write_baseline)
+    base = read_baseline(baseline_path) if baseline_path is not None and not first else None  # fail fast
 
     if runs:
         run_objs = [load_run(r) for r in runs]
@@ -180,6 +188,8 @@ def run_gate(
         plan=plan,
         run_seconds={r.run_id: run_wall_seconds(r.manifest) for r in run_objs},
     )
+    if first:
+        result.notes.append(f"baseline {baseline_path} does not exist yet: no baseline checks this time")
     fallen = sum(j.decision.detail.startswith("paired unavailable") for j in judged)
     if fallen:
         result.notes.append(
