@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 TORCH_PINS ?= torch==2.14.1 torchvision==0.29.1
 export PYTHONHASHSEED := 0
 
-.PHONY: demo test test-slow check lint format zoo reports bench study clean-venv
+.PHONY: demo test test-slow check ci-gate lint format zoo reports bench study clean-venv
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -37,7 +37,11 @@ zoo: $(STAMP)
 # The suite, then the robustness gate on the zoo models (this project's own CI is gated by it).
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider
-	$(BIN)/robfilt check --spec robustness.toml --out runs/check --quiet
+	$(MAKE) ci-gate
+
+# The robustness gate exactly as .github/workflows/robustness.yml runs it (fresh runs and outputs in runs/ci-gate).
+ci-gate: $(STAMP)
+	ROBFILT=$(BIN)/robfilt bash .ci/gate.sh
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m slow

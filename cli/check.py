@@ -21,49 +21,59 @@ from rich.table import Table
 
 from robustbench_filters.errors import RobfiltError
 from robustbench_filters.gate import run_gate
+from robustbench_filters.gating.outcome import GateResult, PlannedCheck, footnotes, ordered
+from robustbench_filters.gating.output import measured, p_cell
 from robustbench_filters.parsing import parse_number
-from robustbench_filters.report.judge import GateResult
 
 from ._common import JsonOpt, QuietOpt, console, print_json, progress_bar, setup_logging
 
 STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red"}
 
 
+def _print_notes(notes: list[str]) -> None:
+    for note in notes:
+        console().print(note, style="dim", markup=False, highlight=False)
+
+
+def render_plan(plan: list[PlannedCheck]) -> None:
+    """Before the runs: the smallest change each check can detect at the spec's n, to size n_examples."""
+    if not plan:
+        return
+    out = console()
+    table = Table(title="planned checks: the smallest change each detects with 80% power at the spec's n")
+    for col, justify in (("check", "left"), ("model", "left"), ("condition", "left"), ("metric", "left"),
+                         ("mode", "left"), ("n", "right"), ("detects", "right")):  # fmt: skip
+        table.add_column(col, justify=justify)
+    index, notes = footnotes(plan)
+    for p in plan:
+        mark = f" [{index[p.mde_assumption]}]" if p.mde_assumption in index else ""
+        detects = p.detects + mark
+        table.add_row(p.kind, p.model, p.condition, p.metric, p.mode, str(p.n or "-"), detects)
+    out.print(table)
+    _print_notes([*notes, "Too coarse? Raise n_examples (scripts/gate_mde_table.py prints the effect for any n)."])
+
+
 def render_gate(result: GateResult) -> None:
-    """The diff table: what was expected, what was measured (with its 95% CI), and the decision."""
+    """The diff table: expected, measured (95% CI), mode, p-value, what the check detects, and the decision."""
     out = console()
     table = Table(title=f"robfilt check: {result.name}")
     for col, justify in (("status", "left"), ("check", "left"), ("model", "left"), ("condition", "left"),
-                         ("metric", "left"), ("expected", "left"), ("measured [95% CI]", "right"),
-                         ("detail", "left")):  # fmt: skip
+                         ("metric", "left"), ("mode", "left"), ("expected", "left"), ("measured [95% CI]", "right"),
+                         ("p", "right"), ("detects", "right"), ("detail", "left")):  # fmt: skip
         table.add_column(col, justify=justify)
-    order = {"fail": 0, "warn": 1, "pass": 2}
-    shown = [o for o in result.outcomes if o.kind != "sanity" or o.status != "pass"]
-    for o in sorted(shown, key=lambda o: order[o.status]):
-        if o.value is None:
-            measured = "-"
-        elif o.metric in ("acc", "token_acc"):
-            measured = f"{100 * o.value:.1f}%"
-            if o.lo is not None and o.hi is not None and o.lo != o.hi:
-                measured += f" [{100 * o.lo:.1f}, {100 * o.hi:.1f}]"
-        else:
-            measured = f"{o.value:.4g}"
-            if o.lo is not None and o.hi is not None and o.lo != o.hi:
-                measured += f" [{o.lo:.4g}, {o.hi:.4g}]"
-        table.add_row(
-            f"[{STYLE[o.status]}]{o.status.upper()}[/]",
-            o.kind,
-            o.model,
-            o.condition,
-            o.metric,
-            o.expected,
-            measured,
-            o.detail,
-        )
+    shown = ordered(result.outcomes)
+    index, notes = footnotes(shown)
+    for o in shown:
+        detects = o.detects + (f" [{index[o.mde_assumption]}]" if o.mde_assumption in index else "")
+        table.add_row(f"[{STYLE[o.status]}]{o.status.upper()}[/]", o.kind, o.model, o.condition, o.metric,
+                      o.mode or "-", o.expected, measured(o), p_cell(o), detects or "-", o.detail)  # fmt: skip
     out.print(table)
     n_sanity = sum(o.kind == "sanity" and o.status == "pass" for o in result.outcomes)
     if n_sanity:
         out.print(f"{n_sanity} sanity checks passed (not listed)", style="dim", markup=False)
+    if notes:
+        _print_notes(["detects = the smallest change that fails the check with 80% power, assuming:", *notes])
+    _print_notes(result.notes)
     verdict = "passed" if result.passed else f"FAILED: {result.count('fail')} regression(s)"
     style = "green" if result.passed else "bold red"
     out.print(
@@ -136,12 +146,17 @@ def check_cmd(
         Path | None, typer.Option("--summary", help="Markdown summary (default: <out>/summary.md).")
     ] = None,
     write_baseline: Annotated[
-        Path | None, typer.Option("--write-baseline", help="Also save the run's metrics as a baseline JSON here.")
+        Path | None,
+        typer.Option("--write-baseline", help="Also save the runs as a baseline (v2: metrics + per-example outcomes)."),
+    ] = None,
+    mode: Annotated[
+        str | None,
+        typer.Option("--mode", help="Baseline comparison: paired (default), interval or point; overrides the spec."),
     ] = None,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
-    """Gate on robustness: fail (exit 1) only when a metric misses its threshold or baseline beyond its 95% CI.
+    """Gate on robustness: fail (exit 1) when a metric misses its threshold or is significantly worse than a baseline.
 
     Usage: robfilt check --spec robustness.toml, or robfilt check --run RUN_DIR --baseline FILE.
     """
@@ -158,6 +173,8 @@ def check_cmd(
             summary=summary,
             write_baseline=write_baseline,
             progress=hook,
+            mode=mode,
+            on_plan=None if (quiet or json_out) else render_plan,
         )
     if not result.outcomes:
         raise RobfiltError("the gate evaluated no checks; add requirements or a baseline to the spec.")

@@ -1,29 +1,39 @@
-"""``robfilt check``: the CI gate. It makes the spec's runs (or takes given run folders), then has them judged.
+"""``robfilt check``: the CI gate. It plans, makes the spec's runs (or takes given run folders), then has them judged.
 
-The judging itself (thresholds, baselines, sanity checks) lives in :mod:`.report.judge` and only reads finished,
-verified run folders; this module orchestrates: load the spec, refuse requirements its runs cannot answer before
-any work, make fresh runs through the shared runner, judge, and write the JUnit XML and Markdown summary.
+The judging itself (thresholds, baselines, sanity checks) lives in :mod:`.gating` and only reads finished,
+verified run folders; this module orchestrates: load the spec and the baseline, refuse requirements its runs
+cannot answer, report what each check can detect at the spec's n (before any work, so users can size n), make
+fresh runs through the shared runner, judge, and write the JUnit XML, the Markdown summary and, on request, a
+version 2 baseline of the runs.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from .api import measurement_for
 from .errors import RobfiltError
-from .io import atomic_write_json
+from .gating.baseline import Baseline, read_baseline
+from .gating.baseline import write_baseline as write_baseline_file
+from .gating.judge import judge_baseline, judge_requirements, paired_family, sanity_outcomes
+from .gating.junit import run_wall_seconds
+from .gating.modes import BaselinePolicy, Mode
+from .gating.outcome import FAIL, PASS, WARN, GateResult, PlannedCheck
+from .gating.output import write_junit, write_markdown
+from .gating.plan import plan_baseline, plan_thresholds
 from .progress import ProgressHook
-from .report.gate_output import write_junit, write_markdown
-from .report.judge import FAIL, PASS, WARN, GateResult, check_baseline, check_requirements, sanity_outcomes
-from .report.metrics import baseline_document, load_baseline, metrics_from_run, same_eps
+from .report.metrics import metrics_from_run, same_eps
+from .report.runs import family_of
 from .runs.folder import Run, load_run
 from .runs.runner import run
 from .spec import Spec, load_spec
 
 log = logging.getLogger(__name__)
+PlanHook = Callable[[list[PlannedCheck]], None]
 
 
 def check_runnable(spec: Spec) -> None:
@@ -58,6 +68,55 @@ def produce_runs(spec: Spec, out: Path, progress: ProgressHook | None = None) ->
     return runs
 
 
+def _policy(spec: Spec | None, tolerance: float | None, mode: str | None) -> BaselinePolicy:
+    """The spec's baseline policy (defaults without a spec), with the command line's overrides."""
+    policy = spec.policy if spec is not None else BaselinePolicy()
+    if tolerance is not None:
+        if not (math.isfinite(tolerance) and tolerance >= 0):
+            raise RobfiltError(f"--tolerance must be a number >= 0, got {tolerance}.")
+        policy = replace(policy, tolerance=tolerance)
+    if mode is not None:
+        policy = replace(policy, mode=Mode.parse(mode))
+    return policy
+
+
+def _measured_n(runs: Sequence[Run]) -> dict[str, int | None]:
+    """Examples per family in given runs (what their checks' effects depend on, rather than the spec's n)."""
+    out: dict[str, int | None] = {}
+    for r in runs:
+        ns = [m.n for m in metrics_from_run(r) if m.n]
+        out[family_of(r)] = max(ns) if ns else None
+    return out
+
+
+def _first_baseline(baseline: Path | None, write_to: str | Path | None) -> bool:
+    """True when the gate is asked to write the very baseline it names and that file does not exist yet."""
+    if baseline is None or write_to is None or baseline.exists():
+        return False
+    return Path(write_to).resolve() == baseline.resolve()
+
+
+def plan_gate(
+    spec: Spec | None, baseline: Baseline | None, policy: BaselinePolicy, runs: Sequence[Run] = ()
+) -> list[PlannedCheck]:
+    """What every check can detect (80% power), before any run (see :mod:`.gating.plan`).
+
+    n is the spec's ``n_examples`` per section, or what the given runs measured when the gate checks given runs.
+    """
+    n_by_family: Mapping[str, int | None] = {}
+    plan: list[PlannedCheck] = []
+    if spec is not None:
+        n_by_family = {fam: getattr(s.config, "n_examples", None) for fam, s in spec.sections.items()}
+    if runs:
+        n_by_family = {**n_by_family, **_measured_n(runs)}
+    if spec is not None:
+        requirements = [r for s in spec.sections.values() for r in s.requirements]
+        plan += plan_thresholds(requirements, n_by_family, baseline.metrics if baseline else ())
+    if baseline is not None:
+        plan += plan_baseline(baseline, policy, n_by_family)
+    return plan
+
+
 def run_gate(
     spec: str | Path | None = None,
     runs: Sequence[str | Path] = (),
@@ -68,63 +127,81 @@ def run_gate(
     summary: str | Path | None = None,
     write_baseline: str | Path | None = None,
     progress: ProgressHook | None = None,
+    mode: str | None = None,
+    on_plan: PlanHook | None = None,
 ) -> GateResult:
-    """Run the gate and write its JUnit XML and Markdown summary; see :mod:`.report.judge` for the rules.
+    """Run the gate and write its JUnit XML and Markdown summary; see :mod:`.gating` for the rules.
 
     Args:
-        spec: a TOML spec (thresholds, and how to make fresh runs when ``runs`` is empty).
+        spec: a TOML spec (thresholds, baseline policy, and how to make fresh runs when ``runs`` is empty).
         runs: run folders to check instead of making fresh ones (verified before they are read).
         baseline: overrides the spec's baseline (paths given here may lie anywhere).
-        tolerance: overrides the spec's tolerance for baseline comparisons (default 0).
+        tolerance / mode: override the spec's baseline tolerance and mode (paired, interval, point).
         out: folder for fresh runs and default outputs (default: the spec's ``out``, else ``runs/check``).
         junit / summary: output paths (default ``<out>/junit.xml`` and ``<out>/summary.md``).
-        write_baseline: also write the checked runs' metrics as a robfilt-baseline JSON (to update a baseline).
+        write_baseline: also write the checked runs as a version 2 baseline (metrics + per-example outcomes).
+        on_plan: called with the planned checks (their minimum detectable effects) before fresh runs start.
     """
-    loaded_spec = load_spec(spec) if spec is not None else None
-    if loaded_spec is None and not runs:
+    loaded = load_spec(spec) if spec is not None else None
+    if loaded is None and not runs:
         raise RobfiltError("nothing to check; pass --spec FILE, or --run RUN_DIR with --baseline FILE.")
-    baseline_path = Path(baseline) if baseline is not None else (loaded_spec.baseline if loaded_spec else None)
-    if loaded_spec is None and baseline_path is None and write_baseline is None:
+    baseline_path = Path(baseline) if baseline is not None else (loaded.baseline if loaded else None)
+    if loaded is None and baseline_path is None and write_baseline is None:
         raise RobfiltError("--run needs something to compare with; pass --baseline FILE or --spec FILE.")
-    tol = tolerance if tolerance is not None else (loaded_spec.tolerance if loaded_spec else 0.0)
-    if not (math.isfinite(tol) and tol >= 0):
-        raise RobfiltError(f"--tolerance must be a number >= 0, got {tol}.")
-    out_dir = Path(out) if out is not None else (loaded_spec.out if loaded_spec else Path("runs") / "check")
-    base_metrics = load_baseline(baseline_path) if baseline_path is not None else None  # fail fast on bad files
+    policy = _policy(loaded, tolerance, mode)
+    out_dir = Path(out) if out is not None else (loaded.out if loaded else Path("runs") / "check")
+    first = _first_baseline(baseline_path, write_baseline)
+    base = read_baseline(baseline_path) if baseline_path is not None and not first else None  # fail fast
 
     if runs:
         run_objs = [load_run(r) for r in runs]
+        plan = plan_gate(loaded, base, policy, run_objs)
     else:
-        assert loaded_spec is not None
-        check_runnable(loaded_spec)
-        run_objs = produce_runs(loaded_spec, out_dir, progress)
+        assert loaded is not None
+        check_runnable(loaded)
+        plan = plan_gate(loaded, base, policy)
+        if on_plan is not None:
+            on_plan(plan)
+        run_objs = produce_runs(loaded, out_dir, progress)
     metrics = {r.run_id: metrics_from_run(r) for r in run_objs}
-    pool = [m for ms in metrics.values() for m in ms]
 
     outcomes = []
-    if loaded_spec is not None:
-        requirements = {fam: s.requirements for fam, s in loaded_spec.sections.items()}
-        outcomes += check_requirements(requirements, run_objs, metrics, loaded_spec.path.name)
-    if base_metrics is not None:
-        outcomes += check_baseline(base_metrics, pool, tol, str(baseline_path))
-    outcomes += sanity_outcomes(run_objs, loaded_spec.sanity if loaded_spec else "warn")
+    if loaded is not None:
+        requirements = {fam: s.requirements for fam, s in loaded.sections.items()}
+        outcomes += judge_requirements(requirements, run_objs, metrics, loaded.path.name)
+    judged = []
+    if base is not None:
+        judged = judge_baseline(base, run_objs, mode=policy.mode, tolerance=policy.tolerance, alpha=policy.alpha,
+                                fallback=policy.interval_fallback, discordance=policy.discordance,
+                                correction=policy.correction, metrics=metrics)  # fmt: skip
+        outcomes += [j.outcome() for j in judged]
+    outcomes += sanity_outcomes(run_objs, loaded.sanity if loaded else "warn")
 
     result = GateResult(
-        name=loaded_spec.name if loaded_spec else "robfilt check",
+        name=loaded.name if loaded else "robfilt check",
         outcomes=outcomes,
         runs=[r.run_id for r in run_objs],
         out=out_dir,
         baseline=str(baseline_path) if baseline_path else None,
-        tolerance=tol,
+        policy=policy,
+        paired_checks=paired_family(judged),
+        plan=plan,
+        run_seconds={r.run_id: run_wall_seconds(r.manifest) for r in run_objs},
     )
+    if first:
+        result.notes.append(f"baseline {baseline_path} does not exist yet: no baseline checks this time")
+    fallen = sum(j.decision.detail.startswith("paired unavailable") for j in judged)
+    if fallen:
+        result.notes.append(
+            f"{fallen} baseline check(s) had no per-example outcomes to pair and used the interval rule"
+        )
     if write_baseline is not None:
-        doc = baseline_document(pool, ", ".join(result.runs))
-        atomic_write_json(write_baseline, doc)
-        result.notes.append(f"wrote {len(pool)} metrics as a baseline to {write_baseline}")
+        write_baseline_file(write_baseline, run_objs)
+        result.notes.append(f"wrote a version 2 baseline (metrics and per-example outcomes) to {write_baseline}")
     result.junit = write_junit(result, Path(junit) if junit else out_dir / "junit.xml")
     result.summary = write_markdown(result, Path(summary) if summary else out_dir / "summary.md")
     log.info("check: %d pass, %d warn, %d fail", result.count(PASS), result.count(WARN), result.count(FAIL))
     return result
 
 
-__all__ = ["check_runnable", "produce_runs", "run_gate"]
+__all__ = ["check_runnable", "plan_gate", "produce_runs", "run_gate"]

@@ -5,10 +5,19 @@ Layout (every key optional unless marked)::
     version = 1
     name = "zoo robustness"
     out = "runs/check"            # fresh runs, junit.xml and summary.md (relative to this file)
-    baseline = "baselines/zoo.json"  # optional: compare with a committed baseline too
+    baseline = "baselines/zoo.json"  # optional: compare with a committed baseline too (or a [baseline] table)
     tolerance = 0.0               # extra slack for baseline comparisons (accuracy units; relative for ppl/bounds)
     sanity = "warn"               # failed sanity checks of a run: "fail", "warn" or "ignore"
     allow_code = false            # true lets models name code (file.py:factory, pkg.mod:factory): it will run
+
+    [baseline]                    # instead of baseline = "...": the file and how to compare with it
+    path = "baselines/zoo.json"   # optional here (--baseline FILE gives it on the command line)
+    mode = "paired"               # paired (default) | interval | point
+    alpha = 0.05                  # one-sided level of the paired tests, for the whole family (see correction)
+    correction = "holm"           # holm (default): family-wise alpha across paired checks | none
+    interval_fallback = true      # a baseline without per-example outcomes (v1, summary.json): interval rule
+    discordance = 0.20            # planning only: share of examples assumed to change outcome (the printed MDE)
+    tolerance = 0.0               # as the top-level key (set it in one place)
 
     [image]                       # one fresh attack run; keys mirror `robfilt attack` (the run config's fields)
     models = ["deit", "deit-grc"] # required
@@ -23,6 +32,7 @@ Layout (every key optional unless marked)::
     attack = "pgd"                # default: "clean"
     eps = [0.01, 0.02]            # required for attacks other than clean
     min_acc = 0.30
+    mode = "interval"             # interval (default: fail when the whole 95% CI misses) | point (the value)
 
     [lm] / [[lm.require]]         # max_ppl, min_token_acc
     [lipschitz] / [[lipschitz.require]]  # max_lipschitz_upper, max_lipschitz_local_upper, max_lipschitz_lower, min_radius
@@ -44,9 +54,10 @@ from typing import Any
 
 from . import configs as CF
 from .errors import RobfiltError, suggest
+from .gating.modes import THRESHOLD_MODES, BaselinePolicy, Correction, Mode
+from .gating.outcome import Requirement
 from .models.checkpoint import is_zoo_ref
 from .parsing import parse_number
-from .report.judge import Requirement
 from .report.runs import IMAGE, LIPSCHITZ, LM
 
 SECTIONS: tuple[str, ...] = (IMAGE, LM, LIPSCHITZ)
@@ -81,8 +92,9 @@ THRESHOLDS: dict[str, dict[str, str]] = {
     },
 }
 REQUIRE_KEYS: dict[str, frozenset[str]] = {
-    fam: frozenset({"model", "models", "attack", "eps"} | set(t)) for fam, t in THRESHOLDS.items()
+    fam: frozenset({"model", "models", "attack", "eps", "mode"} | set(t)) for fam, t in THRESHOLDS.items()
 }
+BASELINE_KEYS = frozenset({"path", "mode", "alpha", "correction", "interval_fallback", "discordance", "tolerance"})
 PATH_KEYS = ("out", "baseline")
 
 
@@ -101,10 +113,14 @@ class Spec:
     name: str
     out: Path
     baseline: Path | None
-    tolerance: float
+    policy: BaselinePolicy
     sanity: str
     device: str
     sections: dict[str, Section]
+
+    @property
+    def tolerance(self) -> float:
+        return self.policy.tolerance
 
 
 def project_root(start: Path) -> Path:
@@ -264,6 +280,7 @@ def _requirements(spec: Path, fam: str, models: list[str], entries: Any) -> list
         for name in names:
             if name not in models:
                 raise _err(spec, f"{where} names model {name!r}, which [{fam}] does not run.{suggest(name, models)}")
+        mode = _threshold_mode(spec, entry.get("mode", "interval"), where)
         limits = {k: v for k, v in entry.items() if k in THRESHOLDS[fam]}
         if not limits:
             raise _err(spec, f"{where} sets no threshold; add one of {', '.join(sorted(THRESHOLDS[fam]))}.")
@@ -289,8 +306,50 @@ def _requirements(spec: Path, fam: str, models: list[str], entries: Any) -> list
             bound = "min" if key.startswith("min_") else "max"
             for name in names:
                 for eps in eps_list:
-                    out.append(Requirement(fam, name, attack, eps, metric, bound, threshold, where))
+                    out.append(Requirement(fam, name, attack, eps, metric, bound, threshold, where, mode))
     return out
+
+
+def _threshold_mode(spec: Path, value: Any, where: str) -> Mode:
+    choices = ", ".join(repr(str(m)) for m in THRESHOLD_MODES)
+    if value == str(Mode.PAIRED):
+        raise _err(spec, f"{where}: mode = 'paired' needs a baseline to pair with; a threshold takes {choices} "
+                         "(set [baseline] mode = 'paired' for baseline checks).")  # fmt: skip
+    if value not in [str(m) for m in THRESHOLD_MODES]:
+        raise _err(spec, f"{where}: mode must be {choices}, got {value!r}.")
+    return Mode(value)
+
+
+def _baseline(spec: Path, root: Path, data: Mapping[str, Any]) -> tuple[Path | None, BaselinePolicy]:
+    """``baseline = "file"`` or a ``[baseline]`` table; the top-level tolerance applies to either."""
+    value = data.get("baseline")
+    table: Mapping[str, Any] = {"path": value} if isinstance(value, str) else (value or {})
+    if not isinstance(table, Mapping):
+        raise _err(spec, f"baseline must be a path string or a [baseline] table, got {value!r}.")
+    _check_keys(spec, table, BASELINE_KEYS, "[baseline]")
+    if "tolerance" in table and "tolerance" in data:
+        raise _err(spec, "tolerance is set twice (top level and [baseline]); keep one.")
+    tolerance = _num(spec, table.get("tolerance", data.get("tolerance", 0.0)), "tolerance")
+    mode = table.get("mode", str(Mode.PAIRED))
+    if mode not in [str(m) for m in Mode]:
+        raise _err(spec, f"[baseline] mode must be 'paired', 'interval' or 'point', got {mode!r}.")
+    alpha = _num(spec, table.get("alpha", 0.05), "[baseline] alpha")
+    discordance = _num(spec, table.get("discordance", 0.20), "[baseline] discordance")
+    correction = table.get("correction", str(Correction.HOLM))
+    fallback = table.get("interval_fallback", True)
+    checks = (
+        (tolerance >= 0, f"tolerance must be >= 0, got {tolerance:g}."),
+        (0 < alpha <= 0.5, f"[baseline] alpha must be in (0, 0.5] (a one-sided level such as 0.05), got {alpha:g}."),
+        (0 < discordance <= 1, f"[baseline] discordance must be in (0, 1] (a share of examples), got {discordance:g}."),
+        (correction in [str(c) for c in Correction], f"[baseline] correction must be 'holm' or 'none', got {correction!r}."),
+        (isinstance(fallback, bool), f"[baseline] interval_fallback must be true or false, got {fallback!r}."),
+    )  # fmt: skip
+    for ok, message in checks:
+        if not ok:
+            raise _err(spec, message)
+    path = resolve_path(spec, root, table["path"], "baseline") if "path" in table else None
+    policy = BaselinePolicy(Mode(mode), alpha, tolerance, fallback, discordance, Correction(correction))
+    return path, policy
 
 
 def _config(spec: Path, fam: str, settings: dict[str, Any], device: Any) -> CF.RunConfig:
@@ -333,9 +392,7 @@ def load_spec(path: str | Path) -> Spec:
     sanity = data.get("sanity", "warn")
     if sanity not in SANITY:
         raise _err(path, f"sanity must be one of {', '.join(SANITY)}, got {sanity!r}.")
-    tolerance = _num(path, data.get("tolerance", 0.0), "tolerance")
-    if tolerance < 0:
-        raise _err(path, f"tolerance must be >= 0, got {tolerance:g}.")
+    baseline, policy = _baseline(path, root, data)
     sections: dict[str, Section] = {}
     for fam in SECTIONS:
         if fam not in data:
@@ -361,8 +418,8 @@ def load_spec(path: str | Path) -> Spec:
         root=root,
         name=name,
         out=resolve_path(path, root, data.get("out", "runs/check"), "out"),
-        baseline=resolve_path(path, root, data["baseline"], "baseline") if "baseline" in data else None,
-        tolerance=tolerance,
+        baseline=baseline,
+        policy=policy,
         sanity=sanity,
         device=device,
         sections=sections,

@@ -1,8 +1,9 @@
 """The architecture holds: no import cycles between files, and the arrows follow the data flow.
 
 config -> runner -> measurement -> run folder -> report. The runner never imports a measurement; the report package
-reads run folders only (it never runs models or attacks); records do not import models. Every import counts,
-including those inside functions and under TYPE_CHECKING, because a lazy import is still an arrow.
+and the gate's judgement (gating/) read run folders only (they never run models or attacks); records do not import
+models. Every import counts, including those inside functions and under TYPE_CHECKING, because a lazy import is
+still an arrow.
 """
 
 from __future__ import annotations
@@ -127,8 +128,10 @@ def test_the_runner_never_imports_a_measurement(module: str) -> None:
     assert _under(_reach(module), *MEASUREMENTS, f"{PACKAGE}.configs") == set()
 
 
-@pytest.mark.parametrize("module", [m for m in MODULES if m.startswith(f"{PACKAGE}.report")])
-def test_the_report_reads_run_folders_only(module: str) -> None:
+@pytest.mark.parametrize(
+    "module", [m for m in MODULES if m.startswith(f"{PACKAGE}.report") or m.startswith(f"{PACKAGE}.gating")]
+)
+def test_the_report_and_the_gate_judgement_read_run_folders_only(module: str) -> None:
     forbidden = (*MEASUREMENTS, f"{PACKAGE}.runs.runner", f"{PACKAGE}.gate", f"{PACKAGE}.models", f"{PACKAGE}.train")
     assert _under(_reach(module), *forbidden) == set()
 

@@ -13,7 +13,7 @@ import pytest
 from robustbench_filters.cli import run as cli_run
 from robustbench_filters.errors import RegressionError, RobfiltError
 from robustbench_filters.gate import run_gate
-from robustbench_filters.report.judge import judge_baseline
+from robustbench_filters.gating import Decision, decide_baseline
 from robustbench_filters.report.metrics import Metric
 from robustbench_filters.runs.folder import RunWriter
 from robustbench_filters.spec import load_spec
@@ -49,6 +49,11 @@ def project(tmp_path: Path, spec: str, name: str = "robustness.toml") -> Path:
 
 
 BASE = {("deit", "clean", 0.0): 18, ("deit", "pgd", 0.01): 12}
+
+
+def judge_baseline(base: Metric, fresh: Metric, tolerance: float) -> Decision:
+    """The interval rule for aggregate baselines, through the gate's one decision path."""
+    return decide_baseline(base, fresh, mode="interval", tolerance=tolerance)
 
 
 def test_threshold_decisions_on_intervals(tmp_path: Path) -> None:
@@ -103,7 +108,7 @@ def test_junit_and_markdown_outputs(tmp_path: Path) -> None:
     result = run_gate(runs=[worse], baseline=base, junit=junit, summary=summary, out=tmp_path / "out")
     root = ET.parse(junit).getroot()
     suite = root.find("testsuite")
-    cases = suite.findall("testcase")
+    cases = [c for c in suite.findall("testcase") if not c.get("name").startswith("[run] ")]
     assert len(cases) == len(result.outcomes) == 2
     failures = [c for c in cases if c.find("failure") is not None]
     assert int(suite.get("failures")) == len(failures) == 1

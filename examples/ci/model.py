@@ -1,8 +1,8 @@
 """The model this example gate checks: a small CNN for 28x28 grey images in [0, 1], 10 classes.
 
-robfilt loads it through the spec's ``models = ["model:build"]`` (a ``module:factory`` reference; the gate
-script puts this folder on PYTHONPATH, and the spec says ``allow_code = true`` because naming a factory runs
-this file's code). Replace ``build`` with your own factory: it must return an ``nn.Module`` in eval mode that
+robfilt loads it through the spec's ``models = ["model.py:build"]`` (a ``file:factory`` reference, the file
+relative to the spec's folder; the spec says ``allow_code = true`` because naming a factory runs this file's
+code). Replace ``build`` with your own factory: it must return an ``nn.Module`` in eval mode that
 takes float images in [0, 1] of shape (N, 1, 28, 28) and returns (N, 10) logits, with any normalisation inside
 the model, so that eps is on the [0, 1] pixel scale.
 

@@ -5,6 +5,5 @@
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 out="${GATE_OUT:-$here/runs/robustness}"
-export PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}"  # so the spec's "model:build" imports model.py
 "${ROBFILT:-robfilt}" check --spec "$here/robustness.toml" --out "$out" \
     --junit "$out/robustness-junit.xml" --summary "$out/robustness.md"

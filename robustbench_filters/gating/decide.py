@@ -5,9 +5,12 @@
 - :func:`decide_baseline`: compare with a baseline, mode ``paired`` (one-sided test on the same examples,
   FAIL when p < alpha; WARN when the point value is worse beyond the tolerance but not significantly),
   ``interval`` (FAIL when the intervals widened by the tolerance no longer overlap) or ``point``.
+  A gate deciding several paired checks at once runs :func:`baseline_check` for each, adjusts the p-values
+  (Holm) and lets :func:`paired_decision` give the verdicts: the same rule, one place.
 
 Tolerances are absolute for accuracies (0.02 = 2 points) and relative for perplexity and Lipschitz bounds
-(0.05 = 5%). Metrics without sampling error (certified Lipschitz bounds) are compared exactly in every mode.
+(0.05 = 5%). Metrics without sampling error (certified Lipschitz bounds) are compared on their values in every
+mode, up to float noise (:data:`FLOAT_RTOL`) against a baseline.
 Nothing here reads files or makes runs; the gate passes :class:`~..report.metrics.Metric` values and, for the
 paired mode, the paired per-example outcomes (:func:`.series.pair_series`).
 """
@@ -15,6 +18,7 @@ paired mode, the paired per-example outcomes (:func:`.series.pair_series`).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from ..errors import RobfiltError
@@ -32,6 +36,9 @@ from .power import (
 )
 
 PERCENT_METRICS = frozenset({"acc", "token_acc"})
+# Deterministic values (certified bounds, power-iteration estimates) agree to about 1e-6 relative across machines;
+# a baseline comparison allows 1e-4 so that a committed baseline does not fail on another CPU.
+FLOAT_RTOL = 1e-4
 Bound = Literal["min", "max"]
 
 
@@ -53,16 +60,33 @@ def _lo_hi(m: Metric) -> tuple[float, float]:
     return lo, hi
 
 
-def _log_se(m: Metric) -> float | None:
+def metric_log_se(m: Metric, n: int | None = None) -> float | None:
+    """Standard error of a ratio metric's log from its 95% interval (rescaled to ``n`` examples when given)."""
     lo, hi = _lo_hi(m)
     if m.metric not in RELATIVE or not m.has_interval or lo <= 0 or hi <= lo:
         return None
-    return log_se_from_interval(lo, hi)
+    return log_se_from_interval(lo, hi, m.n, n)
 
 
-def _plan_mde(plan: CheckPlan) -> tuple[float | None, str]:
-    mde = minimum_detectable(plan)
-    return mde.effect, mde.text()
+def threshold_plan(metric: str, mode: Mode, n: int | None, threshold: float, bound: Bound,
+                   log_se: float | None = None) -> CheckPlan:  # fmt: skip
+    """What a threshold check's MDE depends on (the planner before the runs and the verdict after use this)."""
+    ref = threshold if bound == "min" or metric not in PERCENT_METRICS else 1 - threshold
+    return CheckPlan(metric, mode, n, ref, baseline=False, log_se=log_se)
+
+
+def baseline_plan(
+    base: Metric,
+    mode: Mode,
+    n: int | None,
+    tolerance: float = 0.0,
+    alpha: float = DEFAULT_ALPHA,
+    discordance: float = DEFAULT_DISCORDANCE,
+    tests: int = 1,
+) -> CheckPlan:
+    """What a baseline check's MDE depends on, at ``n`` examples (the baseline's interval rescaled to n)."""
+    return CheckPlan(base.metric, mode, n, base.value, True, tolerance, alpha, discordance=discordance,
+                     log_se=metric_log_se(base, n), tests=tests)  # fmt: skip
 
 
 def decide_threshold(m: Metric, threshold: float, bound: Bound, mode: Mode | str = Mode.INTERVAL) -> Decision:
@@ -85,11 +109,11 @@ def decide_threshold(m: Metric, threshold: float, bound: Bound, mode: Mode | str
     else:
         status = Status.WARN
         detail = f"{_with_interval(m)}: point value misses {fmt(m.metric, t)}, but the 95% CI reaches it (noise)"
-    ref = t if bound == "min" or m.metric not in PERCENT_METRICS else 1 - t
-    effect, text = _plan_mde(CheckPlan(m.metric, mode, m.n, ref, baseline=False, log_se=_log_se(m)))
-    if effect is not None and effect > 0 and ok:
-        text += f"; {_headroom(m, t, bound, effect)}"
-    return Decision(status, mode, detail, mde=effect, mde_text=text)
+    mde = minimum_detectable(threshold_plan(m.metric, mode, m.n, t, bound, metric_log_se(m)))
+    text = mde.text()
+    if mde.effect is not None and mde.effect > 0 and ok:
+        text += f"; {_headroom(m, t, bound, mde.effect)}"
+    return Decision(status, mode, detail, mde=mde.effect, mde_text=text, mde_assumption=mde.assumption)
 
 
 def _headroom(m: Metric, t: float, bound: Bound, mde: float) -> str:
@@ -118,12 +142,19 @@ def _effect_text(metric: str, effect: float) -> str:
     return f"{-effect:+.4g}"
 
 
+def _float_noise(base: Metric) -> float:
+    """Slack for deterministic values: the same computation on another CPU or BLAS differs in the last digits."""
+    if base.metric not in DETERMINISTIC_METRICS:
+        return 0.0
+    return FLOAT_RTOL if base.metric in RELATIVE else FLOAT_RTOL * abs(base.value)
+
+
 def _interval_or_point(base: Metric, fresh: Metric, mode: Mode, tol: float) -> tuple[Status, str]:
     """Today's interval rule, or the strict point rule; with no interval recorded both compare point values."""
     blo, bhi = _lo_hi(base)
     flo, fhi = _lo_hi(fresh)
     rel = fresh.metric in RELATIVE  # relative tolerances; all of them lower-is-better
-    worse = _worse_by(base, fresh) > tol
+    worse = _worse_by(base, fresh) > tol + _float_noise(base)
     if mode is Mode.POINT or fresh.metric in DETERMINISTIC_METRICS:
         return (Status.FAIL if worse else Status.PASS), (
             "worse than the baseline beyond the tolerance" if worse else ""
@@ -147,7 +178,7 @@ def _paired_binary(pair: PairedBinary, tol: float, alpha: float) -> tuple[float,
     return p, p_better, f"one-sided paired score test, margin {100 * tol:.1f} pp"
 
 
-def decide_baseline(
+def baseline_check(
     base: Metric,
     fresh: Metric,
     *,
@@ -160,11 +191,11 @@ def decide_baseline(
     discordance: float = DEFAULT_DISCORDANCE,
     n_perm: int = 10_000,
     seed: int = 0,
-) -> Decision:
-    """Judge a fresh metric against its baseline value (see the module docstring for the rules).
+) -> Decision | PairedTest:
+    """The decision of a non-paired check, or the :class:`PairedTest` a paired one still has to be decided on.
 
-    ``pair`` holds both runs' per-example outcomes for ``paired`` mode; without it, ``fallback=True`` uses the
-    interval rule and says so in the detail, else a one-line :class:`RobfiltError` names ``unpaired_reason``.
+    A gate with several paired checks decides them together (:func:`paired_decision` with Holm-adjusted
+    p-values); :func:`decide_baseline` decides one check alone.
     """
     mode = Mode.parse(mode)
     if not (math.isfinite(tolerance) and tolerance >= 0):
@@ -184,15 +215,39 @@ def decide_baseline(
     expected_n = pair.n if pair is not None else (fresh.n or base.n)
     if mode is Mode.PAIRED and fresh.metric not in DETERMINISTIC_METRICS:
         assert pair is not None
-        return _decide_paired(base, fresh, pair, tolerance, alpha, discordance, n_perm, seed)
+        return paired_test(base, fresh, pair, tolerance, alpha, discordance, n_perm, seed)
     status, why = _interval_or_point(base, fresh, mode, tolerance)
     if fresh.metric in DETERMINISTIC_METRICS:
-        why = (why + "; " if why else "") + "deterministic value, compared exactly"
+        why = (why + "; " if why else "") + "deterministic value, compared up to float noise"
     detail = note + _effect_text(fresh.metric, effect) + (f": {why}" if why else "")
-    plan = CheckPlan(fresh.metric, mode, expected_n, base.value, True, tolerance, alpha, discordance=discordance,
-                     log_se=_log_se(base))  # fmt: skip
-    mde, text = _plan_mde(plan)
-    return Decision(status, mode, detail, effect=effect, mde=mde, mde_text=text)
+    mde = minimum_detectable(baseline_plan(base, mode, expected_n, tolerance, alpha, discordance))
+    return Decision(status, mode, detail, effect=effect, mde=mde.effect, mde_text=mde.text(),
+                    mde_assumption=mde.assumption)  # fmt: skip
+
+
+def decide_baseline(
+    base: Metric,
+    fresh: Metric,
+    *,
+    mode: Mode | str = Mode.PAIRED,
+    tolerance: float = 0.0,
+    alpha: float = DEFAULT_ALPHA,
+    pair: PairedBinary | PairedRatio | None = None,
+    unpaired_reason: str = "",
+    fallback: bool = False,
+    discordance: float = DEFAULT_DISCORDANCE,
+    n_perm: int = 10_000,
+    seed: int = 0,
+) -> Decision:
+    """Judge a fresh metric against its baseline value, alone (see the module docstring for the rules).
+
+    ``pair`` holds both runs' per-example outcomes for ``paired`` mode; without it, ``fallback=True`` uses the
+    interval rule and says so in the detail, else a one-line :class:`RobfiltError` names ``unpaired_reason``.
+    """
+    checked = baseline_check(base, fresh, mode=mode, tolerance=tolerance, alpha=alpha, pair=pair,
+                             unpaired_reason=unpaired_reason, fallback=fallback, discordance=discordance,
+                             n_perm=n_perm, seed=seed)  # fmt: skip
+    return paired_decision(checked) if isinstance(checked, PairedTest) else checked
 
 
 def _consistent(base: Metric, fresh: Metric, pair: PairedBinary | PairedRatio) -> None:
@@ -211,56 +266,91 @@ def _consistent(base: Metric, fresh: Metric, pair: PairedBinary | PairedRatio) -
             )
 
 
-def _decide_paired(
+@dataclass(frozen=True)
+class PairedTest:
+    """A paired test's result before its verdict: the verdict depends on the other paired checks (Holm)."""
+
+    metric: str
+    p: float  # one-sided p for "worse by more than the tolerance"
+    p_better: float  # one-sided p for "better" (to suggest updating the baseline)
+    effect: float  # how much worse (acc: absolute drop; ppl: relative rise)
+    test: str  # e.g. "one-sided exact McNemar"
+    counts: str  # e.g. " on the same 500 examples (25 lost, 10 gained)"
+    tolerance: float
+    alpha: float
+    plan: CheckPlan
+
+
+def paired_test(
     base: Metric,
     fresh: Metric,
     pair: PairedBinary | PairedRatio,
     tol: float,
     alpha: float,
-    discordance: float,
-    n_perm: int,
-    seed: int,
-) -> Decision:
+    discordance: float = DEFAULT_DISCORDANCE,
+    n_perm: int = 10_000,
+    seed: int = 0,
+) -> PairedTest:
+    """Run the one-sided paired test of one check (exact McNemar / margin score test / sign-flip)."""
     metric = fresh.metric
     _consistent(base, fresh, pair)
     if metric == "acc":
         if not isinstance(pair, PairedBinary):
             raise RobfiltError(f"{fresh.key}: accuracy needs paired correct/wrong outcomes, got {type(pair).__name__}.")
         p, p_better, test = _paired_binary(pair, tol, alpha)
-        effect = pair.drop
         observed = (pair.b + pair.c) / pair.n if pair.n else 0.0
         counts = f" on the same {pair.n} examples ({pair.b} lost, {pair.c} gained)"
-        disc = max(discordance, observed)
-        plan = CheckPlan(metric, Mode.PAIRED, pair.n, base.value, True, tol, alpha, discordance=disc)
-    elif metric in ("ppl", "token_acc"):
+        plan = baseline_plan(base, Mode.PAIRED, pair.n, tol, alpha, max(discordance, observed))
+        return PairedTest(metric, p, p_better, pair.drop, test, counts, tol, alpha, plan)
+    if metric in ("ppl", "token_acc"):
         if not isinstance(pair, PairedRatio):
             raise RobfiltError(f"{fresh.key}: {metric} needs paired per-sequence values, got {type(pair).__name__}.")
         ppl = metric == "ppl"
         margin = math.log1p(tol) if ppl else tol
         res = sign_flip_ratio_test(pair, worse="higher" if ppl else "lower", margin=margin, n_perm=n_perm, seed=seed)
-        p, p_better = res.p_worse, res.p_better
         effect = math.expm1(res.difference) if ppl else -res.difference
         kind = "exact" if res.exact else f"{res.n_perm} seeded"
         test = f"one-sided paired sign-flip test ({kind} swaps)"
-        counts = f" on the same {pair.n} sequences"
-        plan = CheckPlan(metric, Mode.PAIRED, pair.n, base.value, True, tol, alpha, log_se=_log_se(base))
+        plan = baseline_plan(base, Mode.PAIRED, pair.n, tol, alpha, discordance)
+        return PairedTest(metric, res.p_worse, res.p_better, effect, test, f" on the same {pair.n} sequences", tol,
+                          alpha, plan)  # fmt: skip
+    raise RobfiltError(f"{fresh.key}: mode = 'paired' has no test for {metric}; use mode = 'interval'.")
+
+
+def paired_decision(t: PairedTest, p_adjusted: float | None = None, tests: int = 1) -> Decision:
+    """The verdict of a paired test: FAIL when the (Holm-adjusted) p < alpha, WARN when only the point is worse.
+
+    ``p_adjusted`` and ``tests`` come from the gate's correction over its ``tests`` paired checks; the MDE is
+    then computed at the level a single regression among them faces.
+    """
+    p = t.p if p_adjusted is None else p_adjusted
+    shown = f"{t.test} p = {t.p:.2g}"
+    if p_adjusted is not None and tests > 1:
+        shown += f", Holm-adjusted over {tests} paired checks p = {p_adjusted:.2g}"
+    if p < t.alpha:
+        status, verdict = Status.FAIL, f"{shown} < {t.alpha:g}"
+    elif t.effect > t.tolerance:
+        status, verdict = Status.WARN, f"worse beyond the tolerance, but {shown} >= {t.alpha:g} (noise)"
     else:
-        raise RobfiltError(f"{fresh.key}: mode = 'paired' has no test for {metric}; use mode = 'interval'.")
-    worse = effect > tol
-    if p < alpha:
-        status = Status.FAIL
-        verdict = f"{test} p = {p:.2g} < {alpha:g}"
-    elif worse:
-        status = Status.WARN
-        verdict = f"worse beyond the tolerance, but {test} p = {p:.2g} >= {alpha:g} (noise)"
-    else:
-        status = Status.PASS
-        verdict = f"{test} p = {p:.2g}"
-        if p_better < alpha:
+        status, verdict = Status.PASS, shown
+        if t.p_better < t.alpha:
             verdict += "; significantly better: consider updating the baseline"
-    mde, text = _plan_mde(plan)
-    detail = f"{_effect_text(metric, effect)}{counts}: {verdict}"
-    return Decision(status, Mode.PAIRED, detail, p_value=p, effect=effect, mde=mde, mde_text=text)
+    mde = minimum_detectable(replace(t.plan, tests=max(1, tests)))
+    detail = f"{_effect_text(t.metric, t.effect)}{t.counts}: {verdict}"
+    return Decision(status, Mode.PAIRED, detail, p_value=t.p, effect=t.effect, mde=mde.effect, mde_text=mde.text(),
+                    mde_assumption=mde.assumption, p_adjusted=p_adjusted)  # fmt: skip
 
 
-__all__ = ["decide_baseline", "decide_threshold", "fmt"]
+__all__ = [
+    "FLOAT_RTOL",
+    "PairedTest",
+    "baseline_plan",
+    "metric_log_se",
+    "threshold_plan",
+    "baseline_check",
+    "decide_baseline",
+    "decide_threshold",
+    "fmt",
+    "paired_decision",
+    "paired_test",
+]

@@ -34,6 +34,9 @@ log-ratio; the MDE printed is exp(delta) - 1):
   point delta = log(1 + d) + z_b s_D.
 
 Deterministic metrics (certified Lipschitz bounds) have no sampling error: any change past the limit fails.
+
+Several paired checks corrected with Holm (``tests = m`` in :class:`CheckPlan`): a single regressed check among m
+is compared with alpha / m (Holm's first step), so its MDE is computed at that level; the printed assumption says so.
 """
 
 from __future__ import annotations
@@ -43,20 +46,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..stats import Z95, z_quantile
-from .modes import Mode
+from .modes import DEFAULT_ALPHA, DEFAULT_DISCORDANCE, Mode
 
-DEFAULT_ALPHA = 0.05
-DEFAULT_POWER = 0.8
-# Share of examples whose outcome differs between the baseline and a changed model. Measured at n = 500:
-# two training seeds of the study's deit differ on 14-18% of examples (clean and FGSM/PGD up to eps 0.02,
-# reports/study/runs/s0 vs s1); zoo deit vs deit-bsa / deit-grc / deit-bsa-grc on 8-9% clean and 10-23% under
-# PGD (reports/vision/tables/paired_vs_baseline.csv). A patched model differs less than a retrained one, so
-# 0.20 errs on the large side of the printed paired MDE.
-DEFAULT_DISCORDANCE = 0.20
 # Per-sequence correlation of log-perplexities between the baseline and a changed LM on the same text.
 # Measured on the study's 64 Austen sequences: 0.875-0.961 between lm and its variants (clean and word swap,
 # seeds 0 and 1), 0.94-0.95 between two seeds of one model. 0.85 sits below all of them.
 DEFAULT_CORRELATION = 0.85
+DEFAULT_POWER = 0.8
 ACCURACY_METRICS = frozenset({"acc"})
 RATIO_LOG_METRICS = frozenset({"ppl"})
 DETERMINISTIC_METRICS = frozenset({"lipschitz_upper", "lipschitz_local_upper", "lipschitz_lower", "radius"})
@@ -199,12 +195,25 @@ class CheckPlan:
     discordance: float = DEFAULT_DISCORDANCE
     log_se: float | None = None  # ratio metrics: standard error of one run's log value at n
     correlation: float = DEFAULT_CORRELATION
+    tests: int = 1  # paired checks in the gate's Holm family: one regression among them is judged at alpha / tests
+
+    @property
+    def level(self) -> float:
+        """The one-sided level a single regressed check faces (alpha, or alpha / tests under Holm)."""
+        return self.alpha / max(1, self.tests)
+
+    def alpha_text(self) -> str:
+        if self.tests > 1:
+            return (
+                f"one-sided alpha {self.alpha:g} Holm-adjusted over {self.tests} paired checks ({self.level:.2g} each)"
+            )
+        return f"one-sided alpha {self.alpha:g}"
 
 
 def _acc_assumption(plan: CheckPlan) -> str:
     base = f"n = {plan.n}, {plan.mode} mode"
     if plan.baseline and plan.mode is Mode.PAIRED:
-        base += f", one-sided alpha {plan.alpha:g}"
+        base += f", {plan.alpha_text()}"
     if plan.baseline:
         base += f", {100 * plan.discordance:.0f}% of examples assumed to change outcome"
     return base + (f", tolerance {100 * plan.tolerance:.1f} pp" if plan.tolerance else "")
@@ -220,7 +229,7 @@ def minimum_detectable(plan: CheckPlan) -> Mde:
     if plan.metric in ACCURACY_METRICS:
         mode = plan.mode
         if plan.baseline:
-            x = accuracy_baseline_mde(mode, plan.n, plan.reference, plan.tolerance, plan.alpha, plan.power,
+            x = accuracy_baseline_mde(mode, plan.n, plan.reference, plan.tolerance, plan.level, plan.power,
                                       plan.discordance)  # fmt: skip
         else:
             x = accuracy_threshold_mde(mode, plan.n, plan.reference, plan.power)
@@ -229,9 +238,11 @@ def minimum_detectable(plan: CheckPlan) -> Mde:
     if plan.metric in RATIO_LOG_METRICS:
         if plan.log_se is None:
             return Mde(None, True, f"no interval known for {plan.metric} at n = {plan.n}")
-        x = log_ratio_mde(plan.mode, plan.log_se, plan.baseline, plan.tolerance, plan.alpha, plan.power,
+        x = log_ratio_mde(plan.mode, plan.log_se, plan.baseline, plan.tolerance, plan.level, plan.power,
                           plan.correlation)  # fmt: skip
         why = f"n = {plan.n}, {plan.mode} mode, log-se {plan.log_se:.3g} from the bootstrap interval"
+        if plan.baseline and plan.mode is Mode.PAIRED:
+            why += f", {plan.alpha_text()}"
         if plan.baseline and plan.mode is not Mode.INTERVAL:
             why += f", per-sequence correlation {plan.correlation:g} between runs assumed"
         return Mde(x, True, why, versus)

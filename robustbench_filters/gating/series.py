@@ -2,9 +2,11 @@
 
 A paired test is only valid when both runs measured the very same examples. Two checks guard that:
 
-1. the recorded identity of the examples (data set, its checksum, the hash of the selected ids, and the
-   digest of the selected examples' contents when the run recorded one) must agree on every key both runs
-   recorded;
+1. the recorded identity of the examples must agree on every key both runs recorded: the data set, its
+   checksum and the hash of the selected ids (image, LM and corruption configs), and ``examples_digest``, one
+   digest of every selection the runner recorded in the manifest (``config["examples"]``: per selection the
+   hash of its ids and a digest of the selected examples' contents), so two runs pair only when they saw the
+   same inputs;
 2. each (model, condition) series must hold the same set of example ids in both runs.
 
 Either mismatch is refused with one line (:class:`~robustbench_filters.errors.RobfiltError`): comparing
@@ -13,6 +15,8 @@ different examples "paired" would report differences between examples as differe
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -96,14 +100,27 @@ def find_series(series: Mapping[SeriesKey, Series], model: str, cond: str) -> Se
     return None
 
 
+def examples_digest(selections: Mapping[str, Any]) -> str:
+    """One digest of the runner's record of every example selection (``{name: {"ids": ..., "data": ...}}``)."""
+    text = json.dumps(selections, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def example_identity(manifest: Mapping[str, Any]) -> dict[str, str]:
-    """What identifies a run's examples, from its manifest: the :data:`IDENTITY_KEYS` it recorded."""
+    """What identifies a run's examples, from its manifest: the :data:`IDENTITY_KEYS` it recorded.
+
+    ``examples_digest`` comes from the runner's selection record (``config["examples"]``) when there is one,
+    else from an ``examples_digest`` value written by older tools.
+    """
     config = manifest.get("config", {}) or {}
     out = {}
     for key in IDENTITY_KEYS:
         value = config.get(key, manifest.get(key))
         if value not in (None, ""):
             out[key] = str(value)
+    selections = config.get("examples")
+    if isinstance(selections, Mapping) and selections:
+        out["examples_digest"] = examples_digest(selections)
     return out
 
 
@@ -114,7 +131,7 @@ def check_same_examples(base: Mapping[str, str], fresh: Mapping[str, str], what:
             raise RobfiltError(
                 f"{what} and the fresh run measured different examples ({key.replace('_', ' ')} "
                 f"{base[key]:.16} vs {fresh[key]:.16}); a paired test needs the same examples: rerun with the "
-                "baseline's data, n_examples and seed, or set mode = 'interval'."
+                "baseline's data, n_examples and seed, write a new baseline (--write-baseline), or set mode = 'interval'."
             )
 
 
@@ -161,6 +178,7 @@ __all__ = [
     "SeriesKey",
     "check_same_examples",
     "example_identity",
+    "examples_digest",
     "find_series",
     "pair_series",
     "pair_token_accuracy",
