@@ -40,7 +40,7 @@ HELP = "Measure whether BSA and boosting residuals make transformers more robust
 LAZY: dict[str, tuple[str, str]] = {
     "check": (
         ".check",
-        "Gate on robustness: fail (exit 1) only when a metric misses its threshold or baseline beyond its 95% CI.",
+        "Gate on robustness: fail (exit 1) when a metric misses its threshold or is significantly worse than a baseline.",
     ),
 }
 ORDER = ("train", "attack", "lipschitz", "certify", "report", "check", "study", "verify", "models")

@@ -14,16 +14,16 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
 from robustbench_filters.errors import RobfiltError
-from robustbench_filters.gate import run_gate
-from robustbench_filters.gating.outcome import GateResult, PlannedCheck, footnotes, ordered
-from robustbench_filters.gating.output import measured, p_cell
 from robustbench_filters.parsing import parse_number
+
+if TYPE_CHECKING:
+    from robustbench_filters.gating.outcome import GateResult, PlannedCheck
 
 from ._common import JsonOpt, QuietOpt, console, print_json, progress_bar, setup_logging
 
@@ -44,6 +44,8 @@ def render_plan(plan: list[PlannedCheck]) -> None:
     for col, justify in (("check", "left"), ("model", "left"), ("condition", "left"), ("metric", "left"),
                          ("mode", "left"), ("n", "right"), ("detects", "right")):  # fmt: skip
         table.add_column(col, justify=justify)
+    from robustbench_filters.gating.outcome import footnotes
+
     index, notes = footnotes(plan)
     for p in plan:
         mark = f" [{index[p.mde_assumption]}]" if p.mde_assumption in index else ""
@@ -61,6 +63,9 @@ def render_gate(result: GateResult) -> None:
                          ("metric", "left"), ("mode", "left"), ("expected", "left"), ("measured [95% CI]", "right"),
                          ("p", "right"), ("detects", "right"), ("detail", "left")):  # fmt: skip
         table.add_column(col, justify=justify)
+    from robustbench_filters.gating.outcome import footnotes, ordered
+    from robustbench_filters.gating.output import measured, p_cell
+
     shown = ordered(result.outcomes)
     index, notes = footnotes(shown)
     for o in shown:
@@ -160,6 +165,8 @@ def check_cmd(
 
     Usage: robfilt check --spec robustness.toml, or robfilt check --run RUN_DIR --baseline FILE.
     """
+    from robustbench_filters.gate import run_gate
+
     setup_logging(quiet, json_out)
     tol = parse_number(tolerance, "--tolerance") if tolerance is not None else None
     with progress_bar(quiet or json_out) as hook:
