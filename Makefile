@@ -3,16 +3,17 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-# Exact pins for this machine (CPU + on-disk wheels); pyproject.toml keeps ranges for users' GPUs.
+# Exact pins for this machine (CPU + on-disk wheels) and constraints.txt for everything else; pyproject.toml keeps
+# ranges for users' machines.
 TORCH_PINS ?= torch==2.14.1 torchvision==0.29.1
 export PYTHONHASHSEED := 0
 
 .PHONY: demo test test-slow check ci-gate lint format zoo reports bench study clean-venv
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q $(TORCH_PINS) -e '.[dev]'
+	$(BIN)/python -m pip install -q -c constraints.txt $(TORCH_PINS) -e '.[dev]'
 	@touch $(STAMP)
 
 ZOO := deit deit-bsa deit-grc deit-bsa-grc lm lm-bsa lm-grc lm-bsa-grc

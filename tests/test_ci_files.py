@@ -190,3 +190,27 @@ def test_example_weights_are_reproducible(tmp_path: Path) -> None:
         return hashlib.sha256(p.read_bytes()).hexdigest()
 
     assert digest(out) == digest(EXAMPLE / "weights.safetensors")
+
+
+def test_constraints_pin_every_dependency_inside_its_range() -> None:
+    """make test installs with -c constraints.txt; a missing or out-of-range pin would send pip back to searching."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    pins: dict[str, str] = {}
+    for line in (ROOT / "constraints.txt").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, _, version = line.partition("==")
+            assert version, f"constraints.txt: {line!r} is not an exact pin"
+            pins[canonicalize_name(name)] = version.strip()
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    wanted = [*project["dependencies"], *project["optional-dependencies"]["dev"]]
+    for text in wanted:
+        req = Requirement(text)
+        name = canonicalize_name(req.name)
+        assert name in pins, f"{req.name} is not pinned in constraints.txt"
+        assert req.specifier.contains(pins[name], prereleases=True), f"{req.name}=={pins[name]} is outside {req}"
+    makefile = (ROOT / "Makefile").read_text()
+    assert "-c constraints.txt" in makefile and "pyproject.toml constraints.txt" in makefile
