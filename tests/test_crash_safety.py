@@ -215,3 +215,64 @@ def test_write_failure_mid_run_ends_cleanly_and_resume_finishes(tmp_path, capfd,
     a, b = load_run(reference), load_run(out)
     pd.testing.assert_frame_equal(a.rows, b.rows)
     assert a.summary == b.summary
+
+
+TINY = [{"40": "4", "10": "1"}.get(a, a) for a in ATTACK]  # 2 units
+
+
+def _leave_killed_first_manifest(out: Path) -> None:
+    """What a kill -9 inside the first manifest write leaves: the lock file and the temp file of that write."""
+    out.mkdir()
+    (out / ".lock").write_text("pid=999999 host=gone\n")
+    (out / ".manifest.json.k2j3x_9q.tmp").write_text('{"format": "robfilt-run", "kin')
+
+
+@pytest.mark.parametrize("again", [["--resume"], []], ids=["resume", "plain"])
+def test_a_folder_killed_in_its_first_manifest_write_runs_again(tmp_path, again):
+    """Before the manifest landed there is no run to refuse: the same command, with or without --resume, starts it
+    there (it used to be refused as a folder of someone else's files) and sweeps the dead write's temp file."""
+    from robustbench_filters.cli import run
+
+    out = tmp_path / "run"
+    _leave_killed_first_manifest(out)
+    assert run(TINY + ["--out", str(out), *again]) == 0
+    assert load_run(out).manifest["status"] == "complete"
+    assert not list(out.rglob("*.tmp")) and not (out / ".lock").exists()
+
+
+def test_someone_elses_temp_file_still_makes_a_foreign_folder(tmp_path, capfd):
+    """Only robfilt's own temp manifest is ignored: other hidden files keep the folder off limits."""
+    from robustbench_filters.cli import run
+
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / ".notes.tmp").write_text("mine")
+    assert run(TINY + ["--out", str(out)]) == 2
+    assert "not a robfilt run folder" in capfd.readouterr().err
+    assert sorted(p.name for p in out.iterdir()) == [".notes.tmp"]
+
+
+_DIE_AT_FIRST_MANIFEST = """
+import os, signal, sys
+real = os.replace
+def replace(src, dst):  # kill -9 between the temp file of the first manifest write and its rename
+    if str(dst).endswith("manifest.json"):
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real(src, dst)
+os.replace = replace
+from robustbench_filters.cli import run
+run(sys.argv[1:])
+"""
+
+
+@pytest.mark.slow
+def test_kill9_in_the_first_manifest_write_then_resume(tmp_path):
+    """The real kill leaves exactly the lock and a temp manifest (the state the test above builds); --resume runs."""
+    out = tmp_path / "run"
+    died = subprocess.run([sys.executable, "-c", _DIE_AT_FIRST_MANIFEST, *TINY, "--out", str(out)], env=ENV)
+    assert died.returncode == -signal.SIGKILL
+    left = sorted(p.name for p in out.iterdir())
+    assert len(left) == 2 and left[0] == ".lock" and left[1].startswith(".manifest.json."), left
+    _finish(TINY + ["--out", str(out), "--resume"])
+    assert load_run(out).manifest["status"] == "complete"
+    assert not list(out.rglob("*.tmp"))
