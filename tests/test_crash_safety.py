@@ -205,3 +205,26 @@ def test_kill9_in_the_first_manifest_write_then_resume(tmp_path):
     finish(TINY + ["--out", str(out), "--resume"])
     assert load_run(out).manifest["status"] == "complete"
     assert not list(out.rglob("*.tmp"))
+
+
+def test_a_kill_while_resuming_a_finished_run_leaves_it_unfinished_not_broken(tmp_path, monkeypatch):
+    """--resume on a finished run first marks it running, then drops its old rows and summary: stopped in between,
+    readers see an unfinished run to --resume (not a complete run whose summary is missing)."""
+    from robustbench_filters.cli import run
+
+    out = tmp_path / "run"
+    assert run(TINY + ["--out", str(out)]) == 0
+    real = Path.unlink
+
+    def unlink(self: Path, missing_ok: bool = False) -> None:
+        real(self, missing_ok=missing_ok)
+        if self.name == "summary.json":
+            raise KeyboardInterrupt  # stands in for a kill right after the summary went
+
+    monkeypatch.setattr(Path, "unlink", unlink)
+    assert run(TINY + ["--out", str(out), "--resume"]) == 130
+    monkeypatch.setattr(Path, "unlink", real)
+    with pytest.raises(RunStateError, match="unfinished"):
+        load_run(out)
+    assert run(TINY + ["--out", str(out), "--resume"]) == 0
+    assert load_run(out).manifest["status"] == "complete"

@@ -222,9 +222,11 @@ class RunWriter:
                 )
             self.refresh()
             log.info("resuming %s: %d finished units", self.out, len(self._done))
-            for name in (SUMMARY, ROWS):  # the run is running again until it finishes
+            _io.atomic_write_json(manifest_path, new)  # running again before the old results go: a kill in between
+            for name in (SUMMARY, ROWS):  # leaves an unfinished run to --resume, not a complete one with holes
                 (self.out / name).unlink(missing_ok=True)
-        elif manifest_path.exists() and self.overwrite:
+            return
+        if manifest_path.exists() and self.overwrite:
             shutil.rmtree(self.out / PARTS, ignore_errors=True)
             for name in (ROWS, SUMMARY):
                 (self.out / name).unlink(missing_ok=True)
