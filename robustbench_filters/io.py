@@ -13,12 +13,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+TEMP_SUFFIX = ".tmp"
+
+
+def is_temp_of(name: str, target: str) -> bool:
+    """Whether the file ``name`` is the temp file of an atomic write of ``target`` (left behind by a kill -9)."""
+    return name.startswith(f".{target}.") and name.endswith(TEMP_SUFFIX)
+
 
 def atomic_write(path: str | Path, write: Callable[[str], None]) -> Path:
     """Call ``write(tmp_path)`` and move the result onto ``path`` only if it succeeded."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TEMP_SUFFIX, dir=path.parent)
     os.close(fd)
     try:
         write(tmp)

@@ -89,3 +89,17 @@ def test_report_draws_certified_next_to_empirical(certified: Path, tmp_path: Pat
     assert "certified_accuracy" in res.tables and "certified_accuracy_vs_radius" in res.figures
     table = pd.read_csv(tmp_path / "rep" / "tables" / "certified_accuracy.csv")
     assert set(table["model"]) == {"deit"} and table["acc"].is_monotonic_decreasing
+
+
+def test_certify_summarises_a_model_that_certifies_nothing(tmp_path: Path) -> None:
+    """An untrained model is never certified correct: the summary says 0% (it used to fail with a KeyError when
+    every certified_correct_radius was NaN)."""
+    out = tmp_path / "run"
+    args = ["certify", "--model", "deit", "--checkpoint", "none", "--seed", "3", "--n0", "20", "--n", "50",
+            "--n-examples", "4", "--batch-size", "2", "--attack-examples", "2", "--allow-failed-checks", "-q"]  # fmt: skip
+    assert run([*args, "--out", str(out)]) == 0
+    done = load_run(out)
+    certs = done.rows[done.rows["kind"] == "certificate"]
+    assert certs["certified_correct_radius"].isna().all()  # the case this test is about
+    table = done.summary["models"]["deit"]["0.25"]["certified"]
+    assert [r["certified"] for r in table] == [0] * len(table)

@@ -1,27 +1,26 @@
 """Crash safety with real process kills: kill -9 at a random point, then --resume gives identical results.
 
 A reader must refuse the unfinished run in between, and a second writer must be locked out while a run is live.
+The other kinds of run (LM, corruption, Lipschitz, certify) and Ctrl-C are in tests/test_crash_resume_kinds.py.
 """
 
 from __future__ import annotations
 
-import os
 import random
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import safetensors.torch
 import torch
+from crash_kill import ENV, assert_same_run, cli, finish, stop, wait_for, wait_for_parts
 
 from robustbench_filters.errors import RunStateError
 from robustbench_filters.runs.folder import load_run
 
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0"}
 ATTACK = [
     "attack",
     "--model",
@@ -43,53 +42,18 @@ ATTACK = [
 TRAIN = ["train", "--model", "deit-grc", "--steps", "24", "--batch-size", "16", "--ckpt-every", "4", "-q"]
 
 
-def _cli(args: list[str]) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "robustbench_filters.cli", *args],
-        env=ENV,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def _finish(args: list[str]) -> None:
-    proc = _cli(args)
-    out, err = proc.communicate(timeout=600)
-    assert proc.returncode == 0, err
-
-
-def _kill_when(proc: subprocess.Popen, ready, timeout: float = 300) -> None:
-    start = time.monotonic()
-    while not ready():
-        if proc.poll() is not None:
-            pytest.fail(f"process ended before the kill point: {proc.stderr.read()}")
-        if time.monotonic() - start > timeout:
-            proc.kill()
-            pytest.fail("kill point never reached")
-        time.sleep(0.02)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-
-
-def _parts(out: Path) -> int:
-    return len(list((out / "parts").glob("*.parquet"))) if (out / "parts").exists() else 0
-
-
 def _kill_and_resume_attack(tmp_path: Path, seed: int) -> None:
     reference = tmp_path / "reference"
-    _finish(ATTACK + ["--out", str(reference)])
+    finish(ATTACK + ["--out", str(reference)])
     killed = tmp_path / "killed"
-    kill_after = random.Random(seed).randint(1, 15)
-    proc = _cli(ATTACK + ["--out", str(killed)])
-    _kill_when(proc, lambda: _parts(killed) >= kill_after)
+    proc = cli(ATTACK + ["--out", str(killed)])
+    wait_for_parts(proc, killed, random.Random(seed).randint(1, 15))
+    assert stop(proc, signal.SIGKILL)[0] == -signal.SIGKILL
     assert (killed / ".lock").exists()  # the dead process left its lock behind
     with pytest.raises(RunStateError, match="unfinished"):
         load_run(killed)
-    _finish(ATTACK + ["--out", str(killed), "--resume"])  # reclaims the stale lock
-    a, b = load_run(reference), load_run(killed)
-    pd.testing.assert_frame_equal(a.rows, b.rows)
-    assert a.summary == b.summary
+    finish(ATTACK + ["--out", str(killed), "--resume"])  # reclaims the stale lock
+    assert_same_run(reference, killed)
 
 
 def test_kill9_attack_then_resume_is_identical(tmp_path):
@@ -116,12 +80,13 @@ def _train_step(out: Path) -> int:
 @pytest.mark.parametrize("seed", [0, 1])
 def test_kill9_training_then_resume_reaches_the_same_weights(tmp_path, seed):
     reference = tmp_path / "reference"
-    _finish(TRAIN + ["--out", str(reference)])
+    finish(TRAIN + ["--out", str(reference)])
     killed = tmp_path / "killed"
     kill_at = random.Random(seed).choice([4, 8, 12, 16])
-    proc = _cli(TRAIN + ["--out", str(killed)])
-    _kill_when(proc, lambda: _train_step(killed) >= kill_at)
-    _finish(TRAIN + ["--out", str(killed), "--resume"])
+    proc = cli(TRAIN + ["--out", str(killed)])
+    wait_for(proc, lambda: _train_step(killed) >= kill_at)
+    stop(proc, signal.SIGKILL)
+    finish(TRAIN + ["--out", str(killed), "--resume"])
     a = safetensors.torch.load_file(str(reference / "model.safetensors"))
     b = safetensors.torch.load_file(str(killed / "model.safetensors"))
     assert all(torch.equal(a[k], b[k]) for k in a)
@@ -130,13 +95,10 @@ def test_kill9_training_then_resume_reaches_the_same_weights(tmp_path, seed):
 def test_second_writer_on_the_same_out_is_locked_out(tmp_path):
     out = tmp_path / "run"
     long_run = [a if a != "40" else "400" for a in ATTACK]
-    first = _cli(long_run + ["--out", str(out)])
+    first = cli(long_run + ["--out", str(out)])
     try:
-        deadline = time.monotonic() + 120
-        while _parts(out) < 1:
-            assert time.monotonic() < deadline and first.poll() is None
-            time.sleep(0.02)
-        second = _cli(long_run + ["--out", str(out), "--resume"])
+        wait_for_parts(first, out, 1, timeout=120)
+        second = cli(long_run + ["--out", str(out), "--resume"])
         _, err = second.communicate(timeout=300)
         assert first.poll() is None, "first run ended too early for the test to mean anything"
         assert second.returncode == 2
@@ -144,39 +106,6 @@ def test_second_writer_on_the_same_out_is_locked_out(tmp_path):
     finally:
         first.kill()
         first.wait()
-
-
-LIPSCHITZ = [
-    "lipschitz",
-    "--model",
-    "deit,deit-grc",
-    "--checkpoint",
-    "none",
-    "--n-examples",
-    "12",
-    "--batch-size",
-    "2",
-    "--method",
-    "power",
-    "-q",
-]
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("seed", [0, 1])
-def test_kill9_lipschitz_then_resume_is_identical(tmp_path, seed):
-    reference = tmp_path / "reference"
-    _finish(LIPSCHITZ + ["--out", str(reference)])
-    killed = tmp_path / "killed"
-    kill_after = random.Random(seed).randint(1, 8)
-    proc = _cli(LIPSCHITZ + ["--out", str(killed)])
-    _kill_when(proc, lambda: _parts(killed) >= kill_after)
-    with pytest.raises(RunStateError, match="unfinished"):
-        load_run(killed)
-    _finish(LIPSCHITZ + ["--out", str(killed), "--resume"])
-    a, b = load_run(reference), load_run(killed)
-    pd.testing.assert_frame_equal(a.rows, b.rows)
-    assert a.summary == b.summary
 
 
 @pytest.mark.parametrize("error", ["ENOSPC", "EACCES"])
@@ -215,3 +144,87 @@ def test_write_failure_mid_run_ends_cleanly_and_resume_finishes(tmp_path, capfd,
     a, b = load_run(reference), load_run(out)
     pd.testing.assert_frame_equal(a.rows, b.rows)
     assert a.summary == b.summary
+
+
+TINY = [{"40": "4", "10": "1"}.get(a, a) for a in ATTACK]  # 2 units
+
+
+def _leave_killed_first_manifest(out: Path) -> None:
+    """What a kill -9 inside the first manifest write leaves: the lock file and the temp file of that write."""
+    out.mkdir()
+    (out / ".lock").write_text("pid=999999 host=gone\n")
+    (out / ".manifest.json.k2j3x_9q.tmp").write_text('{"format": "robfilt-run", "kin')
+
+
+@pytest.mark.parametrize("again", [["--resume"], []], ids=["resume", "plain"])
+def test_a_folder_killed_in_its_first_manifest_write_runs_again(tmp_path, again):
+    """Before the manifest landed there is no run to refuse: the same command, with or without --resume, starts it
+    there (it used to be refused as a folder of someone else's files) and sweeps the dead write's temp file."""
+    from robustbench_filters.cli import run
+
+    out = tmp_path / "run"
+    _leave_killed_first_manifest(out)
+    assert run(TINY + ["--out", str(out), *again]) == 0
+    assert load_run(out).manifest["status"] == "complete"
+    assert not list(out.rglob("*.tmp")) and not (out / ".lock").exists()
+
+
+def test_someone_elses_temp_file_still_makes_a_foreign_folder(tmp_path, capfd):
+    """Only robfilt's own temp manifest is ignored: other hidden files keep the folder off limits."""
+    from robustbench_filters.cli import run
+
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / ".notes.tmp").write_text("mine")
+    assert run(TINY + ["--out", str(out)]) == 2
+    assert "not a robfilt run folder" in capfd.readouterr().err
+    assert sorted(p.name for p in out.iterdir()) == [".notes.tmp"]
+
+
+_DIE_AT_FIRST_MANIFEST = """
+import os, signal, sys
+real = os.replace
+def replace(src, dst):  # kill -9 between the temp file of the first manifest write and its rename
+    if str(dst).endswith("manifest.json"):
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real(src, dst)
+os.replace = replace
+from robustbench_filters.cli import run
+run(sys.argv[1:])
+"""
+
+
+@pytest.mark.slow
+def test_kill9_in_the_first_manifest_write_then_resume(tmp_path):
+    """The real kill leaves exactly the lock and a temp manifest (the state the test above builds); --resume runs."""
+    out = tmp_path / "run"
+    died = subprocess.run([sys.executable, "-c", _DIE_AT_FIRST_MANIFEST, *TINY, "--out", str(out)], env=ENV)
+    assert died.returncode == -signal.SIGKILL
+    left = sorted(p.name for p in out.iterdir())
+    assert len(left) == 2 and left[0] == ".lock" and left[1].startswith(".manifest.json."), left
+    finish(TINY + ["--out", str(out), "--resume"])
+    assert load_run(out).manifest["status"] == "complete"
+    assert not list(out.rglob("*.tmp"))
+
+
+def test_a_kill_while_resuming_a_finished_run_leaves_it_unfinished_not_broken(tmp_path, monkeypatch):
+    """--resume on a finished run first marks it running, then drops its old rows and summary: stopped in between,
+    readers see an unfinished run to --resume (not a complete run whose summary is missing)."""
+    from robustbench_filters.cli import run
+
+    out = tmp_path / "run"
+    assert run(TINY + ["--out", str(out)]) == 0
+    real = Path.unlink
+
+    def unlink(self: Path, missing_ok: bool = False) -> None:
+        real(self, missing_ok=missing_ok)
+        if self.name == "summary.json":
+            raise KeyboardInterrupt  # stands in for a kill right after the summary went
+
+    monkeypatch.setattr(Path, "unlink", unlink)
+    assert run(TINY + ["--out", str(out), "--resume"]) == 130
+    monkeypatch.setattr(Path, "unlink", real)
+    with pytest.raises(RunStateError, match="unfinished"):
+        load_run(out)
+    assert run(TINY + ["--out", str(out), "--resume"]) == 0
+    assert load_run(out).manifest["status"] == "complete"

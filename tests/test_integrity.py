@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from robustbench_filters.cli import run
@@ -141,6 +141,7 @@ def test_deleted_parts_are_recomputed_to_the_same_numbers(reference, tmp_path) -
         max_size=4,
     )
 )
+@example(ops=[("truncate", 0), ("edit", 0)])  # an edit after a truncation once broke the test itself
 def test_resume_after_random_damage_reproduces_or_refuses(reference, tmp_path_factory, ops) -> None:
     """Property: --resume either gives the untouched run exactly, or refuses with exit 2 and changes nothing."""
     out = tmp_path_factory.mktemp("damage") / "run"
@@ -157,6 +158,8 @@ def test_resume_after_random_damage_reproduces_or_refuses(reference, tmp_path_fa
         elif op == "truncate":
             part.write_bytes(part.read_bytes()[: len(part.read_bytes()) // 2])
         elif op == "edit":
+            if part.read_bytes()[-4:] != b"PAR1":
+                continue  # truncated by an earlier op: no longer a table to edit (and already damaged)
             rows = pd.read_parquet(part)
             rows.loc[0, "margin"] = rows.loc[0, "margin"] + 1.0
             rows.to_parquet(part, index=False)

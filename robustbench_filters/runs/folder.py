@@ -87,7 +87,8 @@ def prepare_out(out: Path, kind: str, resume: bool, overwrite: bool) -> None:
         return
     if not out.is_dir():
         raise RunStateError(f"--out {out} is a file; pass a folder path.")
-    entries = [p for p in out.iterdir() if p.name != LOCK]
+    # the lock and the temp file of a first manifest write killed before its rename do not make a run folder
+    entries = [p for p in out.iterdir() if p.name != LOCK and not _io.is_temp_of(p.name, MANIFEST)]
     if not entries:
         return
     if not _is_run_folder(out):
@@ -209,6 +210,7 @@ class RunWriter:
         }
 
     def _open(self) -> None:
+        self._sweep_temp_files()
         manifest_path = self.out / MANIFEST
         new = self._manifest()
         if manifest_path.exists() and self.resume:
@@ -220,13 +222,26 @@ class RunWriter:
                 )
             self.refresh()
             log.info("resuming %s: %d finished units", self.out, len(self._done))
-            for name in (SUMMARY, ROWS):  # the run is running again until it finishes
+            _io.atomic_write_json(manifest_path, new)  # running again before the old results go: a kill in between
+            for name in (SUMMARY, ROWS):  # leaves an unfinished run to --resume, not a complete one with holes
                 (self.out / name).unlink(missing_ok=True)
-        elif manifest_path.exists() and self.overwrite:
+            return
+        if manifest_path.exists() and self.overwrite:
             shutil.rmtree(self.out / PARTS, ignore_errors=True)
             for name in (ROWS, SUMMARY):
                 (self.out / name).unlink(missing_ok=True)
         _io.atomic_write_json(manifest_path, new)
+
+    def _sweep_temp_files(self) -> None:
+        """Remove temp files of atomic writes that a killed process left (safe: we hold the lock, nobody writes)."""
+        stale = [p for p in self.out.iterdir() if any(_io.is_temp_of(p.name, f) for f in (MANIFEST, ROWS, SUMMARY))]
+        if (self.out / PARTS).is_dir():
+            stale += [
+                p for p in (self.out / PARTS).iterdir() if p.name.startswith(".") and p.name.endswith(_io.TEMP_SUFFIX)
+            ]
+        for path in stale:
+            log.info("removing %s (temp file of a write that was killed)", path)
+            path.unlink(missing_ok=True)
 
     def _attach(self) -> None:
         """A secondary rank joins the folder rank 0 prepared: no lock, no manifest write, the same fingerprint."""

@@ -31,7 +31,7 @@ from ..runs.measurement import Measurement, PrepareContext, Tick
 from ..runs.runner import RunResult, run
 from ..runs.units import Unit, batch_slices, ids_digest
 from .bounds import max_certifiable_radius
-from .rows import accuracy_curve, certificate_rows, summarize
+from .rows import ROW_COLUMNS, accuracy_curve, certificate_rows, summarize
 from .soundness import attack_rows, check_abstention, check_certified_below_attack, check_determinism
 
 CERTIFICATE, ATTACK = "certificate", "attack"
@@ -131,7 +131,9 @@ class Certify(Measurement):
 
     def summarise(self, rows: pd.DataFrame, checks: list[Check]) -> dict[str, Any]:
         c = self.config
-        certs = rows[rows["kind"] == CERTIFICATE].dropna(axis=1, how="all")
+        # the certificate columns by name: dropping all-NaN columns (the attack rows' ones) would also drop
+        # certified_correct_radius when no example is certified correct, e.g. an untrained model
+        certs = rows.loc[rows["kind"] == CERTIFICATE, ROW_COLUMNS]
         table = summarize(certs, c.radii)
         attacks = rows[rows["kind"] == ATTACK]
         empirical = []
