@@ -1,8 +1,8 @@
 """robustbench_filters: does an architectural idea really make a transformer more robust?
 
-Public API (stable): ``create_model``, ``list_models``, ``evaluate``, ``estimate_lipschitz`` and the run configs
-(``ImageAttackConfig``, ``LMAttackConfig``, ``CorruptionConfig``, ``LipschitzConfig``). Names are imported on first
-use, so ``import robustbench_filters`` (and ``robfilt --help``) does not load torch.
+Public API (stable): ``create_model``, ``list_models``, ``evaluate``, ``benchmark``, ``estimate_lipschitz`` and
+the run configs (``ImageAttackConfig``, ``LMAttackConfig``, ``CorruptionConfig``, ``LipschitzConfig``). Names are
+imported on first use, so ``import robustbench_filters`` (and ``robfilt --help``) does not load torch.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ _LAZY: dict[str, str] = {
     "load_checkpoint": ".models",
     "save_checkpoint": ".models",
     "evaluate": ".api",
+    "benchmark": ".benchmarking",
+    "BenchmarkResult": ".benchmarking",
     "estimate_lipschitz": ".api",
     "certify": ".api",
     "CertifyConfig": ".configs",

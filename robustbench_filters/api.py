@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from torch import nn
+
 from .configs import (
     CertifyConfig,
     CorruptionConfig,
@@ -55,10 +57,10 @@ def measurement_for(config: RunConfig) -> Measurement:
 
 
 def evaluate(
-    models: Sequence[ModelLike] | None = None,
-    attacks: Sequence[str] = ("pgd",),
+    models: ModelLike | Sequence[ModelLike] | None = None,
+    attacks: str | Sequence[str] = ("pgd",),
     eps: Sequence[float] | None = None,
-    data: str | None = None,
+    data: Any = None,
     n_examples: int | None = None,
     seed: int = 0,
     out: str | Path | None = None,
@@ -94,11 +96,13 @@ def evaluate(
     :mod:`.configs`); an option given for a kind it does not apply to raises :class:`RobfiltError`.
 
     Args:
-        models: registry names (``deit-grc``), ``timm:<arch>``, ``pkg.mod:factory`` or modules.
+        models: registry names (``deit-grc``), ``timm:<arch>``, ``pkg.mod:factory`` or modules; one model alone
+            works too (an ``nn.Sequential`` is one model, never the list of its layers).
         attacks: catalogue names (``robustbench_filters.attacks.catalogue.ATTACKS``), ``wordswap`` or
             ``corruption[:<name>]``.
         eps: perturbation budgets ([0, 1] image scale; relative embedding radii for LMs); default: the data's grid.
-        data: dataset spec (bundled ``fashion-mnist`` for images, ``austen`` for LMs by default).
+        data: dataset spec (bundled ``fashion-mnist`` for images, ``austen`` for LMs by default), or for images an
+            ``(x, y)`` pair of tensors/numpy arrays or a torch ``Dataset`` (then pass ``eps``).
         n_examples: examples drawn (seeded) from the test split, shared by all models.
         out: run folder; None keeps everything in a temporary folder.
         device: ``cpu`` or ``cuda`` (under torchrun: each rank's own GPU).
@@ -107,6 +111,8 @@ def evaluate(
     if config is None:
         if models is None:
             raise RobfiltError("no model given; pass models=[...] or a config.")
+        models = [models] if isinstance(models, str | nn.Module) else list(models)
+        attacks = [attacks] if isinstance(attacks, str) else list(attacks)
         options = {
             "eps": eps, "data": data, "n_examples": n_examples, "norm": norm, "steps": steps, "step_size": step_size,
             "batch_size": batch_size, "data_root": data_root, "amp": amp, "rates": rates, "replacement": replacement,
@@ -115,7 +121,7 @@ def evaluate(
             "allow_pickle": allow_pickle or None,
         }  # fmt: skip
         given = {k: (tuple(v) if isinstance(v, list) else v) for k, v in options.items() if v is not None}
-        cls = attack_config_class(list(models), list(attacks))
+        cls = attack_config_class(models, attacks)
         config = build(
             cls, {"models": tuple(models), "attacks": tuple(attacks), "seed": seed, "size": size,
                   "checkpoint": checkpoint, "device": device, **given},

@@ -32,7 +32,7 @@ from torch import nn
 
 from ..checks import FAIL, PASS, Check
 from ..checks import summarize as summarize_checks
-from ..configs import LipschitzConfig
+from ..configs import LipschitzConfig, model_label
 from ..errors import RobfiltError
 from ..models import create_model
 from ..runs.measurement import Measurement, PrepareContext, Tick
@@ -99,19 +99,20 @@ class _Settings:
     rhos: list[float] = field(default_factory=list)
 
 
-def _load_model(ref: str, size: str, checkpoint: str | None, seed: int) -> nn.Module:
+def _load_model(ref: str, config: LipschitzConfig) -> nn.Module:
     """Build by name directly on the manual attention path (no copy needed; see :mod:`.target`).
 
     Untrained weights (``checkpoint`` None/"none") are drawn from a seeded, forked RNG, so the same seed gives
     the same model (and ``--resume`` finds the same run) without touching the caller's RNG state. ``timm:`` and
-    factory references load like everywhere else (:func:`..models.resolve.load_model`); the target switches a
-    fused-attention copy to the manual path.
+    factory references (and any with arguments or ``--model-arg``) load like everywhere else
+    (:func:`..models.resolve.load_model`); the target switches a fused-attention copy to the manual path.
     """
     from ..models.ref import ModelKind, parse_model_ref
     from ..models.resolve import load_model
 
-    if parse_model_ref(ref).kind is not ModelKind.REGISTRY or parse_model_ref(ref).args:
-        return load_model(ref, size, checkpoint, seed).module
+    size, checkpoint, seed, args = config.size, config.checkpoint, config.seed, config.parsed_model_args
+    if parse_model_ref(ref).kind is not ModelKind.REGISTRY or parse_model_ref(ref).args or args:
+        return load_model(ref, size, checkpoint, seed, config.allow_pickle, config.base_dir, args).module
     ref = parse_model_ref(ref).target
     if checkpoint is None or str(checkpoint).lower() == "none":
         with torch.random.fork_rng(devices=[]):
@@ -302,8 +303,13 @@ class Lipschitz(Measurement):
         self.settings = _Settings(Method(c.method), bool(c.bounds), bool(c.per_layer), float(c.rho),
                                   int(c.power_iters), float(c.tol), int(c.ratio_steps), int(c.batch_size), int(c.seed))  # fmt: skip
         self.settings.rhos = [c.rho * 10 ** (-k / 2) for k in range(2 * RHO_GRID_DECADES + 1)]
-        self.built = [_load_model(m, c.size, c.checkpoint, c.seed) if isinstance(m, str) else m for m in c.models]
-        self.targets = [make_target(m, dtype=self.dtype, device=ctx.device) for m in self.built]
+        self.built = [_load_model(m, c) if isinstance(m, str) else m for m in c.models]
+        # a reference's label (its display name or the reference itself) names it, as in attack runs
+        names_given = [model_label(m, i) if isinstance(m, str) else None for i, m in enumerate(c.models)]
+        self.targets = [
+            make_target(m, name=name, dtype=self.dtype, device=ctx.device)
+            for m, name in zip(self.built, names_given, strict=True)
+        ]
         names = [t.name for t in self.targets]
         if len(set(names)) != len(names):
             raise RobfiltError("two models share a name; give each model object a distinct robfilt_spec or pass names.")
