@@ -54,8 +54,9 @@ check: $(STAMP)
 study: $(STAMP)
 	$(BIN)/robfilt study --seeds 3 --out reports/study --resume
 
-BENCH := b1_eps_sweep b2_engine_overhead b3_attention_cost b4_lipschitz_throughput b6_imagefolder b8_certify_throughput
-# B1-B4: side-by-side ratios (median of repetitions) -> reports/bench/. BENCH_FLAGS=--smoke for a 1-minute run.
+BENCH := b1_eps_sweep b2_engine_overhead b3_attention_cost b4_lipschitz_throughput b6_imagefolder b7_cli_startup \
+    b8_certify_throughput
+# B1-B4, B6-B8: side-by-side measurements (median of repetitions) -> reports/bench/. BENCH_FLAGS=--smoke for a quick run.
 bench: $(STAMP)
 	for b in $(BENCH); do OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m benchmarks.$$b $(BENCH_FLAGS) || exit 1; done
 
