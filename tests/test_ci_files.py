@@ -72,7 +72,9 @@ def test_workflow_structure(path: Path) -> None:
 
 def test_project_workflow_installs_the_checkout_and_runs_the_gate_script() -> None:
     wf = load_workflow(PROJECT_WORKFLOW)
-    assert "pip install -e ." in step(wf, "Install (CPU torch)")["run"]
+    install = step(wf, "Install (CPU torch)")["run"]
+    assert "pip install -c constraints.txt -e ." in install  # the versions make test uses: no resolver search
+    assert "constraints.txt" in wf["jobs"][next(iter(wf["jobs"]))]["steps"][1]["with"]["cache-dependency-path"]
     assert step(wf, "Robustness gate")["run"].strip() == "bash .ci/gate.sh"
     script = ROOT / ".ci" / "gate.sh"
     assert os.access(script, os.X_OK)
