@@ -17,6 +17,7 @@ import pandas as pd
 import torch
 
 from benchmarks import _common as B
+from robustbench_filters.configs import LipschitzConfig
 from robustbench_filters.lipschitz.certify import trace_bounds
 from robustbench_filters.lipschitz.data import load_inputs
 from robustbench_filters.lipschitz.jacobian import jacobian_norm_exact, jacobian_norm_power
@@ -35,7 +36,8 @@ RHO, ITERS, TOL, RATIO_STEPS, SEQ_LEN = 0.1, 50, 1e-5, 20, 64
 def _target(name: str, n: int, seed: int, device: torch.device):
     checkpoint = B.pick_checkpoint(name)
     dtype = torch.float64 if device.type == "cpu" else torch.float32  # robfilt lipschitz's defaults
-    target = make_target(_load_model(name, "micro", checkpoint, seed), dtype=dtype, device=device)
+    config = LipschitzConfig(models=(name,), size="micro", checkpoint=checkpoint, seed=seed)
+    target = make_target(_load_model(name, config), dtype=dtype, device=device)
     data = None if checkpoint == "zoo" or name.startswith("deit") else "synthetic"
     inputs = load_inputs(target, data, n, lambda total, k: select_examples(total, k, seed, ordered=False), SEQ_LEN)
     return target, target.inputs(inputs.x), checkpoint, data or "default"
