@@ -30,7 +30,7 @@ import pandas as pd
 import torch
 from torch import nn
 
-from ..checks import FAIL, PASS, Check
+from ..checks import Check
 from ..checks import summarize as summarize_checks
 from ..configs import LipschitzConfig, model_label
 from ..errors import RobfiltError
@@ -43,30 +43,11 @@ from .jacobian import jacobian_norm_exact, jacobian_norm_power
 from .methods import Method
 from .profile import layer_profile
 from .ratio import pair_ratio_ascent
+from .summary import COLUMNS, DEFINITIONS, GAP, MODEL_LAYER, lipschitz_checks, summarize
 from .target import Target, make_target
 
 log = logging.getLogger(__name__)
 
-MODEL_LAYER = "model"
-GAP = "gap/"  # layer prefix of the rows that show where the certified bounds lose (--gap)
-COLUMNS = (
-    "model", "example_id", "layer", "method", "lower", "local_upper", "global_upper",
-    "radius", "rho", "margin", "pred", "label", "iterations",
-)  # fmt: skip
-DEFINITIONS: dict[str, str] = {
-    "norm": "l2 on the flattened input and on the output vector",
-    "image_input": "[0, 1] pixels, flattened (the mean/std normaliser is inside the model)",
-    "image_output": "the logit vector",
-    "lm_input": "the token-embedding sequence (B, T, d) fed to forward_embeddings",
-    "lm_output": "next-token logits at the last position",
-    "lower": "rigorous lower bound on the local Lipschitz constant at x0 (Jacobian norm or pair ratio in B(x0, rho))",
-    "local_upper": "certified Lipschitz constant on the ball B(x0, rho) (notes/lipschitz.md 1.5)",
-    "global_upper": "certified Lipschitz constant on all inputs of the evaluated sequence length (LayerNorm eps > 0 "
-    "makes it finite; it grows with the token count n through the attention factor)",
-    "radius": "certified l2 radius (<= rho): no perturbation with ||delta|| < radius changes argmax f(x0)",
-    "blocks.<i>": "block map h -> block(h) with Y_0 fixed, at the block's actual input h_l(x0)",
-}
-SANDWICH_RTOL = 1e-9  # float rounding when a bound is tight (a linear map: lower == upper == sigma_max)
 RHO_GRID_DECADES = 6  # the certified radius also tries rho * 10^(-k/2), k = 1..12 (each radius is valid)
 
 
@@ -196,17 +177,6 @@ def _batch_rows(target: Target, inputs: Inputs, batch: slice, s: _Settings, gen:
     return pd.concat([frame, prof[list(COLUMNS)]], ignore_index=True)
 
 
-def _finite(values: pd.Series) -> pd.Series:
-    return values[np.isfinite(values.to_numpy(dtype=float))]
-
-
-def _sandwich_ok(group: pd.DataFrame) -> bool:
-    """lower <= local_upper <= global_upper on every row (up to float rounding when a bound is tight)."""
-    slack = 1 + SANDWICH_RTOL
-    ok = (group["lower"] <= group["local_upper"] * slack) & (group["local_upper"] <= group["global_upper"] * slack)
-    return bool(ok.all())
-
-
 def _gap_rows(
     target: Target, inputs: Inputs, batch: slice, config: LipschitzConfig, gen: torch.Generator
 ) -> pd.DataFrame:
@@ -220,72 +190,6 @@ def _gap_rows(
     rows = gap_rows(target, x, ids, config.gap_rhos, options=options, power_iters=config.power_iters, generator=gen)
     rows["layer"] = GAP + rows["layer"].astype(str)
     return rows
-
-
-def lipschitz_checks(rows: pd.DataFrame, label: str) -> list[Check]:
-    """Sandwich checks: every lower bound <= its certified local bound <= the certified global bound."""
-    checks = []
-    examples = rows[(rows["model"] == label) & (rows["layer"] == MODEL_LAYER)]
-    if len(_finite(examples["local_upper"])):
-        ok = _sandwich_ok(examples)
-        detail = (
-            f"{len(examples)} examples: lower <= local <= global" if ok else "a lower bound exceeds a certified one"
-        )
-        checks.append(Check("lower <= certified local <= global", label, PASS if ok else FAIL, detail))
-    gap = rows[(rows["model"] == label) & rows["layer"].astype(str).str.startswith(GAP)]
-    if len(gap):
-        slack = 1 + SANDWICH_RTOL
-        bad = (gap["empirical"] > gap["local_upper"] * slack) | (gap["local_upper"] > gap["global_upper"] * slack)
-        status = FAIL if bool(bad.any()) else PASS
-        checks.append(Check("gap rows: empirical <= certified local <= global", label, status,
-                            f"{int(bad.sum())} of {len(gap)} rows out of order"))  # fmt: skip
-    return checks
-
-
-def summarize(rows: pd.DataFrame, factors: dict[str, list[dict]] | None = None) -> dict[str, Any]:
-    """Per-model aggregates, recomputed from the rows; ``factors`` adds each model's certified factor table."""
-    out: dict[str, Any] = {}
-    gap = rows[rows["layer"].astype(str).str.startswith(GAP)]
-    rows = rows[~rows["layer"].astype(str).str.startswith(GAP)]
-    examples = rows[rows["layer"] == MODEL_LAYER]
-    for name, group in examples.groupby("model", sort=False):
-        lower, local, glob = group["lower"], _finite(group["local_upper"]), _finite(group["global_upper"])
-        lower_max = float(lower.max())
-        upper = float(glob.max()) if len(glob) else None
-        entry: dict[str, Any] = {
-            "n_examples": int(len(group)),
-            "method": str(group["method"].iloc[0]),
-            "lower_mean": float(lower.mean()),
-            "lower_max": lower_max,
-            "local_upper_median": float(local.median()) if len(local) else None,
-            "global_upper": upper,
-            "log10_global_upper": math.log10(upper) if upper else None,
-            "ratio_upper_lower": upper / lower_max if upper and lower_max > 0 else None,
-            "ratio_local_lower_median": float((group["local_upper"] / group["lower"]).median()) if len(local) else None,
-            "radius_mean": float(_finite(group["radius"]).mean()) if len(_finite(group["radius"])) else None,
-            "sandwich_ok": _sandwich_ok(group) if len(local) else None,
-        }  # fmt: skip
-        layer_rows = rows[(rows["model"] == name) & (rows["layer"] != MODEL_LAYER)]
-        entry["layers"] = [
-            {
-                "layer": layer,
-                "lower_mean": float(g["lower"].mean()),
-                "lower_max": float(g["lower"].max()),
-                "local_upper_median": float(g["local_upper"].median()),
-                "global_upper": float(g["global_upper"].max()),
-            }
-            for layer, g in layer_rows.groupby("layer", sort=False)
-        ]
-        if factors and name in factors:
-            entry["factors"] = factors[name]
-        out[str(name)] = entry
-    result: dict[str, Any] = {"models": out, "definitions": DEFINITIONS}
-    if len(gap):
-        from .gap import gap_summary
-
-        med = gap_summary(gap.assign(layer=gap["layer"].str.slice(len(GAP))))
-        result["gap_log10_median"] = med.replace({np.nan: None}).to_dict(orient="records")
-    return result
 
 
 class Lipschitz(Measurement):
