@@ -145,7 +145,7 @@ def test_the_graph_sees_known_arrows() -> None:
     """Guards the scanner itself: relative, package and lazy imports are all seen."""
     assert f"{PACKAGE}.runs.folder" in GRAPH[f"{PACKAGE}.runs.runner"]
     assert f"{PACKAGE}.checks.image" in GRAPH[f"{PACKAGE}.attacks.image"]  # from ..checks import image as IC
-    assert f"{PACKAGE}.lipschitz.methods" in GRAPH[f"{PACKAGE}.configs"]  # a lazy import inside a function
+    assert f"{PACKAGE}.lipschitz.methods" in GRAPH[f"{PACKAGE}.configs.bounds"]  # a lazy import inside a function
     assert f"{PACKAGE}.cli._render" in GRAPH[f"{PACKAGE}.cli.attack"]
 
 

@@ -1,0 +1,96 @@
+"""Typed run configs: what each kind of run measures, with its defaults and its validation in one place.
+
+One frozen dataclass per kind of run: :class:`ImageAttackConfig`, :class:`LMAttackConfig`,
+:class:`CorruptionConfig` and :class:`LipschitzConfig`. The command line, ``robustness.toml`` specs, the study
+plan and the Python API all build these, so a default or a rule cannot drift between them. Validation runs in
+``__post_init__``: a config that exists is valid, and it is checked before any model is loaded or any folder is
+written. An option that does not apply to a kind of run is refused by :func:`build` (never silently dropped).
+
+Lists refuse repeated values (eps, rates, severities, models, attacks): a repeated value would count every
+example twice and make intervals too narrow, and guessing which copy was meant would hide a typo.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..errors import RobfiltError
+from ..family import Family
+from .attacks import CorruptionConfig, ImageAttackConfig, LMAttackConfig
+from .base import (
+    AMP_DTYPES,
+    CONTAMINATIONS,
+    CORRUPTION,
+    DEFAULT_EPS,
+    DEFAULT_LM_EPS,
+    DEFAULT_LM_SEQUENCES,
+    DEVICES,
+    FLAGS,
+    WORDSWAP,
+    ModelLike,
+    RunConfig,
+    data_label,
+    default_eps,
+    flag,
+    model_family,
+    model_label,
+)
+from .bounds import CertifyConfig, LipschitzConfig
+
+CONFIGS: tuple[type[RunConfig], ...] = (
+    ImageAttackConfig,
+    LMAttackConfig,
+    CorruptionConfig,
+    LipschitzConfig,
+    CertifyConfig,
+)
+
+
+def build(cls: type[RunConfig], options: Mapping[str, Any]) -> RunConfig:
+    """Build a config from the options a user actually gave; one that does not apply to this kind is refused."""
+    fields = set(cls.options())
+    for name in options:
+        if name not in fields:
+            raise RobfiltError(f"{flag(name)} does not apply to {cls.DESCRIPTION} runs; drop it.")
+    return cls(**options)
+
+
+def attack_config_class(models: Sequence[ModelLike], attacks: Sequence[str]) -> type[RunConfig]:
+    """Which kind of attack run ``models`` x ``attacks`` is: image, language model or corruption."""
+    families = {model_family(m) for m in models} or {Family.IMAGE}
+    if len(families) > 1:
+        raise RobfiltError("cannot mix image and language models in one run; run them separately.")
+    if families == {Family.LM}:
+        return LMAttackConfig
+    if any(a == CORRUPTION or str(a).startswith(f"{CORRUPTION}:") for a in attacks):
+        return CorruptionConfig
+    return ImageAttackConfig
+
+
+__all__ = [
+    "AMP_DTYPES",
+    "CONFIGS",
+    "CONTAMINATIONS",
+    "CORRUPTION",
+    "CertifyConfig",
+    "CorruptionConfig",
+    "DEFAULT_EPS",
+    "DEFAULT_LM_EPS",
+    "DEFAULT_LM_SEQUENCES",
+    "DEVICES",
+    "FLAGS",
+    "ImageAttackConfig",
+    "LMAttackConfig",
+    "LipschitzConfig",
+    "ModelLike",
+    "RunConfig",
+    "WORDSWAP",
+    "attack_config_class",
+    "build",
+    "data_label",
+    "default_eps",
+    "flag",
+    "model_family",
+    "model_label",
+]
