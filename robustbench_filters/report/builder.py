@@ -244,6 +244,7 @@ class _Builder:
                     "colour and marker: variant; solid and filled: DeiT, dashed and hollow: LM.",
                     lambda: F.lipschitz_profile_figure(layers, src, C.lipschitz_subtitle(rows)),
                 )
+            self._lipschitz_gap(rows)
         rows = self.rs.rows.get(SEQLEN)
         if rows is None:
             self.skip("perturbation vs sequence length", "no sequence-length study run given")
@@ -260,9 +261,33 @@ class _Builder:
         src = self.rs.ids(SEQLEN)
         self.figure(
             "perturbation_vs_seqlen",
-            "Perturbation vs sequence length",
+            "Perturbation vs sequence length (figure)",
             "Output change of one attention sublayer vs sequence length (mean +- 1 sd over trials).",
             lambda: F.seqlen_figure(study, src, C.seqlen_subtitle(study)),
+        )
+
+    def _lipschitz_gap(self, rows: pd.DataFrame) -> None:
+        """Where the certified bounds lose (rows of ``robfilt lipschitz --gap``): table and figure."""
+        from . import lipschitz_gap as G
+
+        gap = G.gap_rows_of(rows)
+        if gap.empty:
+            self.skip("Lipschitz gap", "no gap rows (robfilt lipschitz --gap)")
+            return
+        table = G.gap_table(gap)
+        caption = (
+            "log10 of the median over examples, per model, block and ball radius rho: empirical gain (a lower "
+            "bound), the product of exact per-sublayer norms (layerwise estimate, not certified), the certified "
+            "local and global bounds, and the decades lost to composition and to the layer bounds."
+        )
+        self.table("lipschitz_gap", "Where the certified Lipschitz bounds lose", caption, table, G.gap_layout(table),
+                   LIPSCHITZ)  # fmt: skip
+        src = self.rs.ids(LIPSCHITZ)
+        self.figure(
+            "lipschitz_gap",
+            "Where the certified Lipschitz bounds lose (figure)",
+            "Per block and for the whole model (medians, log axis): the vertical segments are the losses.",
+            lambda: G.lipschitz_gap_figure(gap, sources=src),
         )
 
     def certify(self) -> None:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 
 from ..runs.folder import Run
 from ..stats import clopper_pearson, wilson_interval
@@ -87,6 +88,21 @@ def certified_curve(rows: pd.DataFrame, step: float = 0.02) -> pd.DataFrame:
     return certified_table(rows, grid.tolist())
 
 
+def _legend_handles(models: Sequence[str], pal: Palette, smoothed: bool, base: bool) -> list[Line2D]:
+    """One entry per model (its colour and marker) and one per kind of curve: 7 entries instead of 12
+    (model x kind), which covered the curves."""
+    handles = [Line2D([], [], color=pal.color(m), marker=pal.marker(m), mfc="white", lw=1.2, label=m) for m in models]
+    grey = {"color": "0.35", "lw": 1.0}
+    handles.append(Line2D([], [], linestyle="-", label="certified (smoothed)", **grey))
+    if smoothed:
+        handles.append(
+            Line2D([], [], linestyle="none", marker="o", mfc="white", mec="0.35", label="smoothed, SmoothAdv")
+        )
+    if base:
+        handles.append(Line2D([], [], linestyle="--", label="base model, L2 PGD", **grey))
+    return handles
+
+
 def certified_figure(
     curve: pd.DataFrame, smoothed: pd.DataFrame, base: pd.DataFrame, sources: Sequence[str], subtitle: str
 ) -> Figure:
@@ -121,7 +137,8 @@ def certified_figure(
             ax.set_visible(False)
         for ax in axes[:, 0]:
             ax.set_ylabel("accuracy (%)")
-        axes.flat[0].legend(frameon=False, loc="lower left", fontsize=5)
+        handles = _legend_handles(models, pal, len(smoothed) > 0, len(base) > 0)
+        axes.flat[0].legend(handles=handles, loc="best", frameon=False, fontsize=5)
         add_subtitle(fig, subtitle)
         add_footer(fig, sources)
     return fig

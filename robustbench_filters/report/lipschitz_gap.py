@@ -120,3 +120,52 @@ def lipschitz_gap_figure(
     if sources:
         fig.text(0.005, 0.004, "source: " + "; ".join(sources), fontsize=4.5, color="0.45", ha="left", va="bottom")
     return fig
+
+
+GAP_PREFIX = "gap/"  # how a Lipschitz run folder marks its gap rows (robfilt lipschitz --gap)
+
+
+def gap_rows_of(rows: pd.DataFrame) -> pd.DataFrame:
+    """The gap rows of a Lipschitz run's table, with the ``gap/`` prefix taken off their layer names."""
+    if "layer" not in rows or not all(c in rows.columns for c in REQUIRED):
+        return rows.iloc[0:0]
+    gap = rows[rows["layer"].astype(str).str.startswith(GAP_PREFIX)]
+    return gap.assign(layer=gap["layer"].astype(str).str.slice(len(GAP_PREFIX)))
+
+
+def gap_table(gap: pd.DataFrame) -> pd.DataFrame:
+    """log10 medians over examples per (model, layer, rho), and the decades lost at each step.
+
+    ``composition`` = layerwise estimate - empirical (lost by multiplying exact layer norms),
+    ``layer bounds`` = certified local - layerwise estimate (lost by the layer bounds and the radii they carry)."""
+    med = _medians(gap)
+    logs = med[["model", "layer", "rho"]].copy()
+    for c in ("empirical", "layerwise_estimate", "local_upper", "global_upper"):
+        logs[c] = np.log10(med[c].astype(float).where(med[c] > 0))
+    logs["lost_composition"] = logs["layerwise_estimate"] - logs["empirical"]
+    logs["lost_layer_bounds"] = logs["local_upper"] - logs["layerwise_estimate"]
+    logs["n"] = gap.groupby(["model", "layer", "rho"], sort=False)["empirical"].count().to_numpy()
+    order = {name: i for i, name in enumerate(_layer_order(list(dict.fromkeys(logs["layer"]))))}
+    return logs.sort_values(["model", "rho", "layer"], key=lambda s: s.map(order) if s.name == "layer" else s)
+
+
+def gap_layout(table: pd.DataFrame) -> pd.DataFrame:
+    """The gap table for people: decades (log10) with two decimals."""
+
+    def dec(values: pd.Series) -> pd.Series:
+        return values.map(lambda v: "-" if pd.isna(v) else f"{v:.2f}")
+
+    return pd.DataFrame(
+        {
+            "model": table["model"],
+            "layer": table["layer"],
+            "rho": table["rho"].map(lambda r: f"{r:g}"),
+            "n": table["n"],
+            "empirical": dec(table["empirical"]),
+            "layerwise estimate (not certified)": dec(table["layerwise_estimate"]),
+            "certified local": dec(table["local_upper"]),
+            "certified global": dec(table["global_upper"]),
+            "lost to composition": dec(table["lost_composition"]),
+            "lost to layer bounds": dec(table["lost_layer_bounds"]),
+        }
+    )

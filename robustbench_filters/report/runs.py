@@ -140,7 +140,11 @@ def _merge(group: list[Run], keys: list[tuple | None], notes: list[str]) -> pd.D
     # "kind" is not part of a measurement's identity: the clean rows of an attack run ("adversarial"/"clean") and
     # of a corruption run ("clean") on the same examples are the same measurement and must count once.
     if "example_id" in merged.columns:
-        ident = [c for c in ("model", "example_id", "attack", "eps", "layer", "sigma", "radius") if c in merged.columns]
+        ident = [
+            c
+            for c in ("model", "example_id", "attack", "eps", "layer", "rho", "sigma", "radius")
+            if c in merged.columns
+        ]
     else:  # the sequence-length study: one row per (n, kind)
         ident = [c for c in ("n", "kind") if c in merged.columns]
     if ident:
