@@ -28,6 +28,12 @@ INTERRUPTED = "interrupted; continue with --resume"
 VOLATILE = frozenset({"wall_s", "certify_wall_s", "samples_per_s", "host", "hostname", "created", "finished"})
 
 
+def default_sigint() -> None:
+    """In the child before exec: Ctrl-C delivered as a terminal delivers it. A test runner started in the background
+    (``make test &``) has SIGINT ignored, children inherit that, and Python then never raises KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def cli(args: list[str]) -> subprocess.Popen:
     """``robfilt ARGS`` in a child process (one thread), stdout and stderr captured as text."""
     return subprocess.Popen(
@@ -36,6 +42,7 @@ def cli(args: list[str]) -> subprocess.Popen:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=default_sigint,
     )
 
 

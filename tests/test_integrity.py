@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from crash_kill import default_sigint
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -358,7 +359,7 @@ def test_ctrl_c_ends_with_one_line_130_and_resumes_identically(reference, tmp_pa
     )
     out = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "robustbench_filters.cli", *args, "--out", str(out)], env=ENV,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)  # fmt: skip
     deadline = time.monotonic() + 300
     while not (out / "parts").exists() or len(list((out / "parts").glob("*.json"))) < 2:
         assert proc.poll() is None and time.monotonic() < deadline
