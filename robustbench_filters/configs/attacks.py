@@ -17,8 +17,8 @@ from .base import (
     CORRUPTION,
     DEFAULT_LM_EPS,
     WORDSWAP,
+    ImageDataConfig,
     RunConfig,
-    _check_image_data,
     _names,
     _positive,
     _unique,
@@ -27,7 +27,7 @@ from .base import (
 
 
 @dataclass(frozen=True, kw_only=True)
-class ImageAttackConfig(RunConfig):
+class ImageAttackConfig(ImageDataConfig):
     """Adversarial attacks on image models, over an ascending eps grid (see :mod:`.attacks.image`)."""
 
     KIND: ClassVar[str] = "attack"
@@ -42,18 +42,11 @@ class ImageAttackConfig(RunConfig):
     check_masking: bool = False
     amp: str | None = None
     amp_attacks: bool = False
-    data: Any = "fashion-mnist"
-    data_root: str | None = None
-    img_size: int | None = None
-    num_workers: int | None = None
-    image_column: str | None = None
-    label_column: str | None = None
     n_examples: int = 256
     batch_size: int = 128
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _check_image_data(self)
         attacks = _unique(_names(self.attacks), "--attack")
         if not attacks:
             raise RobfiltError("no attack given; pass --attack NAME[,NAME...].")
@@ -171,7 +164,7 @@ class LMAttackConfig(RunConfig):
 
 
 @dataclass(frozen=True, kw_only=True)
-class CorruptionConfig(RunConfig):
+class CorruptionConfig(ImageDataConfig):
     """Common corruptions at severities 1-5 on image models, with mCE (see :mod:`.attacks.corruption`)."""
 
     KIND: ClassVar[str] = "corruption"
@@ -181,18 +174,11 @@ class CorruptionConfig(RunConfig):
     attacks: tuple[str, ...] = (CORRUPTION,)
     severities: tuple[int, ...] = SEVERITIES
     baseline: str | None = "deit"
-    data: Any = "fashion-mnist"
-    data_root: str | None = None
-    img_size: int | None = None
-    num_workers: int | None = None
-    image_column: str | None = None
-    label_column: str | None = None
     n_examples: int = 256
     batch_size: int = 128
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _check_image_data(self)
         self._set("attacks", _unique(_names(self.attacks), "--attack"))
         self.corruptions  # noqa: B018 - validates the names
         sev = _unique((int(s) for s in self.severities), "severities")

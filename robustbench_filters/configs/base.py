@@ -159,6 +159,23 @@ def _check_image_data(config: Any) -> None:
         raise RobfiltError(f"--num-workers must be 0 or more, got {config.num_workers}.")
 
 
+@dataclass(frozen=True, kw_only=True)
+class ImageDataConfig(RunConfig):
+    """The image-data options every image run takes (attacks, corruptions, certify): where the images come from
+    and how they are decoded, checked in one place."""
+
+    data: Any = "fashion-mnist"
+    data_root: str | None = None
+    img_size: int | None = None
+    num_workers: int | None = None
+    image_column: str | None = None
+    label_column: str | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_image_data(self)
+
+
 def data_label(data: Any) -> str:
     """How a run's data is named in records: its spec string, or the kind of in-memory data."""
     return data if isinstance(data, str) else f"<{type(data).__name__}>"

@@ -9,8 +9,8 @@ from typing import Any, ClassVar
 from ..errors import RobfiltError
 from ..family import Family
 from .base import (
+    ImageDataConfig,
     RunConfig,
-    _check_image_data,
     _positive,
     _unique,
 )
@@ -61,7 +61,7 @@ class LipschitzConfig(RunConfig):
 
 
 @dataclass(frozen=True, kw_only=True)
-class CertifyConfig(RunConfig):
+class CertifyConfig(ImageDataConfig):
     """Randomized-smoothing certificates (Cohen et al. 2019) of image models (see :mod:`.smoothing.run`).
 
     The default checkpoint is the noise-trained zoo (``zoo:sigma0.25``): a smoothed classifier is only as good as
@@ -83,18 +83,11 @@ class CertifyConfig(RunConfig):
     attack_steps: int = 20
     attack_draws: int = 16
     checkpoint: str | None = "zoo:sigma0.25"
-    data: Any = "fashion-mnist"
-    data_root: str | None = None
-    img_size: int | None = None
-    num_workers: int | None = None
-    image_column: str | None = None
-    label_column: str | None = None
     n_examples: int = 64
     batch_size: int = 16
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _check_image_data(self)
         sigmas = _unique(map(float, self.sigmas), "--sigma")
         if not sigmas or any(not (s > 0 and math.isfinite(s)) for s in sigmas):
             raise RobfiltError(f"--sigma needs positive noise levels, got {list(sigmas)}; e.g. --sigma 0.12,0.25,0.5.")
