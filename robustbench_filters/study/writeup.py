@@ -31,6 +31,7 @@ from .tables import METRICS, interval_cell, markdown, mcnemar_table, paired_tabl
 log = logging.getLogger(__name__)
 
 REPORT_DIR = "report"
+_SEED_CAP = "Mean [95% t-interval] across training seeds (just the value with one seed)."
 
 
 def _cmd(plan: StudyPlan) -> str:
@@ -173,27 +174,13 @@ def _section(title: str, caption: str, table: pd.DataFrame) -> list[str]:
     return [f"### {title}", "", caption, "", markdown(table).rstrip(), ""]
 
 
-def render_readme(
-    plan: StudyPlan,
-    manifest: dict,
-    data: StudyScores,
-    claims: list[ClaimResult],
-    figures: list[tuple[str, str]],
-    notes: list[str],
-    report_figures: Sequence[tuple[str, str]] = (),
-) -> str:
-    """The README. ``figures``: the study's all-seed figures (the first is the claims forest plot);
-    ``report_figures``: the reporter's first-seed figures, linked (not shown) for detail."""
-    s = data.scores
-    n_seeds = len(plan.seeds)
-    vbase = plan.vision_models[0] if plan.vision_models else "deit"
-    lbase = plan.lm_models[0] if plan.lm_models else "lm"
+def _intro(plan: StudyPlan, claims: list[ClaimResult], figures: list[tuple[str, str]]) -> list[str]:
+    """Title, scope and the claims tables: what a reader needs before any detail."""
     when = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
-    v, lm, lip, sq = plan.vision, plan.lm, plan.lipschitz, plan.seqlen
-    lines = [
+    return [
         "# Study: do BSA and the boosting residual make transformers more robust?",
         "",
-        f"Generated {when} by `{_cmd(plan)}` (plan `{plan.name}`, {n_seeds} training seed(s): "
+        f"Generated {when} by `{_cmd(plan)}` (plan `{plan.name}`, {len(plan.seeds)} training seed(s): "
         f"{', '.join(map(str, plan.seeds))}). Every number below is recomputed from the run folders under `runs/`; "
         "`results.json` and `scores.csv` hold the same numbers for re-analysis.",
         "",
@@ -213,6 +200,12 @@ def render_readme(
         "",
         markdown(claims_table(claims, primary=False)).rstrip(),
         "",
+    ]
+
+
+def _verdict_rule() -> list[str]:
+    """How a verdict follows from the per-seed differences (kept next to the numbers it explains)."""
+    return [
         "### How a verdict is made",
         "",
         "For each claim, every training seed gives one paired difference d = metric(variant) - metric(baseline), "
@@ -232,6 +225,13 @@ def render_readme(
         "percentage points (accuracy), as ratios x (perplexity: exp of the log-ppl difference), in decades (log10 "
         "Lipschitz bounds) or as plain differences (growth exponents).",
         "",
+    ]
+
+
+def _what_was_run(plan: StudyPlan, manifest: dict) -> list[str]:
+    """Recipes, measurement settings and compute time, all read from the plan and the manifest."""
+    v, lm, lip, sq = plan.vision, plan.lm, plan.lipschitz, plan.seqlen
+    return [
         "## What was run",
         "",
         "Training recipes (the zoo trains for "
@@ -260,27 +260,30 @@ def render_readme(
         markdown(_wall_times(manifest)).rstrip(),
         "",
     ]
-    if notes:
-        lines += ["### Notes", ""]
-        lines += [f"- {n}" for n in notes]
-        lines.append("")
 
-    checks = data.failed_checks
+
+def _notes_and_checks(notes: list[str], checks: pd.DataFrame) -> list[str]:
+    """Notes, then the engines' failed sanity checks: shown, never hidden."""
+    lines = ["### Notes", "", *(f"- {n}" for n in notes), ""] if notes else []
     lines += ["### Sanity checks", ""]
     if checks.empty:
-        lines += ["Every sanity check of every measurement passed (attack strength, eps-balls, gradients, ...).", ""]
-    else:
-        lines += [
-            f"{len(checks)} sanity check(s) of the engines did not pass; the numbers of these pieces and models are "
-            "less reliable:",
-            "",
-            markdown(checks).rstrip(),
+        return lines + [
+            "Every sanity check of every measurement passed (attack strength, eps-balls, gradients, ...).",
             "",
         ]
+    return lines + [
+        f"{len(checks)} sanity check(s) of the engines did not pass; the numbers of these pieces and models are "
+        "less reliable:",
+        "",
+        markdown(checks).rstrip(),
+        "",
+    ]
 
-    cap = "Mean [95% t-interval] across training seeds (just the value with one seed)."
-    lines += ["## Vision (DeiT micro)", ""]
-    lines += _section("Clean and robust accuracy (%)", cap, seed_table(s, "image", "acc", plan.vision_models))
+
+def _vision_section(plan: StudyPlan, data: StudyScores) -> list[str]:
+    s, vbase = data.scores, plan.vision_models[0] if plan.vision_models else "deit"
+    lines = ["## Vision (DeiT micro)", ""]
+    lines += _section("Clean and robust accuracy (%)", _SEED_CAP, seed_table(s, "image", "acc", plan.vision_models))
     lines += _section(
         f"Paired differences vs {vbase} (percentage points)",
         "Per seed: variant - baseline on the same examples; mean [95% paired t-interval] across seeds.",
@@ -293,12 +296,17 @@ def render_readme(
     )
     lines += _section(
         "Corruptions: accuracy (%)",
-        cap + " Mean over severities per corruption.",
+        _SEED_CAP + " Mean over severities per corruption.",
         seed_table(s, "image", "corruption_acc", plan.vision_models),
     )
-    lines += _section(f"Mean corruption error vs {vbase}", cap, seed_table(s, "image", "mce", plan.vision_models))
+    return lines + _section(
+        f"Mean corruption error vs {vbase}", _SEED_CAP, seed_table(s, "image", "mce", plan.vision_models)
+    )
 
-    lines += ["## Language (LM micro)", ""]
+
+def _lm_section(plan: StudyPlan, data: StudyScores) -> list[str]:
+    s, lbase = data.scores, plan.lm_models[0] if plan.lm_models else "lm"
+    lines = ["## Language (LM micro)", ""]
     lines += _section(
         "Perplexity",
         "Geometric mean [95% interval] across seeds (log scale). Conditions: attack@eps (embedding) or wordswap@rate.",
@@ -309,59 +317,91 @@ def render_readme(
         "Per seed: variant / baseline perplexity on the same sequences; geometric mean [95% paired t-interval].",
         paired_table(s, "lm", "log_ppl", lbase),
     )
-    lines += _section(
+    return lines + _section(
         "Perplexity increase over clean",
         "Perplexity under attack / clean perplexity of the same model (mean over eps, or rates > 0).",
         seed_table(s, "lm", "log_ppl_increase", plan.lm_models),
     )
 
-    lines += ["## Lipschitz bounds", ""]
+
+def _lipschitz_section(plan: StudyPlan, data: StudyScores) -> list[str]:
+    """Lower bounds, the layerwise estimate and certified bounds per family, then the smoothing certificates."""
+    s = data.scores
+    lines = ["## Lipschitz bounds", ""]
     for fam, models, title in (("image", plan.vision_models, "Vision"), ("lm", plan.lm_models, "Language")):
         for metric in ("lip_lower_mean", "lip_lower_max", "lip_log10_layerwise", "lip_log10_upper"):
             if not s[(s["family"] == fam) & (s["metric"] == metric)].empty:
-                lines += _section(f"{title}: {METRICS[metric][2]}", cap, seed_table(s, fam, metric, models))
+                lines += _section(f"{title}: {METRICS[metric][2]}", _SEED_CAP, seed_table(s, fam, metric, models))
         for metric in ("lip_layer_lower_mean", "lip_layer_log10_upper"):
             table = seed_table(s, fam, metric, models, label="block")
-            lines += _section(f"{title}, per block: {METRICS[metric][2]}", cap, table)
-
+            lines += _section(f"{title}, per block: {METRICS[metric][2]}", _SEED_CAP, table)
     cert = plan.certify
     cert_cap = (
         f"Randomized smoothing (Cohen et al. 2019) of the study's DeiTs at sigma {cert.sigma:g}: n0 = {cert.n0}, "
         f"n = {cert.n}, alpha = {cert.alpha:g}, {cert.n_examples} test images; the radius counts 0 where the true "
-        "class is not certified. " + cap
+        "class is not certified. " + _SEED_CAP
     )
     for metric in ("certified_radius_mean", "certified_acc"):
         if not s[(s["family"] == "image") & (s["metric"] == metric)].empty:
-            lines += _section(f"Smoothed DeiTs: {METRICS[metric][2]}", cert_cap, seed_table(s, "image", metric,
-                                                                                        plan.vision_models))  # fmt: skip
+            table = seed_table(s, "image", metric, plan.vision_models)
+            lines += _section(f"Smoothed DeiTs: {METRICS[metric][2]}", cert_cap, table)
+    return lines
 
-    lines += ["## Perturbation vs sequence length", ""]
+
+def _seqlen_section(plan: StudyPlan, data: StudyScores) -> list[str]:
+    s = data.scores
+    lines = ["## Perturbation vs sequence length", ""]
     lines += _section(
         "Trained LMs: growth exponent",
-        "Slope of log(mean last-token logit gain) on log N; lower = grows more slowly. " + cap,
+        "Slope of log(mean last-token logit gain) on log N; lower = grows more slowly. " + _SEED_CAP,
         seed_table(s, "lm", "seqlen_slope", plan.lm_models),
     )
-    lines += _section("Trained LMs: gain per N", cap, seed_table(s, "lm", "seqlen_gain", plan.lm_models))
+    lines += _section("Trained LMs: gain per N", _SEED_CAP, seed_table(s, "lm", "seqlen_gain", plan.lm_models))
     lines += _section(
         "One attention layer (synthetic): growth exponent",
         "softmax+pos: softmax attention on content + sinusoidal positions; bsa-gaussian: Gaussian BSA on content; "
-        "softmax: no positions. " + cap,
+        "softmax: no positions. " + _SEED_CAP,
         seed_table(s, "layer", "seqlen_slope"),
     )
-    lines += _section(
-        "One attention layer: RMS output change per N", cap, seed_table(s, "layer", "seqlen_perturbation")
+    return lines + _section(
+        "One attention layer: RMS output change per N", _SEED_CAP, seed_table(s, "layer", "seqlen_perturbation")
     )
 
-    lines += _figures_section(plan, figures, list(report_figures))
-    lines += [
-        "## Files",
-        "",
-        "- `study.json`: the plan and every piece's status, input fingerprint, folder and wall time (resume state).",
-        "- `checkpoints/`: the trained models (safetensors + card with recipe, data checksum and seed).",
-        "- `figures/`: the study's figures (PDF with TrueType fonts, PNG at 300 dpi), drawn from every seed.",
-        "- `runs/s<seed>/<piece>/`: run folders with per-example rows (`rows.parquet`) and `summary.json`.",
-        "- `results.json`, `scores.csv`: the per-seed numbers and the claims, machine-readable.",
-        "",
+
+_FILES = [
+    "## Files",
+    "",
+    "- `study.json`: the plan and every piece's status, input fingerprint, folder and wall time (resume state).",
+    "- `checkpoints/`: the trained models (safetensors + card with recipe, data checksum and seed).",
+    "- `figures/`: the study's figures (PDF with TrueType fonts, PNG at 300 dpi), drawn from every seed.",
+    "- `runs/s<seed>/<piece>/`: run folders with per-example rows (`rows.parquet`) and `summary.json`.",
+    "- `results.json`, `scores.csv`: the per-seed numbers and the claims, machine-readable.",
+    "",
+]
+
+
+def render_readme(
+    plan: StudyPlan,
+    manifest: dict,
+    data: StudyScores,
+    claims: list[ClaimResult],
+    figures: list[tuple[str, str]],
+    notes: list[str],
+    report_figures: Sequence[tuple[str, str]] = (),
+) -> str:
+    """The README. ``figures``: the study's all-seed figures (the first is the claims forest plot);
+    ``report_figures``: the reporter's first-seed figures, linked (not shown) for detail."""
+    lines = [
+        *_intro(plan, claims, figures),
+        *_verdict_rule(),
+        *_what_was_run(plan, manifest),
+        *_notes_and_checks(notes, data.failed_checks),
+        *_vision_section(plan, data),
+        *_lm_section(plan, data),
+        *_lipschitz_section(plan, data),
+        *_seqlen_section(plan, data),
+        *_figures_section(plan, figures, list(report_figures)),
+        *_FILES,
     ]
     return "\n".join(lines)
 
