@@ -28,7 +28,7 @@ from .errors import RobfiltError, RunStateError
 from .family import Family
 from .io import atomic_write_json
 from .models.checkpoint import CARD, WEIGHTS, save_checkpoint
-from .models.registry import build_from_spec, resolve_spec
+from .models.registry import ModelSpec, build_from_spec, resolve_spec
 from .progress import ProgressHook, null_progress
 from .recipe import DEFAULT_RECIPES, Recipe, card_recipe_value, lr_at, recipe_identity
 from .runs.folder import check_writable
@@ -266,6 +266,97 @@ def _param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
+def _prepare_out(out: Path, resume: bool, overwrite: bool) -> None:
+    """Refuse an --out that holds someone else's files before anything is written or deleted."""
+    check_writable(out)
+    if out.exists() and any(p.name != ".lock" for p in out.iterdir()):
+        if not (resume or overwrite):
+            raise RunStateError(
+                f"--out {out} already holds a run; pass --resume to continue it, --overwrite, or another --out."
+            )
+        if resume and not (out / STATE_DIR).exists() and not (out / CARD).exists():
+            raise RunStateError(f"--out {out} is not a robfilt training folder; pick another --out.")
+    out.mkdir(parents=True, exist_ok=True)
+
+
+def _build_task(
+    name: str, size: str, spec: ModelSpec, data: str, recipe: Recipe, seed: int, out: Path, overrides: dict
+) -> _Task:
+    """The seeded model and its data; an LM is rebuilt (same seed) when the tokenizer fixes another vocabulary."""
+    torch.manual_seed(seed)
+    task = _Task(build_from_spec(spec).train(), spec, data, recipe, seed, out)
+    if spec.family is Family.LM and task.tokenizer.vocab_size != spec.config.vocab_size:
+        spec = resolve_spec(name, size, **{**overrides, "vocab_size": task.tokenizer.vocab_size})
+        torch.manual_seed(seed)
+        task.model, task.spec = build_from_spec(spec).train(), spec
+    return task
+
+
+def _finished(out: Path) -> bool:
+    """A card and no training state (current or the previous one kept while saving): nothing left to resume."""
+    state_dir = out / STATE_DIR
+    return (
+        (out / CARD).exists() and not state_dir.exists() and not state_dir.with_name(state_dir.name + ".old").exists()
+    )
+
+
+def _restore(state_dir: Path, task: _Task, opt: torch.optim.Optimizer, fingerprint: dict) -> tuple[int, float]:
+    """(step, wall seconds so far) of a killed run, refusing state from another recipe, model, data or seed."""
+    old_state = state_dir.with_name(state_dir.name + ".old")
+    if not state_dir.exists() and old_state.exists():
+        # killed between the two renames of _save_state: the previous complete state is in .old
+        old_state.rename(state_dir)
+    if not state_dir.exists():
+        return 0, 0.0
+    meta = _load_state(state_dir, task.model, opt)
+    if meta.get("fingerprint") != json.loads(json.dumps(fingerprint, default=str)):
+        raise RunStateError(
+            f"--out {state_dir.parent} holds a different training run (other model, data, seed or recipe); "
+            "use --overwrite."
+        )
+    return meta["step"], meta.get("wall_time_s", 0.0)
+
+
+def _fit(
+    name: str,
+    task: _Task,
+    opt: torch.optim.Optimizer,
+    start: tuple[int, float],
+    state_dir: Path,
+    fingerprint: dict,
+    progress: ProgressHook,
+) -> tuple[float | None, float]:
+    """The optimisation loop from ``start`` = (step, wall seconds); state is saved every epoch (or --ckpt-every).
+
+    Returns the running loss and the total wall time."""
+    recipe, model = task.recipe, task.model
+    total = task.total_steps()
+    every = recipe.ckpt_every or (task.steps_per_epoch() if task.spec.family is Family.IMAGE else 200)
+    label = "acc" if task.spec.family is Family.IMAGE else "ppl"
+    (step, wall_before), t0, run_loss = start, time.perf_counter(), None
+    while step < total:
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, total, recipe)
+        x, y = task.batch(step)
+        loss, metric = task.loss(x, y)
+        if not torch.isfinite(loss):
+            raise RobfiltError(f"training diverged at step {step} (loss {loss.item()}); lower --lr.")
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if recipe.grad_clip:
+            nn.utils.clip_grad_norm_(model.parameters(), recipe.grad_clip)
+        opt.step()
+        step += 1
+        run_loss = loss.item() if run_loss is None else 0.95 * run_loss + 0.05 * loss.item()
+        progress(f"train {name}", step, total, f"loss {run_loss:.3f} {label} {metric:.3f}")
+        if step % max(1, total // 10) == 0:
+            log.info("%s step %d/%d: loss %.3f, batch %s %.3f", name, step, total, run_loss, label, metric)
+        if step % every == 0 or step == total:
+            wall = wall_before + time.perf_counter() - t0
+            _save_state(state_dir, model, opt, step, {"fingerprint": fingerprint, "wall_time_s": wall})
+    return run_loss, wall_before + time.perf_counter() - t0
+
+
 def train(
     name: str,
     size: str = "micro",
@@ -292,34 +383,22 @@ def train(
         raise RobfiltError("LM training is step-based; pass --steps.")
     data = data or ("fashion-mnist" if spec.family is Family.IMAGE else "austen")
     out = Path(out or f"runs/train/{name}-{size}-s{seed}")
-    progress = progress or null_progress
     state_dir = out / STATE_DIR
-    check_writable(out)
-    if out.exists() and any(p.name != ".lock" for p in out.iterdir()):
-        if not (resume or overwrite):
-            raise RunStateError(
-                f"--out {out} already holds a run; pass --resume to continue it, --overwrite, or another --out."
-            )
-        if resume and not state_dir.exists() and not (out / CARD).exists():
-            raise RunStateError(f"--out {out} is not a robfilt training folder; pick another --out.")
-    out.mkdir(parents=True, exist_ok=True)
+    _prepare_out(out, resume, overwrite)
     lock = RunLock(out)
     lock.acquire()
     try:
         if overwrite and not resume:
             for p in (state_dir, out / WEIGHTS, out / CARD):
                 shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
-        torch.manual_seed(seed)
-        model = build_from_spec(spec).train()
-        task = _Task(model, spec, data, recipe, seed, out)
-        if spec.family is Family.LM and task.tokenizer.vocab_size != spec.config.vocab_size:
-            spec = resolve_spec(name, size, **{**overrides, "vocab_size": task.tokenizer.vocab_size})
-            torch.manual_seed(seed)
-            model = build_from_spec(spec).train()
-            task.model, task.spec = model, spec
+        if resume and _finished(out):
+            card = json.loads((out / CARD).read_text())
+            log.info("%s is already trained; nothing to resume", out)
+            wall_s = card.get("recipe", {}).get("wall_time_s", 0.0)
+            return TrainResult(out, name, size, card.get("metrics", {}), wall_s, recipe)
+        task = _build_task(name, size, spec, data, recipe, seed, out, overrides)
+        model, spec = task.model, task.spec
         opt = torch.optim.AdamW(_param_groups(model, recipe.weight_decay), lr=recipe.lr, betas=(0.9, 0.95))
-        total = task.total_steps()
-        every = recipe.ckpt_every or (task.steps_per_epoch() if spec.family is Family.IMAGE else 200)
         fingerprint = {
             "name": name,
             "size": size,
@@ -328,49 +407,10 @@ def train(
             "recipe": dataclasses.asdict(recipe),
             "overrides": overrides,
         }
-        step, wall_before = 0, 0.0
-        old_state = state_dir.with_name(state_dir.name + ".old")
-        if resume and not state_dir.exists() and old_state.exists():
-            # killed between the two renames of _save_state: the previous complete state is in .old
-            old_state.rename(state_dir)
-        if resume and state_dir.exists():
-            meta = _load_state(state_dir, model, opt)
-            if meta.get("fingerprint") != json.loads(json.dumps(fingerprint, default=str)):
-                raise RunStateError(
-                    f"--out {out} holds a different training run (other model, data, seed or recipe); use --overwrite."
-                )
-            step, wall_before = meta["step"], meta.get("wall_time_s", 0.0)
-            log.info("resuming %s at step %d/%d", name, step, total)
-        elif resume and (out / CARD).exists():
-            card = json.loads((out / CARD).read_text())
-            log.info("%s is already trained; nothing to resume", out)
-            return TrainResult(
-                out, name, size, card.get("metrics", {}), card.get("recipe", {}).get("wall_time_s", 0.0), recipe
-            )
-        t0 = time.perf_counter()
-        run_loss = None
-        while step < total:
-            for group in opt.param_groups:
-                group["lr"] = lr_at(step, total, recipe)
-            x, y = task.batch(step)
-            loss, metric = task.loss(x, y)
-            if not torch.isfinite(loss):
-                raise RobfiltError(f"training diverged at step {step} (loss {loss.item()}); lower --lr.")
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            if recipe.grad_clip:
-                nn.utils.clip_grad_norm_(model.parameters(), recipe.grad_clip)
-            opt.step()
-            step += 1
-            run_loss = loss.item() if run_loss is None else 0.95 * run_loss + 0.05 * loss.item()
-            label = "acc" if spec.family is Family.IMAGE else "ppl"
-            progress(f"train {name}", step, total, f"loss {run_loss:.3f} {label} {metric:.3f}")
-            if step % max(1, total // 10) == 0:
-                log.info("%s step %d/%d: loss %.3f, batch %s %.3f", name, step, total, run_loss, label, metric)
-            if step % every == 0 or step == total:
-                wall = wall_before + time.perf_counter() - t0
-                _save_state(state_dir, model, opt, step, {"fingerprint": fingerprint, "wall_time_s": wall})
-        wall = wall_before + time.perf_counter() - t0
+        start = _restore(state_dir, task, opt, fingerprint) if resume else (0, 0.0)
+        if start[0]:
+            log.info("resuming %s at step %d/%d", name, start[0], task.total_steps())
+        run_loss, wall = _fit(name, task, opt, start, state_dir, fingerprint, progress or null_progress)
         metrics = {"train_loss": run_loss, **task.evaluate()}
         model.eval()
         recipe_card = {
@@ -378,7 +418,7 @@ def train(
             "data": data,
             "data_checksum": task.data_checksum,
             "seed": seed,
-            "total_steps": total,
+            "total_steps": task.total_steps(),
             "wall_time_s": round(wall, 1),
             "command": command or f"robfilt train --model {name} --size {size} --seed {seed} --out {out}",
             "rebuild_command": _rebuild_command(name, size, data, seed, out, recipe, family=spec.family),
