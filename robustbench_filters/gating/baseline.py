@@ -37,7 +37,7 @@ import numpy as np
 from ..errors import RobfiltError, suggest
 from ..io import atomic_write_json
 from ..paired import PairedBinary, PairedRatio
-from ..report.metrics import BASELINE_FORMAT, DIRECTION, Metric, load_baseline, metrics_from_run, parse_condition
+from ..report.metrics import BASELINE_FORMAT, Metric, load_baseline, metric_entries, metrics_from_run, parse_condition
 from ..report.runs import family_of
 from ..runs.folder import Run, load_run
 from .series import (
@@ -171,34 +171,6 @@ def _unknown(source: str, where: str, key: str, allowed: frozenset[str]) -> Robf
     return RobfiltError(f"{source}: {where} has unknown key {key!r}.{suggest(key, allowed)}")
 
 
-def _metrics(entries: Any, source: str) -> list[Metric]:
-    if not isinstance(entries, list):
-        raise RobfiltError(f"{source}: 'metrics' must be a list of {{model, condition, metric, value}} objects.")
-    out = []
-    for i, e in enumerate(entries):
-        if not isinstance(e, dict):
-            raise RobfiltError(f"{source}: metrics[{i}] is not an object.")
-        for key in e:
-            if key not in METRIC_KEYS:
-                raise _unknown(source, f"metrics[{i}]", key, METRIC_KEYS)
-        missing = [k for k in ("model", "condition", "metric", "value") if k not in e]
-        if missing:
-            raise RobfiltError(f"{source}: metrics[{i}] lacks {missing[0]!r}.")
-        if e["metric"] not in DIRECTION:
-            raise RobfiltError(
-                f"{source}: metrics[{i}] has unknown metric {e['metric']!r}.{suggest(e['metric'], DIRECTION)}"
-            )
-        parse_condition(str(e["condition"]))
-        try:
-            value = float(e["value"])
-            lo, hi = float(e.get("lo", value)), float(e.get("hi", value))
-        except (TypeError, ValueError):
-            raise RobfiltError(f"{source}: metrics[{i}] value/lo/hi must be numbers.") from None
-        fam = str(e.get("family", ""))
-        out.append(Metric(str(e["model"]), str(e["condition"]), e["metric"], value, lo, hi, e.get("n"), fam, source))
-    return out
-
-
 def _array(entry: Mapping[str, Any], key: str, n: int, where: str, source: str) -> np.ndarray:
     values = entry.get(key)
     if not isinstance(values, list) or len(values) != n:
@@ -267,7 +239,7 @@ def _from_v2(data: dict[str, Any], source: str) -> Baseline:
     for i, entry in enumerate(outcomes):
         fam, key, s = _series_entry(entry, i, ids, source)
         series.setdefault(fam, {})[key] = s
-    return Baseline(source, "v2 baseline", _metrics(data.get("metrics"), source), series, idents)
+    return Baseline(source, "v2 baseline", metric_entries(data.get("metrics"), source, METRIC_KEYS), series, idents)
 
 
 def _read_json(path: Path) -> Any:

@@ -187,7 +187,12 @@ def _from_baseline_file(data: dict[str, Any], source: str) -> list[Metric]:
     if unknown_top:
         key = sorted(unknown_top)[0]
         raise RobfiltError(f"{source}: unknown key {key!r}.{suggest(key, ['format', 'version', 'source', 'metrics'])}")
-    entries = data.get("metrics")
+    return metric_entries(data.get("metrics"), source, BASELINE_KEYS)
+
+
+def metric_entries(entries: Any, source: str, allowed: frozenset[str]) -> list[Metric]:
+    """Checked ``metrics`` entries of a baseline document: every key known, the required ones present, numbers
+    numeric, metric and condition parseable; anything else is refused in one line naming the entry."""
     if not isinstance(entries, list):
         raise RobfiltError(f"{source}: 'metrics' must be a list of {{model, condition, metric, value}} objects.")
     out = []
@@ -195,8 +200,8 @@ def _from_baseline_file(data: dict[str, Any], source: str) -> list[Metric]:
         if not isinstance(e, dict):
             raise RobfiltError(f"{source}: metrics[{i}] is not an object.")
         for key in e:
-            if key not in BASELINE_KEYS:
-                raise RobfiltError(f"{source}: metrics[{i}] has unknown key {key!r}.{suggest(key, BASELINE_KEYS)}")
+            if key not in allowed:
+                raise RobfiltError(f"{source}: metrics[{i}] has unknown key {key!r}.{suggest(key, allowed)}")
         for key in ("model", "condition", "metric", "value"):
             if key not in e:
                 raise RobfiltError(f"{source}: metrics[{i}] lacks {key!r}.")
@@ -210,7 +215,8 @@ def _from_baseline_file(data: dict[str, Any], source: str) -> list[Metric]:
             lo, hi = float(e.get("lo", value)), float(e.get("hi", value))
         except (TypeError, ValueError):
             raise RobfiltError(f"{source}: metrics[{i}] value/lo/hi must be numbers.") from None
-        out.append(Metric(str(e["model"]), str(e["condition"]), e["metric"], value, lo, hi, e.get("n"), "", source))
+        fam = str(e.get("family", ""))
+        out.append(Metric(str(e["model"]), str(e["condition"]), e["metric"], value, lo, hi, e.get("n"), fam, source))
     return out
 
 
