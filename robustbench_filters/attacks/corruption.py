@@ -30,11 +30,12 @@ from ..checks import model as MC
 from ..checks import summarize as summarize_checks
 from ..configs import CORRUPTION as PREFIX
 from ..configs import CorruptionConfig, data_label
-from ..runs.measurement import Measurement, PrepareContext, Tick
-from ..runs.units import Unit, batch_slices, ids_digest, unit_seed
+from ..runs.measurement import PrepareContext, Tick
+from ..runs.units import Unit, ids_digest, unit_seed
 from .cascade import margin_loss
 from .corruption_transforms import CORRUPTIONS, corrupt, parameter_table, pregenerate
-from .image import accuracy, check_fits, frozen, load_image_models, open_images
+from .image import accuracy
+from .image_models import ImageModelsMeasurement, frozen
 
 DEFAULT_BASELINE = "deit"
 N_CHECK = 32  # images the severity-0 and model checks probe
@@ -156,32 +157,16 @@ def _model_checks(model: nn.Module, label: str, x: torch.Tensor, names: Sequence
     ]
 
 
-class Corruptions(Measurement):
+class Corruptions(ImageModelsMeasurement):
     """Image models x corruptions x severities on shared examples, with mCE relative to a baseline model."""
 
     kind = "corruption"
     config: CorruptionConfig
 
     def prepare(self, ctx: PrepareContext) -> None:
-        c = self.config
-        self.device = ctx.device
-        self.names = c.corruptions
-        self.loaded = load_image_models(c)
-        self.source = open_images(c, self.loaded)
-        self.ids = ctx.select(len(self.source), c.n_examples)
-        ctx.record_data("examples", self.source.digest(self.ids))
-        probe, _ = self.source.take(self.ids[:1])
-        for lm in self.loaded:
-            check_fits(lm, probe, len(self.source.classes), data_label(c.data))
-        self.batches = batch_slices(len(self.ids), c.batch_size)
+        self.names = self.config.corruptions
+        self.open_examples(ctx)
         self._cache: tuple[tuple[int, int], tuple[torch.Tensor, ...]] | None = None
-
-    @property
-    def labels(self) -> list[str]:
-        return [lm.label for lm in self.loaded]
-
-    def modules(self) -> list[nn.Module]:
-        return [lm.module for lm in self.loaded]
 
     def describe(self) -> dict[str, Any]:
         c = self.config

@@ -23,13 +23,14 @@ import pandas as pd
 import torch
 from torch import nn
 
+from ..attacks.image_models import ImageModelsMeasurement
 from ..checks import Check
 from ..checks import summarize as summarize_checks
 from ..configs import CertifyConfig, data_label
 from ..progress import ProgressHook
-from ..runs.measurement import Measurement, PrepareContext, Tick
+from ..runs.measurement import PrepareContext, Tick
 from ..runs.runner import RunResult, run
-from ..runs.units import Unit, batch_slices, ids_digest
+from ..runs.units import Unit, ids_digest
 from .bounds import max_certifiable_radius
 from .rows import ROW_COLUMNS, accuracy_curve, certificate_rows, summarize
 from .soundness import attack_rows, check_abstention, check_certified_below_attack, check_determinism
@@ -37,34 +38,18 @@ from .soundness import attack_rows, check_abstention, check_certified_below_atta
 CERTIFICATE, ATTACK = "certificate", "attack"
 
 
-class Certify(Measurement):
+class Certify(ImageModelsMeasurement):
     """Smoothed image models x sigmas: certified L2 radii per example, with the attack check on a subset."""
 
     kind = "certify"
     config: CertifyConfig
 
     def prepare(self, ctx: PrepareContext) -> None:
-        from ..attacks.image import check_fits, load_image_models, open_images
-
         c = self.config
-        self.device = ctx.device
-        self.loaded = load_image_models(c)
-        self.source = open_images(c, self.loaded)
-        self.ids = ctx.select(len(self.source), c.n_examples)
-        ctx.record_data("examples", self.source.digest(self.ids))
-        probe, _ = self.source.take(self.ids[:1])
+        self.open_examples(ctx)
         for lm in self.loaded:
-            check_fits(lm, probe, len(self.source.classes), data_label(c.data))
             lm.module.to(self.device).eval()
-        self.batches = batch_slices(len(self.ids), c.batch_size)
         self.attacked = min(c.attack_examples, len(self.ids)) if c.attack_radii else 0
-
-    @property
-    def labels(self) -> list[str]:
-        return [lm.label for lm in self.loaded]
-
-    def modules(self) -> list[nn.Module]:
-        return [lm.module for lm in self.loaded]
 
     def describe(self) -> dict[str, Any]:
         c = self.config

@@ -1,0 +1,104 @@
+"""What every measurement over image models shares: loading the models, opening the test images the way the
+first model expects them, selecting the seeded examples and refusing a model that does not fit the data.
+
+The image attack, corruption and randomized-smoothing measurements all start here, so a model, a data set or a
+selection is checked and fingerprinted the same way whichever command measures it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..configs import data_label, model_label
+from ..errors import RobfiltError
+from ..models.resolve import LoadedModel, load_model
+from ..runs.measurement import Measurement, PrepareContext
+from ..runs.units import batch_slices
+
+
+def load_image_models(config: Any) -> list[LoadedModel]:
+    """The config's models, loaded for evaluation (registry names, ``timm:``, factories, or modules as given)."""
+    args = config.parsed_model_args
+    return [
+        load_model(m, config.size, config.checkpoint, config.seed, config.allow_pickle, config.base_dir, args)
+        if isinstance(m, str)
+        else LoadedModel(model_label(m, i), "custom", m.eval(), "module")
+        for i, m in enumerate(config.models)
+    ]
+
+
+def open_images(config: Any, models: list[LoadedModel]) -> Any:
+    """The config's test images, prepared the way the first model expects (resize, crop, channels)."""
+    from ..data.sources import open_image_source
+
+    columns = {k: v for k, v in (("image_column", config.image_column), ("label_column", config.label_column)) if v}
+    return open_image_source(
+        config.data, "test", config.data_root, img_size=config.img_size, preprocess=models[0],
+        num_workers=config.num_workers, **columns,
+    )  # fmt: skip
+
+
+def check_fits(lm: LoadedModel, x: torch.Tensor, n_classes: int, data: str) -> None:
+    """Refuse, before any folder is written, a model that cannot take this data or has the wrong classes."""
+    try:
+        with torch.no_grad(), frozen([lm.module]):
+            out = lm.module.eval()(x)
+    except Exception as exc:  # noqa: BLE001 - any failure here means the model does not fit the data
+        first = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else type(exc).__name__
+        raise RobfiltError(
+            f"model {lm.label} cannot take {data} images of shape {tuple(x.shape[1:])} ({first}); "
+            "pick matching --data/--size or a model built for this input."
+        ) from None
+    if out.dim() != 2 or out.shape[1] != n_classes:
+        raise RobfiltError(
+            f"model {lm.label} returns outputs of shape {tuple(out.shape)} but {data} has {n_classes} classes; "
+            "the model must return (batch, classes) logits."
+        )
+
+
+@contextlib.contextmanager
+def frozen(modules: list[nn.Module]) -> Iterator[None]:
+    """Freeze the weights while attacking: attacks need input gradients only.
+
+    Autograd then keeps no weight-gradient state, and SDPA can stay on a fused kernel for a learnable attention
+    bias (BSA's), since no fused CPU kernel returns a mask gradient. The caller's flags are restored afterwards.
+    """
+    flags = [(p, p.requires_grad) for m in modules for p in m.parameters()]
+    for p, _ in flags:
+        p.requires_grad_(False)
+    try:
+        yield
+    finally:
+        for p, flag in flags:
+            p.requires_grad_(flag)
+
+
+class ImageModelsMeasurement(Measurement):
+    """Base of the measurements over image models: ``open_examples`` sets ``loaded``, ``source``, ``ids`` and
+    ``batches`` and records the selection's digest in the run's fingerprint."""
+
+    loaded: list[LoadedModel]
+
+    def open_examples(self, ctx: PrepareContext) -> None:
+        c = self.config
+        self.device = ctx.device
+        self.loaded = load_image_models(c)
+        self.source = open_images(c, self.loaded)
+        self.ids = ctx.select(len(self.source), c.n_examples)
+        ctx.record_data("examples", self.source.digest(self.ids))
+        probe, _ = self.source.take(self.ids[:1])
+        for lm in self.loaded:
+            check_fits(lm, probe, len(self.source.classes), data_label(c.data))
+        self.batches = batch_slices(len(self.ids), c.batch_size)
+
+    @property
+    def labels(self) -> list[str]:
+        return [lm.label for lm in self.loaded]
+
+    def modules(self) -> list[nn.Module]:
+        return [lm.module for lm in self.loaded]
