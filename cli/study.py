@@ -28,25 +28,37 @@ def study_cmd(
         list[Path] | None,
         typer.Option("--reuse", help="Also reuse checkpoints from this folder when their card matches (repeatable)."),
     ] = None,
+    write_up_only: Annotated[
+        bool,
+        typer.Option(
+            "--write-up",
+            help="Only rewrite README, figures and results from the finished run folders (verified): no training "
+            "or measuring, so a fresh clone redraws the committed study in seconds.",
+        ),
+    ] = False,
     figures: Annotated[bool, typer.Option("--figures/--no-figures", help="Draw the reporter's figures.")] = True,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
     """Train the 4 DeiT and 4 LM variants over several seeds (or reuse matching checkpoints), measure robustness,
     Lipschitz bounds and sequence-length growth, and write a README with a verdict per claim of the paper."""
-    from robustbench_filters.study import full_plan, quick_plan, run_study
+    from robustbench_filters.errors import RobfiltError
+    from robustbench_filters.study import full_plan, quick_plan, run_study, write_up
 
     setup_logging(quiet, json_out)
     if seeds is not None and seeds < 1:
-        from robustbench_filters.errors import RobfiltError
-
         raise RobfiltError(f"--seeds must be at least 1, got {seeds}.")
+    if write_up_only and (overwrite or reuse):
+        raise RobfiltError("--write-up only redraws a finished study; drop --overwrite and --reuse.")
     plan = quick_plan(seeds or 1) if quick else full_plan(seeds or 3)
     out = out or Path("reports/study-quick" if quick else "reports/study")
-    with progress_bar(quiet or json_out) as hook:
-        result = run_study(
-            plan, out, resume=resume, overwrite=overwrite, reuse=reuse or [], report=figures, progress=hook
-        )
+    if write_up_only:
+        result = write_up(plan, out, report=figures)
+    else:
+        with progress_bar(quiet or json_out) as hook:
+            result = run_study(
+                plan, out, resume=resume, overwrite=overwrite, reuse=reuse or [], report=figures, progress=hook
+            )
     if json_out:
         print_json(
             {

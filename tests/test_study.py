@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -12,7 +13,16 @@ import pytest
 
 from robustbench_filters.cli import run
 from robustbench_filters.errors import RobfiltError, RunStateError
-from robustbench_filters.study import CLAIMS, StudyPlan, Verdict, evaluate_claims, judge, pieces, run_study
+from robustbench_filters.study import (
+    CLAIMS,
+    StudyPlan,
+    Verdict,
+    evaluate_claims,
+    judge,
+    pieces,
+    run_study,
+    write_up,
+)
 from robustbench_filters.study.checkpoints import find_reusable
 from robustbench_filters.study.plan import (
     CertifyEval,
@@ -248,6 +258,54 @@ def test_an_existing_study_needs_resume_or_overwrite(study, tmp_path):
     (tmp_path / "other.txt").write_text("x")
     with pytest.raises(RunStateError):
         run_study(study["plan"], tmp_path, resume=True)
+
+
+def _as_committed(study, tmp_path: Path) -> Path:
+    """A copy of the smoke study as a clone of the repository holds it: no checkpoints, no part files."""
+    copy = tmp_path / "committed"
+    shutil.copytree(study["out"], copy)
+    run_study(study["plan"], copy, resume=True, report=False)  # back to the smoke plan if another test changed it
+    shutil.rmtree(copy / "checkpoints")
+    for parts in copy.rglob("parts"):
+        shutil.rmtree(parts)
+    return copy
+
+
+def test_write_up_redraws_a_committed_study_without_training(study, tmp_path):
+    copy = _as_committed(study, tmp_path)
+    before = {name: (copy / name).read_text() for name in ("README.md", "results.json", "scores.csv")}
+    result = write_up(study["plan"], copy, report=False)
+    assert result.executed == [] and not (copy / "checkpoints").exists()  # nothing trained or measured
+    assert (copy / "results.json").read_text() == before["results.json"]
+    assert (copy / "scores.csv").read_text() == before["scores.csv"]
+
+    def body(text: str) -> list[str]:
+        return [line for line in text.splitlines() if not line.startswith("Generated ")]
+
+    assert body((copy / "README.md").read_text()) == body(before["README.md"])
+    assert [c.verdict for c in result.claims] == [c.verdict for c in evaluate_claims(pd.read_csv(copy / "scores.csv"))]
+
+
+def test_write_up_refuses_another_plan_an_edited_run_and_a_missing_study(study, tmp_path):
+    copy = _as_committed(study, tmp_path)
+    with pytest.raises(RobfiltError, match="pass the same --quick/--seeds"):
+        write_up(smoke_plan(seeds=(0, 1)), copy, report=False)
+    with pytest.raises(RobfiltError, match="holds no study"):
+        write_up(study["plan"], tmp_path / "nothing", report=False)
+    rows = copy / "runs/s0/vision-attack/rows.parquet"
+    rows.write_bytes(rows.read_bytes() + b"x")
+    readme = (copy / "README.md").read_text()
+    with pytest.raises(RunStateError, match="does not match the sha256"):
+        write_up(study["plan"], copy, report=False)
+    assert (copy / "README.md").read_text() == readme  # a refused write-up leaves the old one intact
+
+
+def test_cli_write_up_errors_in_one_line(tmp_path, capsys):
+    assert run(["study", "--write-up", "--out", str(tmp_path / "none")]) == 2
+    err = capsys.readouterr().err
+    assert "holds no study" in err and len(err.strip().splitlines()) == 1
+    assert run(["study", "--write-up", "--overwrite", "--out", str(tmp_path / "none")]) == 2
+    assert "--write-up only redraws" in capsys.readouterr().err
 
 
 def test_cli_rejects_bad_input_in_one_line(capsys):

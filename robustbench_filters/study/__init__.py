@@ -8,7 +8,7 @@ CLI: ``robfilt study``.
 
 from .claims import CLAIMS, ClaimResult, ClaimSpec, Comparison, Verdict, evaluate_claims, judge
 from .plan import Piece, StudyPlan, full_plan, pieces, quick_plan
-from .runner import StudyResult, collect, run_study
+from .runner import StudyResult, collect, run_study, write_up
 from .scores import StudyScores
 
 __all__ = [
@@ -28,4 +28,5 @@ __all__ = [
     "pieces",
     "quick_plan",
     "run_study",
+    "write_up",
 ]

@@ -176,6 +176,49 @@ def run_study(
         lock.release()
 
 
+def write_up(plan: StudyPlan, out: str | Path = "reports/study", *, report: bool = True) -> StudyResult:
+    """Rewrite the write-up (README, figures, results.json, scores.csv) of a study from its finished run folders.
+
+    Nothing is trained or measured, so a fresh clone can redraw the committed study in seconds (its checkpoints
+    are not committed). Every run folder is verified against its recorded hashes as it is read; a study made with
+    another plan is refused, so the verdicts always belong to the plan the README names.
+    """
+    plan.validate()
+    out = Path(out)
+    path = out / MANIFEST
+    if not path.is_file():
+        raise RobfiltError(f"{out} holds no study ({MANIFEST} is missing); run robfilt study --out {out} first.")
+    try:
+        stored = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise RunStateError(f"{path} is not valid JSON; run the study again with --overwrite.") from None
+    if not isinstance(stored, dict) or stored.get("schema_version") != SCHEMA_VERSION:
+        raise RunStateError(f"{path} is not a study manifest of schema {SCHEMA_VERSION}; use --overwrite.")
+    if stored.get("plan_fingerprint") != digest(plan.to_dict()):
+        made = stored.get("plan", {})
+        raise RobfiltError(
+            f"the study in {out} was made with plan {made.get('name')!r} and seeds {made.get('seeds')}; pass the same "
+            "--quick/--seeds to rewrite it."
+        )
+    done = [pid for pid, rec in stored.get("pieces", {}).items() if isinstance(rec, dict) and rec.get("status") == DONE]
+    if all(pid.startswith(P.TRAIN + "/") for pid in done):
+        raise RobfiltError(f"the study in {out} has no finished measurement yet; continue it with --resume.")
+    t0 = time.perf_counter()
+    lock = RunLock(out)
+    lock.acquire()
+    try:
+        result = StudyResult(out=out, readme=None, finished_before=done)
+        data = collect(plan, out, stored)
+        result.claims = evaluate_claims(data.scores)
+        result.wall_time_s = time.perf_counter() - t0
+        from .writeup import write_outputs
+
+        result.readme = write_outputs(plan, out, stored, data, result, report=report)
+        return result
+    finally:
+        lock.release()
+
+
 def _record_training(manifest: Manifest, piece: P.Piece, info: CheckpointInfo, out: Path) -> None:
     """Keep the first record of a checkpoint (when and how long it trained); re-record only new weights."""
     old = manifest.pieces.get(piece.id, {})
