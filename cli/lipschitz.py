@@ -34,6 +34,13 @@ def _sci(value: float | None) -> str:
     return f"{value:.3g}" if 1e-3 <= abs(value) < 1e4 else f"{value:.2e}"
 
 
+def _with_ci(entry: dict) -> str:
+    """'12.3 [11.9, 12.8]': the mean lower bound and its 95% t-interval across examples (just the mean for one)."""
+    lo, hi = entry.get("lower_mean_lo"), entry.get("lower_mean_hi")
+    ci = f" [{_sci(lo)}, {_sci(hi)}]" if lo is not None and hi is not None else ""
+    return _sci(entry["lower_mean"]) + ci
+
+
 def lipschitz(
     model: Annotated[str, typer.Option("--model", "-m", help=MODEL_HELP)],
     model_arg: Annotated[
@@ -96,14 +103,25 @@ def lipschitz(
         print_json({"path": str(result.path) if result.path else None, **result.summary})
         exit_for_checks(result.summary, allow_failed_checks)
         return
-    table = Table(title=f"Lipschitz bounds ({method}, l2, rho={radius:g})")
-    for col in ("model", "n", "lower mean", "lower max", "local upper (median)", "certified upper", "upper/lower"):
+    render_lipschitz_summary(result.summary, f"{method}, l2, rho={radius:g}", per_layer, gap)
+    render_checks(result.summary["checks"], result.summary["checks_summary"])
+    if result.path is not None:
+        console().print(f"run folder: {result.path}", markup=False)
+    exit_for_checks(result.summary, allow_failed_checks)
+
+
+def render_lipschitz_summary(summary: dict, setting: str, per_layer: bool, gap: bool) -> None:
+    """Per model (and per block with ``per_layer``): the mean lower bound with its 95% interval across examples,
+    the max lower bound, the certified local and global bounds; then the gap table with ``gap``."""
+    table = Table(title=f"Lipschitz bounds ({setting})")
+    cols = ("model", "n", "lower mean [95% CI]", "lower max", "local upper (median)", "certified upper", "upper/lower")
+    for col in cols:
         table.add_column(col, justify="left" if col == "model" else "right")
-    for name, s in result.summary["models"].items():
+    for name, s in summary["models"].items():
         table.add_row(
             name,
             str(s["n_examples"]),
-            _sci(s["lower_mean"]),
+            _with_ci(s),
             _sci(s["lower_max"]),
             _sci(s["local_upper_median"]),
             _sci(s["global_upper"]),
@@ -113,25 +131,21 @@ def lipschitz(
     out_console.print(table)
     if per_layer:
         layers = Table(title="per block: empirical gain at the hidden states vs certified block constant")
-        for col in ("model", "block", "gain mean", "gain max", "local upper (median)", "global upper"):
+        for col in ("model", "block", "gain mean [95% CI]", "gain max", "local upper (median)", "global upper"):
             layers.add_column(col, justify="left" if col in ("model", "block") else "right")
-        for name, s in result.summary["models"].items():
+        for name, s in summary["models"].items():
             for row in s["layers"]:
                 layers.add_row(
                     name,
                     row["layer"],
-                    _sci(row["lower_mean"]),
+                    _with_ci(row),
                     _sci(row["lower_max"]),
                     _sci(row["local_upper_median"]),
                     _sci(row["global_upper"]),
                 )
         out_console.print(layers)
     if gap:
-        _gap_table(result.summary.get("gap_log10_median") or [])
-    render_checks(result.summary["checks"], result.summary["checks_summary"])
-    if result.path is not None:
-        out_console.print(f"run folder: {result.path}", markup=False)
-    exit_for_checks(result.summary, allow_failed_checks)
+        _gap_table(summary.get("gap_log10_median") or [])
 
 
 def _gap_table(records: list[dict]) -> None:

@@ -101,6 +101,29 @@ def test_corruption_tables_show_accuracy_with_wilson_intervals(capsys: pytest.Ca
         assert f"{100 * k / 20:.1f} [{100 * lo:.1f}, {100 * hi:.1f}]" in out
 
 
+def test_lipschitz_tables_show_the_mean_lower_bound_with_its_t_interval(capsys: pytest.CaptureFixture[str]) -> None:
+    from scipy import stats as st
+
+    from robustbench_filters.cli.lipschitz import render_lipschitz_summary
+    from robustbench_filters.lipschitz.summary import summarize
+
+    lower = [1.0, 2.0, 4.0, 3.0, 5.0]
+    rows = [{"model": "deit", "layer": layer, "example_id": i, "method": "pgd", "lower": v * scale,
+             "local_upper": 1e6, "global_upper": 1e9, "radius": 1e-9}
+            for layer, scale in (("model", 1.0), ("blocks.0", 0.5)) for i, v in enumerate(lower)]  # fmt: skip
+    summary = summarize(pd.DataFrame(rows))
+    half = st.t.ppf(0.975, 4) * np.std(lower, ddof=1) / math.sqrt(5)  # by hand: mean 3.0, t(4) = 2.776
+    model = summary["models"]["deit"]
+    assert (model["lower_mean_lo"], model["lower_mean_hi"]) == pytest.approx((3.0 - half, 3.0 + half), rel=1e-3)
+    block = model["layers"][0]
+    assert (block["lower_mean_lo"], block["lower_mean_hi"]) == pytest.approx((1.5 - half / 2, 1.5 + half / 2), rel=1e-3)
+    render_lipschitz_summary({**summary, **CHECKS}, "pgd, l2, rho=0.1", per_layer=True, gap=False)
+    out = capsys.readouterr().out
+    assert "lower mean [95% CI]" in out and "gain mean [95% CI]" in out
+    for entry, mean in ((model, "3"), (block, "1.5")):
+        assert f"{mean} [{entry['lower_mean_lo']:.3g}, {entry['lower_mean_hi']:.3g}]" in out
+
+
 class _ClosedPipe(io.StringIO):
     def write(self, text: str) -> int:
         raise BrokenPipeError(32, "Broken pipe")

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from ..checks import FAIL, PASS, Check
+from ..stats import mean_interval
 
 MODEL_LAYER = "model"
 GAP = "gap/"  # layer prefix of the rows that show where the certified bounds lose (--gap)
@@ -67,6 +68,13 @@ def lipschitz_checks(rows: pd.DataFrame, label: str) -> list[Check]:
     return checks
 
 
+def _mean_ci(lower: pd.Series) -> dict[str, float | None]:
+    """95% t-interval of the mean lower bound across examples (how much the mean depends on which examples were
+    drawn; the max needs none: every example's value is itself a valid lower bound)."""
+    _, lo, hi = mean_interval([float(v) for v in lower])
+    return {"lower_mean_lo": lo if math.isfinite(lo) else None, "lower_mean_hi": hi if math.isfinite(hi) else None}
+
+
 def summarize(rows: pd.DataFrame, factors: dict[str, list[dict]] | None = None) -> dict[str, Any]:
     """Per-model aggregates, recomputed from the rows; ``factors`` adds each model's certified factor table."""
     out: dict[str, Any] = {}
@@ -81,6 +89,7 @@ def summarize(rows: pd.DataFrame, factors: dict[str, list[dict]] | None = None) 
             "n_examples": int(len(group)),
             "method": str(group["method"].iloc[0]),
             "lower_mean": float(lower.mean()),
+            **_mean_ci(lower),
             "lower_max": lower_max,
             "local_upper_median": float(local.median()) if len(local) else None,
             "global_upper": upper,
@@ -95,6 +104,7 @@ def summarize(rows: pd.DataFrame, factors: dict[str, list[dict]] | None = None) 
             {
                 "layer": layer,
                 "lower_mean": float(g["lower"].mean()),
+                **_mean_ci(g["lower"]),
                 "lower_max": float(g["lower"].max()),
                 "local_upper_median": float(g["local_upper"].median()),
                 "global_upper": float(g["global_upper"].max()),
