@@ -137,7 +137,8 @@ def _acc_cell(cell: dict | None) -> str:
 def render_corruption_summary(summary: dict) -> None:
     """Accuracy % [95% CI] per corruption x severity for every model, then clean / mean / mCE, then the checks.
 
-    The means over severities and corruptions have no interval: they pool the same examples, not independent draws.
+    The mean corrupted accuracy carries a t-interval across examples (each example scored once, over all its
+    corrupted copies); a corruption's mean over severities is shown beside its per-severity intervals.
     """
     out = console()
     models = summary["models"]
@@ -165,13 +166,13 @@ def render_corruption_summary(summary: dict) -> None:
     out.print(table)
     base = summary.get("baseline")
     overview = Table(title=f"corruption robustness (mCE relative to {base})" if base else "corruption robustness")
-    for col in ("model", "clean % [95% CI]", "mean corrupted %", "mCE", "relative mCE"):
+    for col in ("model", "clean % [95% CI]", "mean corrupted % [95% CI]", "mCE", "relative mCE"):
         overview.add_column(col, justify="left" if col == "model" else "right")
     for label, m in models.items():
         overview.add_row(
             label,
             _acc_cell(m["clean"]),
-            _fmt(m["mean_acc"]),
+            _acc_cell({"acc": m["mean_acc"], "lo": m.get("mean_acc_lo"), "hi": m.get("mean_acc_hi")}),
             _fmt(m.get("mce"), pct=False),
             _fmt(m.get("relative_mce"), pct=False),
         )

@@ -33,8 +33,8 @@ def mcnemar_exact(b: int, c: int) -> float:
     return min(1.0, 2 * tail)
 
 
-def mean_interval(values: list[float], z: float = Z95) -> tuple[float, float, float]:
-    """Mean and a t-based 95% interval across seeds (normal z when scipy is absent and n is large)."""
+def mean_interval(values: list[float]) -> tuple[float, float, float]:
+    """Mean and the 95% Student-t interval of the mean (across seeds, or across examples)."""
     n = len(values)
     if n == 0:
         return float("nan"), float("nan"), float("nan")
@@ -48,9 +48,10 @@ def mean_interval(values: list[float], z: float = Z95) -> tuple[float, float, fl
 
 
 def _t_quantile_975(df: int) -> float:
-    """Student-t 97.5% quantile (table for small df, normal beyond)."""
-    table = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
-    return table.get(df, Z95 if df > 30 else 2.2)
+    """Student-t 97.5% quantile (scipy; a table of rounded values understated or overstated it between rows)."""
+    from scipy import stats
+
+    return float(stats.t.ppf(0.975, df))
 
 
 # --- one-sided paired tests (the CI gate asks "did the fresh run get worse?", never "did it change?") ---

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterator
+
 import pytest
 import torch
 
@@ -10,6 +13,16 @@ import torch
 def _seed() -> None:
     """Every test starts from the same RNG state, so failures reproduce."""
     torch.manual_seed(0)
+
+
+@pytest.fixture(autouse=True)
+def _library_logging() -> Iterator[None]:
+    """An in-process CLI call installs the library's log handler and level (setup_logging); put them back, so a
+    later test that counts stderr lines does not see INFO lines because of which test ran before it."""
+    log = logging.getLogger("robustbench_filters")
+    saved = (list(log.handlers), log.level, log.propagate)
+    yield
+    log.handlers, log.level, log.propagate = saved[0], saved[1], saved[2]
 
 
 @pytest.fixture

@@ -99,6 +99,24 @@ def test_corruption_tables_show_accuracy_with_wilson_intervals(capsys: pytest.Ca
     for k in (13, 8, 18):  # severity 1, severity 2, clean: k of 20 correct
         lo, hi = wilson_interval(k, 20)
         assert f"{100 * k / 20:.1f} [{100 * lo:.1f}, {100 * hi:.1f}]" in out
+    # mean corrupted accuracy: each example scored over its two corrupted copies (1, 0.5 or 0), t-interval over 20
+    scores = [(float(i < 13) + float(i < 8)) / 2 for i in range(20)]
+    mean, lo, hi = np.mean(scores), *stats_t_interval(scores)
+    assert models["deit"]["mean_acc"] == pytest.approx(mean)
+    assert (models["deit"]["mean_acc_lo"], models["deit"]["mean_acc_hi"]) == pytest.approx((lo, hi), rel=1e-3)
+    assert "mean corrupted % [95% CI]" in out
+    assert (
+        f"{100 * mean:.1f} [{100 * models['deit']['mean_acc_lo']:.1f}, {100 * models['deit']['mean_acc_hi']:.1f}]"
+        in out
+    )
+
+
+def stats_t_interval(values: list[float]) -> tuple[float, float]:
+    """The 95% Student-t interval of a mean, from scipy (the hand reference for the summaries' intervals)."""
+    from scipy import stats as st
+
+    half = st.t.ppf(0.975, len(values) - 1) * np.std(values, ddof=1) / math.sqrt(len(values))
+    return float(np.mean(values) - half), float(np.mean(values) + half)
 
 
 def test_lipschitz_tables_show_the_mean_lower_bound_with_its_t_interval(capsys: pytest.CaptureFixture[str]) -> None:

@@ -32,6 +32,7 @@ from ..configs import CORRUPTION as PREFIX
 from ..configs import CorruptionConfig, data_label
 from ..runs.measurement import PrepareContext, Tick
 from ..runs.units import Unit, ids_digest, unit_seed
+from ..stats import mean_interval
 from .cascade import margin_loss
 from .corruption_transforms import CORRUPTIONS, corrupt, parameter_table, pregenerate
 from .image import accuracy
@@ -98,6 +99,18 @@ def _ratio(num: float, den: float) -> float | None:
     return num / den if den > 0 else None
 
 
+def _mean_interval(cor: pd.DataFrame) -> dict[str, float | None]:
+    """95% t-interval of the mean corrupted accuracy. Every example is scored by its own accuracy over the
+    severities, then over the corruptions; those scores are independent across examples and average to
+    ``mean_acc``, so the interval counts each example once, however many corrupted copies it has."""
+    if cor.empty:
+        return {"mean_acc_lo": None, "mean_acc_hi": None}
+    score = cor.groupby(["example_id", "attack", "eps"]).correct.mean().groupby(["example_id", "attack"]).mean()
+    _, lo, hi = mean_interval(score.groupby("example_id").mean().tolist())
+    ok = np.isfinite(lo) and np.isfinite(hi)
+    return {"mean_acc_lo": max(0.0, lo) if ok else None, "mean_acc_hi": min(1.0, hi) if ok else None}
+
+
 def summarize_corruption_rows(rows: pd.DataFrame, baseline: str | None = DEFAULT_BASELINE) -> dict[str, Any]:
     """Per model: clean accuracy, accuracy per corruption and severity, mean accuracy, and (m)CE vs ``baseline``."""
     out: dict[str, Any] = {}
@@ -119,6 +132,7 @@ def summarize_corruption_rows(rows: pd.DataFrame, baseline: str | None = DEFAULT
             "clean": clean,
             "corruptions": per,
             "mean_acc": float(np.mean([p["mean_acc"] for p in per.values()])) if per else float("nan"),
+            **_mean_interval(cor),
             "mce": None,
             "relative_mce": None,
         }
