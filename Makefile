@@ -60,9 +60,11 @@ BENCH := b1_eps_sweep b2_engine_overhead b3_attention_cost b4_lipschitz_throughp
 bench: $(STAMP)
 	for b in $(BENCH); do OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m benchmarks.$$b $(BENCH_FLAGS) || exit 1; done
 
-# Regenerate the example reports under reports/ from the zoo models.
+# reports/vision, lm, lipschitz, certified from fresh runs; then the study's write-up (forest plot, all-seed curves,
+# tables) redrawn from its committed run folders (make study remeasures it).
 reports: $(STAMP)
 	$(BIN)/python scripts/make_reports.py --runs runs --reports reports --n-examples 500
+	$(BIN)/robfilt study --write-up --out reports/study --quiet
 
 lint: $(STAMP)
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
