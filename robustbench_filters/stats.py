@@ -47,6 +47,13 @@ def mean_interval(values: list[float]) -> tuple[float, float, float]:
     return mean, mean - half, mean + half
 
 
+def finite_interval(values: list[float]) -> tuple[float | None, float | None]:
+    """The 95% t-interval of :func:`mean_interval` as (lo, hi), each None where undefined (fewer than 2 values):
+    the form summaries record, since JSON has no NaN."""
+    _, lo, hi = mean_interval(values)
+    return (lo, hi) if math.isfinite(lo) and math.isfinite(hi) else (None, None)
+
+
 def _t_quantile_975(df: int) -> float:
     """Student-t 97.5% quantile (scipy; a table of rounded values understated or overstated it between rows)."""
     from scipy import stats

@@ -195,6 +195,11 @@ class _Task:
             self.model.train()
 
 
+def _previous(state_dir: Path) -> Path:
+    """Where _save_state keeps the last complete state while it writes the next one."""
+    return state_dir.with_name(state_dir.name + ".old")
+
+
 def _save_state(folder: Path, model: nn.Module, opt: torch.optim.Optimizer, step: int, meta: dict) -> None:
     """Resumable state: weights + optimizer moments (safetensors) and scalars (JSON), written atomically."""
     tmp = folder.with_name(folder.name + ".tmp")
@@ -210,7 +215,7 @@ def _save_state(folder: Path, model: nn.Module, opt: torch.optim.Optimizer, step
                 scalars[f"{pid}.{key}"] = value
     safetensors.torch.save_file(tensors, str(tmp / "optimizer.safetensors"))
     atomic_write_json(tmp / "state.json", {"step": step, "scalars": scalars, **meta})
-    old = folder.with_name(folder.name + ".old")
+    old = _previous(folder)
     shutil.rmtree(old, ignore_errors=True)
     if folder.exists():
         folder.rename(old)
@@ -295,14 +300,12 @@ def _build_task(
 def _finished(out: Path) -> bool:
     """A card and no training state (current or the previous one kept while saving): nothing left to resume."""
     state_dir = out / STATE_DIR
-    return (
-        (out / CARD).exists() and not state_dir.exists() and not state_dir.with_name(state_dir.name + ".old").exists()
-    )
+    return (out / CARD).exists() and not state_dir.exists() and not _previous(state_dir).exists()
 
 
 def _restore(state_dir: Path, task: _Task, opt: torch.optim.Optimizer, fingerprint: dict) -> tuple[int, float]:
     """(step, wall seconds so far) of a killed run, refusing state from another recipe, model, data or seed."""
-    old_state = state_dir.with_name(state_dir.name + ".old")
+    old_state = _previous(state_dir)
     if not state_dir.exists() and old_state.exists():
         # killed between the two renames of _save_state: the previous complete state is in .old
         old_state.rename(state_dir)

@@ -32,7 +32,7 @@ from ..configs import CORRUPTION as PREFIX
 from ..configs import CorruptionConfig, data_label
 from ..runs.measurement import PrepareContext, Tick
 from ..runs.units import Unit, ids_digest, unit_seed
-from ..stats import mean_interval
+from ..stats import finite_interval
 from .cascade import margin_loss
 from .corruption_transforms import CORRUPTIONS, corrupt, parameter_table, pregenerate
 from .image import accuracy
@@ -106,9 +106,8 @@ def _mean_interval(cor: pd.DataFrame) -> dict[str, float | None]:
     if cor.empty:
         return {"mean_acc_lo": None, "mean_acc_hi": None}
     score = cor.groupby(["example_id", "attack", "eps"]).correct.mean().groupby(["example_id", "attack"]).mean()
-    _, lo, hi = mean_interval(score.groupby("example_id").mean().tolist())
-    ok = np.isfinite(lo) and np.isfinite(hi)
-    return {"mean_acc_lo": max(0.0, lo) if ok else None, "mean_acc_hi": min(1.0, hi) if ok else None}
+    lo, hi = finite_interval(score.groupby("example_id").mean().tolist())
+    return {"mean_acc_lo": None if lo is None else max(0.0, lo), "mean_acc_hi": None if hi is None else min(1.0, hi)}
 
 
 def summarize_corruption_rows(rows: pd.DataFrame, baseline: str | None = DEFAULT_BASELINE) -> dict[str, Any]:

@@ -62,15 +62,25 @@ class StudyResult:
     wall_time_s: float = 0.0
 
 
+def read_manifest(path: Path) -> dict[str, Any]:
+    """A study's ``study.json``, refused in one line when it is not valid JSON or of another schema."""
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise RunStateError(f"{path} is not valid JSON; run the study again with --overwrite.") from None
+    if not isinstance(data, dict) or data.get("schema_version") != SCHEMA_VERSION:
+        found = data.get("schema_version") if isinstance(data, dict) else None
+        raise RunStateError(f"{path} has study schema {found}; use --overwrite.")
+    return data
+
+
 class Manifest:
     """``study.json``: read once, rewritten atomically after every piece so a kill loses at most one piece."""
 
     def __init__(self, out: Path, plan: StudyPlan) -> None:
         self.path = out / MANIFEST
         if self.path.exists():
-            self.data = json.loads(self.path.read_text())
-            if self.data.get("schema_version") != SCHEMA_VERSION:
-                raise RunStateError(f"{self.path} has study schema {self.data.get('schema_version')}; use --overwrite.")
+            self.data = read_manifest(self.path)
         else:
             self.data = {"schema_version": SCHEMA_VERSION, "kind": "study", "created": _now(), "pieces": {}}
         self.data["plan"] = plan.to_dict()
@@ -164,12 +174,7 @@ def run_study(
                 continue
             _measure(piece, plan, ckpts.get(piece.seed, {}), out, manifest, result, progress)
         progress("study", len(todo), len(todo), "write-up")
-        data = collect(plan, out, manifest)
-        result.claims = evaluate_claims(data.scores)
-        result.wall_time_s = time.perf_counter() - t0
-        from .writeup import write_outputs
-
-        result.readme = write_outputs(plan, out, manifest.data, data, result, report=report)
+        _write(plan, out, manifest.data, result, report, t0)
         log.info("study written to %s (%.0fs this call)", result.readme, result.wall_time_s)
         return result
     finally:
@@ -188,12 +193,7 @@ def write_up(plan: StudyPlan, out: str | Path = "reports/study", *, report: bool
     path = out / MANIFEST
     if not path.is_file():
         raise RobfiltError(f"{out} holds no study ({MANIFEST} is missing); run robfilt study --out {out} first.")
-    try:
-        stored = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise RunStateError(f"{path} is not valid JSON; run the study again with --overwrite.") from None
-    if not isinstance(stored, dict) or stored.get("schema_version") != SCHEMA_VERSION:
-        raise RunStateError(f"{path} is not a study manifest of schema {SCHEMA_VERSION}; use --overwrite.")
+    stored = read_manifest(path)
     if stored.get("plan_fingerprint") != digest(plan.to_dict()):
         made = stored.get("plan", {})
         raise RobfiltError(
@@ -207,16 +207,20 @@ def write_up(plan: StudyPlan, out: str | Path = "reports/study", *, report: bool
     lock = RunLock(out)
     lock.acquire()
     try:
-        result = StudyResult(out=out, readme=None, finished_before=done)
-        data = collect(plan, out, stored)
-        result.claims = evaluate_claims(data.scores)
-        result.wall_time_s = time.perf_counter() - t0
-        from .writeup import write_outputs
-
-        result.readme = write_outputs(plan, out, stored, data, result, report=report)
-        return result
+        return _write(plan, out, stored, StudyResult(out=out, readme=None, finished_before=done), report, t0)
     finally:
         lock.release()
+
+
+def _write(plan: StudyPlan, out: Path, manifest: dict, result: StudyResult, report: bool, t0: float) -> StudyResult:
+    """Judge the claims from every finished run folder and write the README, figures and tables into ``result``."""
+    from .writeup import write_outputs
+
+    data = collect(plan, out, manifest)
+    result.claims = evaluate_claims(data.scores)
+    result.wall_time_s = time.perf_counter() - t0
+    result.readme = write_outputs(plan, out, manifest, data, result, report=report)
+    return result
 
 
 def _record_training(manifest: Manifest, piece: P.Piece, info: CheckpointInfo, out: Path) -> None:
