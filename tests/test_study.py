@@ -300,6 +300,19 @@ def test_write_up_refuses_another_plan_an_edited_run_and_a_missing_study(study, 
     assert (copy / "README.md").read_text() == readme  # a refused write-up leaves the old one intact
 
 
+def test_a_corrupt_study_manifest_is_refused_in_one_line(tmp_path, capsys):
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "study.json").write_text("{bad")
+    assert run(["study", "--write-up", "--out", str(tmp_path / "bad")]) == 2
+    err = capsys.readouterr().err
+    assert "is not valid JSON" in err and len(err.strip().splitlines()) == 1
+    (tmp_path / "bad" / "study.json").write_text('{"schema_version": 99}')
+    with pytest.raises(RunStateError, match="study schema 99"):
+        write_up(smoke_plan(), tmp_path / "bad")
+    with pytest.raises(RunStateError, match="study schema 99"):
+        run_study(smoke_plan(), tmp_path / "bad", resume=True)
+
+
 def test_cli_write_up_errors_in_one_line(tmp_path, capsys):
     assert run(["study", "--write-up", "--out", str(tmp_path / "none")]) == 2
     err = capsys.readouterr().err
