@@ -1,8 +1,9 @@
 """robustbench_filters: does an architectural idea really make a transformer more robust?
 
-Public API (stable): ``create_model``, ``list_models``, ``evaluate``, ``benchmark``, ``estimate_lipschitz`` and
-the run configs (``ImageAttackConfig``, ``LMAttackConfig``, ``CorruptionConfig``, ``LipschitzConfig``). Names are
-imported on first use, so ``import robustbench_filters`` (and ``robfilt --help``) does not load torch.
+Public API (stable): ``create_model``, ``list_models``, ``evaluate``, ``benchmark``, ``certify``,
+``estimate_lipschitz`` and the run configs (``ImageAttackConfig``, ``LMAttackConfig``, ``CorruptionConfig``,
+``LipschitzConfig``, ``CertifyConfig``). Names are imported on first use, so ``import robustbench_filters`` (and
+``robfilt --help``) does not load torch; the BSA/GRC DeiTs are registered with timm when timm is imported.
 """
 
 from __future__ import annotations
@@ -11,9 +12,11 @@ import importlib
 import logging
 from typing import Any
 
+from .timm_hook import install as _register_with_timm
 from .versions import __version__
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
+_register_with_timm()  # the BSA/GRC DeiTs join timm's registry as soon as timm is imported (see timm_hook)
 
 _LAZY: dict[str, str] = {
     "create_model": ".models",

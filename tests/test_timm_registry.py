@@ -8,7 +8,7 @@ import pytest
 import timm
 import torch
 
-import robustbench_filters  # noqa: F401 - importing the package registers the names
+import robustbench_filters  # noqa: F401 - importing the package registers the names (even after timm)
 from robustbench_filters.cli import run
 from robustbench_filters.models import TIMM_NAMES, create_model, timm_name
 from robustbench_filters.models.normalize import get_normalizer
@@ -67,3 +67,25 @@ def test_models_list_shows_the_timm_names(capsys: pytest.CaptureFixture[str]) ->
     assert rows["deit"]["timm"]["tiny"] == "deit_tiny_patch16_224" and rows["lm"]["timm"] == {}
     assert run(["models", "show", "deit-grc", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["timm"] == "deit_micro_grc_patch4_28"
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        "import robustbench_filters, sys; assert 'timm' not in sys.modules; import timm",  # the package first
+        "import timm, robustbench_filters",  # timm first
+    ],
+    ids=["package-then-timm", "timm-then-package"],
+)
+def test_importing_the_package_alone_registers_the_variants_with_timm(script: str) -> None:
+    """The documented contract, in a fresh interpreter: nothing but ``import robustbench_filters`` is needed."""
+    import subprocess
+    import sys
+
+    check = (
+        f"{script}\nm = timm.create_model('deit_micro_bsa_grc_patch4_28')\n"
+        "assert type(m).__name__ == 'VisionTransformer'\nprint(len(timm.list_models('deit_*_bsa*')))"
+    )
+    done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout.strip()) >= 6

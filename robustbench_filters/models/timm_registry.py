@@ -1,7 +1,7 @@
-"""The BSA/GRC DeiTs in timm's model registry, at every size.
+"""The BSA/GRC DeiTs in timm's model registry, at every size: how each registered name builds.
 
-Importing :mod:`robustbench_filters.models` registers, through timm's public ``register_model`` and
-``generate_default_cfgs``::
+``import robustbench_filters`` registers them (:mod:`robustbench_filters.timm_hook`, through timm's public
+``register_model`` and ``generate_default_cfgs``), as soon as timm is imported::
 
     deit_micro_patch4_28, deit_micro_{bsa,grc,bsa_grc}_patch4_28       (28x28 grey, 10 classes: the zoo's models)
     deit_{tiny,small,base}_{bsa,grc,bsa_grc}_patch16_224               (timm's DeiT sizes, ImageNet-1k)
@@ -17,11 +17,8 @@ exist for the micro models only.
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
-import timm
-from timm.models import generate_default_cfgs, register_model
 from torch import nn
 
 from ..errors import CheckpointError, RobfiltError
@@ -85,7 +82,8 @@ def _load_zoo(model: nn.Module, arch: str, name: str, size: str) -> None:
     model.load_state_dict(state, strict=True)
 
 
-def _build(arch: str, name: str, size: str, pretrained: bool, kwargs: dict[str, Any]) -> nn.Module:
+def build_registered(arch: str, name: str, size: str, pretrained: bool, kwargs: dict[str, Any]) -> nn.Module:
+    """What ``timm.create_model(arch, pretrained, **kwargs)`` builds for a registered variant."""
     for key in ("pretrained_cfg", "pretrained_cfg_overlay", "cache_dir"):
         kwargs.pop(key, None)
     if "in_chans" in kwargs and "mean" not in kwargs:  # e.g. a grey tiny model: ImageNet statistics averaged
@@ -100,30 +98,11 @@ def _build(arch: str, name: str, size: str, pretrained: bool, kwargs: dict[str, 
     return model
 
 
-def _entrypoint(arch: str, name: str, size: str) -> Any:
-    def create(pretrained: bool = False, **kwargs: Any) -> nn.Module:
-        return _build(arch, name, size, pretrained, kwargs)
-
-    create.__name__ = create.__qualname__ = arch
-    create.__module__ = __name__
-    create.__doc__ = f"robfilt {name} ({size}) as a timm model: takes normalised images, see pretrained_cfg."
-    return create
-
-
-default_cfgs = generate_default_cfgs(
-    {arch: _pretrained_cfg(resolve_spec(n, s).config, arch) for arch, (n, s) in REGISTERED.items()}
-)
-
-
 def register_all() -> list[str]:
-    """Register every name in :data:`REGISTERED` with timm (once per process); returns the names."""
-    module = sys.modules[__name__]
-    for arch, (name, size) in REGISTERED.items():
-        if not hasattr(module, arch):
-            setattr(module, arch, _entrypoint(arch, name, size))
-        if not timm.models.is_model(arch):
-            register_model(getattr(module, arch))
-    return list(REGISTERED)
+    """Register every name in :data:`REGISTERED` with timm (idempotent); returns the names."""
+    from ..timm_hook import register
+
+    return register()
 
 
 register_all()
