@@ -36,10 +36,12 @@ RHO, ITERS, TOL, RATIO_STEPS, SEQ_LEN = 0.1, 50, 1e-5, 20, 64
 def _target(name: str, n: int, seed: int, device: torch.device):
     checkpoint = B.pick_checkpoint(name)
     dtype = torch.float64 if device.type == "cpu" else torch.float32  # robfilt lipschitz's defaults
-    config = LipschitzConfig(models=(name,), size="micro", checkpoint=checkpoint, seed=seed)
-    target = make_target(_load_model(name, config), dtype=dtype, device=device)
     data = None if checkpoint == "zoo" or name.startswith("deit") else "synthetic"
-    inputs = load_inputs(target, data, n, lambda total, k: select_examples(total, k, seed, ordered=False), SEQ_LEN)
+    config = LipschitzConfig(
+        models=(name,), size="micro", checkpoint=checkpoint, seed=seed, data=data, n_examples=n, seq_len=SEQ_LEN
+    )
+    target = make_target(_load_model(name, config), dtype=dtype, device=device)
+    inputs = load_inputs(target, config, lambda total, k: select_examples(total, k, seed, ordered=False))
     return target, target.inputs(inputs.x), checkpoint, data or "default"
 
 

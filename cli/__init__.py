@@ -29,6 +29,7 @@ except ImportError:  # pragma: no cover - depends on the installed typer
     from click import exceptions as click_exc
 
 from robustbench_filters.errors import RobfiltError, describe_os_error
+from robustbench_filters.surface import Surface, surface
 from robustbench_filters.versions import __version__
 
 from . import attack, certify, lipschitz, report, study, train, verify
@@ -145,7 +146,8 @@ def run(argv: list[str] | None = None) -> int:
         return code
 
     try:
-        result = app(args=argv, prog_name="robfilt", standalone_mode=False)
+        with surface(Surface.CLI):  # errors name options as flags (--n-examples), not as Python names
+            result = app(args=argv, prog_name="robfilt", standalone_mode=False)
     except typer.Exit as exc:
         if exc.exit_code == 130 and isinstance(exc.__cause__, KeyboardInterrupt):  # typer's own Ctrl-C handling
             return fail("interrupted; continue with --resume", 130)

@@ -30,6 +30,8 @@ from robustbench_filters.io import _json_default
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or info logs.")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Random seed; same seed, same numbers.")]
+ResumeOpt = Annotated[bool, typer.Option("--resume", help="Continue a killed run in --out.", rich_help_panel="Output")]
+OverwriteOpt = Annotated[bool, typer.Option("--overwrite", help="Replace the run in --out.", rich_help_panel="Output")]
 
 
 class StdoutClosed(Exception):

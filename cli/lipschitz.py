@@ -3,28 +3,28 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
-from robustbench_filters.parsing import parse_number, parse_numbers
+from robustbench_filters.configs import LipschitzConfig
+from robustbench_filters.surface import Surface
 
 from ._common import (
-    MODEL_HELP,
     AllowFailedOpt,
     JsonOpt,
+    OverwriteOpt,
     QuietOpt,
-    SeedOpt,
+    ResumeOpt,
     console,
     exit_for_checks,
     is_primary,
-    parse_model_list,
     print_json,
     progress_bar,
     setup_logging,
 )
+from ._options import OUTPUT_PANEL, config_options
 from ._render import render_checks
 
 
@@ -41,60 +41,31 @@ def _with_ci(entry: dict) -> str:
     return _sci(entry["lower_mean"]) + ci
 
 
+@config_options(LipschitzConfig, required=("models",))
 def lipschitz(
-    model: Annotated[str, typer.Option("--model", "-m", help=MODEL_HELP)],
-    model_arg: Annotated[
-        list[str] | None,
-        typer.Option("--model-arg", help="key=value for every model's constructor, e.g. num_classes=10 (repeatable)."),
-    ] = None,
-    n_examples: Annotated[int, typer.Option("--n-examples", "-n", help="Examples per model.")] = 16,
-    method: Annotated[str, typer.Option("--method", help="Lower bound: exact, power or ratio.")] = "exact",
-    bounds: Annotated[
-        bool, typer.Option("--bounds/--no-bounds", help="Certified global and local upper bounds (default on).")
-    ] = True,
-    per_layer: Annotated[bool, typer.Option("--per-layer", help="Per-block gains next to certified bounds.")] = False,
-    gap: Annotated[
-        bool,
-        typer.Option("--gap", help="Show where certified bounds lose: empirical vs layerwise vs certified (slow)."),
-    ] = False,
-    gap_rho: Annotated[str, typer.Option("--gap-rho", help="Ball radii of the --gap rows (comma list).")] = "1e-3",
-    data: Annotated[
+    out: Annotated[
         str | None,
-        typer.Option("--data", help="fashion-mnist / austen (default per family) or synthetic (smoke tests)."),
+        typer.Option(
+            "--out", help="Write a run folder here (default: a temporary folder).", rich_help_panel=OUTPUT_PANEL
+        ),
     ] = None,
-    size: Annotated[str, typer.Option("--size", help="Model size: micro, tiny, small, base.")] = "micro",
-    checkpoint: Annotated[
-        str, typer.Option("--checkpoint", help="zoo, a checkpoint folder, or none (untrained weights).")
-    ] = "zoo",
-    rho: Annotated[
-        str, typer.Option("--rho", help="l2 radius of the ball for local bounds and pair-ratio ascent.")
-    ] = "0.1",
-    batch_size: Annotated[int, typer.Option("--batch-size", help="Examples per batch (and per resume unit).")] = 16,
-    seq_len: Annotated[int, typer.Option("--seq-len", help="Tokens per LM example.")] = 64,
-    seed: SeedOpt = 0,
-    device: Annotated[str, typer.Option("--device", help="cpu or cuda (under torchrun: each rank's GPU).")] = "cpu",
-    out: Annotated[Path | None, typer.Option("--out", help="Write a run folder here.")] = None,
-    resume: Annotated[bool, typer.Option("--resume", help="Continue the run in --out.")] = False,
-    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace the run in --out.")] = False,
+    resume: ResumeOpt = False,
+    overwrite: OverwriteOpt = False,
     allow_failed_checks: AllowFailedOpt = False,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
+    **options: Any,
 ) -> None:
     """Lower bound (mean, max), certified upper bound and their ratio, per model.
 
     Inputs are [0, 1] pixels for image models and token embeddings for LMs (output: last-position logits).
     """
-    from robustbench_filters.configs import LipschitzConfig
-    from robustbench_filters.lipschitz.run import estimate_lipschitz
+    from robustbench_filters.configs import build, read
 
     setup_logging(quiet, json_out)
-    radius = parse_number(rho, "--rho")
-    config = LipschitzConfig(
-        models=tuple(parse_model_list(model)), model_args=tuple(model_arg or ()), n_examples=n_examples,
-        method=method, bounds=bounds, per_layer=per_layer, gap=gap,
-        gap_rhos=tuple(parse_numbers(gap_rho, "--gap-rho", lo=0.0)), data=data, size=size, checkpoint=checkpoint,
-        rho=radius, batch_size=batch_size, seq_len=seq_len, seed=seed, device=device,
-    )  # fmt: skip
+    config = build(LipschitzConfig, read(options, Surface.CLI))  # light: a bad reference is refused in < 1 s
+    from robustbench_filters.api import estimate_lipschitz
+
     with progress_bar(quiet or json_out) as hook:
         result = estimate_lipschitz(config=config, out=out, resume=resume, overwrite=overwrite, progress=hook)
     if not is_primary():  # under torchrun, rank 0 alone prints the merged result
@@ -103,7 +74,8 @@ def lipschitz(
         print_json({"path": str(result.path) if result.path else None, **result.summary})
         exit_for_checks(result.summary, allow_failed_checks)
         return
-    render_lipschitz_summary(result.summary, f"{method}, l2, rho={radius:g}", per_layer, gap)
+    setting = f"{config.method}, l2, rho={config.rho:g}"
+    render_lipschitz_summary(result.summary, setting, config.per_layer, config.gap)
     render_checks(result.summary["checks"], result.summary["checks_summary"])
     if result.path is not None:
         console().print(f"run folder: {result.path}", markup=False)

@@ -11,26 +11,25 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from torch import nn
-
 from .configs import (
     CertifyConfig,
     CorruptionConfig,
     ImageAttackConfig,
+    LipschitzConfig,
     LMAttackConfig,
     ModelLike,
     RunConfig,
     attack_config_class,
     build,
+    read,
 )
+from .configs.options import api_signature
 from .errors import RobfiltError
-from .lipschitz.run import LipschitzResult, estimate_lipschitz
+from .lipschitz.run import LipschitzResult
 from .progress import ProgressHook
 from .runs.measurement import Measurement
 from .runs.runner import RunResult, run
-from .smoothing.run import certify
-
-EvalResult = RunResult
+from .surface import Surface
 
 
 def measurement_for(config: RunConfig) -> Measurement:
@@ -56,81 +55,111 @@ def measurement_for(config: RunConfig) -> Measurement:
     return Lipschitz(config)
 
 
+def _config(
+    config: RunConfig | None, kinds: tuple[type[RunConfig], ...], given: dict[str, Any], what: str
+) -> RunConfig:
+    """The config of an API call: ``config`` as given, or one built from the keyword options (read as Python
+    values, refused when they do not apply), exactly as the CLI and specs build theirs."""
+    if config is not None:
+        if any(v is not None for v in given.values()):
+            raise RobfiltError(f"{what} takes either config or models and options, not both.")
+        if not isinstance(config, kinds):
+            names = " or ".join(k.__name__ for k in kinds)
+            raise RobfiltError(f"{what} takes a {names} as config, not {type(config).__name__}.")
+        return config
+    if given.get("models") is None:
+        raise RobfiltError("no model given; pass models=[...] (a reference such as 'deit-grc' or a module) or config.")
+    values = read(given, Surface.API)
+    if len(kinds) == 1:
+        return build(kinds[0], values)
+    return build(attack_config_class(values["models"], values.get("attacks", ())), values)
+
+
 def evaluate(
     models: ModelLike | Sequence[ModelLike] | None = None,
-    attacks: str | Sequence[str] = ("pgd",),
-    eps: Sequence[float] | None = None,
-    data: Any = None,
-    n_examples: int | None = None,
-    seed: int = 0,
-    out: str | Path | None = None,
+    attacks: str | Sequence[str] | None = None,
+    eps: float | Sequence[float] | None = None,
     *,
-    norm: str | None = None,
-    steps: int | None = None,
-    step_size: float | None = None,
-    batch_size: int | None = None,
-    size: str = "micro",
-    checkpoint: str | None = "zoo",
-    device: str = "cpu",
+    out: str | Path | None = None,
     resume: bool = False,
     overwrite: bool = False,
-    check_masking: bool = False,
-    data_root: str | None = None,
-    amp: str | None = None,
-    amp_attacks: bool = False,
-    allow_pickle: bool = False,
-    rates: Sequence[float] | None = None,
-    replacement: str | None = None,
-    eps_mode: str | None = None,
-    tokenizer: Any = None,
-    severities: Sequence[int] | None = None,
-    baseline: str | None = None,
     progress: ProgressHook | None = None,
     config: ImageAttackConfig | LMAttackConfig | CorruptionConfig | None = None,
+    **options: Any,
 ) -> RunResult:
     """Attack models on the same examples; returns per-example rows and a summary with its sanity checks.
 
     The kind of run follows from the models and attacks: image models with catalogue attacks (eps cascade),
     language models with ``fgsm``/``pgd`` in embedding space and ``wordswap``, or image models with
-    ``corruption`` / ``corruption:<name>``. Options left at None take that kind's defaults (see
-    :mod:`.configs`); an option given for a kind it does not apply to raises :class:`RobfiltError`.
+    ``corruption`` / ``corruption:<name>``. Every other keyword is an option of that kind of run, with the name it
+    has everywhere (``robfilt attack --n-examples`` is ``n_examples=``; see :mod:`.configs`); an option that does
+    not apply to the kind raises :class:`RobfiltError`, and options left out take the kind's defaults.
 
     Args:
         models: registry names (``deit-grc``), ``timm:<arch>``, ``pkg.mod:factory`` or modules; one model alone
             works too (an ``nn.Sequential`` is one model, never the list of its layers).
         attacks: catalogue names (``robustbench_filters.attacks.catalogue.ATTACKS``), ``wordswap`` or
-            ``corruption[:<name>]``.
+            ``corruption[:<name>]``; default: the kind's default attack.
         eps: perturbation budgets ([0, 1] image scale; relative embedding radii for LMs); default: the data's grid.
         data: dataset spec (bundled ``fashion-mnist`` for images, ``austen`` for LMs by default), or for images an
             ``(x, y)`` pair of tensors/numpy arrays or a torch ``Dataset`` (then pass ``eps``).
-        n_examples: examples drawn (seeded) from the test split, shared by all models.
+        n_examples: examples drawn (seeded) from the test split, shared by all models; default at most 256 images
+            or 64 sequences (all of them when the data has fewer); None: every example.
         out: run folder; None keeps everything in a temporary folder.
-        device: ``cpu`` or ``cuda`` (under torchrun: each rank's own GPU).
-        config: a ready config instead of the options above (then pass neither ``models`` nor options).
+        config: a ready config instead of models and options.
     """
-    if config is None:
-        if models is None:
-            raise RobfiltError("no model given; pass models=[...] or a config.")
-        models = [models] if isinstance(models, str | nn.Module) else list(models)
-        attacks = [attacks] if isinstance(attacks, str) else list(attacks)
-        options = {
-            "eps": eps, "data": data, "n_examples": n_examples, "norm": norm, "steps": steps, "step_size": step_size,
-            "batch_size": batch_size, "data_root": data_root, "amp": amp, "rates": rates, "replacement": replacement,
-            "eps_mode": eps_mode, "tokenizer": tokenizer, "severities": severities, "baseline": baseline,
-            "check_masking": check_masking or None, "amp_attacks": amp_attacks or None,
-            "allow_pickle": allow_pickle or None,
-        }  # fmt: skip
-        given = {k: (tuple(v) if isinstance(v, list) else v) for k, v in options.items() if v is not None}
-        cls = attack_config_class(models, attacks)
-        config = build(
-            cls, {"models": tuple(models), "attacks": tuple(attacks), "seed": seed, "size": size,
-                  "checkpoint": checkpoint, "device": device, **given},
-        )  # fmt: skip
-    elif models is not None:
-        raise RobfiltError("pass either a config or models and options, not both.")
-    if not isinstance(config, ImageAttackConfig | LMAttackConfig | CorruptionConfig):
-        raise RobfiltError(f"evaluate takes an attack or corruption config, not {type(config).__name__}.")
+    given = {"models": models, "attacks": attacks, "eps": eps, **options}
+    config = _config(config, (ImageAttackConfig, LMAttackConfig, CorruptionConfig), given, "evaluate")
     return run(measurement_for(config), out=out, resume=resume, overwrite=overwrite, progress=progress)
 
 
-__all__ = ["EvalResult", "LipschitzResult", "RunResult", "certify", "estimate_lipschitz", "evaluate", "measurement_for"]
+def certify(
+    models: ModelLike | Sequence[ModelLike] | None = None,
+    sigmas: float | Sequence[float] | None = None,
+    *,
+    out: str | Path | None = None,
+    resume: bool = False,
+    overwrite: bool = False,
+    progress: ProgressHook | None = None,
+    config: CertifyConfig | None = None,
+    **options: Any,
+) -> RunResult:
+    """Certify Gaussian-smoothed image models (Cohen et al. 2019) on shared examples: rows, summary and checks.
+
+    Defaults certify the noise-trained zoo (sigma 0.25) on at most 64 bundled test images with n0 = 100,
+    n = 1000 and alpha = 0.001. Every other keyword is a :class:`CertifyConfig` option, named as on the command
+    line (``robfilt certify --attack-radii`` is ``attack_radii=``).
+    """
+    config = _config(config, (CertifyConfig,), {"models": models, "sigmas": sigmas, **options}, "certify")
+    return run(measurement_for(config), out=out, resume=resume, overwrite=overwrite, progress=progress)
+
+
+def estimate_lipschitz(
+    models: ModelLike | Sequence[ModelLike] | None = None,
+    *,
+    out: str | Path | None = None,
+    resume: bool = False,
+    overwrite: bool = False,
+    progress: ProgressHook | None = None,
+    config: LipschitzConfig | None = None,
+    **options: Any,
+) -> LipschitzResult:
+    """Lower and certified upper Lipschitz bounds for each model, per example (see :mod:`.lipschitz.run`).
+
+    Every keyword is a :class:`LipschitzConfig` option, named as on the command line (``--per-layer`` is
+    ``per_layer=``); ``inputs`` (and ``input_labels``) give your own tensors instead of data.
+    """
+    from .lipschitz.run import lipschitz_result
+
+    config = _config(config, (LipschitzConfig,), {"models": models, **options}, "estimate_lipschitz")
+    return lipschitz_result(
+        run(measurement_for(config), out=out, resume=resume, overwrite=overwrite, progress=progress)
+    )
+
+
+api_signature(evaluate, ImageAttackConfig, LMAttackConfig, CorruptionConfig)
+api_signature(certify, CertifyConfig)
+api_signature(estimate_lipschitz, LipschitzConfig)
+
+
+__all__ = ["LipschitzResult", "RunResult", "certify", "estimate_lipschitz", "evaluate", "measurement_for"]

@@ -8,6 +8,7 @@ failed check is a field of the result and a logged warning, never dropped. Nothi
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from collections.abc import Sequence
@@ -17,15 +18,18 @@ from typing import Any
 
 import pandas as pd
 from torch import nn
-from torch.utils.data import Dataset
 
 from .api import evaluate
 from .attacks.catalogue import ATTACKS, Norm, get_attack
 from .checks import FAIL, WARN
-from .configs import CORRUPTION, CorruptionConfig, ImageAttackConfig, RunConfig, build
+from .configs import CORRUPTION, CorruptionConfig, ImageAttackConfig, RunConfig, build, read
+from .configs.options import api_signature
 from .errors import RobfiltError, unknown
+from .progress import ProgressHook
+from .robustbench_args import robustbench_options
 from .runs.runner import RunResult
 from .stats import wilson_interval
+from .surface import Surface
 
 log = logging.getLogger(__name__)
 
@@ -107,37 +111,6 @@ def _check_model(model: Any) -> None:
         )
 
 
-def _check_n_examples(n_examples: Any, data: Any) -> None:
-    if n_examples is None:
-        return
-    if isinstance(n_examples, bool) or not isinstance(n_examples, int) or n_examples <= 0:
-        raise RobfiltError(f"n_examples must be a positive whole number, got {n_examples!r}; e.g. n_examples=1000.")
-    size = _size(data)
-    if size is not None and n_examples > size:
-        raise RobfiltError(
-            f"n_examples={n_examples} is larger than the data ({size} examples); pass n_examples={size} or fewer."
-        )
-
-
-def _size(data: Any) -> int | None:
-    """How many examples in-memory data hold (None for spec strings: the engine checks those when it opens them)."""
-    if isinstance(data, tuple | list) and len(data) == 2:
-        return len(data[0])
-    if isinstance(data, Dataset) or (not isinstance(data, str) and hasattr(data, "take")):
-        return len(data)  # type: ignore[arg-type]
-    return None
-
-
-def _pool_size(data: Any, data_root: str | None, img_size: int | None) -> int:
-    """The whole data's size (``n_examples=None`` benchmarks every example, as RobustBench's default does)."""
-    size = _size(data)
-    if size is not None:
-        return size
-    from .data.sources import open_image_source
-
-    return len(open_image_source(data, "test", data_root, img_size=img_size))
-
-
 def _eps(eps: Any, norm: Norm | None) -> float | None:
     if norm is None:
         if eps is not None:
@@ -171,15 +144,15 @@ def _attack(attack: str | None, norm: Norm | None, steps: int | None) -> str:
     return name
 
 
-def _config(model: Any, threat: str, attack: str, eps: float | None, options: dict[str, Any]) -> RunConfig:
-    given = {k: v for k, v in options.items() if v is not None}
+def _config(threat: str, attack: str, eps: float | None, given: dict[str, Any]) -> RunConfig:
     if threat == "corruptions":
-        return build(CorruptionConfig, {"models": (model,), "attacks": (CORRUPTION,), "baseline": None, **given})
-    norm = THREAT_MODELS[threat]
-    return build(ImageAttackConfig, {"models": (model,), "attacks": (attack,), "eps": (eps,), "norm": norm, **given})
+        return build(CorruptionConfig, {"attacks": (CORRUPTION,), "baseline": None, **given})
+    if "attacks" in given:
+        raise RobfiltError("corruptions= applies to threat_model='corruptions'; drop it.")
+    return build(ImageAttackConfig, {"attacks": (attack,), "eps": (eps,), "norm": THREAT_MODELS[threat], **given})
 
 
-def _corruption_accuracy(rows: pd.DataFrame, n: int) -> Accuracy:
+def _corruption_accuracy(rows: pd.DataFrame) -> Accuracy:
     """Mean accuracy over every corruption and severity, with a Wilson interval over the ``n`` examples.
 
     The cells of one example are correlated, so they are not n x cells independent trials. Each example's
@@ -188,6 +161,7 @@ def _corruption_accuracy(rows: pd.DataFrame, n: int) -> Accuracy:
     """
     cells = rows[rows.kind == "contamination"]
     per_example = cells.groupby("example_id").correct.mean()
+    n = len(per_example)
     p = float(per_example.mean())
     lo, hi = wilson_interval(p * n, n)  # type: ignore[arg-type]
     return Accuracy(p, lo, hi, n)
@@ -197,11 +171,11 @@ def _accuracy(entry: dict[str, Any]) -> Accuracy:
     return Accuracy(float(entry["acc"]), float(entry["lo"]), float(entry["hi"]), int(entry["n"]))
 
 
-def _result(label: str, threat: str, attack: str, eps: float | None, run: RunResult, n: int) -> BenchmarkResult:
-    per_model = run.summary["models"][label]
+def _result(label: str, threat: str, attack: str, eps: float | None, run: RunResult, row_label: str) -> BenchmarkResult:
+    per_model = run.summary["models"][row_label]
     clean = _accuracy(per_model["clean"])
     if threat == "corruptions":
-        robust = _corruption_accuracy(run.rows, n)
+        robust = _corruption_accuracy(run.rows)
     else:
         (entry,) = per_model["robust"]
         robust = _accuracy(entry)
@@ -217,22 +191,21 @@ def _result(label: str, threat: str, attack: str, eps: float | None, run: RunRes
 
 def benchmark(
     model: nn.Module | str,
-    data: Any = "fashion-mnist",
+    data: Any = None,
     threat_model: Any = "Linf",
     eps: float | None = None,
-    n_examples: int | None = None,
-    batch_size: int | None = None,
-    device: str = "cpu",
-    seed: int = 0,
     *,
     attack: str | None = None,
-    steps: int | None = None,
-    checkpoint: str | None = "zoo",
-    data_root: str | None = None,
-    img_size: int | None = None,
     out: str | Path | None = None,
     resume: bool = False,
     overwrite: bool = False,
+    progress: ProgressHook | None = None,
+    dataset: Any = None,
+    data_dir: str | Path | None = None,
+    to_disk: bool = False,
+    model_name: str | None = None,
+    corruptions: Any = None,
+    **options: Any,
 ) -> BenchmarkResult:
     """Clean and robust accuracy of ``model`` on ``data``, with intervals and sanity checks (RobustBench's style).
 
@@ -252,25 +225,38 @@ def benchmark(
             ``(x, y)`` pair of tensors or numpy arrays, or a torch ``Dataset`` of (image, label).
         threat_model: ``"Linf"``, ``"L2"`` or ``"corruptions"`` (case-insensitive; RobustBench's enum works).
         eps: the budget on the [0, 1] scale; default 8/255 (Linf) or 0.5 (L2), RobustBench's CIFAR budgets.
-        n_examples: examples drawn (seeded) from the test split; default all of them.
-        batch_size, device, seed: as in :func:`.api.evaluate` (same seed, same numbers).
-        checkpoint: weights for a model given by reference (``zoo``, a ``.safetensors`` file or ``none``).
+        attack: the attack (default: the strongest robfilt offers, see above).
+        options: any option of an image attack run, named as everywhere (``n_examples``, ``batch_size``,
+            ``device``, ``seed``, ``steps``, ``checkpoint``, ``data_root``, ``img_size``, ...); ``n_examples``
+            defaults to every example (as RobustBench's does); None means the same.
         out: keep the run folder there; None runs in a temporary folder that is removed (``run_dir`` None).
+        dataset, data_dir, to_disk, model_name, corruptions: RobustBench's keywords with RobustBench's meanings
+            (:mod:`.robustbench_args`); RobustBench's ``log_path``, ``preprocessing`` and ``aa_state_path`` are
+            refused with what to use instead.
     """
     _check_model(model)
+    robustbench = {"dataset": dataset, "data_dir": data_dir, "to_disk": to_disk, "model_name": model_name,
+                   "corruptions": corruptions}  # fmt: skip
+    options, data, kept = robustbench_options({**options, **robustbench}, data)
+    model_name = options.pop("model_name", None)
+    if model_name is not None and isinstance(model, str):
+        from .models.ref import parse_model_ref
+
+        model = str(dataclasses.replace(parse_model_ref(model), name=model_name))
     threat = _threat_model(threat_model)
     norm = THREAT_MODELS[threat]
     value = _eps(eps, norm)
-    name = _attack(attack, norm, steps)
-    _check_n_examples(n_examples, data)
-    n = n_examples if n_examples is not None else _pool_size(data, data_root, img_size)
-    options = {
-        "data": data, "n_examples": n, "batch_size": batch_size, "device": str(device), "seed": seed,
-        "checkpoint": checkpoint, "data_root": data_root, "img_size": img_size, "steps": steps,
-    }  # fmt: skip
-    config = _config(model, threat, name, value, options)
-    run = evaluate(config=config, out=out, resume=resume, overwrite=overwrite)  # type: ignore[arg-type]
-    return _result(config.labels[0], threat, name, value, run, n)
+    name = _attack(attack, norm, options.get("steps"))
+    data = "fashion-mnist" if data is None else data
+    given = read({"n_examples": None, **options, "models": (model,), "data": data}, Surface.API)
+    config = _config(threat, name, value, given)
+    out = out if out is not None else kept
+    run = evaluate(config=config, out=out, resume=resume, overwrite=overwrite, progress=progress)  # type: ignore[arg-type]
+    return _result(model_name or config.labels[0], threat, name, value, run, config.labels[0])
 
+
+api_signature(
+    benchmark, ImageAttackConfig, CorruptionConfig, skip=("models", "attacks", "norm", "eps", "severities", "baseline")
+)
 
 __all__ = ["Accuracy", "BenchmarkResult", "SanityCheck", "THREAT_MODELS", "benchmark"]

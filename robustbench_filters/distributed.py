@@ -61,9 +61,6 @@ class DistContext:
         return self.rank == 0
 
 
-SINGLE = DistContext()
-
-
 def _env_int(name: str, default: int) -> int:
     raw = os.environ.get(name)
     if raw is None or raw == "":
@@ -187,15 +184,6 @@ def all_or_none(ctx: DistContext, fn: Callable[[], T]) -> T:
     return result  # type: ignore[return-value]
 
 
-def all_gather(ctx: DistContext, obj: T) -> list[T]:
-    """Every rank's ``obj``, in rank order, on every rank (used when there is no shared run folder)."""
-    if not ctx.enabled:
-        return [obj]
-    gathered: list[T | None] = [None] * ctx.world_size
-    dist.all_gather_object(gathered, obj)
-    return gathered  # type: ignore[return-value]
-
-
 @contextlib.contextmanager
 def shared_run(ctx: DistContext, make_writer: Callable[[bool], RunWriter]) -> Iterator[RunWriter]:
     """Open one run folder for all ranks: rank 0 locks it and writes the manifest, then the others attach.
@@ -214,9 +202,7 @@ def shared_run(ctx: DistContext, make_writer: Callable[[bool], RunWriter]) -> It
 
 
 __all__ = [
-    "SINGLE",
     "DistContext",
-    "all_gather",
     "all_or_none",
     "backend_for",
     "env_context",

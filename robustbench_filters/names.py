@@ -1,13 +1,19 @@
-"""What exists, by name: model variants, their sizes and timm names, attacks and corruptions; without torch.
+"""The shared vocabulary, by name and without torch: model variants, sizes and timm names; norms; attacks with the
+families and norms they fit; contaminations (word swap, corruptions and their severities); precisions; Lipschitz
+methods.
 
-The command line needs these names for its help texts and for ``robfilt models list``, which must start in a
-fraction of a second; importing the modules that *build* models or attacks costs seconds (torch, timm,
-torchattacks). So the names live here as plain data, and ``tests/test_cli_startup.py`` checks that they equal
-what the heavy modules (:mod:`.models.registry`, :mod:`.models.timm_registry`, :mod:`.attacks.catalogue`,
-:mod:`.attacks.corruption_transforms`, :mod:`.configs`) define.
+Everything above this module speaks these names: configs validate against them, the catalogue attaches a builder
+to each attack, the CLI prints them in its help. The command line must start in a fraction of a second, and
+importing the modules that *build* models or attacks costs seconds (torch, timm, torchattacks), so the names live
+here as plain data. ``tests/test_cli_startup.py`` checks them against the heavy modules (:mod:`.models.registry`,
+:mod:`.models.timm_registry`, :mod:`.attacks.catalogue`, :mod:`.attacks.corruption_transforms`).
 """
 
 from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import Enum
 
 from .errors import RobfiltError, unknown
 from .family import Family
@@ -26,13 +32,187 @@ DEIT_GEOMETRY: dict[str, tuple[int, int]] = {"micro": (4, 28), "tiny": (16, 224)
 #: robfilt DeiT name -> the infix of its timm name.
 TIMM_VARIANTS: dict[str, str] = {"deit": "", "deit-bsa": "_bsa", "deit-grc": "_grc", "deit-bsa-grc": "_bsa_grc"}
 
+
+# --------------------------------------------------------------------------------------------------- norms
+class Norm(str, Enum):
+    LINF = "linf"
+    L2 = "l2"
+
+
+def parse_norm(value: str | Norm | None) -> Norm | None:
+    """'linf' / 'l2' (case-insensitive) to a Norm; anything else is a one-line usage error."""
+    from .surface import flag
+
+    if value is None or isinstance(value, Norm):
+        return value
+    try:
+        return Norm(str(value).strip().lower())
+    except ValueError:
+        raise RobfiltError(f"unknown {flag('norm')} {value!r}; use linf or l2.") from None
+
+
+# --------------------------------------------------------------------------------------------------- attacks
+@dataclass(frozen=True)
+class AttackSpec:
+    """What an attack is, by name: the model families and norms it fits and what it does. The catalogue
+    (:mod:`.attacks.catalogue`) attaches the builder that runs it."""
+
+    name: str
+    families: tuple[Family, ...]
+    norms: tuple[Norm, ...]
+    default_norm: Norm
+    description: str
+    minimum_norm: bool = False  # returns unbounded perturbations; success counts only inside the eps-ball
+    gradient_free: bool = False
+
+
+_IMAGE, _LM, _BOTH = (Family.IMAGE,), (Family.LM,), (Family.IMAGE, Family.LM)
+_NORMS = (Norm.LINF, Norm.L2)
+#: every attack robfilt knows, in catalogue order (``register_attack`` adds a user's)
+ATTACK_SPECS: dict[str, AttackSpec] = {
+    a.name: a
+    for a in [
+        AttackSpec("fgsm", _BOTH, (Norm.LINF,), Norm.LINF, "FGSM, one signed-gradient step of size eps."),
+        AttackSpec("pgd", _BOTH, _NORMS, Norm.LINF, "PGD: 20 steps, step 0.15*eps, random start (L2 with --norm l2)."),
+        AttackSpec("pgd-l2", _IMAGE, (Norm.L2,), Norm.L2, "PGD under L2: 20 steps, step 0.15*eps, random start."),
+        AttackSpec("apgd-ce", _IMAGE, _NORMS, Norm.LINF, "APGD with cross-entropy, 50 steps, 1 restart."),
+        AttackSpec("apgd-t", _IMAGE, _NORMS, Norm.LINF, "Targeted APGD (DLR), 9 targets, 50 steps."),
+        AttackSpec("fab", _IMAGE, _NORMS, Norm.LINF, "FAB minimum-norm attack, counted inside eps.", minimum_norm=True),
+        AttackSpec("square", _IMAGE, _NORMS, Norm.LINF, "Square: gradient-free, 1000 queries.", gradient_free=True),
+        AttackSpec(
+            "cw",
+            _IMAGE,
+            (Norm.L2,),
+            Norm.L2,
+            "Carlini-Wagner L2 (c=1, 50 steps), counted inside eps.",
+            minimum_norm=True,
+        ),  # fmt: skip
+        AttackSpec(
+            "autoattack",
+            _IMAGE,
+            _NORMS,
+            Norm.LINF,
+            "Per-example worst case of APGD-CE, APGD-T, FAB-T and Square (torchattacks ports; see docs).",
+        ),  # fmt: skip
+    ]
+}
+
+
+def attack_spec(name: str, family: Family | None = None) -> AttackSpec:
+    """The vocabulary entry of attack ``name``; with ``family``, it must fit that family's models."""
+    if name not in ATTACK_SPECS:
+        raise unknown("attack", name, [*ATTACK_SPECS, WORDSWAP, CORRUPTION])
+    spec = ATTACK_SPECS[name]
+    if family is not None and family not in spec.families:
+        fits = sorted(n for n, a in ATTACK_SPECS.items() if family in a.families)
+        raise RobfiltError(
+            f"attack {name!r} does not fit {family.value} models; for {family.value} use one of: {', '.join(fits)}."
+        )
+    return spec
+
+
+def attacks_for(family: Family) -> tuple[str, ...]:
+    return tuple(n for n, a in ATTACK_SPECS.items() if family in a.families)
+
+
 #: Image attacks of the catalogue, in catalogue order; the language-model ones (embedding attacks).
-IMAGE_ATTACKS: tuple[str, ...] = ("fgsm", "pgd", "pgd-l2", "apgd-ce", "apgd-t", "fab", "square", "cw", "autoattack")
-LM_ATTACKS: tuple[str, ...] = ("fgsm", "pgd")
+IMAGE_ATTACKS: tuple[str, ...] = attacks_for(Family.IMAGE)
+LM_ATTACKS: tuple[str, ...] = attacks_for(Family.LM)
+EMBEDDING_ATTACKS: tuple[str, ...] = LM_ATTACKS
+#: How an LM eps is read: relative to the mean token-embedding norm, or as an absolute embedding radius.
+EPS_MODES: tuple[str, ...] = ("relative", "absolute")
+#: Lower precisions a run may evaluate in (fp32 is the default and needs no name).
+AMP_DTYPES: tuple[str, ...] = ("bf16",)
+
+# ------------------------------------------------------------------------------------------- contaminations
 #: Contaminations: word swap for language models, common corruptions for images.
 WORDSWAP = "wordswap"
 CORRUPTION = "corruption"
 CORRUPTIONS: tuple[str, ...] = ("gaussian_noise", "impulse_noise", "gaussian_blur", "contrast", "jpeg")
+SEVERITIES: tuple[int, ...] = (1, 2, 3, 4, 5)
+DEFAULT_REPLACEMENT = "AAA"
+DEFAULT_RATES: tuple[float, ...] = (0.0, 0.015, 0.05, 0.1)
+
+
+def check_severity(severity: int) -> int:
+    if severity not in (0, *SEVERITIES):
+        raise RobfiltError(f"corruption severity {severity} is not one of 0-5 (0 is the identity).")
+    return int(severity)
+
+
+def check_corruption(name: str) -> str:
+    if name not in CORRUPTIONS:
+        raise unknown("corruption", name, CORRUPTIONS)
+    return name
+
+
+def validate_rate(rate: float) -> float:
+    if not (0.0 <= rate <= 1.0) or math.isnan(rate):
+        raise RobfiltError(f"word-swap rate {rate:g} is outside [0, 1]; a rate is the fraction of eligible words.")
+    return float(rate)
+
+
+# --------------------------------------------------------------------------------------------------- data
+BUNDLED_IMAGES = "fashion-mnist"
+BUNDLED_TEXT = "austen"
+TORCHVISION_SETS: tuple[str, ...] = ("cifar10", "cifar100", "mnist", "fashion-mnist-full")
+SYNTHETIC = "synthetic"  # Lipschitz runs only: random inputs of the model's shape
+IMAGEFOLDER, HF_DISK, TEXT_PREFIX = "imagefolder:", "hf-disk:", "text:"
+#: data-spec prefix -> (the families it serves, what the path must be)
+DATA_PREFIXES: dict[str, tuple[tuple[Family, ...], str]] = {
+    IMAGEFOLDER: ((Family.IMAGE,), "folder"),
+    HF_DISK: ((Family.IMAGE, Family.LM), "folder"),
+    TEXT_PREFIX: ((Family.LM,), "file or folder"),
+}
+DATA_NAMES: dict[Family, tuple[str, ...]] = {
+    Family.IMAGE: (BUNDLED_IMAGES, *TORCHVISION_SETS),
+    Family.LM: (BUNDLED_TEXT,),
+}
+
+
+def check_data_spec(spec: str, families: set[Family], *, synthetic: bool = False) -> None:
+    """Refuse a data spec that no loader knows, or whose path does not exist, before anything heavy is imported."""
+    from pathlib import Path
+
+    for prefix, (serves, kind) in DATA_PREFIXES.items():
+        if spec.startswith(prefix):
+            if not families <= set(serves):
+                wanted = " or ".join(f.value for f in serves)
+                raise RobfiltError(f"data {spec!r} is {wanted} data; it does not fit these models.")
+            path = Path(spec[len(prefix) :]).expanduser()
+            exists = path.is_dir() if kind == "folder" else path.exists()
+            if not exists:
+                raise RobfiltError(f"data {spec!r}: {path} is not an existing {kind}; check the path.")
+            return
+    if synthetic and spec == SYNTHETIC:
+        return
+    known = [n for fam in sorted(families) for n in DATA_NAMES[fam]] + ([SYNTHETIC] if synthetic else [])
+    key = spec.strip().lower().replace("_", "-")
+    if key in known:
+        return
+    prefixes = [p for p, (serves, _) in DATA_PREFIXES.items() if families <= set(serves)]
+    if spec and Path(spec).expanduser().exists() and prefixes:
+        raise RobfiltError(f"unknown data {spec!r}; to read your own files use '{prefixes[0]}{spec}'.")
+    raise unknown("data", spec, [*known, *(f"{p}<path>" for p in prefixes)])
+
+
+# -------------------------------------------------------------------------------------------- Lipschitz
+class Method(str, Enum):
+    """How the per-example Lipschitz lower bound is computed (all are rigorous lower bounds)."""
+
+    EXACT = "exact"  # dense per-example Jacobian + float64 SVD (small outputs)
+    POWER = "power"  # batched jvp/vjp power iteration on J^T J
+    RATIO = "ratio"  # pair-ratio ascent ||f(x) - f(x')|| / ||x - x'|| on the ball B(x, rho)
+
+
+def parse_method(value: str | Method) -> Method:
+    """'power' -> Method.POWER; an unknown name raises with close-match suggestions."""
+    if isinstance(value, Method):
+        return value
+    try:
+        return Method(str(value).strip().lower())
+    except ValueError:
+        raise unknown("method", str(value), [m.value for m in Method]) from None
 
 
 def parse_name(name: str) -> tuple[Family, bool, bool]:
@@ -52,9 +232,45 @@ def timm_name(name: str, size: str) -> str:
     return f"deit_{size}{TIMM_VARIANTS[name]}_patch{patch}_{img}"
 
 
+#: timm name -> (robfilt name, size) of every DeiT variant robfilt registers with timm (the plain deit at
+#: tiny/small/base is timm's own deit_{size}_patch16_224)
+TIMM_REGISTERED: dict[str, tuple[str, str]] = {
+    timm_name(n, s): (n, s) for n in TIMM_VARIANTS for s in DEIT_GEOMETRY if not (n == "deit" and s != "micro")
+}
+#: what a registered variant's timm pretrained_cfg says about its input, per size (models.timm_registry builds the
+#: same values from the model configs; tests/test_cli_startup.py checks they agree)
+_IMAGENET = {"num_classes": 1000, "in_chans": 3, "crop_pct": 0.9, "interpolation": "bicubic",
+             "mean": (0.485, 0.456, 0.406), "std": (0.229, 0.224, 0.225)}  # fmt: skip
+TIMM_INPUTS: dict[str, dict] = {
+    "micro": {
+        "num_classes": 10,
+        "in_chans": 1,
+        "crop_pct": 1.0,
+        "interpolation": "bilinear",
+        "mean": (0.2860,),
+        "std": (0.3530,),
+    },  # fmt: skip
+    "tiny": _IMAGENET,
+    "small": _IMAGENET,
+    "base": _IMAGENET,
+}
+
+
+def timm_pretrained_cfg(arch: str) -> dict:
+    """The timm ``pretrained_cfg`` of a registered variant: no URL (nothing downloads), its input and classifier."""
+    _, size = TIMM_REGISTERED[arch]
+    inputs, (_, img) = TIMM_INPUTS[size], DEIT_GEOMETRY[size]
+    return {
+        "url": "", "num_classes": inputs["num_classes"], "input_size": (inputs["in_chans"], img, img),
+        "pool_size": None, "crop_pct": inputs["crop_pct"], "interpolation": inputs["interpolation"],
+        "fixed_input_size": True, "mean": inputs["mean"], "std": inputs["std"], "first_conv": "patch_embed.proj",
+        "classifier": "head", "architecture": arch, "license": "mit",
+    }  # fmt: skip
+
+
 def attack_help() -> str:
     """The ``--attack`` help text: every attack name, per family."""
     return (
-        f"Comma list. Images: {', '.join(IMAGE_ATTACKS)}, {CORRUPTION}[:<name>] ({', '.join(CORRUPTIONS)}); "
-        f"language models: {', '.join(LM_ATTACKS)}, {WORDSWAP}."
+        f"Comma list. Images: {', '.join(attacks_for(Family.IMAGE))}, {CORRUPTION}[:<name>] "
+        f"({', '.join(CORRUPTIONS)}); language models: {', '.join(attacks_for(Family.LM))}, {WORDSWAP}."
     )

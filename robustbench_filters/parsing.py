@@ -86,9 +86,3 @@ def parse_names(text: str, what: str, choices: list[str] | tuple[str, ...] | Non
     if repeated is not None:
         raise RobfiltError(f"{what} lists {repeated!r} twice; list each value once.")
     return names
-
-
-def positive_int(value: int, what: str) -> int:
-    if value is None or int(value) <= 0:
-        raise RobfiltError(f"{what} must be a positive integer, got {value}.")
-    return int(value)

@@ -12,45 +12,73 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from .configs.options import Bool, Declared, Int, Number, Tokenizer, option
 from .errors import RobfiltError
 from .family import Family
+from .surface import Surface, flag
+
+_NOT_IN_SPECS = {Surface.SPEC: "a gate spec measures models; it does not train them"}
+
+
+def _train(default: Any, help: str, value: Any, **kwargs: Any) -> Any:
+    return option(default, help=help, value=value, not_on=_NOT_IN_SPECS, panel="Training", **kwargs)
 
 
 @dataclass
-class Recipe:
+class Recipe(Declared):
     """A training recipe. ``steps`` wins over ``epochs`` when both are set."""
 
-    epochs: int | None = None
-    steps: int | None = None
-    batch_size: int = 128
-    lr: float = 2e-3
-    weight_decay: float = 0.05
-    warmup_frac: float = 0.05
-    min_lr_frac: float = 0.02
-    grad_clip: float = 1.0
-    label_smoothing: float = 0.0
-    augment: bool = True  # images: random shifts (pad 2) and horizontal flips
-    noise_sigma: float = 0.0  # images: Gaussian data augmentation N(0, sigma^2) on the [0, 1] inputs (Cohen et al.)
-    ckpt_every: int = 0  # steps between resumable states; 0 = once per epoch (images) or every 200 steps (LM)
-    eval_max: int | None = None  # cap on test examples/windows for the final metric (None = all)
-    tokenizer: str = "char"
-    bpe_vocab: int = 512
+    epochs: int | None = _train(None, "Epochs (images).", Int())
+    steps: int | None = _train(None, "Optimizer steps (wins over --epochs).", Int())
+    batch_size: int = _train(128, "Examples per optimizer step.", Int())
+    lr: float = _train(2e-3, "Peak learning rate.", Number())
+    weight_decay: float = _train(0.05, "AdamW weight decay.", Number())
+    warmup_frac: float = _train(0.05, "Share of the steps spent in linear warmup.", Number())
+    min_lr_frac: float = _train(0.02, "Cosine decay ends at this fraction of the peak learning rate.", Number())
+    grad_clip: float = _train(1.0, "Clip the gradient norm to this (0: no clipping).", Number())
+    label_smoothing: float = _train(0.0, "Label smoothing of the image loss.", Number())
+    augment: bool = _train(True, "Images: random shifts (pad 2) and horizontal flips.", Bool(), negatable=True)
+    noise_sigma: float = _train(
+        0.0,
+        "Images: add N(0, sigma^2) noise to the [0, 1] inputs while training (for randomized smoothing).",
+        Number(),
+    )
+    ckpt_every: int = _train(
+        0, "Steps between resumable states (0: once per epoch for images, 200 steps for LMs).", Int()
+    )
+    eval_max: int | None = _train(None, "Cap on test examples or windows of the final metric (default: all).", Int())
+    tokenizer: str = _train(
+        "char", "LM tokenizer: char (characters) or bpe (byte-level BPE trained on the data).", Tokenizer()
+    )
+    bpe_vocab: int = _train(512, "Vocabulary size of a BPE tokenizer (--tokenizer bpe).", Int())
 
     def validate(self) -> None:
         for name in ("epochs", "steps"):
             value = getattr(self, name)
             if value is not None and value <= 0:
-                raise RobfiltError(f"--{name} must be positive, got {value}.")
+                raise RobfiltError(f"{flag(name)} must be positive, got {value}.")
         if self.epochs is None and self.steps is None:
-            raise RobfiltError("give --epochs or --steps.")
+            raise RobfiltError(f"give {flag('epochs')} or {flag('steps')}.")
         if self.batch_size <= 0:
-            raise RobfiltError(f"--batch-size must be positive, got {self.batch_size}.")
+            raise RobfiltError(f"{flag('batch_size')} must be positive, got {self.batch_size}.")
         if not (self.lr > 0 and math.isfinite(self.lr)):
-            raise RobfiltError(f"--lr must be a positive number, got {self.lr}.")
+            raise RobfiltError(f"{flag('lr')} must be a positive number, got {self.lr}.")
+        for name in ("weight_decay", "grad_clip", "label_smoothing"):
+            if not (getattr(self, name) >= 0 and math.isfinite(getattr(self, name))):
+                raise RobfiltError(f"{flag(name)} must be a finite number >= 0, got {getattr(self, name)}.")
+        for name in ("warmup_frac", "min_lr_frac"):
+            if not (0 <= getattr(self, name) <= 1):
+                raise RobfiltError(f"{flag(name)} must be a fraction in [0, 1], got {getattr(self, name)}.")
         if not (math.isfinite(self.noise_sigma) and self.noise_sigma >= 0):
-            raise RobfiltError(f"--noise-sigma must be a finite number >= 0, got {self.noise_sigma}.")
+            raise RobfiltError(f"{flag('noise_sigma')} must be a finite number >= 0, got {self.noise_sigma}.")
+        if self.ckpt_every < 0:
+            raise RobfiltError(f"{flag('ckpt_every')} must be 0 or more, got {self.ckpt_every}.")
+        if self.eval_max is not None and self.eval_max <= 0:
+            raise RobfiltError(f"{flag('eval_max')} must be positive, got {self.eval_max}.")
         if self.tokenizer not in ("char", "bpe"):
-            raise RobfiltError(f"unknown tokenizer {self.tokenizer!r}; use 'char' or 'bpe'.")
+            raise RobfiltError(f"unknown {flag('tokenizer')} {self.tokenizer!r} for training; use char or bpe.")
+        if self.bpe_vocab <= 0:
+            raise RobfiltError(f"{flag('bpe_vocab')} must be positive, got {self.bpe_vocab}.")
 
 
 # Fields added after checkpoints were already in circulation, with the value that reproduces the old behaviour.

@@ -59,18 +59,18 @@ from .gating.outcome import Requirement
 from .models.checkpoint import is_zoo_ref
 from .parsing import parse_number
 from .report.runs import IMAGE, LIPSCHITZ, LM
+from .surface import Surface, surface
 
 SECTIONS: tuple[str, ...] = (IMAGE, LM, LIPSCHITZ)
 TOP_KEYS = frozenset({"version", "name", "out", "baseline", "tolerance", "sanity", "device", "allow_code", *SECTIONS})
 #: Data specs that carry a path; in a spec the path is relative to the spec's folder and must stay in the project.
 DATA_PATH_PREFIXES = ("imagefolder:", "text:", "hf-disk:")
 SANITY = ("fail", "warn", "ignore")
-_NOT_IN_SPECS = {"device", "tokenizer", "inputs", "input_labels", "base_dir"}  # top-level key, or Python objects only
 
 
 def _run_keys(*classes: type[CF.RunConfig]) -> frozenset[str]:
-    """A section's keys are its run configs' options (one place for defaults and rules) plus ``require``."""
-    return frozenset({f for c in classes for f in c.options()} - _NOT_IN_SPECS | {"require"})
+    """A section's keys are its run configs' spec options (declared once, see configs.options) plus ``require``."""
+    return frozenset({name for c in classes for name, _ in CF.declared_fields(c, Surface.SPEC)} | {"require"})
 
 
 #: [image] runs image attacks or, with ``attacks = ["corruption"]``, corruptions.
@@ -95,7 +95,6 @@ REQUIRE_KEYS: dict[str, frozenset[str]] = {
     fam: frozenset({"model", "models", "attack", "eps", "mode"} | set(t)) for fam, t in THRESHOLDS.items()
 }
 BASELINE_KEYS = frozenset({"path", "mode", "alpha", "correction", "interval_fallback", "discordance", "tolerance"})
-PATH_KEYS = ("out", "baseline")
 
 
 @dataclass
@@ -221,49 +220,28 @@ def _data(spec: Path, root: Path, fam: str, value: str) -> str:
 
 
 def _settings(spec: Path, root: Path, fam: str, table: Mapping[str, Any], allow_code: bool) -> dict[str, Any]:
-    s: dict[str, Any] = {}
-    s["models"] = _strings(spec, table.get("models"), f"[{fam}] models") if "models" in table else None
-    if s["models"] is None:
+    """A section's options, read as TOML values by their declarations; paths resolved from the spec's folder."""
+    if "models" not in table:
         raise _err(spec, f'[{fam}] needs models = [...], e.g. models = ["deit", "deit-grc"].')
-    s["models"] = _models(spec, root, fam, s["models"], allow_code)
+    try:
+        s = CF.read({k: v for k, v in table.items() if k != "require"}, Surface.SPEC)
+    except RobfiltError as exc:
+        raise _err(spec, f"[{fam}] {exc}") from None
+    s["models"] = _models(spec, root, fam, list(s["models"]), allow_code)
     s["base_dir"] = str(spec.parent)  # relative factory modules are found from the spec's folder
-    for key, value in table.items():
-        if key in ("models", "require"):
+    for key, value in list(s.items()):
+        declared = CF.REGISTRY.get(key)
+        if declared is None or not declared.value.path:
             continue
-        what = f"[{fam}] {key}"
-        if key in ("attacks",):
-            s[key] = _strings(spec, value, what)
-        elif key in ("eps", "rates"):
-            s[key] = _numbers(spec, value, what)
-        elif key in ("n_examples", "batch_size", "steps", "power_iters", "seq_len", "ratio_steps"):
-            s[key] = _int(spec, value, what, minimum=1 if key != "ratio_steps" else 0)
-        elif key == "seed":
-            s[key] = _int(spec, value, what)
-        elif key == "severities":
-            items = value if isinstance(value, list) else [value]
-            s[key] = tuple(_int(spec, v, what) for v in items)
-        elif key in ("step_size", "rho", "tol"):
-            s[key] = _num(spec, value, what)
-        elif key in ("per_layer", "bounds", "check_masking", "amp_attacks", "allow_pickle"):
-            if not isinstance(value, bool):
-                raise _err(spec, f"{what} must be true or false, got {value!r}.")
-            s[key] = value
-        elif key == "checkpoint":
-            if not isinstance(value, str):
-                raise _err(spec, f"{what} must be 'zoo', 'none' or a folder path, got {value!r}.")
-            s[key] = (
-                value if value == "none" or is_zoo_ref(value) else str(resolve_path(spec, root, value, "checkpoint"))
-            )
-        elif key == "data_root":
-            s[key] = str(resolve_path(spec, root, value, "data_root"))
-        elif key == "data":
-            if not isinstance(value, str):
-                raise _err(spec, f"{what} must be a string, got {value!r}.")
+        if not isinstance(value, str):
+            raise _err(spec, f"[{fam}] {key} must be a string, got {value!r}.")
+        if key == "data":
             s[key] = _data(spec, root, fam, value)
-        else:  # data, size, norm, method, amp, eps_mode, replacement, baseline, dtype
-            if not isinstance(value, str):
-                raise _err(spec, f"{what} must be a string, got {value!r}.")
-            s[key] = value
+        elif key == "checkpoint":
+            zoo = value == "none" or is_zoo_ref(value)
+            s[key] = value if zoo else str(resolve_path(spec, root, value, "checkpoint"))
+        else:
+            s[key] = str(resolve_path(spec, root, value, key))
     return s
 
 
@@ -353,21 +331,19 @@ def _baseline(spec: Path, root: Path, data: Mapping[str, Any]) -> tuple[Path | N
 
 
 def _config(spec: Path, fam: str, settings: dict[str, Any], device: Any) -> CF.RunConfig:
-    """The section's run config; its own validation names the spec file on failure."""
-    options = {k: tuple(v) if isinstance(v, list) else v for k, v in settings.items()}
-    options["models"] = tuple(settings["models"])
+    """The section's run config; its own validation names the spec file and the section on failure."""
+    options = dict(settings)
     if isinstance(device, str):
         options["device"] = device
-    if fam == IMAGE:
-        cls = CF.attack_config_class(options["models"], options.get("attacks", ()))
-    else:
-        cls = SECTION_CONFIGS[fam][0]
     try:
-        return CF.build(cls, options)
+        with surface(Surface.SPEC):
+            if fam == IMAGE:
+                cls = CF.attack_config_class(options["models"], options.get("attacks", ()))
+            else:
+                cls = SECTION_CONFIGS[fam][0]
+            return CF.build(cls, options)
     except RobfiltError as exc:
-        raise _err(
-            spec, f"[{fam}] {str(exc).replace('--', '').replace(' runs; drop it', ' sections; remove the key')}"
-        ) from None
+        raise _err(spec, f"[{fam}] {exc}") from None
 
 
 def load_spec(path: str | Path) -> Spec:

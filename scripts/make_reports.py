@@ -99,7 +99,8 @@ def lm(runs: Path, reports: Path, n_examples: int, device: str, reuse: bool) -> 
 
 
 def lipschitz(runs: Path, reports: Path, n_examples: int, device: str, reuse: bool) -> Path | None:
-    from robustbench_filters.lipschitz import estimate_lipschitz, sequence_length_study
+    from robustbench_filters.api import estimate_lipschitz
+    from robustbench_filters.lipschitz import sequence_length_study
 
     folders = []
     models = zoo_models(DEIT)

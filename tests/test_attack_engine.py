@@ -207,7 +207,7 @@ def test_registry_models_run_end_to_end_through_the_cli(tmp_path, capsys):
 
 
 BAD = [
-    (["--eps", "-0.1"], "below 0"),
+    (["--eps", "-0.1"], "is negative"),
     (["--eps", "nan"], "not finite"),
     (["--eps", "2"], "above 1"),
     (["--eps", "8/0"], "divides by zero"),
@@ -215,7 +215,7 @@ BAD = [
     (["--steps", "0"], "--steps must be positive"),
     (["--attack", "pgdd"], "Did you mean"),
     (["--attack", "cw", "--norm", "linf"], "does not support --norm linf"),
-    (["--n-examples", "5000"], "larger than the dataset"),
+    (["--n-examples", "5000"], "larger than the data (2000 examples)"),
     (["--n-examples", "0"], "must be positive"),
     (["--model", "deit-bogus"], "unknown model"),
     (["--device", "tpu"], "unknown --device"),

@@ -107,7 +107,7 @@ CASES: list[tuple[str, list[str], str, int]] = [
     (
         "train-bad-tokenizer",
         ["train", "--model", "lm", "--steps", "1", "--tokenizer", "wordpiece", "--out", "{out}"],
-        "unknown tokenizer",
+        "unknown --tokenizer",
         2,
     ),
     (
@@ -120,7 +120,7 @@ CASES: list[tuple[str, list[str], str, int]] = [
     ("attack-eps-div0", ["attack", "--eps", "8/0"], "divides by zero", 2),
     ("attack-eps-empty-item", ["attack", "--eps", ","], "empty item", 2),
     ("attack-eps-nan", ["attack", "--eps", "nan"], "not finite", 2),
-    ("attack-eps-negative", ["attack", "--eps", "-0.5"], "below 0", 2),
+    ("attack-eps-negative", ["attack", "--eps", "-0.5"], "is negative", 2),
     ("attack-eps-above-1", ["attack", "--eps", "8"], "above 1", 2),
     ("attack-eps-word", ["attack", "--eps", "small"], "not a number", 2),
     ("attack-unknown-attack", ["attack", "--attack", "pgdd"], "Did you mean", 2),
@@ -128,12 +128,17 @@ CASES: list[tuple[str, list[str], str, int]] = [
     (
         "attack-rate-above-1",
         ["attack", "--model", "lm", "--attack", "wordswap", "--rate", "1.5"],
-        "outside the allowed range",
+        "outside [0, 1]",
         2,
     ),
-    ("attack-too-many-examples", ["attack", "--n-examples", "99999"], "larger than the dataset", 2),
+    (
+        "attack-too-many-examples",
+        ["attack", "--n-examples", "99999"],
+        "larger than the data (2000 examples); pass --n-examples 2000",
+        2,
+    ),
     ("attack-zero-steps", ["attack", "--steps", "0"], "--steps must be positive", 2),
-    ("attack-bad-step-size", ["attack", "--step-size", "-1"], "below 0", 2),
+    ("attack-bad-step-size", ["attack", "--step-size", "-1"], "--step-size must be a positive number", 2),
     ("attack-wrong-checkpoint", ["attack", "--checkpoint", W("lm-ckpt")], "not 'deit'", 2),
     ("attack-corrupt-checkpoint", ["attack", "--checkpoint", W("corrupt-ckpt")], "corrupted", 2),
     ("attack-pickle-checkpoint", ["attack", "--checkpoint", W("weights.pt")], "pickle", 2),

@@ -196,13 +196,14 @@ BAD = [
     ({"threat_model": "corruptions", "eps": 0.1}, "eps does not apply to threat_model='corruptions'"),
     ({"threat_model": "corruptions", "attack": "pgd"}, "runs no attack; drop attack"),
     ({"n_examples": 11}, "n_examples=11 is larger than the data (10 examples); pass n_examples=10 or fewer"),
-    ({"n_examples": 0}, "n_examples must be a positive whole number"),
-    ({"n_examples": 2.5}, "n_examples must be a positive whole number"),
+    ({"n_examples": 0}, "n_examples must be positive"),
+    ({"n_examples": 2.5}, "n_examples must be an integer, got 2.5"),
     ({"attack": "fgsm", "threat_model": "L2"}, "attack 'fgsm' has no l2 version"),
     ({"attack": "pgdd"}, "unknown attack 'pgdd'"),
     ({"attack": "wordswap"}, "unknown attack 'wordswap'"),
-    ({"batch_size": 0}, "--batch-size must be positive"),
-    ({"device": "tpu"}, "unknown --device 'tpu'"),
+    ({"batch_size": 0}, "batch_size must be positive"),  # the API's own names, never CLI flags
+    ({"device": "tpu"}, "unknown device 'tpu'"),
+    ({"rates": [0.1]}, "rates does not apply to image attack runs"),
 ]
 
 
@@ -211,6 +212,7 @@ def test_bad_arguments_are_one_line(kwargs: dict, match: str) -> None:
     with pytest.raises(RobfiltError) as err:
         benchmark(_net(), data=_tensors(), **kwargs)
     assert match in str(err.value) and "\n" not in str(err.value)
+    assert "--" not in str(err.value)  # an API error never names a command-line flag
 
 
 @pytest.mark.parametrize(
@@ -232,5 +234,5 @@ def test_bad_models_are_one_line(model: object, match: str) -> None:
 def test_bad_data_is_one_line() -> None:
     with pytest.raises(RobfiltError, match="images alone are not enough"):
         benchmark(_net(), data=np.zeros((4, 3, 8, 8), dtype=np.float32), eps=0.1, n_examples=2)
-    with pytest.raises(RobfiltError, match="larger than the dataset"):  # a spec string: the engine counts
+    with pytest.raises(RobfiltError, match="larger than the data"):  # a spec string: the engine counts
         benchmark("deit", data="fashion-mnist", n_examples=10**6)

@@ -215,7 +215,7 @@ def test_lm_and_lipschitz_thresholds(tmp_path: Path) -> None:
 def test_spec_errors_are_one_line(tmp_path: Path, spec: str, message: str | None) -> None:
     path = project(tmp_path, spec)
     if message is None:
-        assert load_spec(path).sections["image"].settings["models"] == ["deit"]
+        assert list(load_spec(path).sections["image"].settings["models"]) == ["deit"]
         return
     with pytest.raises(RobfiltError) as exc:
         load_spec(path)

@@ -178,3 +178,13 @@ def test_lazy_commands_are_listed_with_their_own_summary(
     assert all(listed[name] == summary for name, (_, summary) in LAZY.items())
     assert run(["check", "--help"]) == 0  # a lazy command still shows its own options
     assert "--spec" in capsys.readouterr().out
+
+
+def test_light_timm_configs_equal_the_model_configs() -> None:
+    """The pretrained_cfg registered from plain names (before robfilt's models are imported) is the model's own."""
+    from robustbench_filters.models.registry import resolve_spec
+    from robustbench_filters.models.timm_registry import REGISTERED, _pretrained_cfg
+
+    assert names.TIMM_REGISTERED == REGISTERED
+    for arch, (name, size) in REGISTERED.items():
+        assert names.timm_pretrained_cfg(arch) == _pretrained_cfg(resolve_spec(name, size).config, arch), arch

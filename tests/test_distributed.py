@@ -86,7 +86,7 @@ def test_shard_rejects_bad_rank() -> None:
 
 
 def test_env_context(monkeypatch: pytest.MonkeyPatch, no_torchrun_env: None) -> None:
-    assert D.env_context() == D.SINGLE and D.init("cpu") == D.SINGLE
+    assert D.env_context() == D.DistContext() and D.init("cpu") == D.DistContext()
     monkeypatch.setenv("WORLD_SIZE", "4")
     monkeypatch.setenv("RANK", "3")
     monkeypatch.setenv("LOCAL_RANK", "1")
@@ -108,10 +108,9 @@ def test_cuda_unavailable_is_a_clear_error(no_torchrun_env: None, tmp_path: Path
 
 
 def test_single_process_helpers_pass_through() -> None:
-    assert D.all_or_none(D.SINGLE, lambda: 3) == 3
-    assert D.all_gather(D.SINGLE, "x") == ["x"]
+    assert D.all_or_none(D.DistContext(), lambda: 3) == 3
     with pytest.raises(KeyError):
-        D.all_or_none(D.SINGLE, lambda: {}["missing"])
+        D.all_or_none(D.DistContext(), lambda: {}["missing"])
     assert isinstance(D._rebuild(1, "RunStateError", "locked"), RunStateError)
     assert "rank 2 failed with KeyError" in str(D._rebuild(2, "KeyError", "x"))
 

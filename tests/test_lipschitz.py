@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from timm.layers import Attention
 from torch import nn
 
+from robustbench_filters.api import estimate_lipschitz
 from robustbench_filters.cli import run
 from robustbench_filters.errors import RobfiltError
 from robustbench_filters.lipschitz import (
@@ -24,7 +25,6 @@ from robustbench_filters.lipschitz import (
     certified_radius,
     conv_lipschitz,
     dp_head_bound,
-    estimate_lipschitz,
     jacobian_dense,
     jacobian_norm_exact,
     jacobian_norm_power,

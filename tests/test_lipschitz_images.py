@@ -17,11 +17,11 @@ import torch
 from matplotlib.figure import Figure
 from torch import nn
 
+from robustbench_filters.api import estimate_lipschitz
 from robustbench_filters.errors import RobfiltError
 from robustbench_filters.family import Family
 from robustbench_filters.lipschitz import certify as certify_module
 from robustbench_filters.lipschitz import (
-    estimate_lipschitz,
     jacobian_norm_exact,
     jacobian_norm_power,
     make_target,

@@ -223,8 +223,8 @@ def test_palette_is_fixed_per_variant() -> None:
 
 def test_full_report_from_engine_runs(tmp_path: Path) -> None:
     """Image attack run (4 variants, real engine), synthetic LM run, Lipschitz run and sequence-length study."""
-    from robustbench_filters.api import evaluate
-    from robustbench_filters.lipschitz import estimate_lipschitz, sequence_length_study
+    from robustbench_filters.api import estimate_lipschitz, evaluate
+    from robustbench_filters.lipschitz import sequence_length_study
 
     img = tmp_path / "img"
     evaluate(["deit", "deit-bsa", "deit-grc", "deit-bsa-grc"], ["fgsm", "pgd"], eps=[0.01, 0.05], n_examples=8,

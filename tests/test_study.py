@@ -6,6 +6,7 @@ import dataclasses
 import json
 import os
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -25,11 +26,13 @@ from robustbench_filters.study import (
 )
 from robustbench_filters.study.checkpoints import find_reusable
 from robustbench_filters.study.plan import (
-    CertifyEval,
-    LipschitzEval,
-    LMEval,
+    CERTIFY_TEMPLATE,
+    LIPSCHITZ_LM_TEMPLATE,
+    LIPSCHITZ_VISION_TEMPLATE,
+    LM_ATTACK_TEMPLATE,
+    VISION_ATTACK_TEMPLATE,
+    VISION_CORRUPTION_TEMPLATE,
     SeqlenEval,
-    VisionEval,
     full_plan,
     quick_plan,
 )
@@ -141,10 +144,12 @@ def smoke_plan(**changes) -> StudyPlan:
         lm_models=("lm", "lm-bsa"),
         vision_recipe=Recipe(steps=3, batch_size=16, eval_max=50),
         lm_recipe=Recipe(steps=3, batch_size=4, augment=False, eval_max=5),
-        vision=VisionEval(n_examples=8, pgd_steps=2, eps=(0.01, 0.05), corruption_examples=8, severities=(1,)),
-        lm=LMEval(n_sequences=4, rates=(0.0, 0.1), eps=(0.05,), attack_steps=2),
-        lipschitz=LipschitzEval(vision_examples=2, lm_examples=2, lm_seq_len=16),
-        certify=CertifyEval(n_examples=4, n0=10, n=40, attack_examples=1),
+        vision_attack=replace(VISION_ATTACK_TEMPLATE, n_examples=8, steps=2, eps=(0.01, 0.05)),
+        vision_corruption=replace(VISION_CORRUPTION_TEMPLATE, n_examples=8, severities=(1,)),
+        lm_attack=replace(LM_ATTACK_TEMPLATE, n_examples=4, rates=(0.0, 0.1), eps=(0.05,), steps=2),
+        lipschitz_vision=replace(LIPSCHITZ_VISION_TEMPLATE, n_examples=2),
+        lipschitz_lm=replace(LIPSCHITZ_LM_TEMPLATE, n_examples=2, seq_len=16),
+        certify=replace(CERTIFY_TEMPLATE, n_examples=4, n0=10, n=40, attack_examples=1),
         seqlen=SeqlenEval(lm_ns=(8, 16), lm_windows=2, layer_ns=(16, 32), layer_trials=2),
     )
     return dataclasses.replace(plan, **changes)
@@ -226,7 +231,7 @@ def test_second_invocation_redoes_nothing(study):
 
 def test_changed_settings_remeasure_only_the_affected_piece(study):
     out = study["out"]
-    plan = smoke_plan(lm=LMEval(n_sequences=4, rates=(0.0, 0.05), eps=(0.05,), attack_steps=2))
+    plan = smoke_plan(lm_attack=replace(LM_ATTACK_TEMPLATE, n_examples=4, rates=(0.0, 0.05), eps=(0.05,), steps=2))
     result = run_study(plan, out, resume=True, report=False)
     assert result.executed == ["lm-attack/s0"]
 

@@ -95,7 +95,7 @@ def _rgb_folder(root):
         (["--steps", "0"], "--steps must be positive"),
         (["--epochs", "-1"], "--epochs must be positive"),
         (["--data", "text:/does/not/exist"], "does not exist"),
-        (["--tokenizer", "wordpiece"], "unknown tokenizer"),
+        (["--tokenizer", "wordpiece"], "unknown --tokenizer"),
     ],
 )
 def test_bad_input_exit_2(tmp_path, capsys, args, needle):

@@ -13,32 +13,18 @@ Treat its numbers as an upper bound on what the reference would report, not as a
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import Enum
 
 import torch
 import torchattacks
 from torch import nn
 
-from ..errors import RobfiltError, unknown
+from ..errors import RobfiltError
 from ..family import Family
-
-
-class Norm(str, Enum):
-    LINF = "linf"
-    L2 = "l2"
-
-
-def parse_norm(value: str | Norm | None) -> Norm | None:
-    """'linf' / 'l2' (case-insensitive) to a Norm; anything else is a one-line usage error."""
-    if value is None or isinstance(value, Norm):
-        return value
-    try:
-        return Norm(str(value).strip().lower())
-    except ValueError:
-        raise RobfiltError(f"unknown --norm {value!r}; use linf or l2.") from None
-
+from ..names import ATTACK_SPECS, AttackSpec, Norm, attack_spec
+from ..surface import given
 
 AttackFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -55,16 +41,15 @@ class AttackParams:
     n_classes: int
 
 
-@dataclass(frozen=True)
-class AttackInfo:
-    name: str
-    families: tuple[Family, ...]
-    norms: tuple[Norm, ...]
-    default_norm: Norm
-    description: str
-    build: Callable[[nn.Module, AttackParams], list[tuple[str, AttackFn]]]
-    minimum_norm: bool = False  # returns unbounded perturbations; success counts only inside the eps-ball
-    gradient_free: bool = False
+Builder = Callable[[nn.Module, "AttackParams"], list[tuple[str, AttackFn]]]
+
+
+@dataclass(frozen=True, kw_only=True)
+class AttackInfo(AttackSpec):
+    """An attack of the vocabulary (:class:`~robustbench_filters.names.AttackSpec`) with the builder that runs it:
+    ``build(model, params)`` returns its components, each a ``(name, attack(x, y) -> x_adv)`` pair."""
+
+    build: Builder
 
 
 def _pgd_alpha(p: AttackParams) -> float:
@@ -73,7 +58,7 @@ def _pgd_alpha(p: AttackParams) -> float:
 
 def _fgsm(model: nn.Module, p: AttackParams) -> list[tuple[str, AttackFn]]:
     if p.norm is not Norm.LINF:
-        raise RobfiltError("fgsm is an Linf attack; use --norm linf (or pgd-l2 for L2).")
+        raise RobfiltError(f"fgsm is an Linf attack; use {given('norm', 'linf')} (or pgd-l2 for L2).")
     return [("fgsm", torchattacks.FGSM(model, eps=p.eps))]
 
 
@@ -178,7 +163,7 @@ def _within_ball(attack: AttackFn, eps: float, norm: Norm) -> AttackFn:
 
 def _cw(model: nn.Module, p: AttackParams) -> list[tuple[str, AttackFn]]:
     if p.norm is not Norm.L2:
-        raise RobfiltError("cw is an L2 attack; use --norm l2.")
+        raise RobfiltError(f"cw is an L2 attack; use {given('norm', 'l2')}.")
     cw = torchattacks.CW(model, c=1.0, kappa=0.0, steps=max(p.steps, 50), lr=0.01)
     return [("cw", _within_ball(cw, p.eps, p.norm))]
 
@@ -187,82 +172,34 @@ def _autoattack(model: nn.Module, p: AttackParams) -> list[tuple[str, AttackFn]]
     return _apgd_ce(model, p) + _apgd_t(model, p) + _fab(model, p, targeted=True) + _square(model, p)
 
 
-IMAGE = (Family.IMAGE,)
-LM = (Family.LM,)
-
-ATTACKS: dict[str, AttackInfo] = {
-    a.name: a
-    for a in [
-        AttackInfo("fgsm", IMAGE + LM, (Norm.LINF,), Norm.LINF, "FGSM, one signed-gradient step of size eps.", _fgsm),
-        AttackInfo(
-            "pgd",
-            IMAGE + LM,
-            (Norm.LINF, Norm.L2),
-            Norm.LINF,
-            "PGD: 20 steps, step 0.15*eps, random start (L2 with --norm l2).",
-            _pgd,
-        ),
-        AttackInfo(
-            "pgd-l2", IMAGE, (Norm.L2,), Norm.L2, "PGD under L2: 20 steps, step 0.15*eps, random start.", _pgd_l2
-        ),
-        AttackInfo(
-            "apgd-ce", IMAGE, (Norm.LINF, Norm.L2), Norm.LINF, "APGD with cross-entropy, 50 steps, 1 restart.", _apgd_ce
-        ),
-        AttackInfo(
-            "apgd-t", IMAGE, (Norm.LINF, Norm.L2), Norm.LINF, "Targeted APGD (DLR), 9 targets, 50 steps.", _apgd_t
-        ),
-        AttackInfo(
-            "fab",
-            IMAGE,
-            (Norm.LINF, Norm.L2),
-            Norm.LINF,
-            "FAB minimum-norm attack, counted inside eps.",
-            _fab,
-            minimum_norm=True,
-        ),
-        AttackInfo(
-            "square",
-            IMAGE,
-            (Norm.LINF, Norm.L2),
-            Norm.LINF,
-            "Square: gradient-free, 1000 queries.",
-            _square,
-            gradient_free=True,
-        ),
-        AttackInfo(
-            "cw",
-            IMAGE,
-            (Norm.L2,),
-            Norm.L2,
-            "Carlini-Wagner L2 (c=1, 50 steps), counted inside eps.",
-            _cw,
-            minimum_norm=True,
-        ),
-        AttackInfo(
-            "autoattack",
-            IMAGE,
-            (Norm.LINF, Norm.L2),
-            Norm.LINF,
-            "Per-example worst case of APGD-CE, APGD-T, FAB-T and Square (torchattacks ports; see docs).",
-            _autoattack,
-        ),
-    ]
+#: the builder of every attack of the vocabulary, by name
+BUILDERS: dict[str, Builder] = {
+    "fgsm": _fgsm,
+    "pgd": _pgd,
+    "pgd-l2": _pgd_l2,
+    "apgd-ce": _apgd_ce,
+    "apgd-t": _apgd_t,
+    "fab": _fab,
+    "square": _square,
+    "cw": _cw,
+    "autoattack": _autoattack,
 }
 
 
+def _with_builder(spec: AttackSpec, build: Builder) -> AttackInfo:
+    return AttackInfo(**{f.name: getattr(spec, f.name) for f in dataclasses.fields(AttackSpec)}, build=build)
+
+
+ATTACKS: dict[str, AttackInfo] = {name: _with_builder(ATTACK_SPECS[name], build) for name, build in BUILDERS.items()}
+
+
 def register_attack(info: AttackInfo) -> None:
-    """Add an attack to the catalogue (e.g. a user's own torchattacks wrapper)."""
+    """Add an attack to the catalogue and the vocabulary (e.g. a user's own torchattacks wrapper)."""
     ATTACKS[info.name] = info
+    ATTACK_SPECS[info.name] = info
 
 
 def get_attack(name: str, family: Family | None = None) -> AttackInfo:
     """The catalogue entry of ``name``; with ``family``, it must fit that family's models."""
-    if name not in ATTACKS:
-        raise unknown("attack", name, [*ATTACKS, "wordswap", "corruption"])
-    info = ATTACKS[name]
-    if family is not None and family not in info.families:
-        fits = sorted(n for n, a in ATTACKS.items() if family in a.families)
-        raise RobfiltError(
-            f"attack {name!r} does not fit {family.value} models; for {family.value} use one of: {', '.join(fits)}."
-        )
-    return info
+    attack_spec(name, family)
+    return ATTACKS[name]

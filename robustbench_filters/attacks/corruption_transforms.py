@@ -33,8 +33,7 @@ import torch
 import torchvision.transforms.v2.functional as TF
 
 from ..errors import RobfiltError, unknown
-
-SEVERITIES: tuple[int, ...] = (1, 2, 3, 4, 5)
+from ..names import SEVERITIES, check_severity  # noqa: F401 - SEVERITIES is part of this module's surface
 
 
 @dataclass(frozen=True)
@@ -97,12 +96,6 @@ def get_corruption(name: str) -> Corruption:
     if name not in CORRUPTIONS:
         raise unknown("corruption", name, CORRUPTIONS)
     return CORRUPTIONS[name]
-
-
-def check_severity(severity: int) -> int:
-    if severity not in (0, *SEVERITIES):
-        raise RobfiltError(f"corruption severity {severity} is not one of 0-5 (0 is the identity).")
-    return int(severity)
 
 
 def pregenerate(name: str, shape: tuple[int, ...], seeds: Sequence[int]) -> torch.Tensor | None:

@@ -36,10 +36,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import RobfiltError, unknown
+from ..names import EMBEDDING_ATTACKS, EPS_MODES
 from .catalogue import Norm
 
-EPS_MODES: tuple[str, ...] = ("relative", "absolute")
-EMBEDDING_ATTACKS: tuple[str, ...] = ("fgsm", "pgd")
 _TINY = 1e-12
 
 

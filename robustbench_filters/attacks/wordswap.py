@@ -28,12 +28,10 @@ import re
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from ..errors import RobfiltError
+from ..names import DEFAULT_RATES, DEFAULT_REPLACEMENT, validate_rate  # noqa: F401 - DEFAULT_RATES is re-exported
 
 # Letters (any script) with apostrophes (ASCII or typographic) allowed only between letters.
 WORD_RE = re.compile(r"[^\W\d_]+(?:['\u2019][^\W\d_]+)*")
-DEFAULT_REPLACEMENT = "AAA"
-DEFAULT_RATES: tuple[float, ...] = (0.0, 0.015, 0.05, 0.1)
 
 
 @dataclass(frozen=True)
@@ -74,12 +72,6 @@ def eligible_spans(text: str, stopwords: Collection[str] | None = None) -> tuple
 def n_to_swap(rate: float, n_eligible: int, u: float = 0.5) -> int:
     """``floor(rate * n_eligible + u)``: stochastic rounding for ``u ~ U[0, 1)``, round-half-up for ``u = 0.5``."""
     return min(n_eligible, math.floor(rate * n_eligible + u))
-
-
-def validate_rate(rate: float) -> float:
-    if not (0.0 <= rate <= 1.0) or math.isnan(rate):
-        raise RobfiltError(f"word-swap rate {rate:g} is outside [0, 1]; a rate is the fraction of eligible words.")
-    return float(rate)
 
 
 def swap_words(

@@ -17,42 +17,34 @@ from typing import Any
 
 from ..errors import RobfiltError
 from ..family import Family
+from ..names import AMP_DTYPES, CORRUPTION, WORDSWAP
+from ..surface import Surface, current_surface, flag
 from .attacks import CorruptionConfig, ImageAttackConfig, LMAttackConfig
 from .base import (
-    AMP_DTYPES,
     CONTAMINATIONS,
-    CORRUPTION,
     DEFAULT_EPS,
     DEFAULT_LM_EPS,
     DEFAULT_LM_SEQUENCES,
     DEVICES,
-    FLAGS,
-    WORDSWAP,
     ModelLike,
     RunConfig,
     data_label,
     default_eps,
-    flag,
     model_family,
     model_label,
 )
 from .bounds import CertifyConfig, LipschitzConfig
-
-CONFIGS: tuple[type[RunConfig], ...] = (
-    ImageAttackConfig,
-    LMAttackConfig,
-    CorruptionConfig,
-    LipschitzConfig,
-    CertifyConfig,
-)
+from .options import REGISTRY, Option, declared_fields, internal_reason, read
 
 
 def build(cls: type[RunConfig], options: Mapping[str, Any]) -> RunConfig:
-    """Build a config from the options a user actually gave; one that does not apply to this kind is refused."""
+    """Build a config from the options a user actually gave (already :func:`read`); one that does not apply to this
+    kind of run is refused in one line, named as the current surface spells it, never silently dropped."""
     fields = set(cls.options())
     for name in options:
         if name not in fields:
-            raise RobfiltError(f"{flag(name)} does not apply to {cls.DESCRIPTION} runs; drop it.")
+            fix = "remove the key" if current_surface() is Surface.SPEC else "drop it"
+            raise RobfiltError(f"{flag(name)} does not apply to {cls.DESCRIPTION} runs; {fix}.")
     return cls(**options)
 
 
@@ -70,7 +62,6 @@ def attack_config_class(models: Sequence[ModelLike], attacks: Sequence[str]) -> 
 
 __all__ = [
     "AMP_DTYPES",
-    "CONFIGS",
     "CONTAMINATIONS",
     "CORRUPTION",
     "CertifyConfig",
@@ -79,7 +70,8 @@ __all__ = [
     "DEFAULT_LM_EPS",
     "DEFAULT_LM_SEQUENCES",
     "DEVICES",
-    "FLAGS",
+    "Option",
+    "REGISTRY",
     "ImageAttackConfig",
     "LMAttackConfig",
     "LipschitzConfig",
@@ -89,8 +81,10 @@ __all__ = [
     "attack_config_class",
     "build",
     "data_label",
+    "declared_fields",
     "default_eps",
-    "flag",
+    "internal_reason",
     "model_family",
     "model_label",
+    "read",
 ]

@@ -3,20 +3,33 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ..attacks.catalogue import ATTACKS, Norm, get_attack, parse_norm
-from ..attacks.corruption_transforms import CORRUPTIONS, SEVERITIES, check_severity, get_corruption
-from ..attacks.embedding import EMBEDDING_ATTACKS, EPS_MODES
-from ..attacks.wordswap import DEFAULT_RATES, DEFAULT_REPLACEMENT, validate_rate
 from ..errors import RobfiltError
 from ..family import Family
-from .base import (
+from ..names import (
     AMP_DTYPES,
+    ATTACK_SPECS,
     CORRUPTION,
-    DEFAULT_LM_EPS,
+    CORRUPTIONS,
+    DEFAULT_RATES,
+    DEFAULT_REPLACEMENT,
+    EMBEDDING_ATTACKS,
+    EPS_MODES,
+    SEVERITIES,
     WORDSWAP,
+    Norm,
+    attack_help,
+    attack_spec,
+    check_corruption,
+    check_severity,
+    parse_norm,
+    validate_rate,
+)
+from ..surface import flag, given
+from .base import (
+    DEFAULT_LM_EPS,
     ImageDataConfig,
     RunConfig,
     _names,
@@ -24,6 +37,7 @@ from .base import (
     _unique,
     default_eps,
 )
+from .options import Bool, Int, Many, Number, Text, Tokenizer, UpTo, option
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,58 +48,82 @@ class ImageAttackConfig(ImageDataConfig):
     FAMILY: ClassVar[Family | None] = Family.IMAGE
     DESCRIPTION: ClassVar[str] = "image attack"
 
-    attacks: tuple[str, ...] = ("pgd",)
-    eps: tuple[float, ...] | None = None
-    norm: Norm | None = None
-    steps: int = 20
-    step_size: float | None = None
-    check_masking: bool = False
-    amp: str | None = None
-    amp_attacks: bool = False
-    n_examples: int = 256
+    attacks: tuple[str, ...] = option(
+        ("pgd",), help=attack_help(), value=Many(Text()), flag="--attack", short="-a", panel="Attack"
+    )
+    eps: tuple[float, ...] | None = option(
+        None,
+        help="Budgets: images on the [0, 1] scale (fractions like 8/255 work; default: the data's grid); "
+        "language models: embedding radii (see --eps-mode).",
+        value=Many(Number()),
+        panel="Attack",
+    )
+    norm: Norm | None = option(None, help="linf or l2 (default: the attack's own; l2 for LM attacks).", panel="Attack")
+    steps: int = option(20, help="Iterations of iterative attacks.", value=Int(), panel="Attack")
+    step_size: float | None = option(
+        None, help="Step of PGD-style attacks (default 0.15*eps).", value=Number(), panel="Attack"
+    )
+    check_masking: bool = option(
+        False, help="Also run the gradient-masking checks (large eps, more steps, black-box).", value=Bool(),
+        panel="Attack",
+    )  # fmt: skip
+    amp: str | None = option(
+        None, help="bf16: clean evaluation under autocast (attacks stay fp32 unless --amp-attacks).", panel="Attack"
+    )
+    amp_attacks: bool = option(
+        False, help="Run the attacks under --amp too (the summary records it).", value=Bool(), panel="Attack"
+    )
+    n_examples: int | None = UpTo(256)
     batch_size: int = 128
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        attacks = _unique(_names(self.attacks), "--attack")
+        attacks = _unique(_names(self.attacks), "attacks")
         if not attacks:
-            raise RobfiltError("no attack given; pass --attack NAME[,NAME...].")
+            raise RobfiltError(f"no attack given; pass {given('attacks', 'NAME[,NAME...]')}.")
         for a in attacks:
             if a == WORDSWAP:
                 raise RobfiltError(
-                    "attack 'wordswap' does not fit image models (it swaps words of text); use --attack corruption for image contamination."
+                    "attack 'wordswap' does not fit image models (it swaps words of text); use "
+                    f"{given('attacks', 'corruption')} for image contamination."
                 )
             if a == CORRUPTION or a.startswith(f"{CORRUPTION}:"):
                 raise RobfiltError(
-                    f"{a!r} cannot share a run with adversarial attacks; run corruptions in their own command."
+                    f"{a!r} cannot share a run with adversarial attacks; run corruptions in their own run."
                 )
-            get_attack(a, Family.IMAGE)
+            attack_spec(a, Family.IMAGE)
         self._set("attacks", attacks)
-        norm = parse_norm(self.norm) or ATTACKS[attacks[0]].default_norm
+        norm = parse_norm(self.norm) or ATTACK_SPECS[attacks[0]].default_norm
         for a in attacks:
-            if norm not in ATTACKS[a].norms:
+            if norm not in ATTACK_SPECS[a].norms:
                 raise RobfiltError(
-                    f"attack {a!r} does not support --norm {norm.value}; use {ATTACKS[a].norms[0].value}."
+                    f"attack {a!r} does not support {given('norm', norm.value)}; use {ATTACK_SPECS[a].norms[0].value}."
                 )
         self._set("norm", norm)
         if self.eps is None and not isinstance(self.data, str):
-            raise RobfiltError("data given as arrays or a Dataset has no default eps grid; pass eps, e.g. eps=[8/255].")
-        eps = default_eps(self.data, norm) if self.eps is None else _unique(map(float, self.eps), "--eps")
+            raise RobfiltError(
+                f"data given as arrays or a Dataset has no default eps grid; pass {given('eps', '8/255')}."
+            )
+        eps = default_eps(self.data, norm) if self.eps is None else _unique(map(float, self.eps), "eps")
         if not eps:
-            raise RobfiltError("--eps is empty; give values like 0.01,0.02 or 8/255.")
+            raise RobfiltError(f"{flag('eps')} is empty; give values like {given('eps', '0.01,8/255')}.")
         for e in eps:
             if not (e >= 0.0) or math.isnan(e) or math.isinf(e):
                 raise RobfiltError(f"eps {e} is negative or not finite; eps is a budget on the [0, 1] input scale.")
             if norm is Norm.LINF and e > 1.0:
                 raise RobfiltError(f"eps {e:g} is above 1 on the [0, 1] input scale; did you mean {e:g}/255?")
         self._set("eps", tuple(sorted(eps)))
-        _positive(self.steps, "--steps")
+        _positive(self.steps, "steps")
         if self.step_size is not None and not (self.step_size > 0 and math.isfinite(self.step_size)):
-            raise RobfiltError(f"--step-size must be a positive number, got {self.step_size}.")
+            raise RobfiltError(f"{flag('step_size')} must be a positive number, got {self.step_size}.")
         if self.amp is not None and self.amp not in AMP_DTYPES:
-            raise RobfiltError(f"unknown --amp {self.amp!r}; use {', '.join(AMP_DTYPES)} (or leave it off for fp32).")
+            raise RobfiltError(
+                f"unknown {flag('amp')} {self.amp!r}; use {', '.join(AMP_DTYPES)} (or leave it out for fp32)."
+            )
         if self.amp_attacks and self.amp is None:
-            raise RobfiltError("--amp-attacks needs --amp bf16 (it runs the attacks in that precision too).")
+            raise RobfiltError(
+                f"{flag('amp_attacks')} needs {given('amp', 'bf16')} (it runs the attacks in that precision too)."
+            )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -98,29 +136,51 @@ class LMAttackConfig(RunConfig):
 
     attacks: tuple[str, ...] = ("pgd",)
     eps: tuple[float, ...] | None = None
-    rates: tuple[float, ...] | None = None
+    rates: tuple[float, ...] | None = option(
+        None,
+        help="Word-swap contamination rates in [0, 1] (language models).",
+        value=Many(Number()),
+        flag="--rate",
+        panel="Attack",
+    )
     norm: Norm | None = None
-    eps_mode: str = "relative"
+    eps_mode: str = option(
+        "relative",
+        help="LM eps: relative (a fraction of the mean token-embedding norm) or absolute.",
+        panel="Attack",
+    )
     steps: int = 20
     step_size: float | None = None
-    replacement: str = DEFAULT_REPLACEMENT
+    replacement: str = option(
+        DEFAULT_REPLACEMENT, help="Word-swap replacement token (language models).", panel="Attack"
+    )
     check_masking: bool = False
-    tokenizer: Any = field(default=None, compare=False)
-    text_column: str | None = None
+    tokenizer: Any = option(
+        None,
+        help="Language models' tokenizer: char or bpe when training an own LM; a tokenizer folder for hf: models "
+        "(default: the model's own); in Python, a tokenizer object too.",
+        value=Tokenizer(),
+        compare=False,
+        panel="Model",
+    )
+    text_column: str | None = option(None, help="hf-disk data: the text column (language models).", panel="Data")
     data: str = "austen"
+    n_examples: int | None = UpTo(64)
     batch_size: int = 32
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        attacks = _unique(_names(self.attacks), "--attack")
+        attacks = _unique(_names(self.attacks), "attacks")
         if not attacks:
-            raise RobfiltError("no attack given; pass --attack NAME[,NAME...].")
+            raise RobfiltError(f"no attack given; pass {given('attacks', 'NAME[,NAME...]')}.")
         for a in attacks:
             if a == WORDSWAP:
                 continue
             if a == CORRUPTION or a.startswith(f"{CORRUPTION}:"):
-                raise RobfiltError("corruptions are image contaminations; language models take --attack wordswap.")
-            get_attack(a, Family.LM)
+                raise RobfiltError(
+                    f"corruptions are image contaminations; language models take {given('attacks', 'wordswap')}."
+                )
+            attack_spec(a, Family.LM)
             if a not in EMBEDDING_ATTACKS:
                 raise RobfiltError(
                     f"attack {a!r} has no LM implementation; use one of: {', '.join(EMBEDDING_ATTACKS)}."
@@ -129,10 +189,12 @@ class LMAttackConfig(RunConfig):
         adversarial = [a for a in attacks if a in EMBEDDING_ATTACKS]
         if self.eps is not None:
             if not adversarial:
-                raise RobfiltError("--eps applies to the embedding attacks fgsm and pgd; word swap takes --rate.")
-            eps = _unique(map(float, self.eps), "--eps")
+                raise RobfiltError(
+                    f"{flag('eps')} applies to the embedding attacks fgsm and pgd; word swap takes {flag('rates')}."
+                )
+            eps = _unique(map(float, self.eps), "eps")
             if not eps:
-                raise RobfiltError("--eps is empty; give values like 0.01,0.05.")
+                raise RobfiltError(f"{flag('eps')} is empty; give values like {given('eps', '0.01,0.05')}.")
             for e in eps:
                 if not (e >= 0.0) or not math.isfinite(e):
                     raise RobfiltError(f"eps {e} is negative or not finite; LM eps is a (relative) embedding radius.")
@@ -141,10 +203,12 @@ class LMAttackConfig(RunConfig):
         self._set("eps", tuple(sorted(eps)))
         if self.rates is not None:
             if WORDSWAP not in attacks:
-                raise RobfiltError("--rate applies to the text attack wordswap; add --attack wordswap.")
-            rates = _unique(map(float, self.rates), "--rate")
+                raise RobfiltError(
+                    f"{flag('rates')} applies to the text attack wordswap; add wordswap to {flag('attacks')}."
+                )
+            rates = _unique(map(float, self.rates), "rates")
             if not rates:
-                raise RobfiltError("--rate is empty; give fractions like 0,0.05,0.1.")
+                raise RobfiltError(f"{flag('rates')} is empty; give fractions like {given('rates', '0,0.05,0.1')}.")
             for r in rates:
                 validate_rate(r)
         else:
@@ -153,14 +217,19 @@ class LMAttackConfig(RunConfig):
         try:
             self._set("norm", parse_norm(self.norm) or Norm.L2)
         except RobfiltError:
-            raise RobfiltError(f"unknown --norm {self.norm!r}; use linf or l2.") from None
+            raise RobfiltError(f"unknown {flag('norm')} {self.norm!r}; use linf or l2.") from None
         if self.eps_mode not in EPS_MODES:
-            raise RobfiltError(f"unknown eps mode {self.eps_mode!r}; use relative or absolute.")
-        _positive(self.steps, "--steps")
+            raise RobfiltError(f"unknown {flag('eps_mode')} {self.eps_mode!r}; use relative or absolute.")
+        _positive(self.steps, "steps")
         if self.step_size is not None and not (self.step_size > 0 and math.isfinite(self.step_size)):
-            raise RobfiltError(f"--step-size must be a positive number, got {self.step_size}.")
+            raise RobfiltError(f"{flag('step_size')} must be a positive number, got {self.step_size}.")
         if not self.replacement:
-            raise RobfiltError("the word-swap replacement is empty; give a token such as AAA.")
+            raise RobfiltError(f"{flag('replacement')} is empty; give a token such as AAA.")
+        if isinstance(self.tokenizer, str):
+            raise RobfiltError(
+                f"{given('tokenizer', self.tokenizer)} names a tokenizer, but robfilt's own LMs use the tokenizer "
+                f"saved with their checkpoint; drop {flag('tokenizer')}."
+            )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -172,18 +241,23 @@ class CorruptionConfig(ImageDataConfig):
     DESCRIPTION: ClassVar[str] = "corruption"
 
     attacks: tuple[str, ...] = (CORRUPTION,)
-    severities: tuple[int, ...] = SEVERITIES
-    baseline: str | None = "deit"
-    n_examples: int = 256
+    severities: tuple[int, ...] = option(
+        SEVERITIES, help="Corruption severities, a comma list of 1-5.", value=Many(Int()), flag="--severity",
+        panel="Attack",
+    )  # fmt: skip
+    baseline: str | None = option(
+        "deit", help="Corruptions: the model whose errors normalise mCE (one of the run's models).", panel="Attack"
+    )
+    n_examples: int | None = UpTo(256)
     batch_size: int = 128
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self._set("attacks", _unique(_names(self.attacks), "--attack"))
+        self._set("attacks", _unique(_names(self.attacks), "attacks"))
         self.corruptions  # noqa: B018 - validates the names
         sev = _unique((int(s) for s in self.severities), "severities")
         if not sev:
-            raise RobfiltError("no severities given; use some of 1-5.")
+            raise RobfiltError(f"no severities given; use some of 1-5, e.g. {given('severities', '1,3,5')}.")
         for s in sev:
             check_severity(s)
         self._set("severities", tuple(sorted(sev)))
@@ -199,7 +273,7 @@ class CorruptionConfig(ImageDataConfig):
                     f"attack {a!r} cannot run in a corruption evaluation; run adversarial attacks in a separate command."
                 )
             for n in [tail] if tail else list(CORRUPTIONS):
-                get_corruption(n)
+                check_corruption(n)
                 if n not in names:
                     names.append(n)
         return names

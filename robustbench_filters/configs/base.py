@@ -5,18 +5,20 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from torch import nn
-
-from ..attacks.catalogue import Norm
 from ..errors import RobfiltError
 from ..family import Family
+from ..names import CORRUPTION, WORDSWAP, Norm, check_data_spec
+from ..surface import Surface, flag, given
+from .options import Bool, Data, Declared, Int, Models, Pairs, Text, internal, is_module, option
 
-ModelLike = str | nn.Module
+if TYPE_CHECKING:
+    pass
 
-WORDSWAP = "wordswap"
-CORRUPTION = "corruption"
+#: a model reference (``deit-grc``, ``timm:resnet18``, ``file.py:build``) or, in Python, a torch module
+ModelLike = Any
+
 #: Contaminations are not optimised attacks: they have no eps ball, only a rate or a severity.
 CONTAMINATIONS: dict[str, Family] = {WORDSWAP: Family.LM, CORRUPTION: Family.IMAGE}
 
@@ -31,7 +33,6 @@ DEFAULT_EPS: dict[str, dict[Norm, tuple[float, ...]]] = {
 #: Relative eps grid for LM embedding attacks (a fraction of a typical token embedding; see attacks.embedding).
 DEFAULT_LM_EPS: tuple[float, ...] = (0.01, 0.02, 0.05, 0.1)
 DEFAULT_LM_SEQUENCES = 64
-AMP_DTYPES: tuple[str, ...] = ("bf16",)
 DEVICES = ("cpu", "cuda")
 
 
@@ -41,7 +42,9 @@ def default_eps(data: str, norm: Norm) -> tuple[float, ...]:
     if key == "imagefolder":
         key = "imagenet"
     if key not in DEFAULT_EPS:
-        raise RobfiltError(f"no default eps grid for data {data!r}; pass --eps, e.g. --eps 1/255,2/255,4/255.")
+        raise RobfiltError(
+            f"no default eps grid for data {data!r}; pass {flag('eps')}, e.g. {given('eps', '1/255,2/255,4/255')}."
+        )
     return DEFAULT_EPS[key][norm]
 
 
@@ -57,66 +60,107 @@ def model_label(model: ModelLike, index: int) -> str:
 def model_family(model: ModelLike) -> Family:
     """A reference's or module's family, checked without loading anything."""
     if isinstance(model, str):
-        from ..models.resolve import validate_model_ref
+        from ..models.ref import validate_model_ref
 
-        return Family.LM if validate_model_ref(model) == "lm" else Family.IMAGE
+        return Family.LM if validate_model_ref(model, check_timm=False) == "lm" else Family.IMAGE
     spec = getattr(model, "robfilt_spec", None)
     if spec is not None:
         return spec.family
     return Family.LM if hasattr(model, "forward_embeddings") else Family.IMAGE
 
 
-def _unique(values: Iterable[Any], what: str) -> tuple[Any, ...]:
+def _unique(values: Iterable[Any], name: str) -> tuple[Any, ...]:
+    """``values`` as a tuple; a repeated value is refused (it would count examples twice and narrow intervals)."""
     seen: list[Any] = []
     for v in values:
         if v in seen:
             shown = f"{v:g}" if isinstance(v, float) else str(v)
-            raise RobfiltError(f"{what} lists {shown} twice; list each value once.")
+            raise RobfiltError(f"{flag(name)} lists {shown} twice; list each value once.")
         seen.append(v)
     return tuple(seen)
 
 
-def _positive(value: int | None, what: str) -> None:
+def _positive(value: int | None, name: str) -> None:
     if value is not None and (isinstance(value, bool) or int(value) != value or int(value) <= 0):
-        raise RobfiltError(f"{what} must be positive (a whole number), got {value}.")
+        raise RobfiltError(f"{flag(name)} must be positive (a whole number), got {value}.")
 
 
 def _check_device(device: str) -> None:
     if device not in DEVICES and not (device.startswith("cuda:") and device[5:].isdigit()):
-        raise RobfiltError(f"unknown --device {device!r}; use cpu or cuda.")
+        raise RobfiltError(f"unknown {flag('device')} {device!r}; use cpu or cuda.")
     if device.startswith("cuda"):
         import torch
 
         if not torch.cuda.is_available():
-            raise RobfiltError("--device cuda was requested but no CUDA device is available; use --device cpu.")
+            raise RobfiltError(
+                f"{given('device', 'cuda')} was requested but no CUDA device is available; use {given('device', 'cpu')}."
+            )
+
+
+MODEL_HELP = (
+    "Comma list of model references: registry names (deit-grc), timm:<arch>[?key=value&...], file.py:factory or "
+    "pkg.mod:factory; name=ref sets the display name. In Python, torch modules too."
+)
 
 
 @dataclass(frozen=True, kw_only=True)
-class RunConfig:
+class RunConfig(Declared):
     """What every kind of run shares: the models, the data, the seed and where the models come from."""
 
     KIND: ClassVar[str] = ""
     FAMILY: ClassVar[Family | None] = None
     DESCRIPTION: ClassVar[str] = ""
+    #: random inputs of the model's shape are data too (Lipschitz runs)
+    SYNTHETIC: ClassVar[bool] = False
 
-    models: tuple[ModelLike, ...]
-    data: str | None = None
-    n_examples: int | None = None
-    batch_size: int | None = None
-    seed: int = 0
-    size: str = "micro"
-    checkpoint: str | None = "zoo"
-    device: str = "cpu"
-    allow_pickle: bool = False
-    model_args: tuple[str, ...] = ()
-    base_dir: str | None = None
+    models: tuple[ModelLike, ...] = option(help=MODEL_HELP, value=Models(), flag="--model", short="-m", panel="Model")
+    data: Any = option(
+        None,
+        help="Data: bundled fashion-mnist or austen, cifar10, mnist, imagefolder:DIR, hf-disk:DIR, text:FILE.",
+        value=Data(),
+        panel="Data",
+    )
+    n_examples: int | None = option(
+        None,
+        help="Examples: a seeded subset shared by every model (default: at most the kind's default count; "
+        "in Python, None: every example).",
+        value=Int(),
+        short="-n",
+        panel="Data",
+        none_is_value=True,
+    )
+    batch_size: int | None = option(None, help="Examples per batch (and per resumable unit).", value=Int())
+    seed: int = option(0, help="Random seed; same seed, same numbers.", value=Int())
+    size: str = option("micro", help="Model size for registry names: micro, tiny, small, base.", panel="Model")
+    checkpoint: str | None = option(
+        "zoo", help="Weights of registry models: zoo, a checkpoint folder, or none (untrained).", value=Text(path=True),
+        panel="Model",
+    )  # fmt: skip
+    device: str = option(
+        "cpu",
+        help="cpu or cuda (under torchrun: each rank's GPU).",
+        not_on={Surface.SPEC: "a spec sets the device once, at its top level (device = ...)"},
+    )
+    allow_pickle: bool = option(
+        False, help="Accept a torch .pt state dict (read with weights_only=True).", value=Bool(), panel="Model"
+    )
+    model_args: tuple[str, ...] = option(
+        (),
+        help="key=value for every model's constructor, e.g. num_classes=10 (repeatable).",
+        value=Pairs(),
+        flag="--model-arg",
+        panel="Model",
+    )
+    base_dir: str | None = internal(
+        None, reason="a spec sets it to its own folder, so relative factory files resolve from there"
+    )
 
     def __post_init__(self) -> None:
-        models = (self.models,) if isinstance(self.models, str | nn.Module) else tuple(self.models)
+        models = (self.models,) if isinstance(self.models, str) or is_module(self.models) else tuple(self.models)
         if not models:
-            raise RobfiltError("no model given; pass --model NAME[,NAME...].")
+            raise RobfiltError(f"no model given; pass {given('models', 'NAME[,NAME...]')}.")
         self._set("models", models)
-        _unique(self.labels, "--model")
+        _unique(self.labels, "models")
         families = [model_family(m) for m in models]  # also checks every reference's syntax and registry name
         if self.FAMILY is not None:
             for m, fam in zip(models, families, strict=True):
@@ -125,17 +169,21 @@ class RunConfig:
                         f"model {model_label(m, 0)!r} is a {fam.value} model; {self.DESCRIPTION} runs need "
                         f"{self.FAMILY.value} models (run the two families separately)."
                     )
-        _positive(self.n_examples, "--n-examples")
-        _positive(self.batch_size, "--batch-size")
+        if isinstance(self.data, str):
+            check_data_spec(
+                self.data, set(families) if self.FAMILY is None else {self.FAMILY}, synthetic=self.SYNTHETIC
+            )
+        _positive(self.n_examples, "n_examples")
+        _positive(self.batch_size, "batch_size")
         self._set("model_args", tuple(self.model_args))
         self.parsed_model_args  # noqa: B018 - validates key=value syntax before any model is built
         if isinstance(self.seed, bool) or int(self.seed) != self.seed:
-            raise RobfiltError(f"--seed must be an integer, got {self.seed}.")
+            raise RobfiltError(f"{flag('seed')} must be an integer, got {self.seed}.")
         _check_device(str(self.device))
 
     @property
     def parsed_model_args(self) -> dict[str, Any]:
-        """``--model-arg key=value`` pairs as typed values (they apply to every model given by reference)."""
+        """``model_args`` (``key=value`` pairs) as typed values (they apply to every model given by reference)."""
         from ..models.ref import parse_model_args
 
         return parse_model_args(self.model_args)
@@ -154,22 +202,28 @@ class RunConfig:
 
 def _check_image_data(config: Any) -> None:
     """Image data options: a positive image size and worker count (0 workers decodes in this process)."""
-    _positive(config.img_size, "--img-size")
+    _positive(config.img_size, "img_size")
     if config.num_workers is not None and (isinstance(config.num_workers, bool) or int(config.num_workers) < 0):
-        raise RobfiltError(f"--num-workers must be 0 or more, got {config.num_workers}.")
+        raise RobfiltError(f"{flag('num_workers')} must be 0 or more, got {config.num_workers}.")
 
 
 @dataclass(frozen=True, kw_only=True)
 class ImageDataConfig(RunConfig):
-    """The image-data options every image run takes (attacks, corruptions, certify): where the images come from
-    and how they are decoded, checked in one place."""
+    """The image-data options every image run takes (attacks, corruptions, certify, Lipschitz): where the images
+    come from and how they are decoded, checked in one place."""
 
     data: Any = "fashion-mnist"
-    data_root: str | None = None
-    img_size: int | None = None
-    num_workers: int | None = None
-    image_column: str | None = None
-    label_column: str | None = None
+    data_root: str | None = option(
+        None, help="Root folder of torchvision datasets (cifar10, mnist, ...).", value=Text(path=True), panel="Data"
+    )
+    img_size: int | None = option(
+        None, help="Resize and crop images to this size (default: the model's own).", value=Int(), panel="Data"
+    )
+    num_workers: int | None = option(
+        None, help="Image decoding processes (default min(4, CPUs); 0: none).", value=Int(), panel="Data"
+    )
+    image_column: str | None = option(None, help="hf-disk data: the image column.", panel="Data")
+    label_column: str | None = option(None, help="hf-disk data: the label column.", panel="Data")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -183,19 +237,3 @@ def data_label(data: Any) -> str:
 
 def _names(values: str | Sequence[str]) -> list[str]:
     return [values] if isinstance(values, str) else [str(v) for v in values]
-
-
-#: How an option is spelt on the command line, where that differs from the field name.
-FLAGS: dict[str, str] = {
-    "rates": "--rate",
-    "models": "--model",
-    "attacks": "--attack",
-    "input_labels": "labels",
-    "model_args": "--model-arg",
-    "severities": "--severity",
-    "sigmas": "--sigma",
-}
-
-
-def flag(name: str) -> str:
-    return FLAGS.get(name, "--" + name.replace("_", "-"))

@@ -3,61 +3,93 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ..errors import RobfiltError
 from ..family import Family
+from ..names import parse_method
+from ..surface import flag, given
 from .base import (
     ImageDataConfig,
-    RunConfig,
     _positive,
     _unique,
 )
+from .options import Bool, Int, Many, Number, UpTo, api_only, option
 
 
 @dataclass(frozen=True, kw_only=True)
-class LipschitzConfig(RunConfig):
-    """Lower and certified upper Lipschitz bounds per example (see :mod:`.lipschitz.run`)."""
+class LipschitzConfig(ImageDataConfig):
+    """Lower and certified upper Lipschitz bounds per example (see :mod:`.lipschitz.run`); image models read their
+    data with the image-data options, language models with ``text_column`` and ``seq_len``."""
 
     KIND: ClassVar[str] = "lipschitz"
     FAMILY: ClassVar[Family | None] = None
     DESCRIPTION: ClassVar[str] = "Lipschitz"
+    SYNTHETIC: ClassVar[bool] = True
 
-    method: str = "exact"
-    bounds: bool = True
-    per_layer: bool = False
-    gap: bool = False
-    gap_rhos: tuple[float, ...] = (1e-3,)
-    gap_taylor: bool = True
-    rho: float = 0.1
-    power_iters: int = 50
-    tol: float = 1e-5
-    ratio_steps: int = 20
-    seq_len: int = 64
-    dtype: str | None = None
-    inputs: Any = field(default=None, compare=False)
-    input_labels: Any = field(default=None, compare=False)
-    n_examples: int = 16
+    data: Any = None
+    method: str = option(
+        "exact", help="Lower bound: exact (dense Jacobian), power (power iteration) or ratio (pair ascent).",
+        panel="Lipschitz",
+    )  # fmt: skip
+    bounds: bool = option(
+        True, help="Certified global and local upper bounds.", value=Bool(), negatable=True, panel="Lipschitz"
+    )
+    per_layer: bool = option(False, help="Per-block gains next to certified bounds.", value=Bool(), panel="Lipschitz")
+    gap: bool = option(
+        False, help="Show where certified bounds lose: empirical vs layerwise vs certified (slow).", value=Bool(),
+        panel="Lipschitz",
+    )  # fmt: skip
+    gap_rhos: tuple[float, ...] = option(
+        (1e-3,), help="Ball radii of the --gap rows.", value=Many(Number()), flag="--gap-rho", panel="Lipschitz"
+    )
+    gap_taylor: bool = option(
+        True, help="--gap: add the second-order (Taylor) bound rows.", value=Bool(), negatable=True, panel="Lipschitz"
+    )
+    rho: float = option(
+        0.1, help="l2 radius of the ball of local bounds and of the pair-ratio ascent.", value=Number(),
+        panel="Lipschitz",
+    )  # fmt: skip
+    power_iters: int = option(50, help="Power iterations (--method power).", value=Int(), panel="Lipschitz")
+    tol: float = option(1e-5, help="Power iteration: stop at this relative change.", value=Number(), panel="Lipschitz")
+    ratio_steps: int = option(20, help="Ascent steps of --method ratio.", value=Int(), panel="Lipschitz")
+    seq_len: int = option(64, help="Tokens per example (language models).", value=Int(), panel="Data")
+    text_column: str | None = None
+    dtype: str | None = option(
+        None, help="float32 or float64 (default: float64 on CPU, float32 with TF32 off on GPU).", panel="Lipschitz"
+    )
+    inputs: Any = api_only(
+        help="Your own inputs instead of data: [0, 1] images, token ids or embeddings (a tensor).",
+        why="a tensor has no text form; on the command line use data",
+    )
+    input_labels: Any = api_only(help="Labels of ``inputs`` (optional).", why="labels of tensors given in Python")
+    n_examples: int | None = UpTo(16)
     batch_size: int = 16
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        from ..lipschitz.methods import parse_method
-
         self._set("method", parse_method(self.method).value)
-        _positive(self.power_iters, "power iterations")
-        _positive(self.seq_len, "--seq-len")
+        _positive(self.power_iters, "power_iters")
+        _positive(self.seq_len, "seq_len")
         if isinstance(self.ratio_steps, bool) or int(self.ratio_steps) < 0:
-            raise RobfiltError(f"ratio steps must be >= 0, got {self.ratio_steps}.")
+            raise RobfiltError(f"{flag('ratio_steps')} must be >= 0, got {self.ratio_steps}.")
         if not (math.isfinite(self.rho) and self.rho > 0):
-            raise RobfiltError(f"--rho must be a positive finite l2 radius, got {self.rho}; pass e.g. 0.1.")
+            raise RobfiltError(
+                f"{flag('rho')} must be a positive finite l2 radius, got {self.rho}; pass e.g. {given('rho', '0.1')}."
+            )
         if not (math.isfinite(self.tol) and self.tol >= 0):
-            raise RobfiltError(f"tolerance must be >= 0, got {self.tol}.")
+            raise RobfiltError(f"{flag('tol')} must be >= 0, got {self.tol}.")
         if self.dtype not in (None, "float32", "float64"):
-            raise RobfiltError("dtype must be 'float32' or 'float64' (never half precision for certificates).")
-        if self.inputs is not None and len(self.inputs) < self.n_examples:
-            raise RobfiltError(f"inputs hold {len(self.inputs)} examples but n_examples is {self.n_examples}.")
+            raise RobfiltError(f"{flag('dtype')} must be float32 or float64 (never half precision for certificates).")
+        self._set("gap_rhos", _unique(map(float, self.gap_rhos), "gap_rhos"))
+        if any(not (r > 0 and math.isfinite(r)) for r in self.gap_rhos):
+            raise RobfiltError(f"{flag('gap_rhos')} must be positive finite radii, got {list(self.gap_rhos)}.")
+        short = self.inputs is not None and self.n_examples is not None and len(self.inputs) < self.n_examples
+        if short and not isinstance(self.n_examples, UpTo):
+            raise RobfiltError(
+                f"inputs hold {len(self.inputs)} examples but {flag('n_examples')} is {self.n_examples}."
+            )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,37 +105,53 @@ class CertifyConfig(ImageDataConfig):
     FAMILY: ClassVar[Family | None] = Family.IMAGE
     DESCRIPTION: ClassVar[str] = "certify"
 
-    sigmas: tuple[float, ...] = (0.25,)
-    n0: int = 100
-    n: int = 1000
-    alpha: float = 0.001
-    radii: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
-    attack_examples: int = 8
-    attack_radii: tuple[float, ...] = (0.25, 0.5)
-    attack_steps: int = 20
-    attack_draws: int = 16
+    sigmas: tuple[float, ...] = option(
+        (0.25,), help="Gaussian noise levels on the [0, 1] scale, e.g. 0.12,0.25,0.5.", value=Many(Number()),
+        flag="--sigma", panel="Certify",
+    )  # fmt: skip
+    n0: int = option(100, help="Noise samples that pick the top class.", value=Int(), panel="Certify")
+    n: int = option(1000, help="Noise samples that bound its probability.", value=Int(), panel="Certify")
+    alpha: float = option(0.001, help="Failure probability of each certificate.", value=Number(), panel="Certify")
+    radii: tuple[float, ...] = option(
+        (0.0, 0.25, 0.5, 0.75, 1.0), help="L2 radii of the certified-accuracy table.", value=Many(Number()),
+        panel="Certify",
+    )  # fmt: skip
+    attack_examples: int = option(
+        8, help="Examples the SmoothAdv soundness check attacks (0: none).", value=Int(), panel="Certify"
+    )
+    attack_radii: tuple[float, ...] = option(
+        (0.25, 0.5), help="L2 radii of that attack.", value=Many(Number()), panel="Certify"
+    )
+    attack_steps: int = option(20, help="PGD steps of that attack.", value=Int(), panel="Certify")
+    attack_draws: int = option(
+        16, help="Noise draws per step of that attack (its expectation over noise).", value=Int(), panel="Certify"
+    )
     checkpoint: str | None = "zoo:sigma0.25"
-    n_examples: int = 64
+    n_examples: int | None = UpTo(64)
     batch_size: int = 16
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        sigmas = _unique(map(float, self.sigmas), "--sigma")
+        sigmas = _unique(map(float, self.sigmas), "sigmas")
         if not sigmas or any(not (s > 0 and math.isfinite(s)) for s in sigmas):
-            raise RobfiltError(f"--sigma needs positive noise levels, got {list(sigmas)}; e.g. --sigma 0.12,0.25,0.5.")
+            raise RobfiltError(
+                f"{flag('sigmas')} needs positive noise levels, got {list(sigmas)}; e.g. "
+                f"{given('sigmas', '0.12,0.25,0.5')}."
+            )
         self._set("sigmas", tuple(sorted(sigmas)))
-        _positive(self.n0, "--n0")
-        _positive(self.n, "--n")
+        _positive(self.n0, "n0")
+        _positive(self.n, "n")
         if not (0.0 < self.alpha < 0.5):
             raise RobfiltError(
-                f"--alpha must be in (0, 0.5), got {self.alpha}; it is the failure probability of a certificate."
+                f"{flag('alpha')} must be in (0, 0.5), got {self.alpha}; it is the failure probability of a "
+                "certificate."
             )
-        for what, values in (("--radii", self.radii), ("--attack-radii", self.attack_radii)):
+        for name, values in (("radii", self.radii), ("attack_radii", self.attack_radii)):
             if any(not (r >= 0 and math.isfinite(r)) for r in values):
-                raise RobfiltError(f"{what} must be L2 radii >= 0, got {list(values)}.")
-        self._set("radii", tuple(sorted(_unique(map(float, self.radii), "--radii"))))
-        self._set("attack_radii", tuple(sorted(_unique(map(float, self.attack_radii), "--attack-radii"))))
+                raise RobfiltError(f"{flag(name)} must be L2 radii >= 0, got {list(values)}.")
+        self._set("radii", tuple(sorted(_unique(map(float, self.radii), "radii"))))
+        self._set("attack_radii", tuple(sorted(_unique(map(float, self.attack_radii), "attack_radii"))))
         if isinstance(self.attack_examples, bool) or int(self.attack_examples) < 0:
-            raise RobfiltError(f"--attack-examples must be 0 or more, got {self.attack_examples}.")
-        _positive(self.attack_steps, "--attack-steps")
-        _positive(self.attack_draws, "--attack-draws")
+            raise RobfiltError(f"{flag('attack_examples')} must be 0 or more, got {self.attack_examples}.")
+        _positive(self.attack_steps, "attack_steps")
+        _positive(self.attack_draws, "attack_draws")

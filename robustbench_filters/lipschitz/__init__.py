@@ -25,7 +25,7 @@ from .local_bound import LocalBounds, LocalOptions, local_bounds
 from .methods import Method, parse_method
 from .profile import layer_profile
 from .ratio import pair_ratio_ascent
-from .run import COLUMNS, DEFINITIONS, Lipschitz, LipschitzResult, estimate_lipschitz, summarize
+from .run import COLUMNS, DEFINITIONS, Lipschitz, LipschitzResult, summarize
 from .seqlen import sequence_length_study
 from .spectral import conv_lipschitz, linear_lipschitz, spectral_norm
 from .target import Target, make_target, model_family, prepare_model
@@ -57,7 +57,6 @@ __all__ = [
     "certified_radius",
     "conv_lipschitz",
     "dp_head_bound",
-    "estimate_lipschitz",
     "jacobian_dense",
     "jacobian_norm_exact",
     "jacobian_norm_power",

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from ..errors import RobfiltError
 from ..family import Family
+from ..surface import flag
 from .target import Target
 
 SYNTHETIC = "synthetic"
@@ -54,16 +56,21 @@ def _synthetic(target: Target, n: int, seed: int, seq_len: int) -> Inputs:
     return Inputs(x=x, y=None, ids=torch.arange(n))
 
 
-def _images(name: str, target: Target, n: int, select: Selector) -> Inputs:
+def _images(name: str, target: Target, config: Any, select: Selector) -> Inputs:
+    """Seeded test images read with the run's image-data options (root, size, workers, hf-disk columns)."""
     from ..data.sources import open_image_source
 
-    data = open_image_source(name, "test", preprocess=target.model)
-    idx = select(len(data), n)
+    columns = {k: v for k in ("image_column", "label_column") if (v := getattr(config, k, None))}
+    data = open_image_source(
+        name, "test", getattr(config, "data_root", None), img_size=getattr(config, "img_size", None),
+        preprocess=target.model, num_workers=getattr(config, "num_workers", None), **columns,
+    )  # fmt: skip
+    idx = select(len(data), config.n_examples)
     x, y = data.take(idx)
     return Inputs(x=x.float(), y=y, ids=idx)
 
 
-def _text(name: str, target: Target, n: int, select: Selector, seq_len: int) -> Inputs:
+def _text(name: str, target: Target, config: Any, select: Selector) -> Inputs:
     """Windows of ``seq_len`` tokens at seeded offsets of the test text, encoded with the model's tokenizer.
 
     The tokenizer is the one attached to the model by its checkpoint (``model.tokenizer``); tokens from any other
@@ -77,25 +84,32 @@ def _text(name: str, target: Target, n: int, select: Selector, seq_len: int) -> 
             f"no tokenizer for {target.name}; load it from a checkpoint saved with its tokenizer, or pass inputs= "
             "token ids (--data synthetic for untrained models)."
         )
-    ids = torch.as_tensor(tokenizer.encode(load_text(name, split="test")), dtype=torch.long)
+    seq_len = config.seq_len
+    column = {"text_column": config.text_column} if getattr(config, "text_column", None) else {}
+    ids = torch.as_tensor(tokenizer.encode(load_text(name, split="test", **column)), dtype=torch.long)
     windows = len(ids) - seq_len
     if windows <= 0:
-        raise RobfiltError(f"text {name!r} has only {len(ids)} tokens; pass a shorter --seq-len.")
-    starts = select(windows, n)
+        raise RobfiltError(f"text {name!r} has only {len(ids)} tokens; pass a shorter {flag('seq_len')}.")
+    starts = select(windows, config.n_examples)
     return Inputs(x=torch.stack([ids[s : s + seq_len] for s in starts.tolist()]), y=None, ids=starts)
 
 
-def load_inputs(target: Target, data: str | None, n: int, select: Selector, seq_len: int = 64, seed: int = 0) -> Inputs:
-    """n examples for ``target`` from the named data set (None: the family default), chosen by ``select``."""
+def load_inputs(target: Target, config: Any, select: Selector) -> Inputs:
+    """``config.n_examples`` examples for ``target`` from ``config.data`` (None: the family default), chosen by
+    ``select`` and read with the run's data options."""
+    seq_len = config.seq_len
     if target.family is Family.LM and seq_len > target.model.config.block_size:
         raise RobfiltError(
-            f"--seq-len {seq_len} exceeds {target.name}'s block size {target.model.config.block_size}; pass less."
+            f"{flag('seq_len')} {seq_len} exceeds {target.name}'s block size {target.model.config.block_size}; "
+            "pass less."
         )
-    name = data or DEFAULT_DATA.get(target.family)
+    name = config.data or DEFAULT_DATA.get(target.family)
     if name is None:
         raise RobfiltError(f"{target.name} is not a DeiT or LM model; pass inputs= tensors.")
     if name == SYNTHETIC:
-        return _synthetic(target, n, seed, seq_len)
+        if config.n_examples is None:
+            raise RobfiltError(f"synthetic data has no size; give {flag('n_examples')}.")
+        return _synthetic(target, int(config.n_examples), config.seed, seq_len)
     if target.family is Family.IMAGE:
-        return _images(name, target, n, select)
-    return _text(name, target, n, select, seq_len)
+        return _images(name, target, config, select)
+    return _text(name, target, config, select)

@@ -20,10 +20,10 @@ import hashlib
 import logging
 import math
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -36,7 +36,10 @@ from ..configs import LipschitzConfig, model_label
 from ..errors import RobfiltError
 from ..models import create_model
 from ..runs.measurement import Measurement, PrepareContext, Tick
-from ..runs.units import Unit, batch_slices
+from ..runs.units import Unit, batch_slices, example_count
+
+if TYPE_CHECKING:
+    from ..runs.runner import RunResult
 from .certify import certified_radius, margins, trace_bounds
 from .data import Inputs, load_inputs
 from .jacobian import jacobian_norm_exact, jacobian_norm_power
@@ -220,19 +223,20 @@ class Lipschitz(Measurement):
         self.inputs: list[Inputs] = []
         for t in self.targets:
             if c.inputs is not None:
-                ids = torch.arange(c.n_examples)
-                y = c.input_labels[: c.n_examples] if c.input_labels is not None else None
-                inp = Inputs(x=c.inputs[: c.n_examples], y=y, ids=ids)
+                n = example_count(len(c.inputs), c.n_examples)
+                y = c.input_labels[:n] if c.input_labels is not None else None
+                inp = Inputs(x=c.inputs[:n], y=y, ids=torch.arange(n))
             else:
                 select = lambda total, n, name=t.name: ctx.select(total, n, name=name, ordered=False)  # noqa: E731
-                inp = load_inputs(t, c.data, c.n_examples, select, c.seq_len, seed=c.seed)
+                inp = load_inputs(t, c, select)
             ctx.record_data(t.name, _tensor_hash(inp.x))
             self.inputs.append(inp)
         self.factors: dict[str, list[dict]] = {}
         if self.settings.bounds or self.settings.per_layer:
             for t, inp in zip(self.targets, self.inputs, strict=True):
                 self.factors[t.name] = trace_bounds(t, t.inputs(inp.x[:1]), self.settings.rhos[:1]).factors
-        self.batches = batch_slices(c.n_examples, c.batch_size)
+        self.n_examples = len(self.inputs[0].x)
+        self.batches = batch_slices(self.n_examples, c.batch_size)
 
     @property
     def labels(self) -> list[str]:
@@ -245,7 +249,7 @@ class Lipschitz(Measurement):
         c, s = self.config, self.settings
         return {
             "models": self.labels, "size": c.size, "checkpoint": None if c.checkpoint is None else str(c.checkpoint),
-            "n_examples": c.n_examples, "method": s.method.value, "bounds": s.bounds, "per_layer": s.per_layer,
+            "n_examples": self.n_examples, "method": s.method.value, "bounds": s.bounds, "per_layer": s.per_layer,
             "data": "inputs:" + _tensor_hash(c.inputs) if c.inputs is not None else c.data, "rho": s.rho,
             "power_iters": s.power_iters, "tol": s.tol, "ratio_steps": s.ratio_steps, "batch_size": s.batch_size,
             "seq_len": c.seq_len, "dtype": str(self.dtype).replace("torch.", ""),
@@ -282,62 +286,8 @@ class Lipschitz(Measurement):
         return summary
 
 
-def estimate_lipschitz(
-    models: Sequence[str] | Sequence[nn.Module] | None = None,
-    n_examples: int = 16,
-    method: str = "exact",
-    bounds: bool = True,
-    per_layer: bool = False,
-    data: str | None = None,
-    seed: int = 0,
-    out: str | Path | None = None,
-    checkpoint: str | None = "zoo",
-    resume: bool = False,
-    overwrite: bool = False,
-    progress: Any = None,
-    *,
-    size: str = "micro",
-    inputs: torch.Tensor | None = None,
-    labels: torch.Tensor | None = None,
-    rho: float = 0.1,
-    batch_size: int = 16,
-    power_iters: int = 50,
-    tol: float = 1e-5,
-    ratio_steps: int = 20,
-    seq_len: int = 64,
-    dtype: str | None = None,
-    device: str | None = "cpu",
-    config: LipschitzConfig | None = None,
-) -> LipschitzResult:
-    """Lower and certified upper Lipschitz bounds for each model (see the module docstring for the rows).
-
-    Args:
-        models: registry names (built with ``size`` and ``checkpoint``: ``"zoo"``, a path, or ``None``/``"none"``
-            for untrained weights) or ready ``nn.Module`` objects (never modified: estimators run on a copy
-            when the attention path, mode or dtype has to change).
-        n_examples: examples per model, selected by a seeded permutation of the test split.
-        method: ``exact`` (dense Jacobian), ``power`` (power iteration) or ``ratio`` (pair-ratio ascent).
-        bounds: compute the certified global/local bounds and the certified radius.
-        per_layer: add per-block rows (implies the bound trace).
-        data: ``fashion-mnist`` / ``austen`` (defaults per family), ``synthetic``, or ignored when ``inputs``
-            is given (images in [0, 1], token ids or embeddings; ``labels`` optional).
-        rho: radius of the ball B(x0, rho) of the local bound and of the pair-ratio ascent.
-        dtype: default float64 on CPU and float32 (TF32 off) on GPU.
-        out: run folder; None keeps everything in a temporary folder.
-        config: a ready :class:`LipschitzConfig` instead of the options above.
-    """
-    from ..runs.runner import run
-
-    if config is None:
-        if models is None:
-            raise RobfiltError("no models given; pass e.g. models=['deit', 'deit-grc'] or a config.")
-        config = LipschitzConfig(
-            models=tuple(models), n_examples=n_examples, method=str(getattr(method, "value", method)), bounds=bounds,
-            per_layer=per_layer, data=data, seed=seed, checkpoint=checkpoint, size=size, inputs=inputs,
-            input_labels=labels, rho=rho, batch_size=batch_size, power_iters=power_iters, tol=tol,
-            ratio_steps=ratio_steps, seq_len=seq_len, dtype=_dtype_name(dtype), device=str(device or "cpu"),
-        )  # fmt: skip
-    result = run(Lipschitz(config), out=out, resume=resume, overwrite=overwrite, progress=progress)
+def lipschitz_result(result: RunResult) -> LipschitzResult:
+    """A finished Lipschitz run as its three tables (model rows, per-block rows, gap rows) and summary."""
     layer = result.rows["layer"].astype(str)
     is_model, is_gap = layer == MODEL_LAYER, layer.str.startswith(GAP)
     return LipschitzResult(
@@ -349,10 +299,4 @@ def estimate_lipschitz(
     )
 
 
-def _dtype_name(dtype: str | torch.dtype | None) -> str | None:
-    if isinstance(dtype, torch.dtype):
-        return str(dtype).replace("torch.", "")
-    return dtype
-
-
-__all__ = ["COLUMNS", "DEFINITIONS", "Lipschitz", "LipschitzResult", "estimate_lipschitz", "summarize"]
+__all__ = ["COLUMNS", "DEFINITIONS", "Lipschitz", "LipschitzResult", "lipschitz_result", "summarize"]

@@ -20,6 +20,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
+from pathlib import Path
 from typing import Any
 
 from ..errors import RobfiltError
@@ -254,3 +255,31 @@ def split_model_list(text: str) -> list[str]:
     if not str(text).strip() or any(not p for p in parts):
         raise RobfiltError(f"--model {text!r} has an empty item; give a comma-separated list like 'deit,deit-grc'.")
     return parts
+
+
+def validate_model_ref(ref: str | ModelRef, *, check_timm: bool = True) -> str:
+    """Check a reference without building anything; returns ``image``, ``lm``, ``timm`` or ``custom``.
+
+    Registry names are checked against the vocabulary (with suggestions) and a factory's ``.py`` file must exist,
+    without importing torch. A timm architecture needs timm itself: ``check_timm=False`` leaves it to loading (run
+    configs do, so a bad name or file is refused before the heavy imports). A factory's callable is checked when
+    the model is loaded (that runs the user's code).
+    """
+    from ..names import parse_name
+
+    mref = parse_model_ref(ref)
+    if mref.kind is ModelKind.TIMM:
+        if check_timm:
+            from .timm_models import check_timm_arch
+
+            check_timm_arch(mref.target)
+        return "timm"
+    if mref.kind is ModelKind.FACTORY:
+        module, _ = mref.factory_parts
+        if is_file_module(module) and not Path(module).expanduser().is_file():
+            raise RobfiltError(
+                f"model file {module!r} does not exist; give a path to a .py file, e.g. models.py:build."
+            )
+        return "custom"
+    family, _, _ = parse_name(mref.target)
+    return family.value

@@ -80,8 +80,3 @@ def build_from_spec(spec: ModelSpec) -> nn.Module:
 def list_models() -> list[str]:
     """All registered model names."""
     return list(MODEL_NAMES)
-
-
-def model_sizes(name: str) -> tuple[str, ...]:
-    family, _, _ = parse_name(name)
-    return SIZES[family]

@@ -43,23 +43,6 @@ class LoadedModel:
     ref: ModelRef | None = None  # the parsed reference it was built from
 
 
-def validate_model_ref(ref: str | ModelRef) -> str:
-    """Check a reference's syntax (registry name, timm architecture) without building anything; returns its family.
-
-    Factories are not imported here (that runs user code); :func:`load_model` checks them.
-    """
-    mref = parse_model_ref(ref)
-    if mref.kind is ModelKind.TIMM:
-        from .timm_models import check_timm_arch
-
-        check_timm_arch(mref.target)
-        return "timm"
-    if mref.kind is ModelKind.FACTORY:
-        return "custom"
-    family, _, _ = parse_name(mref.target)
-    return family.value
-
-
 def _registry(ref: ModelRef, size: str, checkpoint: Any, seed: int, allow_pickle: bool) -> tuple[nn.Module, str]:
     overrides = dict(ref.args)
     size = str(overrides.pop("size", size))

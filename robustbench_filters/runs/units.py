@@ -41,14 +41,31 @@ def batch_slices(n: int, batch_size: int) -> list[slice]:
     return [slice(i, min(i + batch_size, n)) for i in range(0, n, batch_size)]
 
 
-def select_examples(total: int, n: int, seed: int, *, ordered: bool = True) -> torch.Tensor:
+def example_count(total: int, n: int | None) -> int:
+    """How many of ``total`` examples ``n_examples = n`` selects (see :class:`UpTo`)."""
+    from ..configs.options import UpTo
+    from ..surface import Surface, current_surface, given
+
+    if n is None:
+        return total
+    if isinstance(n, UpTo):
+        return min(int(n), total)
+    if n > total:
+        every = "" if current_surface() is Surface.CLI else f", or {given('n_examples', 'None')} for every example"
+        raise RobfiltError(
+            f"{given('n_examples', str(n))} is larger than the data ({total} examples); pass "
+            f"{given('n_examples', str(total))} or fewer{every}."
+        )
+    return int(n)
+
+
+def select_examples(total: int, n: int | None, seed: int, *, ordered: bool = True) -> torch.Tensor:
     """``n`` of ``total`` examples by a seeded permutation; sorted when ``ordered`` (the attack runs' convention).
 
     Every model of a run, and every run with the same seed and pool, sees the same examples, which is what
-    makes paired comparisons possible.
+    makes paired comparisons possible. ``n`` follows :func:`example_count` (None: all; :class:`UpTo`: a cap).
     """
-    if n > total:
-        raise RobfiltError(f"--n-examples {n} is larger than the dataset ({total} examples); use at most {total}.")
+    n = example_count(total, n)
     perm = torch.randperm(total, generator=torch.Generator().manual_seed(seed))[:n]
     return perm.sort().values if ordered else perm
 

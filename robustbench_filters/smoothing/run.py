@@ -15,21 +15,16 @@ robust accuracy at the attack radii, and the sanity checks.
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 import torch
-from torch import nn
 
 from ..attacks.image_models import ImageModelsMeasurement
 from ..checks import Check
 from ..checks import summarize as summarize_checks
 from ..configs import CertifyConfig, data_label
-from ..progress import ProgressHook
 from ..runs.measurement import PrepareContext, Tick
-from ..runs.runner import RunResult, run
 from ..runs.units import Unit, ids_digest
 from .bounds import max_certifiable_radius
 from .rows import ROW_COLUMNS, accuracy_curve, certificate_rows, summarize
@@ -167,46 +162,4 @@ def _by_model(table: pd.DataFrame) -> dict[str, Any]:
     return out
 
 
-def certify(
-    models: list[str | nn.Module] | None = None,
-    sigmas: tuple[float, ...] | list[float] = (0.25,),
-    *,
-    data: Any = "fashion-mnist",
-    n_examples: int = 64,
-    n0: int = 100,
-    n: int = 1000,
-    alpha: float = 0.001,
-    seed: int = 0,
-    checkpoint: str | None = "zoo:sigma0.25",
-    batch_size: int = 16,
-    device: str = "cpu",
-    out: str | Path | None = None,
-    resume: bool = False,
-    overwrite: bool = False,
-    progress: ProgressHook | None = None,
-    config: CertifyConfig | None = None,
-) -> RunResult:
-    """Certify Gaussian-smoothed models (Cohen et al. 2019) on shared examples; rows, summary and checks.
-
-    Defaults certify the noise-trained zoo (sigma 0.25) on 64 bundled test images with n0 = 100, n = 1000 and
-    alpha = 0.001; pass a :class:`CertifyConfig` for every other option (radii, the attack check, data options).
-    """
-    if config is None:
-        if models is None:
-            from ..errors import RobfiltError
-
-            raise RobfiltError("no model given; pass models=[...] or a config.")
-        config = CertifyConfig(
-            models=tuple(models), sigmas=tuple(sigmas), data=data, n_examples=n_examples, n0=n0, n=n, alpha=alpha,
-            seed=seed, checkpoint=checkpoint, batch_size=batch_size, device=device,
-        )  # fmt: skip
-    return run(Certify(config), out=out, resume=resume, overwrite=overwrite, progress=progress)
-
-
-def certified_radius_per_example(rows: pd.DataFrame) -> pd.Series:
-    """Certified radius of the true class per (model, sigma, example); 0 where not certified correct."""
-    certs = rows[rows["kind"] == CERTIFICATE] if "kind" in rows else rows
-    return certs["certified_correct_radius"].fillna(0.0).clip(lower=0.0).astype(np.float64)
-
-
-__all__ = ["ATTACK", "CERTIFICATE", "Certify", "certified_radius_per_example", "certify"]
+__all__ = ["ATTACK", "CERTIFICATE", "Certify"]

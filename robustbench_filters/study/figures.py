@@ -53,18 +53,21 @@ def _seeds(plan: StudyPlan) -> str:
 
 def subtitles(plan: StudyPlan) -> dict[str, str]:
     """n and threat model of each figure, from the plan that produced the numbers."""
-    v, lm, lip, sq = plan.vision, plan.lm, plan.lipschitz, plan.seqlen
+    from .readme import attack_words
+
+    v, lm, sq = plan.vision_attack, plan.lm_attack, plan.seqlen
+    lv, ll = plan.lipschitz_vision, plan.lipschitz_lm
     k = len(plan.seeds)
     return {
         "claims": f"per claim: paired difference variant - baseline per training seed ({k} seeds, the same "
         f"examples for every model); bar: 95% t-interval across seeds; diamond: mean",
-        "accuracy": SEP.join([f"n = {v.n_examples} test images", "white-box L\u221e, \u03b5 on the [0, 1] pixel "
-                              "scale", f"FGSM, PGD-{v.pgd_steps}", _seeds(plan)]),
-        "perplexity": SEP.join([f"n = {lm.n_sequences} sequences", f"FGSM, PGD-{lm.attack_steps} on embeddings: "
+        "accuracy": SEP.join([f"n = {int(v.n_examples)} test images", "white-box L\u221e, \u03b5 on the [0, 1] "
+                              "pixel scale", attack_words(v), _seeds(plan)]),
+        "perplexity": SEP.join([f"n = {int(lm.n_examples)} sequences", f"{attack_words(lm)} on embeddings: "
                                 "per-token L2, \u03b5 \u00d7 mean embedding norm", "word swap: share of words "
                                 "replaced", _seeds(plan)]),
-        "lipschitz": SEP.join([f"n = {lip.vision_examples} images ({lip.vision_method}), {lip.lm_examples} text "
-                               f"windows of {lip.lm_seq_len} tokens ({lip.lm_method}) per model", "no attack: l2 "
+        "lipschitz": SEP.join([f"n = {int(lv.n_examples)} images ({lv.method}), {int(ll.n_examples)} text "
+                               f"windows of {ll.seq_len} tokens ({ll.method}) per model", "no attack: l2 "
                                "Lipschitz constants, geometric mean over seeds", _seeds(plan)]),
         "seqlen": SEP.join([f"n = {sq.lm_windows} windows per N (LMs, noise {sq.lm_noise:g} \u00d7 mean embedding "
                             f"norm), {sq.layer_trials} trials per N (layer)", _seeds(plan)]),

@@ -7,6 +7,7 @@ finished unit.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Mapping
 from pathlib import Path
@@ -14,14 +15,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..configs import (
-    CertifyConfig,
-    CorruptionConfig,
-    ImageAttackConfig,
-    LipschitzConfig,
-    LMAttackConfig,
-    RunConfig,
-)
+from ..configs import RunConfig
 from ..errors import RobfiltError
 from ..models import load_checkpoint
 from ..progress import ProgressHook
@@ -38,25 +32,26 @@ SEQLEN_LM_KIND = "study-seqlen"  # not "seqlen": the reporter reads that kind as
 SEQLEN_LAYER_KIND = "seqlen"
 
 
+#: piece kind -> the plan's template of its run config
+TEMPLATES: dict[str, str] = {
+    P.VISION_ATTACK: "vision_attack",
+    P.VISION_CORRUPTION: "vision_corruption",
+    P.LM_ATTACK: "lm_attack",
+    P.LIPSCHITZ_VISION: "lipschitz_vision",
+    P.LIPSCHITZ_LM: "lipschitz_lm",
+    P.CERTIFY_VISION: "certify",
+}
+
+
 def settings(plan: StudyPlan, kind: str) -> dict:
     """The plan fields a piece's numbers depend on (with the checkpoints' weights, its input fingerprint)."""
     common = {"kind": kind, "size": plan.size, "eval_seed": plan.eval_seed}
-    if kind in (P.VISION_ATTACK, P.VISION_CORRUPTION):
-        v = plan.to_dict()["vision"]
-        keys = (
-            ("corruption_examples", "severities")
-            if kind == P.VISION_CORRUPTION
-            else ("n_examples", "attacks", "eps", "pgd_steps")
-        )
-        return {**common, "data": plan.vision_data, "models": plan.vision_models, "vision": {k: v[k] for k in keys}}
-    if kind == P.LM_ATTACK:
-        return {**common, "data": plan.lm_data, "models": plan.lm_models, "lm": plan.to_dict()["lm"]}
-    if kind == P.LIPSCHITZ_VISION:
-        return {**common, "data": plan.vision_data, "models": plan.vision_models, "lip": plan.to_dict()["lipschitz"]}
-    if kind == P.CERTIFY_VISION:
-        return {**common, "data": plan.vision_data, "models": plan.vision_models, "certify": plan.to_dict()["certify"]}
-    if kind == P.LIPSCHITZ_LM:
-        return {**common, "data": plan.lm_data, "models": plan.lm_models, "lip": plan.to_dict()["lipschitz"]}
+    if kind in TEMPLATES:
+        image = kind in (P.VISION_ATTACK, P.VISION_CORRUPTION, P.LIPSCHITZ_VISION, P.CERTIFY_VISION)
+        return {
+            **common, "data": plan.vision_data if image else plan.lm_data, "models": family_models(plan, kind),
+            "run": P.template_settings(getattr(plan, TEMPLATES[kind])),
+        }  # fmt: skip
     if kind == P.SEQLEN_LM:
         return {**common, "data": plan.lm_data, "models": plan.lm_models, "seqlen": plan.to_dict()["seqlen"]}
     if kind == P.SEQLEN_LAYER:
@@ -95,44 +90,25 @@ def _shared_tokenizer(models: list[nn.Module], text: str):
 
 
 def piece_config(piece: P.Piece, plan: StudyPlan, ckpts: Mapping[str, CheckpointInfo]) -> RunConfig:
-    """The run config of a measurement piece, over the study's checkpoints (loaded as modules)."""
+    """The run config of a measurement piece: the plan's template over the study's checkpoints (loaded as modules),
+    on the family's data, measured with the evaluation seed."""
     kind, names = piece.kind, family_models(plan, piece.kind)
+    if kind not in TEMPLATES:
+        raise ValueError(f"piece kind {kind!r} has no run config")
     models = tuple(_load(ckpts, names, plan.size))
-    common = {"models": models, "seed": plan.eval_seed, "size": plan.size, "checkpoint": _tag(ckpts, names)}
-    v, lm, lip = plan.vision, plan.lm, plan.lipschitz
-    if kind == P.VISION_ATTACK:
-        return ImageAttackConfig(
-            **common, attacks=tuple(v.attacks), eps=tuple(v.eps), data=plan.vision_data, n_examples=v.n_examples,
-            steps=v.pgd_steps,
-        )  # fmt: skip
+    template = getattr(plan, TEMPLATES[kind])
+    image = kind in (P.VISION_ATTACK, P.VISION_CORRUPTION, P.LIPSCHITZ_VISION, P.CERTIFY_VISION)
+    filled: dict = {
+        "models": models, "seed": plan.eval_seed, "size": plan.size, "checkpoint": _tag(ckpts, names),
+        "data": plan.vision_data if image else plan.lm_data,
+    }  # fmt: skip
     if kind == P.VISION_CORRUPTION:
-        return CorruptionConfig(
-            **common, data=plan.vision_data, n_examples=v.corruption_examples, severities=tuple(v.severities),
-            baseline=names[0],
-        )  # fmt: skip
+        filled["baseline"] = names[0]
     if kind == P.LM_ATTACK:
         from ..data import load_text
 
-        tok = _shared_tokenizer(list(models), load_text(plan.lm_data, split="test"))
-        return LMAttackConfig(
-            **common, attacks=("fgsm", "pgd", "wordswap"), eps=tuple(lm.eps), data=plan.lm_data,
-            n_examples=lm.n_sequences, steps=lm.attack_steps, rates=tuple(lm.rates), tokenizer=tok,
-        )  # fmt: skip
-    if kind in (P.LIPSCHITZ_VISION, P.LIPSCHITZ_LM):
-        vision = kind == P.LIPSCHITZ_VISION
-        return LipschitzConfig(
-            **common, n_examples=lip.vision_examples if vision else lip.lm_examples,
-            method=lip.vision_method if vision else lip.lm_method, bounds=True, per_layer=True,
-            data=plan.vision_data if vision else plan.lm_data, seq_len=lip.lm_seq_len,
-            gap=vision and lip.vision_gap, gap_rhos=(lip.gap_rho,), gap_taylor=False,
-        )  # fmt: skip
-    if kind == P.CERTIFY_VISION:
-        cert = plan.certify
-        return CertifyConfig(
-            **common, data=plan.vision_data, n_examples=cert.n_examples, sigmas=(cert.sigma,), n0=cert.n0,
-            n=cert.n, alpha=cert.alpha, attack_examples=cert.attack_examples,
-        )  # fmt: skip
-    raise ValueError(f"piece kind {kind!r} has no run config")
+        filled["tokenizer"] = _shared_tokenizer(list(models), load_text(plan.lm_data, split="test"))
+    return dataclasses.replace(template, **filled)
 
 
 def run_measurement(

@@ -19,6 +19,14 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..configs import (
+    CertifyConfig,
+    CorruptionConfig,
+    ImageAttackConfig,
+    LipschitzConfig,
+    LMAttackConfig,
+    RunConfig,
+)
 from ..errors import RobfiltError
 from ..family import Family
 from ..models.registry import parse_name
@@ -36,53 +44,42 @@ QUICK_VISION_RECIPE = Recipe(steps=60, batch_size=128, lr=2e-3, weight_decay=0.0
 QUICK_LM_RECIPE = Recipe(steps=60, batch_size=32, lr=3e-3, weight_decay=0.1, augment=False, ckpt_every=30, eval_max=50)
 
 
-@dataclass(frozen=True)
-class VisionEval:
-    """Image measurements: FGSM/PGD (Linf) eps sweeps and the corruption suite on shared test examples."""
-
-    n_examples: int = 500
-    attacks: tuple[str, ...] = ("fgsm", "pgd")
-    eps: tuple[float, ...] = (0.005, 0.01, 0.02, 0.05, 0.1)
-    pgd_steps: int = 20  # step size 0.15 * eps (the engine default, the group's protocol)
-    corruption_examples: int = 500
-    severities: tuple[int, ...] = (1, 2, 3, 4, 5)
-
-
-@dataclass(frozen=True)
-class LMEval:
-    """LM measurements: clean perplexity, word-swap contamination rates, embedding FGSM/PGD (relative L2 eps)."""
-
-    n_sequences: int = 64
-    rates: tuple[float, ...] = (0.0, 0.015, 0.05, 0.1, 0.2)
-    eps: tuple[float, ...] = (0.01, 0.02, 0.05, 0.1)
-    attack_steps: int = 20  # with 10, PGD (step 0.15 eps) can end weaker than FGSM: the engine's check fails
-
-
-@dataclass(frozen=True)
-class LipschitzEval:
-    """Lipschitz lower/upper bounds with per-block profiles (images: exact Jacobians; LMs: power iteration)."""
-
-    vision_examples: int = 32
-    vision_method: str = "exact"
-    lm_examples: int = 16
-    lm_method: str = "power"
-    lm_seq_len: int = 64
-    vision_gap: bool = True  # layerwise estimate per example (claim c); no second-order bound (too slow here)
-    gap_rho: float = 1e-3
+# The measurements' settings are run-config templates: the same configs `robfilt attack/lipschitz/certify` build.
+# Each piece fills a template's models, seed and checkpoint with dataclasses.replace (study/measure.py), so a
+# study measurement is exactly the run the command line would make.
+VISION_ATTACK_TEMPLATE = ImageAttackConfig(
+    models=VISION_MODELS, attacks=("fgsm", "pgd"), eps=(0.005, 0.01, 0.02, 0.05, 0.1), n_examples=500, steps=20
+)  # PGD step 0.15 * eps (the engine default, the group's protocol)
+VISION_CORRUPTION_TEMPLATE = CorruptionConfig(
+    models=VISION_MODELS, n_examples=500, severities=(1, 2, 3, 4, 5), baseline="deit"
+)
+# LM attack steps: with 10, PGD (step 0.15 eps) can end weaker than FGSM and the engine's check fails
+LM_ATTACK_TEMPLATE = LMAttackConfig(
+    models=LM_MODELS, attacks=("fgsm", "pgd", "wordswap"), eps=(0.01, 0.02, 0.05, 0.1),
+    rates=(0.0, 0.015, 0.05, 0.1, 0.2), n_examples=64, steps=20,
+)  # fmt: skip
+# Images: exact Jacobians and the layerwise estimate per example (claim c), without the second-order bound (too
+# slow here); LMs: power iteration on 64-token windows.
+LIPSCHITZ_VISION_TEMPLATE = LipschitzConfig(
+    models=VISION_MODELS, n_examples=32, method="exact", bounds=True, per_layer=True, gap=True, gap_rhos=(1e-3,),
+    gap_taylor=False,
+)  # fmt: skip
+LIPSCHITZ_LM_TEMPLATE = LipschitzConfig(
+    models=LM_MODELS, n_examples=16, method="power", bounds=True, per_layer=True, seq_len=64
+)
+# Smoothing of the standard-trained DeiTs (claim c): sigma 0.12 keeps them accurate enough under noise to certify.
+CERTIFY_TEMPLATE = CertifyConfig(
+    models=VISION_MODELS, n_examples=64, sigmas=(0.12,), n0=100, n=500, alpha=0.001, attack_examples=4
+)
+#: Template fields a piece fills in (models, seed, weights, data): not part of a template's settings.
+FILLED = frozenset({"models", "seed", "checkpoint", "size", "data", "device", "base_dir", "tokenizer", "inputs",
+                    "input_labels"})  # fmt: skip
 
 
-@dataclass(frozen=True)
-class CertifyEval:
-    """Randomized-smoothing certificates of the (standard-trained) DeiTs: certified L2 radius per example (claim c).
-
-    sigma 0.12 keeps the smoothed classifiers of models trained without noise accurate enough to certify."""
-
-    n_examples: int = 64
-    sigma: float = 0.12
-    n0: int = 100
-    n: int = 500
-    alpha: float = 0.001
-    attack_examples: int = 4
+def template_settings(template: RunConfig) -> dict[str, Any]:
+    """A template's own settings as JSON values (what a piece's numbers depend on besides the filled fields)."""
+    values = {f.name: getattr(template, f.name) for f in dataclasses.fields(template) if f.name not in FILLED}
+    return json.loads(json.dumps(values, default=lambda v: getattr(v, "value", str(v))))
 
 
 @dataclass(frozen=True)
@@ -110,10 +107,12 @@ class StudyPlan:
     vision_recipe: Recipe = field(default_factory=lambda: dataclasses.replace(STUDY_VISION_RECIPE))
     lm_recipe: Recipe = field(default_factory=lambda: dataclasses.replace(STUDY_LM_RECIPE))
     eval_seed: int = 0
-    vision: VisionEval = field(default_factory=VisionEval)
-    lm: LMEval = field(default_factory=LMEval)
-    lipschitz: LipschitzEval = field(default_factory=LipschitzEval)
-    certify: CertifyEval = field(default_factory=CertifyEval)
+    vision_attack: ImageAttackConfig = VISION_ATTACK_TEMPLATE
+    vision_corruption: CorruptionConfig = VISION_CORRUPTION_TEMPLATE
+    lm_attack: LMAttackConfig = LM_ATTACK_TEMPLATE
+    lipschitz_vision: LipschitzConfig = LIPSCHITZ_VISION_TEMPLATE
+    lipschitz_lm: LipschitzConfig = LIPSCHITZ_LM_TEMPLATE
+    certify: CertifyConfig = CERTIFY_TEMPLATE
     seqlen: SeqlenEval = field(default_factory=SeqlenEval)
 
     def validate(self) -> None:
@@ -137,7 +136,14 @@ class StudyPlan:
         return self.vision_data if parse_name(model)[0] is Family.IMAGE else self.lm_data
 
     def to_dict(self) -> dict[str, Any]:
-        return json.loads(json.dumps(dataclasses.asdict(self), default=str))
+        templates = {f.name for f in dataclasses.fields(self) if isinstance(getattr(self, f.name), RunConfig)}
+        plain = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in templates}
+        out = json.loads(json.dumps({k: _plain(v) for k, v in plain.items()}, default=str))
+        return {**out, **{name: template_settings(getattr(self, name)) for name in sorted(templates)}}
+
+
+def _plain(value: Any) -> Any:
+    return dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
 
 
 def digest(obj: Any, n: int = 12) -> str:
@@ -159,15 +165,18 @@ def full_plan(seeds: int = 3) -> StudyPlan:
 
 def quick_plan(seeds: int = 1) -> StudyPlan:
     """``--quick``: every piece of the pipeline on tiny budgets (~5 min on 2 cores); the numbers mean little."""
+    replace = dataclasses.replace
     return StudyPlan(
         name="quick",
         seeds=tuple(range(seeds)),
-        vision_recipe=dataclasses.replace(QUICK_VISION_RECIPE),
-        lm_recipe=dataclasses.replace(QUICK_LM_RECIPE),
-        vision=VisionEval(n_examples=128, pgd_steps=10, corruption_examples=128, severities=(1, 3, 5)),
-        lm=LMEval(n_sequences=16),
-        lipschitz=LipschitzEval(vision_examples=8, lm_examples=4, lm_seq_len=32),
-        certify=CertifyEval(n_examples=8, n0=20, n=100, attack_examples=2),
+        vision_recipe=replace(QUICK_VISION_RECIPE),
+        lm_recipe=replace(QUICK_LM_RECIPE),
+        vision_attack=replace(VISION_ATTACK_TEMPLATE, n_examples=128, steps=10),
+        vision_corruption=replace(VISION_CORRUPTION_TEMPLATE, n_examples=128, severities=(1, 3, 5)),
+        lm_attack=replace(LM_ATTACK_TEMPLATE, n_examples=16),
+        lipschitz_vision=replace(LIPSCHITZ_VISION_TEMPLATE, n_examples=8),
+        lipschitz_lm=replace(LIPSCHITZ_LM_TEMPLATE, n_examples=4, seq_len=32),
+        certify=replace(CERTIFY_TEMPLATE, n_examples=8, n0=20, n=100, attack_examples=2),
         seqlen=SeqlenEval(lm_windows=16, layer_ns=(16, 64, 256), layer_trials=4),
     )
 
@@ -183,10 +192,6 @@ CERTIFY_VISION = "certify-vision"
 LIPSCHITZ_LM = "lipschitz-lm"
 SEQLEN_LM = "seqlen-lm"
 SEQLEN_LAYER = "seqlen-layer"
-MEASUREMENTS: tuple[str, ...] = (
-    VISION_ATTACK, VISION_CORRUPTION, LIPSCHITZ_VISION, CERTIFY_VISION, LM_ATTACK, LIPSCHITZ_LM, SEQLEN_LM,
-    SEQLEN_LAYER,
-)  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 from collections.abc import Sequence
+from typing import Any
 
 import pandas as pd
 
@@ -181,9 +182,18 @@ def _verdict_rule() -> list[str]:
     ]
 
 
+def attack_words(config: Any) -> str:
+    """'FGSM, PGD-20' from a run config: each attack by name, iterative ones with their step count."""
+    single = {"fgsm"}
+    named = [a.upper() if a in single else f"{a.upper()}-{config.steps}" if a.startswith("pgd") else a
+             for a in config.attacks if a != "wordswap"]  # fmt: skip
+    return ", ".join(named)
+
+
 def _what_was_run(plan: StudyPlan, manifest: dict) -> list[str]:
     """Recipes, measurement settings and compute time, all read from the plan and the manifest."""
-    v, lm, lip, sq = plan.vision, plan.lm, plan.lipschitz, plan.seqlen
+    v, vc, lm, sq = plan.vision_attack, plan.vision_corruption, plan.lm_attack, plan.seqlen
+    lv, ll = plan.lipschitz_vision, plan.lipschitz_lm
     return [
         "## What was run",
         "",
@@ -193,14 +203,14 @@ def _what_was_run(plan: StudyPlan, manifest: dict) -> list[str]:
         "",
         markdown(_recipes(plan)).rstrip(),
         "",
-        f"- Vision: FGSM and PGD-{v.pgd_steps} (Linf, step 0.15 eps) at eps {', '.join(f'{e:g}' for e in v.eps)} "
-        f"on {v.n_examples} test examples; corruptions (all, severities {', '.join(map(str, v.severities))}) on "
-        f"{v.corruption_examples} examples.",
-        f"- Language: clean perplexity, word swap ('AAA') at rates {', '.join(f'{r:g}' for r in lm.rates)}, "
-        f"embedding FGSM and PGD-{lm.attack_steps} (per-token L2, eps relative to the mean embedding norm) at "
-        f"{', '.join(f'{e:g}' for e in lm.eps)}, on {lm.n_sequences} test sequences of block_size + 1 characters.",
-        f"- Lipschitz: {lip.vision_method} lower bounds on {lip.vision_examples} images, {lip.lm_method} lower bounds "
-        f"on {lip.lm_examples} text windows of {lip.lm_seq_len} tokens; certified global upper bounds; per-block "
+        f"- Vision: {attack_words(v)} ({v.norm.value}) at eps {', '.join(f'{e:g}' for e in v.eps)} "
+        f"on {int(v.n_examples)} test examples; corruptions (all, severities {', '.join(map(str, vc.severities))}) on "
+        f"{int(vc.n_examples)} examples.",
+        f"- Language: clean perplexity, word swap ('{lm.replacement}') at rates {', '.join(f'{r:g}' for r in lm.rates)}, "
+        f"embedding {attack_words(lm)} (per-token {lm.norm.value}, eps relative to the mean embedding norm) at "
+        f"{', '.join(f'{e:g}' for e in lm.eps)}, on {int(lm.n_examples)} test sequences of block_size + 1 characters.",
+        f"- Lipschitz: {lv.method} lower bounds on {int(lv.n_examples)} images, {ll.method} lower bounds "
+        f"on {int(ll.n_examples)} text windows of {ll.seq_len} tokens; certified global upper bounds; per-block "
         "profiles.",
         f"- Sequence length: trained LMs at N = {', '.join(map(str, sq.lm_ns))} ({sq.lm_windows} windows, per-token "
         f"noise {sq.lm_noise:g} x the mean embedding norm); one synthetic attention layer (seeded by the training "
@@ -289,9 +299,10 @@ def _lipschitz_section(plan: StudyPlan, data: StudyScores) -> list[str]:
             table = seed_table(s, fam, metric, models, label="block")
             lines += _section(f"{title}, per block: {METRICS[metric][2]}", _SEED_CAP, table)
     cert = plan.certify
+    sigmas = ", ".join(f"{s:g}" for s in cert.sigmas)
     cert_cap = (
-        f"Randomized smoothing (Cohen et al. 2019) of the study's DeiTs at sigma {cert.sigma:g}: n0 = {cert.n0}, "
-        f"n = {cert.n}, alpha = {cert.alpha:g}, {cert.n_examples} test images; the radius counts 0 where the true "
+        f"Randomized smoothing (Cohen et al. 2019) of the study's DeiTs at sigma {sigmas}: n0 = {cert.n0}, "
+        f"n = {cert.n}, alpha = {cert.alpha:g}, {int(cert.n_examples)} test images; the radius counts 0 where the true "
         "class is not certified. " + _SEED_CAP
     )
     for metric in ("certified_radius_mean", "certified_acc"):
