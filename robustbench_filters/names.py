@@ -4,10 +4,13 @@ The command line needs these names for its help texts and for ``robfilt models l
 fraction of a second; importing the modules that *build* models or attacks costs seconds (torch, timm,
 torchattacks). So the names live here as plain data, and ``tests/test_cli_startup.py`` checks that they equal
 what the heavy modules (:mod:`.models.registry`, :mod:`.models.timm_registry`, :mod:`.attacks.catalogue`,
-:mod:`.attacks.corruption_transforms`, :mod:`.configs`) define.
+:mod:`.attacks.corruption_transforms`, :mod:`.configs`) define. The Lipschitz lower-bound methods are defined here
+and nowhere else: the config that validates them and the estimator that runs them both import them from here.
 """
 
 from __future__ import annotations
+
+from enum import Enum
 
 from .errors import RobfiltError, unknown
 from .family import Family
@@ -58,3 +61,21 @@ def attack_help() -> str:
         f"Comma list. Images: {', '.join(IMAGE_ATTACKS)}, {CORRUPTION}[:<name>] ({', '.join(CORRUPTIONS)}); "
         f"language models: {', '.join(LM_ATTACKS)}, {WORDSWAP}."
     )
+
+
+class Method(str, Enum):
+    """How ``robfilt lipschitz`` computes its per-example lower bound (all three are rigorous lower bounds)."""
+
+    EXACT = "exact"  # dense per-example Jacobian + float64 SVD (small outputs)
+    POWER = "power"  # batched jvp/vjp power iteration on J^T J
+    RATIO = "ratio"  # pair-ratio ascent ||f(x) - f(x')|| / ||x - x'|| on the ball B(x, rho)
+
+
+def parse_method(value: str | Method) -> Method:
+    """'power' -> Method.POWER; an unknown name raises with close-match suggestions."""
+    if isinstance(value, Method):
+        return value
+    try:
+        return Method(str(value).strip().lower())
+    except ValueError:
+        raise unknown("method", str(value), [m.value for m in Method]) from None

@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 
 from ..errors import RobfiltError
 from ..family import Family
+from ..names import parse_method
 from .base import (
     ImageDataConfig,
     RunConfig,
@@ -43,8 +44,6 @@ class LipschitzConfig(RunConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        from ..lipschitz.methods import parse_method
-
         self._set("method", parse_method(self.method).value)
         _positive(self.power_iters, "power iterations")
         _positive(self.seq_len, "--seq-len")

@@ -6,6 +6,7 @@ and boosting (GRC) rules, globally and on a ball around each input, plus the cer
 The formulas and their sources are in notes/lipschitz.md; each module's docstring names the section it uses.
 """
 
+from ..names import Method, parse_method
 from .attention_bound import AttentionBound, attention_lipschitz, castin_bound, dp_head_bound
 from .certify import BoundTrace, certified_radius, margins, trace_bounds
 from .constants import (
@@ -22,7 +23,6 @@ from .gap import GAP_COLUMNS, gap_rows, gap_summary
 from .jacobian import PowerResult, jacobian_dense, jacobian_norm_exact, jacobian_norm_power
 from .layers import block_forward
 from .local_bound import LocalBounds, LocalOptions, local_bounds
-from .methods import Method, parse_method
 from .profile import layer_profile
 from .ratio import pair_ratio_ascent
 from .run import COLUMNS, DEFINITIONS, Lipschitz, LipschitzResult, estimate_lipschitz, summarize

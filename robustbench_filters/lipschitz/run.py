@@ -35,12 +35,12 @@ from ..checks import summarize as summarize_checks
 from ..configs import LipschitzConfig, model_label
 from ..errors import RobfiltError
 from ..models import create_model
+from ..names import Method
 from ..runs.measurement import Measurement, PrepareContext, Tick
 from ..runs.units import Unit, batch_slices
 from .certify import certified_radius, margins, trace_bounds
 from .data import Inputs, load_inputs
 from .jacobian import jacobian_norm_exact, jacobian_norm_power
-from .methods import Method
 from .profile import layer_profile
 from .ratio import pair_ratio_ascent
 from .summary import COLUMNS, DEFINITIONS, GAP, MODEL_LAYER, lipschitz_checks, summarize
