@@ -19,8 +19,6 @@ GELU_LIPSCHITZ: float = 0.5 * (1.0 + math.erf(1.0)) + math.exp(-1.0) / math.sqrt
 GELU_TANH_LIPSCHITZ: float = 1.1289932
 # SiLU: sup |d/dx x sigmoid(x)|, numerically 1.0998393; rounded up.
 SILU_LIPSCHITZ: float = 1.0998394
-# Softmax Jacobian diag(p) - p p^T is PSD with largest eigenvalue <= 1/2 (equality at p = (1/2, 1/2)).
-SOFTMAX_LIPSCHITZ: float = 0.5
 
 
 def activation_lipschitz(module: nn.Module, where: str = "") -> float:

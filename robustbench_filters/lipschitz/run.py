@@ -181,8 +181,7 @@ def _gap_rows(
     target: Target, inputs: Inputs, batch: slice, config: LipschitzConfig, gen: torch.Generator
 ) -> pd.DataFrame:
     """Empirical gain, layerwise estimate (not certified), certified local and global, per example and block."""
-    from .gap import gap_rows
-    from .local_bound import LocalOptions
+    from .research import LocalOptions, gap_rows
 
     x = target.inputs(inputs.x[batch])
     ids = inputs.ids[batch].cpu().numpy()

@@ -116,7 +116,7 @@ def summarize(rows: pd.DataFrame, factors: dict[str, list[dict]] | None = None) 
         out[str(name)] = entry
     result: dict[str, Any] = {"models": out, "definitions": DEFINITIONS}
     if len(gap):
-        from .gap import gap_summary
+        from .research.gap import gap_summary
 
         med = gap_summary(gap.assign(layer=gap["layer"].str.slice(len(GAP))))
         result["gap_log10_median"] = med.replace({np.nan: None}).to_dict(orient="records")

@@ -1,6 +1,6 @@
 """Figure: where the certified Lipschitz bounds lose, per model and per block.
 
-Input: the tidy rows of :func:`robustbench_filters.lipschitz.gap.gap_rows` (columns ``model``, ``layer``,
+Input: the tidy rows of :func:`robustbench_filters.lipschitz.research.gap.gap_rows` (columns ``model``, ``layer``,
 ``rho``, ``empirical``, ``layerwise_estimate``, ``local_upper``, ``global_upper``; optional ``local_taylor``).
 For every layer (each block, then the whole model) one column of markers on a log axis, medians over examples:
 
