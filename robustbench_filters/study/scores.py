@@ -84,24 +84,48 @@ def lm_scores(summary: dict, seed: int) -> list[dict]:
     return out
 
 
+#: certified score -> the score that says whether it is vacuous (1.0) or not (0.0) (robustbench_filters.vacuity)
+VACUOUS_SCORES: dict[str, str] = {
+    "lip_log10_upper": "lip_upper_vacuous",
+    "lip_layer_log10_upper": "lip_layer_upper_vacuous",
+    "lip_log10_local": "lip_local_vacuous",
+}
+
+
+def _flag_rows(family: str, model: str, seed: int, metric: str, cond: str, flag: Any) -> list[dict]:
+    return [] if flag is None else [_row(family, model, seed, VACUOUS_SCORES[metric], cond, float(bool(flag)))]
+
+
 def lipschitz_scores(summary: dict, family: str, seed: int) -> list[dict]:
     out = []
     for model, m in summary["models"].items():
         out.append(_row(family, model, seed, "lip_lower_mean", "model", m["lower_mean"]))
         out.append(_row(family, model, seed, "lip_lower_max", "model", m["lower_max"]))
         out.append(_row(family, model, seed, "lip_log10_upper", "model", m.get("log10_global_upper")))
+        out += _flag_rows(family, model, seed, "lip_log10_upper", "model", m.get("global_upper_vacuous"))
         for layer in m.get("layers", []):
             out.append(_row(family, model, seed, "lip_layer_lower_mean", layer["layer"], layer["lower_mean"]))
             upper = layer.get("global_upper")
             log_upper = math.log10(upper) if upper and upper > 0 and math.isfinite(upper) else None
             out.append(_row(family, model, seed, "lip_layer_log10_upper", layer["layer"], log_upper))
+            flag = layer.get("global_upper_vacuous")
+            out += _flag_rows(family, model, seed, "lip_layer_log10_upper", layer["layer"], flag)
     for rec in summary.get("gap_log10_median") or []:  # --gap: median log10 over examples, per layer and rho
         if rec["layer"] == "model":
             out.append(_row(family, rec["model"], seed, "lip_log10_layerwise", "model", rec.get("layerwise_estimate")))
-            out.append(
-                _row(family, rec["model"], seed, "lip_log10_local", f"rho={rec['rho']:g}", rec.get("local_upper"))
-            )
+            cond = f"rho={rec['rho']:g}"
+            out.append(_row(family, rec["model"], seed, "lip_log10_local", cond, rec.get("local_upper")))
+            out += _flag_rows(family, rec["model"], seed, "lip_log10_local", cond, rec.get("local_upper_vacuous"))
     return out
+
+
+def vacuous_cells(scores: pd.DataFrame, family: str, metric: str) -> set[tuple[str, str]]:
+    """(model, condition) of a certified score that is vacuous in at least one seed."""
+    flag = VACUOUS_SCORES.get(metric)
+    if flag is None or scores.empty:
+        return set()
+    sel = scores[(scores["family"] == family) & (scores["metric"] == flag) & (scores["value"] > 0)]
+    return set(zip(sel["model"], sel["condition"], strict=True))
 
 
 def certify_scores(rows: pd.DataFrame, seed: int) -> list[dict]:
