@@ -29,9 +29,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # the command line imports this module at start-up, where pandas is too heavy
+    import pandas as pd
 
 FACTOR = 1e6  # six decades between a certified number and the measured value it certifies
 RULE = (
