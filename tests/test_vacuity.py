@@ -189,3 +189,19 @@ def test_study_claims_and_tables_on_vacuous_bounds() -> None:
     assert table["deit"].iloc[0].startswith("vacuous (41.4") and "1e6" in caption
     tight = scores.assign(value=np.where(scores["metric"] == "lip_upper_vacuous", 0.0, scores["value"]))
     assert compare(tight, result.comparison).verdict is Verdict.SUPPORTED  # a real difference stays one
+
+
+def test_study_scores_judge_run_folders_written_before_the_flags_existed() -> None:
+    from robustbench_filters.lipschitz.summary import summarize
+    from robustbench_filters.study.scores import lipschitz_scores
+
+    summary = summarize(VACUOUS)
+    for key in ("global_upper_vacuous", "local_upper_vacuous", "radius_vacuous"):
+        summary["models"]["deit"].pop(key)
+    for layer in summary["models"]["deit"]["layers"]:
+        layer.pop("global_upper_vacuous")
+    old = pd.DataFrame(lipschitz_scores(summary, "image", 0))
+    assert "lip_upper_vacuous" not in set(old["metric"])  # the summary alone cannot say
+    new = pd.DataFrame(lipschitz_scores(summary, "image", 0, VACUOUS)).set_index(["metric", "condition"])
+    assert new.loc[("lip_upper_vacuous", "model"), "value"] == 1.0
+    assert new.loc[("lip_layer_upper_vacuous", "blocks.0"), "value"] == 1.0

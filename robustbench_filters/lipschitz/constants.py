@@ -36,7 +36,7 @@ def activation_lipschitz(module: nn.Module, where: str = "") -> float:
     raise uncovered(module, where)
 
 
-# sup |phi''| of the smooth activations (for the second-order local bound, :mod:`.taylor`): GELU (exact and tanh)
+# sup |phi''| of the smooth activations (for the second-order local bound, :mod:`.research.taylor`): GELU (exact and tanh)
 # peaks at x = 0 with 2 phi(0) = sqrt(2/pi); SiLU at 0 with 1/2; tanh at 4/(3 sqrt 3). Rounded up.
 GELU_CURVATURE: float = math.sqrt(2.0 / math.pi) * (1 + 1e-12)
 SILU_CURVATURE: float = 0.5 * (1 + 1e-12)

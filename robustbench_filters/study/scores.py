@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .. import vacuity
 from ..runs.folder import Run
 from ..stats import mcnemar_exact
 from .seqlen import growth_slope
@@ -96,26 +97,36 @@ def _flag_rows(family: str, model: str, seed: int, metric: str, cond: str, flag:
     return [] if flag is None else [_row(family, model, seed, VACUOUS_SCORES[metric], cond, float(bool(flag)))]
 
 
-def lipschitz_scores(summary: dict, family: str, seed: int) -> list[dict]:
+def _global_flag(rows: pd.DataFrame | None, entry: dict, model: str, layer: str) -> Any:
+    """Whether a certified global constant is vacuous: the rule applied to the run's rows (so run folders written
+    before the summaries carried the flag are judged too), else the summary's flag."""
+    if rows is None or "layer" not in rows.columns:
+        return entry.get("global_upper_vacuous")
+    sel = rows[(rows["model"] == model) & (rows["layer"] == layer)]
+    return vacuity.block_vacuity(sel)["global_upper_vacuous"] if len(sel) else entry.get("global_upper_vacuous")
+
+
+def lipschitz_scores(summary: dict, family: str, seed: int, rows: pd.DataFrame | None = None) -> list[dict]:
     out = []
     for model, m in summary["models"].items():
         out.append(_row(family, model, seed, "lip_lower_mean", "model", m["lower_mean"]))
         out.append(_row(family, model, seed, "lip_lower_max", "model", m["lower_max"]))
         out.append(_row(family, model, seed, "lip_log10_upper", "model", m.get("log10_global_upper")))
-        out += _flag_rows(family, model, seed, "lip_log10_upper", "model", m.get("global_upper_vacuous"))
+        out += _flag_rows(family, model, seed, "lip_log10_upper", "model", _global_flag(rows, m, model, "model"))
         for layer in m.get("layers", []):
             out.append(_row(family, model, seed, "lip_layer_lower_mean", layer["layer"], layer["lower_mean"]))
             upper = layer.get("global_upper")
             log_upper = math.log10(upper) if upper and upper > 0 and math.isfinite(upper) else None
             out.append(_row(family, model, seed, "lip_layer_log10_upper", layer["layer"], log_upper))
-            flag = layer.get("global_upper_vacuous")
+            flag = _global_flag(rows, layer, model, layer["layer"])
             out += _flag_rows(family, model, seed, "lip_layer_log10_upper", layer["layer"], flag)
     for rec in summary.get("gap_log10_median") or []:  # --gap: median log10 over examples, per layer and rho
         if rec["layer"] == "model":
             out.append(_row(family, rec["model"], seed, "lip_log10_layerwise", "model", rec.get("layerwise_estimate")))
             cond = f"rho={rec['rho']:g}"
             out.append(_row(family, rec["model"], seed, "lip_log10_local", cond, rec.get("local_upper")))
-            out += _flag_rows(family, rec["model"], seed, "lip_log10_local", cond, rec.get("local_upper_vacuous"))
+            flag = vacuity.log10_vacuous(rec.get("local_upper"), rec.get("empirical"))
+            out += _flag_rows(family, rec["model"], seed, "lip_log10_local", cond, flag)
     return out
 
 
@@ -222,11 +233,11 @@ def scores_from_run(kind: str, run: Run, seed: int, baseline: str | None = None)
     if kind == P.LM_ATTACK:
         return lm_scores(s, seed), []
     if kind == P.LIPSCHITZ_VISION:
-        return lipschitz_scores(s, "image", seed), []
+        return lipschitz_scores(s, "image", seed, run.rows), []
     if kind == P.CERTIFY_VISION:
         return certify_scores(run.rows, seed), []
     if kind == P.LIPSCHITZ_LM:
-        return lipschitz_scores(s, "lm", seed), []
+        return lipschitz_scores(s, "lm", seed, run.rows), []
     if kind == P.SEQLEN_LM:
         return seqlen_lm_scores(s, seed), []
     if kind == P.SEQLEN_LAYER:
