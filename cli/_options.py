@@ -26,10 +26,10 @@ from robustbench_filters.configs.options import (
     Models,
     Number,
     Pairs,
-    UpTo,
     declaration,
     declared_fields,
 )
+from robustbench_filters.counts import UpTo
 from robustbench_filters.surface import Surface
 
 #: The own options of the commands (not config fields), in their help panel.

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from robustbench_filters.configs import LipschitzConfig
 from robustbench_filters.surface import Surface
+from robustbench_filters.vacuity import SHORT, label
 
 from ._common import (
     AllowFailedOpt,
@@ -82,39 +83,48 @@ def lipschitz(
     exit_for_checks(result.summary, allow_failed_checks)
 
 
+def _caption(vacuous: bool) -> str | None:
+    return SHORT if vacuous else None
+
+
 def render_lipschitz_summary(summary: dict, setting: str, per_layer: bool, gap: bool) -> None:
     """Per model (and per block with ``per_layer``): the mean lower bound with its 95% interval across examples,
-    the max lower bound, the certified local and global bounds; then the gap table with ``gap``."""
-    table = Table(title=f"Lipschitz bounds ({setting})")
+    the max lower bound, the certified local and global bounds (labelled when vacuous, never a bare number); then
+    the gap table with ``gap``."""
+    models = summary["models"]
+    flags = [s.get(k) for s in models.values() for k in ("local_upper_vacuous", "global_upper_vacuous")]
+    table = Table(title=f"Lipschitz bounds ({setting})", caption=_caption(any(flags)))
     cols = ("model", "n", "lower mean [95% CI]", "lower max", "local upper (median)", "certified upper", "upper/lower")
     for col in cols:
         table.add_column(col, justify="left" if col == "model" else "right")
-    for name, s in summary["models"].items():
+    for name, s in models.items():
         table.add_row(
             name,
             str(s["n_examples"]),
             _with_ci(s),
             _sci(s["lower_max"]),
-            _sci(s["local_upper_median"]),
-            _sci(s["global_upper"]),
+            label(_sci(s["local_upper_median"]), s.get("local_upper_vacuous")),
+            label(_sci(s["global_upper"]), s.get("global_upper_vacuous")),
             _sci(s["ratio_upper_lower"]),
         )
     out_console = console()
     out_console.print(table)
     if per_layer:
-        layers = Table(title="per block: empirical gain at the hidden states vs certified block constant")
+        rows = [(name, row) for name, s in models.items() for row in s["layers"]]
+        vac = any(row.get(k) for _, row in rows for k in ("local_upper_vacuous", "global_upper_vacuous"))
+        layers = Table(title="per block: empirical gain at the hidden states vs certified block constant",
+                       caption=_caption(vac))  # fmt: skip
         for col in ("model", "block", "gain mean [95% CI]", "gain max", "local upper (median)", "global upper"):
             layers.add_column(col, justify="left" if col in ("model", "block") else "right")
-        for name, s in summary["models"].items():
-            for row in s["layers"]:
-                layers.add_row(
-                    name,
-                    row["layer"],
-                    _with_ci(row),
-                    _sci(row["lower_max"]),
-                    _sci(row["local_upper_median"]),
-                    _sci(row["global_upper"]),
-                )
+        for name, row in rows:
+            layers.add_row(
+                name,
+                row["layer"],
+                _with_ci(row),
+                _sci(row["lower_max"]),
+                label(_sci(row["local_upper_median"]), row.get("local_upper_vacuous")),
+                label(_sci(row["global_upper"]), row.get("global_upper_vacuous")),
+            )
         out_console.print(layers)
     if gap:
         _gap_table(summary.get("gap_log10_median") or [])
@@ -122,13 +132,17 @@ def render_lipschitz_summary(summary: dict, setting: str, per_layer: bool, gap: 
 
 def _gap_table(records: list[dict]) -> None:
     """log10 medians: how much is lost to loose layer bounds and how much to composing them."""
-    table = Table(title="where the certified bounds lose (log10, median over examples)")
+    vac = any(r.get("local_upper_vacuous") or r.get("global_upper_vacuous") for r in records)
+    table = Table(title="where the certified bounds lose (log10, median over examples)",
+                  caption="vacuous = more than 6 decades (1e6 x) above the empirical value" if vac else None)  # fmt: skip
     cols = ("model", "layer", "rho", "empirical", "layerwise (not certified)", "certified local", "certified global")
     keys = ("empirical", "layerwise_estimate", "local_upper", "global_upper")
     for col in cols:
         table.add_column(col, justify="left" if col in ("model", "layer") else "right")
     for r in records:
         vals = [f"{r[k]:.2f}" if r.get(k) is not None else "-" for k in keys]
+        vals[2] = label(vals[2], r.get("local_upper_vacuous"), "log")
+        vals[3] = label(vals[3], r.get("global_upper_vacuous"), "log")
         table.add_row(r["model"], r["layer"], f"{r['rho']:g}", *vals)
     console().print(table)
 

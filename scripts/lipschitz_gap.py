@@ -24,8 +24,7 @@ import torch
 
 from robustbench_filters.data import load_images
 from robustbench_filters.lipschitz import make_target, trace_bounds
-from robustbench_filters.lipschitz.gap import gap_rows, gap_summary
-from robustbench_filters.lipschitz.local_bound import LocalOptions, local_bounds
+from robustbench_filters.lipschitz.research import LocalOptions, gap_rows, gap_summary, local_bounds
 from robustbench_filters.models import create_model
 from robustbench_filters.report.lipschitz_gap import lipschitz_gap_figure
 
@@ -52,7 +51,7 @@ def _inputs(n: int, seed: int) -> tuple[torch.Tensor, np.ndarray]:
 def _ablation(name: str, target, x, rhos) -> list[dict]:
     rows = []
     base = trace_bounds(target, x, rhos, improved=False)
-    glob = trace_bounds(target, x[:1], rhos[:1], options=LocalOptions(taylor=False)).global_upper
+    glob = trace_bounds(target, x[:1], rhos[:1]).global_upper
     rows.append({"model": name, "step": "baseline (layer-by-layer, eps floor, global attention)",
                  "global": math.log10(base.global_upper), **_per_rho(base.local_upper, rhos)})  # fmt: skip
     best = base.local_upper

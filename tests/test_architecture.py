@@ -136,6 +136,12 @@ def test_the_report_and_the_gate_judgement_read_run_folders_only(module: str) ->
     assert _under(_reach(module), *forbidden) == set()
 
 
+def test_configs_never_import_the_lipschitz_estimator() -> None:
+    """The method names a Lipschitz config validates live in names.py, below both (no configs <-> lipschitz cycle)."""
+    for module in [m for m in MODULES if m.startswith(f"{PACKAGE}.configs")]:
+        assert _under(_reach(module), f"{PACKAGE}.lipschitz") == set(), module
+
+
 def test_records_and_base_modules_import_no_models() -> None:
     for module in (f"{PACKAGE}.runs.folder", f"{PACKAGE}.versions", f"{PACKAGE}.errors", f"{PACKAGE}.io"):
         assert _under(_reach(module), f"{PACKAGE}.models") == set(), module
@@ -145,7 +151,7 @@ def test_the_graph_sees_known_arrows() -> None:
     """Guards the scanner itself: relative, package and lazy imports are all seen."""
     assert f"{PACKAGE}.runs.folder" in GRAPH[f"{PACKAGE}.runs.runner"]
     assert f"{PACKAGE}.checks.image" in GRAPH[f"{PACKAGE}.attacks.image"]  # from ..checks import image as IC
-    assert f"{PACKAGE}.lipschitz.methods" in GRAPH[f"{PACKAGE}.configs.bounds"]  # a lazy import inside a function
+    assert f"{PACKAGE}.api" in GRAPH[f"{PACKAGE}.cli.lipschitz"]  # a lazy import inside a function
     assert f"{PACKAGE}.cli._render" in GRAPH[f"{PACKAGE}.cli.attack"]
 
 

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from timm.layers import Attention
 from torch import nn
 
-from robustbench_filters.lipschitz import jacobian_dense, jacobian_norm_exact, make_target, trace_bounds
+from robustbench_filters.lipschitz import jacobian_norm_exact, make_target, trace_bounds
 from robustbench_filters.lipschitz.attention_local import local_attention
 from robustbench_filters.lipschitz.chain import build_chain
 from robustbench_filters.lipschitz.layernorm_bound import (
@@ -29,7 +29,8 @@ from robustbench_filters.lipschitz.layernorm_bound import (
     std_lower,
     token_std,
 )
-from robustbench_filters.lipschitz.local_bound import LocalOptions, first_norm_floor, local_bounds
+from robustbench_filters.lipschitz.local_bound import first_norm_floor
+from robustbench_filters.lipschitz.research import LocalOptions, local_bounds
 from robustbench_filters.models import create_model
 from robustbench_filters.models.bsa import bsa_layer
 
@@ -47,6 +48,12 @@ def _one_thread():
 
 def opnorm(m: torch.Tensor) -> float:
     return torch.linalg.matrix_norm(m.double(), 2).item()
+
+
+def jacobian_dense(fn, x: torch.Tensor) -> torch.Tensor:
+    """The dense Jacobian (m, n) of a single example (batch of one), via ``torch.func.jacrev``."""
+    jac = torch.func.jacrev(fn)(x)
+    return jac.reshape(jac.shape[1], -1)
 
 
 def random_model(name: str, dim: int, heads: int, depth: int, scale: float, seed: int):

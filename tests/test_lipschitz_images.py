@@ -25,12 +25,11 @@ from robustbench_filters.lipschitz import (
     jacobian_norm_exact,
     jacobian_norm_power,
     make_target,
-    model_family,
     pair_ratio_ascent,
     trace_bounds,
 )
-from robustbench_filters.lipschitz.gap import GAP_COLUMNS, gap_rows, gap_summary
-from robustbench_filters.lipschitz.local_bound import LocalOptions, local_bounds
+from robustbench_filters.lipschitz.research import GAP_COLUMNS, LocalOptions, gap_rows, gap_summary, local_bounds
+from robustbench_filters.lipschitz.target import model_family
 from robustbench_filters.models import create_model
 from robustbench_filters.report.lipschitz_gap import lipschitz_gap_figure
 

@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from ..counts import UpTo
 from ..errors import RobfiltError
 from ..family import Family
 from ..names import (
@@ -37,7 +38,7 @@ from .base import (
     _unique,
     default_eps,
 )
-from .options import Bool, Int, Many, Number, Text, Tokenizer, UpTo, option
+from .options import Bool, Int, Many, Number, Text, Tokenizer, option
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -60,9 +60,9 @@ def model_label(model: ModelLike, index: int) -> str:
 def model_family(model: ModelLike) -> Family:
     """A reference's or module's family, checked without loading anything."""
     if isinstance(model, str):
-        from ..models.ref import validate_model_ref
+        from ..models.ref import model_kind
 
-        return Family.LM if validate_model_ref(model, check_timm=False) == "lm" else Family.IMAGE
+        return Family.LM if model_kind(model) == "lm" else Family.IMAGE
     spec = getattr(model, "robfilt_spec", None)
     if spec is not None:
         return spec.family

@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from ..counts import UpTo
 from ..errors import RobfiltError
 from ..family import Family
 from ..names import parse_method
@@ -15,7 +16,7 @@ from .base import (
     _positive,
     _unique,
 )
-from .options import Bool, Int, Many, Number, UpTo, api_only, option
+from .options import Bool, Int, Many, Number, api_only, option
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -35,14 +35,6 @@ def is_module(obj: Any) -> bool:
     return torch is not None and isinstance(obj, torch.nn.Module)
 
 
-class UpTo(int):
-    """A default example count that is a cap: ``UpTo(256)`` takes 256 examples, or all of them when the data has
-    fewer. A count the user gives is exact (more than the data holds is refused); ``None`` means every example."""
-
-    def __repr__(self) -> str:
-        return f"UpTo({int(self)})"
-
-
 # ---------------------------------------------------------------------------------------------------- values
 class Value:
     """How one option's values are read from each surface (conversion only; the config checks the rules)."""

@@ -13,6 +13,12 @@ Tolerances are absolute for accuracies (0.02 = 2 points) and relative for perple
 mode, up to float noise (:data:`FLOAT_RTOL`) against a baseline.
 Nothing here reads files or makes runs; the gate passes :class:`~..report.metrics.Metric` values and, for the
 paired mode, the paired per-example outcomes (:func:`.series.pair_series`).
+
+A certified Lipschitz value that is vacuous (:mod:`robustbench_filters.vacuity`: a bound more than 1e6 times the
+rigorous lower bound, a radius below 1e-6 of the one the lower bound gives) certifies nothing about the model, so
+:func:`vacuous_decision` never lets it pass silently: a pass becomes a WARN that says the value is vacuous (the
+limit is met, but by a number that carries no information), and a FAIL keeps failing with the same note (the
+bound cannot show the limit; the model itself may well meet it).
 """
 
 from __future__ import annotations
@@ -113,7 +119,8 @@ def decide_threshold(m: Metric, threshold: float, bound: Bound, mode: Mode | str
     text = mde.text()
     if mde.effect is not None and mde.effect > 0 and ok:
         text += f"; {_headroom(m, t, bound, mde.effect)}"
-    return Decision(status, mode, detail, mde=mde.effect, mde_text=text, mde_assumption=mde.assumption)
+    return vacuous_decision(Decision(status, mode, detail, mde=mde.effect, mde_text=text,
+                                     mde_assumption=mde.assumption), m)  # fmt: skip
 
 
 def _headroom(m: Metric, t: float, bound: Bound, mde: float) -> str:
@@ -221,8 +228,9 @@ def baseline_check(
         why = (why + "; " if why else "") + "deterministic value, compared up to float noise"
     detail = note + _effect_text(fresh.metric, effect) + (f": {why}" if why else "")
     mde = minimum_detectable(baseline_plan(base, mode, expected_n, tolerance, alpha, discordance))
-    return Decision(status, mode, detail, effect=effect, mde=mde.effect, mde_text=mde.text(),
-                    mde_assumption=mde.assumption)  # fmt: skip
+    decision = Decision(status, mode, detail, effect=effect, mde=mde.effect, mde_text=mde.text(),
+                        mde_assumption=mde.assumption)  # fmt: skip
+    return vacuous_decision(decision, fresh)
 
 
 def decide_baseline(
@@ -354,3 +362,14 @@ __all__ = [
     "paired_decision",
     "paired_test",
 ]
+
+
+def vacuous_decision(decision: Decision, m: Metric) -> Decision:
+    """``decision`` on ``m``, never silent about a vacuous certified value: a pass on one becomes a WARN, and both
+    a pass and a fail say the value is vacuous (see the module docstring)."""
+    if not m.vacuous:
+        return decision
+    note = "vacuous: it certifies nothing about the model (more than 1e6 × weaker than the measured lower bound)"
+    if decision.status is Status.PASS:
+        return replace(decision, status=Status.WARN, detail=f"{decision.detail}; met, but the value is {note}")
+    return replace(decision, detail=f"{decision.detail}; the value is {note}")

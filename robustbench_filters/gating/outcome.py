@@ -22,7 +22,9 @@ RULE = (
     "thresholds: interval mode fails when the whole 95% CI misses the limit, point mode when the value does; "
     "baselines: paired mode fails when a one-sided test on the same examples (exact McNemar, the margin score "
     "test, or a sign-flip test for perplexity) gives p < alpha after Holm's correction across paired checks, "
-    "interval mode when the CIs widened by the tolerance no longer overlap, point mode on the values."
+    "interval mode when the CIs widened by the tolerance no longer overlap, point mode on the values; a vacuous "
+    "certified Lipschitz value (bound > 1e6 x lower bound, radius < 1e-6 x the lower bound's) never passes: a pass "
+    "on it is a warning."
 )
 PERCENT = frozenset({"acc", "token_acc"})
 RATIO = frozenset({"ppl"})

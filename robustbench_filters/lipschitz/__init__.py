@@ -1,78 +1,30 @@
 """Lipschitz estimation: empirical lower bounds, certified upper bounds, per-layer profiles.
 
 Lower bounds (per example, rigorous): dense Jacobian + SVD (``exact``), jvp/vjp power iteration (``power``) and
-pair-ratio ascent (``ratio``). Upper bounds (certified): exact per-layer constants composed with the residual
-and boosting (GRC) rules, globally and on a ball around each input, plus the certified radius that follows.
-The formulas and their sources are in notes/lipschitz.md; each module's docstring names the section it uses.
+pair-ratio ascent (``ratio``). Upper bounds (certified): exact per-layer constants composed along the model's
+:class:`.chain.Chain` with the residual and boosting (GRC) rules, globally and on a ball around each input, plus
+the certified radius that follows. Whether a certified number is vacuous is decided by
+:mod:`robustbench_filters.vacuity`. The gap analysis, the ablations and the second-order bound live in
+:mod:`.research`. The formulas and their sources are in notes/lipschitz.md; each module's docstring names the
+section it uses.
 """
 
-from .attention_bound import AttentionBound, attention_lipschitz, castin_bound, dp_head_bound
-from .certify import BoundTrace, certified_radius, margins, trace_bounds
-from .constants import (
-    GELU_LIPSCHITZ,
-    GELU_TANH_LIPSCHITZ,
-    SOFTMAX_LIPSCHITZ,
-    activation_lipschitz,
-    layernorm_lipschitz,
-    layernorm_output_radius,
-    normalizer_lipschitz,
-)
-from .coverage import check_certifiable
-from .gap import GAP_COLUMNS, gap_rows, gap_summary
-from .jacobian import PowerResult, jacobian_dense, jacobian_norm_exact, jacobian_norm_power
-from .layers import block_forward
-from .local_bound import LocalBounds, LocalOptions, local_bounds
-from .methods import Method, parse_method
-from .profile import layer_profile
+from .certify import certified_radius, trace_bounds
+from .jacobian import jacobian_norm_exact, jacobian_norm_power
 from .ratio import pair_ratio_ascent
-from .run import COLUMNS, DEFINITIONS, Lipschitz, LipschitzResult, summarize
+from .run import Lipschitz, LipschitzResult
 from .seqlen import sequence_length_study
-from .spectral import conv_lipschitz, linear_lipschitz, spectral_norm
-from .target import Target, make_target, model_family, prepare_model
+from .target import Target, make_target
 
 __all__ = [
-    "COLUMNS",
-    "GAP_COLUMNS",
-    "LocalBounds",
-    "LocalOptions",
-    "check_certifiable",
-    "gap_rows",
-    "gap_summary",
-    "local_bounds",
-    "DEFINITIONS",
-    "GELU_LIPSCHITZ",
-    "GELU_TANH_LIPSCHITZ",
-    "SOFTMAX_LIPSCHITZ",
-    "AttentionBound",
-    "BoundTrace",
     "Lipschitz",
     "LipschitzResult",
-    "Method",
-    "PowerResult",
     "Target",
-    "activation_lipschitz",
-    "attention_lipschitz",
-    "block_forward",
-    "castin_bound",
     "certified_radius",
-    "conv_lipschitz",
-    "dp_head_bound",
-    "jacobian_dense",
     "jacobian_norm_exact",
     "jacobian_norm_power",
-    "layer_profile",
-    "layernorm_lipschitz",
-    "layernorm_output_radius",
-    "linear_lipschitz",
     "make_target",
-    "model_family",
-    "margins",
-    "normalizer_lipschitz",
     "pair_ratio_ascent",
-    "parse_method",
-    "prepare_model",
     "sequence_length_study",
-    "spectral_norm",
-    "summarize",
     "trace_bounds",
 ]

@@ -19,7 +19,7 @@ The lemma's proof then goes through unchanged with these ranges (per head, query
 
 which gives the Jacobian bound (:func:`local_attention`, ``lip``), the per-token output radius (``token_out``)
 and, differentiating once more, the Lipschitz constant of the Jacobian on the ball (``curvature``), used by the
-second-order bound of :mod:`.taylor`:
+second-order bound of :mod:`.research.taylor`:
 
     d^2 f_i[E, E'] = Cov_P(a', W_V e) + Cov_P(W_V e', a) + sum_j P_ij (a'_j - abar')(a_j - abar)(v_j - vbar)
                      + Cov_P(v, da),      a_j = ds_ij[E],  da_j = e_i^T A e'_j + e'_i^T A e_j,

@@ -1,17 +1,23 @@
-"""A covered model seen as a chain: affine embedding -> stages (residual sublayers) -> readout.
+"""The one walker of a covered model: affine embedding -> stages -> readout, built once and checked once.
 
-The local bounds of :mod:`.local_bound` and :mod:`.taylor` need each piece of the network as a separate map on
-the hidden state ``h`` (B, N, D), with the boosting input ``Y_0`` held fixed: one stage per residual sublayer
+Every certified number is computed on a :class:`Chain`, never on the model's own ``forward``:
+:mod:`.certify` walks it for the global constant, the layer-by-layer local constant and the per-block records;
+:mod:`.local_bound` sweeps it stage by stage for the refined local constant; the research code
+(:mod:`.research`) differentiates its stages. A chain exists for three structures:
 
-    h -> (1 - lambda) h + ls * F(LN(h)) + lambda Y_0          (lambda = 0: the stock residual)
+- timm ``VisionTransformer`` (robfilt DeiTs, BSA/GRC variants, stock timm ViTs) and robfilt ``CausalLM``: one stage
+  per residual sublayer on the hidden state ``h`` (B, N, D), with the boosting input ``Y_0`` held fixed,
 
-with F the attention or the MLP, plus an optional ``norm_pre`` LayerNorm stage. The embedding in front is
-affine in the input (patch convolution + constant prefix tokens + positions, or the LM's token embeddings +
-positions), and the readout at the end is LayerNorm -> token selection or mean -> (fc_norm) -> linear head.
+      h -> (1 - lambda) h + ls * F(LN(h)) + lambda Y_0          (lambda = 0: the stock residual)
 
-:func:`build_chain` checks coverage with the same rules as :mod:`.certify` (it raises the one-line
-:class:`RobfiltError` naming the first uncovered layer before any numbers are computed), and
-:meth:`Chain.forward` is verified against the model's own output by the callers.
+  with F the attention or the MLP, plus an optional ``norm_pre`` LayerNorm stage. The embedding in front is affine
+  in the input (patch convolution + constant prefix tokens + positions, or the LM's token embeddings + positions),
+  and the readout is LayerNorm -> token selection, mean or max -> (fc_norm) -> linear head;
+- a plain ``nn.Sequential`` (nested Sequentials flattened) of the layers :mod:`.coverage` has constants for: one
+  ``layer`` stage per leaf, composed by the product rule.
+
+:func:`build_chain` raises the one-line :class:`RobfiltError` naming the first uncovered layer (or forward hook)
+before any number is computed, and the callers verify :meth:`Chain.forward` against the model's own output.
 """
 
 from __future__ import annotations
@@ -28,21 +34,30 @@ from ..family import Family
 from ..models.lm import CausalLM
 from ..models.normalize import get_normalizer, normalize_input
 from .attention_bound import check_attention
-from .constants import check_layernorm, uncovered
+from .constants import check_layernorm, normalizer_lipschitz, uncovered
+from .coverage import check_sequential, flatten_sequential
 from .layers import _check_block, _is_identity_in_eval, _layerscale, _mlp_lipschitz, _stack_lambdas, _sublayer
-from .spectral import spectral_norm
+from .spectral import conv_lipschitz, spectral_norm
 from .target import Target
+
+#: One input-independent factor of the global bound in front of the first stage: (layer, kind, value, detail).
+Factor = tuple[str, str, float, str]
 
 
 @dataclass
 class Embedding:
-    """x -> h_0, affine. ``patch_map`` M (D, p) and the constant ``offset`` describe h_t = M x_patch + c_t."""
+    """x -> h_0, affine. ``patch_map`` M (D, p) and the constant ``offset`` describe h_t = M x_patch + c_t.
+
+    ``lipschitz`` and ``token_gain`` fold the input normaliser into the patch matrix (the stage-wise bounds use
+    them); ``factors`` are the same map as the global bound composes it, one layer at a time (normaliser, then
+    the convolution), so the factor table names each."""
 
     fn: Callable[[torch.Tensor], torch.Tensor]
     lipschitz: float  # global constant of x -> h_0
-    token_gain: torch.Tensor  # (N,) constant of x -> h_{0,t} (0 for constant prefix tokens)
+    token_gain: torch.Tensor | None  # (N,) constant of x -> h_{0,t} (0 for constant prefix tokens); None: generic
     patch_map: torch.Tensor | None  # (D, p) for non-overlapping patch embeddings on a [0, 1] box, else None
     num_prefix: int
+    factors: tuple[Factor, ...] = ()
 
 
 @dataclass
@@ -50,10 +65,10 @@ class Stage:
     """One map of the chain on the hidden state (boosting input held fixed)."""
 
     name: str
-    kind: str  # "attn" | "mlp" | "norm"
-    block: int  # block index (-1 for norm_pre)
-    norm: nn.LayerNorm
-    inner: nn.Module | None  # the attention or MLP module (None for "norm")
+    kind: str  # "attn" | "mlp" | "norm" | "layer" (one leaf of a plain Sequential)
+    block: int  # block index (-1 for norm_pre and Sequential leaves)
+    norm: nn.LayerNorm | None  # None for "layer"
+    inner: nn.Module | None  # the attention or MLP module, or the leaf (None for "norm")
     ls_module: nn.Module
     ls: float  # max |LayerScale gamma| (1 without LayerScale)
     lam: float  # boosting lambda (0: plain residual)
@@ -69,14 +84,18 @@ class Stage:
     def forward(self, h: torch.Tensor, y0: torch.Tensor | None) -> torch.Tensor:
         if self.kind == "norm":
             return self.norm(h)
+        if self.kind == "layer":
+            return self.inner(h)
         return _sublayer(h, self.branch(h), y0, self.lam_t)
 
 
 @dataclass
 class Readout:
-    """LayerNorm -> pool (one token, or the mean / max of tokens ``start:``) -> fc_norm -> head."""
+    """LayerNorm -> pool (one token, or the mean / max of tokens ``start:``) -> fc_norm -> head.
 
-    pool: str  # "token" | "avg" | "max"
+    ``flatten`` (plain Sequentials): the last stage's output, flattened per example."""
+
+    pool: str  # "token" | "avg" | "max" | "flatten"
     index: int  # the selected token ("token"); -1 = last position
     start: int  # first averaged token ("avg")
     norm: nn.LayerNorm | None
@@ -84,6 +103,8 @@ class Readout:
     head: nn.Linear | None
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
+        if self.pool == "flatten":
+            return h.reshape(h.shape[0], -1)
         if self.pool == "token":
             t = h[:, self.index]
             t = self.norm(t) if self.norm is not None else t
@@ -96,10 +117,13 @@ class Readout:
 
 @dataclass
 class Chain:
-    """The whole covered model. ``y0_stage``: index of the stage whose input is the boosting input Y_0."""
+    """The whole covered model. ``y0_stage``: index of the stage whose input is the boosting input Y_0.
+
+    ``kind`` is ``vit``, ``lm`` or ``sequential``; the stage-wise local bounds exist for the first two."""
 
     name: str
-    family: Family
+    kind: str
+    family: Family | None
     embedding: Embedding
     stages: list[Stage]
     readout: Readout
@@ -119,6 +143,10 @@ class Chain:
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.states(x)[2]
+
+    @property
+    def transformer(self) -> bool:
+        return self.kind != "sequential"
 
 
 def _optional_norm(module: nn.Module, where: str) -> nn.LayerNorm | None:
@@ -168,11 +196,17 @@ def _patch_embedding(model: VisionTransformer) -> Embedding:
     n_patch = int(pe.num_patches)
     prefix = model.num_prefix_tokens
     token_gain = torch.cat([torch.zeros(prefix, dtype=torch.float64), torch.full((n_patch,), gain).double()])
+    factors: list[Factor] = []
+    if norm is not None:
+        factors.append(("input_norm", "normalizer", normalizer_lipschitz(norm.std), "max_c 1/std_c"))
+    detail = "||W.reshape(C_out, C_in k k)||_2 (non-overlapping: exact)" if tiled else "sqrt(overlap) ||W_mat||_2"
+    factors.append(("patch_embed.proj", "patch_embed", conv_lipschitz(conv, "patch_embed.proj"), detail))
 
     def fn(x: torch.Tensor) -> torch.Tensor:
         return model.patch_drop(model._pos_embed(model.patch_embed(normalize_input(model, x))))
 
-    return Embedding(fn=fn, lipschitz=lip, token_gain=token_gain, patch_map=mat if tiled else None, num_prefix=prefix)
+    return Embedding(fn=fn, lipschitz=lip, token_gain=token_gain, patch_map=mat if tiled else None, num_prefix=prefix,
+                     factors=tuple(factors))  # fmt: skip
 
 
 def _vit_chain(model: VisionTransformer, name: str, dtype: torch.dtype) -> Chain:
@@ -204,7 +238,7 @@ def _vit_chain(model: VisionTransformer, name: str, dtype: torch.dtype) -> Chain
         head=head if isinstance(head, nn.Linear) else None,
     )  # fmt: skip
     grc = any(s.lam_t is not None for s in stages)
-    return Chain(name, Family.IMAGE, _patch_embedding(model), stages, readout, grc, y0_stage)
+    return Chain(name, "vit", Family.IMAGE, _patch_embedding(model), stages, readout, grc, y0_stage)
 
 
 def _lm_chain(model: CausalLM, name: str, dtype: torch.dtype, n_tokens: int) -> Chain:
@@ -221,15 +255,35 @@ def _lm_chain(model: CausalLM, name: str, dtype: torch.dtype, n_tokens: int) -> 
     check_layernorm(model.norm, "norm")
     readout = Readout(pool="token", index=-1, start=0, norm=model.norm, fc_norm=None, head=model.lm_head)
     grc = any(s.lam_t is not None for s in stages)
-    return Chain(name, Family.LM, emb, stages, readout, grc, 0)
+    return Chain(name, "lm", Family.LM, emb, stages, readout, grc, 0)
+
+
+def _sequential_chain(model: nn.Module, name: str, family: Family | None) -> Chain:
+    check_sequential(model)
+    stages = [
+        Stage(name=where or type(layer).__name__, kind="layer", block=-1, norm=None, inner=layer,
+              ls_module=nn.Identity(), ls=1.0, lam=0.0, lam_t=None, is_causal=False)
+        for where, layer in flatten_sequential(model)
+    ]  # fmt: skip
+    emb = Embedding(fn=lambda x: x, lipschitz=1.0, token_gain=None, patch_map=None, num_prefix=0)
+    readout = Readout(pool="flatten", index=0, start=0, norm=None, fc_norm=None, head=None)
+    return Chain(name, "sequential", family, emb, stages, readout, False, 0)
+
+
+def _check_hooks(model: nn.Module) -> None:
+    """Forward hooks change what a module computes behind the bound's back; only the input normaliser is known."""
+    for name, module in model.named_modules():
+        for hook in [*module._forward_pre_hooks.values(), *module._forward_hooks.values()]:
+            if getattr(hook, "__name__", "") != "_normalize_hook":
+                raise uncovered(f"forward hook {getattr(hook, '__name__', type(hook).__name__)}", name or "model")
 
 
 def build_chain(target: Target, x: torch.Tensor) -> Chain:
     """The chain of ``target`` for inputs shaped like ``x``; raises :class:`RobfiltError` when not covered."""
     model = target.model
-    dtype = next(model.parameters()).dtype
+    _check_hooks(model)
     if isinstance(model, CausalLM):
-        return _lm_chain(model, target.name, dtype, x.shape[1])
+        return _lm_chain(model, target.name, next(model.parameters()).dtype, x.shape[1])
     if isinstance(model, VisionTransformer):
-        return _vit_chain(model, target.name, dtype)
-    raise uncovered(model, "model")
+        return _vit_chain(model, target.name, next(model.parameters()).dtype)
+    return _sequential_chain(model, target.name, target.family)

@@ -19,8 +19,6 @@ GELU_LIPSCHITZ: float = 0.5 * (1.0 + math.erf(1.0)) + math.exp(-1.0) / math.sqrt
 GELU_TANH_LIPSCHITZ: float = 1.1289932
 # SiLU: sup |d/dx x sigmoid(x)|, numerically 1.0998393; rounded up.
 SILU_LIPSCHITZ: float = 1.0998394
-# Softmax Jacobian diag(p) - p p^T is PSD with largest eigenvalue <= 1/2 (equality at p = (1/2, 1/2)).
-SOFTMAX_LIPSCHITZ: float = 0.5
 
 
 def activation_lipschitz(module: nn.Module, where: str = "") -> float:
@@ -38,7 +36,7 @@ def activation_lipschitz(module: nn.Module, where: str = "") -> float:
     raise uncovered(module, where)
 
 
-# sup |phi''| of the smooth activations (for the second-order local bound, :mod:`.taylor`): GELU (exact and tanh)
+# sup |phi''| of the smooth activations (for the second-order local bound, :mod:`.research.taylor`): GELU (exact and tanh)
 # peaks at x = 0 with 2 phi(0) = sqrt(2/pi); SiLU at 0 with 1/2; tanh at 4/(3 sqrt 3). Rounded up.
 GELU_CURVATURE: float = math.sqrt(2.0 / math.pi) * (1 + 1e-12)
 SILU_CURVATURE: float = 0.5 * (1 + 1e-12)

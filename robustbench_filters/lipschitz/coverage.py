@@ -1,16 +1,11 @@
-"""Which models the certified bounds cover, checked before any number is computed, and the generic layer table.
+"""The layers a plain ``nn.Sequential`` may hold for a certified bound, and their constants.
 
-Certified bounds exist for three structures:
-
-- timm ``VisionTransformer`` (robfilt DeiTs, BSA/GRC variants, stock timm ViTs): :mod:`.certify` and
-  :mod:`.chain`;
-- robfilt ``CausalLM``;
-- a plain ``nn.Sequential`` (nested Sequentials flattened) of the layers in :func:`generic_layer_lipschitz`:
-  Linear, Conv2d, BatchNorm (eval), LayerNorm, pooling, Flatten and pointwise activations, composed by the
-  product rule.
+Certified bounds exist for timm ``VisionTransformer``, robfilt ``CausalLM`` (both walked by :mod:`.chain`) and
+a plain ``nn.Sequential`` (nested Sequentials flattened) of the layers in :func:`generic_layer_lipschitz`: Linear,
+Conv2d, BatchNorm (eval), LayerNorm, pooling, Flatten and pointwise activations, composed by the product rule.
 
 Anything else (a ResNet, ConvNeXt or Swin with residual wiring inside a custom ``forward``) gets the one-line
-:class:`RobfiltError` of :func:`check_certifiable`, naming the first layer type that is not covered, before any
+:class:`RobfiltError` of :func:`check_sequential`, naming the first layer type that is not covered, before any
 work; its lower bounds (exact / power / ratio) still run, since they only need the model as a function.
 """
 
@@ -19,14 +14,11 @@ from __future__ import annotations
 import math
 
 import torch
-from timm.models.vision_transformer import VisionTransformer
 from torch import nn
 
 from ..errors import RobfiltError
-from ..models.lm import CausalLM
 from .constants import activation_lipschitz, uncovered
 from .spectral import conv_lipschitz, linear_lipschitz, spectral_norm
-from .target import Target
 
 _POINTWISE = (nn.GELU, nn.ReLU, nn.Tanh, nn.SiLU, nn.Identity, nn.Dropout)
 
@@ -106,7 +98,7 @@ def generic_layer_lipschitz(layer: nn.Module, t: torch.Tensor, where: str) -> tu
     return activation_lipschitz(layer, where), "activation", type(layer).__name__
 
 
-def _check_generic(model: nn.Module) -> None:
+def check_sequential(model: nn.Module) -> None:
     """Walk the layers without computing anything; raise for the first uncovered one."""
     for name, layer in flatten_sequential(model):
         where = name or type(layer).__name__
@@ -133,14 +125,3 @@ def _first_uncovered_leaf(module: nn.Module) -> tuple[str, nn.Module] | None:
         if not any(True for _ in sub.children()) and not isinstance(sub, covered):
             return name, sub
     return None
-
-
-def check_certifiable(target: Target, x: torch.Tensor) -> None:
-    """Raise the one-line :class:`RobfiltError` naming the first uncovered layer, before any work."""
-    model = target.model
-    if isinstance(model, (VisionTransformer, CausalLM)):
-        from .chain import build_chain
-
-        build_chain(target, x)
-        return
-    _check_generic(model)

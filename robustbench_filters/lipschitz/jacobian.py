@@ -126,12 +126,3 @@ def jacobian_norm_power(
                 break
         prev = sigma
     return PowerResult(sigma=sigma, v=v, iterations=len(history), history=torch.stack(history))
-
-
-def jacobian_dense(fn: Fn, x: torch.Tensor) -> torch.Tensor:
-    """The dense Jacobian (m, n) of a single example (batch of one), via ``torch.func.jacrev``; for tests."""
-    from torch.func import jacrev
-
-    jac = jacrev(fn)(x)
-    m = jac.shape[1]
-    return jac.reshape(m, -1)

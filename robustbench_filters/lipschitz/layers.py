@@ -1,6 +1,5 @@
-"""Layer constants and wiring checks shared by the bound trace (:mod:`.certify`) and the stage chain
-(:mod:`.chain`): which timm blocks, MLPs, LayerScales and boosting stacks a certified bound covers, and the block map
-with Y_0 held fixed."""
+"""Layer constants and wiring checks of the chain (:mod:`.chain`) and the bounds on it (:mod:`.certify`): which
+timm blocks, MLPs, LayerScales and boosting stacks a certified bound covers, and the boosting sublayer."""
 
 from __future__ import annotations
 
@@ -50,20 +49,6 @@ def _check_block(blk: nn.Module, where: str) -> None:
 
 def _sublayer(x: torch.Tensor, f: torch.Tensor, y0: torch.Tensor | None, lam: torch.Tensor | None) -> torch.Tensor:
     return x + f if lam is None else boost(x, f, y0, lam)
-
-
-def block_forward(
-    blk: nn.Module,
-    x: torch.Tensor,
-    y0: torch.Tensor | None,
-    lambdas: tuple[torch.Tensor | None, torch.Tensor | None],
-    is_causal: bool,
-) -> torch.Tensor:
-    """The block map x -> block(x) with Y_0 held fixed; identical to ``BlockStack`` / timm ``Block`` forward."""
-    a = blk.drop_path1(blk.ls1(blk.attn(blk.norm1(x), is_causal=is_causal)))
-    x = _sublayer(x, a, y0, lambdas[0])
-    m = blk.drop_path2(blk.ls2(blk.mlp(blk.norm2(x))))
-    return _sublayer(x, m, y0, lambdas[1])
 
 
 def _stack_lambdas(stack: nn.Module, depth: int, dtype: torch.dtype):

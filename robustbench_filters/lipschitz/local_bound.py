@@ -12,49 +12,27 @@ lower bounds, attention localised to the tokens reachable around the real LayerN
 centre plus curvature times radius. For images the first LayerNorm also gets the box minimum variance of
 :func:`.layernorm_bound.box_min_variance` (the ball is intersected with [0, 1]^d, the domain of images).
 
-With ``LocalOptions.taylor`` the sweep runs one example at a time and the second-order bound of :mod:`.taylor` both
-tightens the radii (``r_k = rho (||P_k(x0)|| + e_k)`` instead of rho times a product of constants) and gives its
-own bound, which tends to the exact ||J(x0)|| as rho -> 0. The reported local bound is the minimum of the bounds
-that apply, each of which is certified on its own.
+:func:`stagewise_bounds` is what ``robfilt lipschitz`` uses (every refinement on). :func:`sweep` takes the
+switches the research ablations need and a :class:`Refinement`, an object that may tighten the reachable radii
+after each stage (the second-order bound of :mod:`.research.taylor` does); every combination is certified.
 """
 
 from __future__ import annotations
 
-import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
-from timm.models.vision_transformer import VisionTransformer
 
 from ..errors import RobfiltError
-from ..models.lm import CausalLM
-from .chain import Chain, build_chain
+from .chain import Chain, Stage
 from .layernorm_bound import box_min_variance, token_std
 from .stage_bounds import ReadoutLocal, StageLocal, readout_local, stage_local
 from .target import Target
-from .taylor import TaylorState, supported
 
-log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class LocalOptions:
-    """Which refinements the local bound uses; every combination is certified (the switches exist for ablations).
-
-    - ``token_radii``: per-token radii of the reachable set (else every token may move by the total radius), so
-      each LayerNorm gets its own per-token variance lower bound;
-    - ``localize_attention``: attention bounded on the reachable tokens (:mod:`.attention_local`) instead of the
-      whole LayerNorm-output ball;
-    - ``box_floor``: the first LayerNorm's minimum variance over the input box (images);
-    - ``taylor``: the second-order bound (None: when the dense prefix Jacobians fit);
-    - ``dense``: exact attention Jacobian norms at the centre (slow; small models).
-    """
-
-    token_radii: bool = True
-    localize_attention: bool = True
-    box_floor: bool = True
-    taylor: bool | None = None
-    dense: bool = False
+#: exact Jacobian norm of an attention stage at its centre (B,), from (stage, h0, y0); research only (slow)
+CentreFn = Callable[[Stage, torch.Tensor, torch.Tensor | None], torch.Tensor]
 
 
 @dataclass
@@ -76,14 +54,11 @@ class LocalBounds:
     rhos: torch.Tensor  # (K,)
     output: torch.Tensor  # (B, m) the model output at x0
     first_order: torch.Tensor  # (B, K)
-    taylor: torch.Tensor | None  # (B, K) second-order bound, None when not applicable
-    centre: torch.Tensor | None  # (B,) exact ||J(x0)|| (from the Taylor pass)
     local: torch.Tensor  # (B, K) the minimum of the applicable bounds
     stages: list[StageRecord] = field(default_factory=list)
     readout: ReadoutLocal | None = None
     hidden: list[torch.Tensor] = field(default_factory=list)  # stage inputs at x0
     y0: torch.Tensor | None = None
-    taylor_note: str | None = None  # why the Taylor bound is absent
 
     def block_local(self) -> dict[int, torch.Tensor]:
         """Per block: the product of its stages' sup bounds, a constant of the block map (Y_0 fixed) on the set of
@@ -93,6 +68,32 @@ class LocalBounds:
             if rec.block >= 0:
                 out[rec.block] = out.get(rec.block, 1.0) * rec.local.sup
         return out
+
+
+class Refinement(Protocol):
+    """Tightens the reachable radii: ``(a, per-token a)`` bound ``||dh_k/dx||`` so that ``r_k <= rho a``."""
+
+    def start(self) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    def step(
+        self, k: int, h: torch.Tensor, y0: torch.Tensor | None, local: StageLocal, total_r: torch.Tensor,
+        token_r: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]: ...  # fmt: skip
+
+
+@dataclass
+class Sweep:
+    """What one pass over the chain leaves: the output at x0, the first-order bound, every stage's record, the
+    readout's bounds, the hidden states and the final reachable radii (a refinement's last step needs them)."""
+
+    output: torch.Tensor
+    first_order: torch.Tensor  # (B, K)
+    stages: list[StageRecord]
+    readout: ReadoutLocal
+    hidden: list[torch.Tensor]
+    y0: torch.Tensor | None
+    token_r: torch.Tensor
+    total_r: torch.Tensor
 
 
 def first_norm_floor(chain: Chain, x: torch.Tensor, box: tuple[float, float] | None) -> torch.Tensor | None:
@@ -115,48 +116,51 @@ def first_norm_floor(chain: Chain, x: torch.Tensor, box: tuple[float, float] | N
     return var.clamp_min(0.0).sqrt().to(x.device)
 
 
-def chain_and_floor(target: Target, x: torch.Tensor, options: LocalOptions | None) -> tuple[Chain | None, object]:
-    """(chain, first-LayerNorm box floor) for models the stage-wise bounds cover, else (None, None).
-
-    Used by :func:`.certify.trace_bounds`, whose layer-by-layer trace also covers plain Sequential stacks (and
-    raises for anything uncovered), so a chain that cannot be built just means no stage-wise refinement.
-    """
-    if not isinstance(target.model, (VisionTransformer, CausalLM)):
-        return None, None
-    try:
-        chain = build_chain(target, x)
-    except RobfiltError as exc:
-        log.debug("stage-wise local bounds skipped for %s: %s", target.name, exc)
-        return None, None
-    use_floor = options is None or options.box_floor
-    return chain, first_norm_floor(chain, x, target.box) if use_floor else None
-
-
-def _check_forward(chain: Chain, target: Target, x: torch.Tensor, out: torch.Tensor) -> None:
+def check_forward(target: Target, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """The model's own output at x, after checking that the chain's forward reproduces it (else a certified bound
+    of the chain would not be one of the model)."""
     expected = target(x)
     tol = 1e-4 if x.dtype in (torch.float32, torch.float16, torch.bfloat16) else 1e-9
     if out.shape != expected.shape or not torch.allclose(
         out, expected, rtol=tol, atol=tol * (1 + expected.abs().max().item())
     ):
         raise RobfiltError(
-            f"{target.name}: the stage-by-stage forward used for the local bound does not reproduce the model output "
+            f"{target.name}: the layer-by-layer forward used for the bound does not reproduce the model output "
             "(patched forward or unsupported wiring); the certified bound would be wrong, so none is given."
         )
+    return expected
 
 
-def _sweep(chain: Chain, x: torch.Tensor, rhos: torch.Tensor, floor, taylor: TaylorState | None, opts: LocalOptions):
-    hs, y0, out = chain.states(x)
+def sweep(
+    chain: Chain,
+    x: torch.Tensor,
+    rhos: torch.Tensor,
+    floor: torch.Tensor | None,
+    *,
+    states: tuple[list[torch.Tensor], torch.Tensor | None, torch.Tensor] | None = None,
+    token_radii: bool = True,
+    localize: bool = True,
+    centre_fn: CentreFn | None = None,
+    refine: Refinement | None = None,
+) -> Sweep:
+    """One pass over the stages of a transformer chain (call under ``torch.no_grad``).
+
+    ``states``: :meth:`.chain.Chain.states` at x when the caller has them. ``token_radii=False`` lets every token
+    move by the total radius, ``localize=False`` uses the global attention lemma, ``centre_fn`` adds the exact
+    attention Jacobian norm at the centre (ablations and the research's dense pass; all certified).
+    """
+    hs, y0, out = states if states is not None else chain.states(x)
     emb = chain.embedding
     gain = emb.token_gain.to(x.device)
-    if not opts.token_radii:
+    if not token_radii:
         gain = torch.full_like(gain, emb.lipschitz)
     b = x.shape[0]
     rho = rhos[None, :].expand(b, -1)
     token_r = rho[..., None] * gain[None, None, :]
     total_r = rho * emb.lipschitz
     lip = torch.full_like(total_r, emb.lipschitz)
-    if taylor is not None:
-        a0, tok0 = taylor.start()
+    if refine is not None:
+        a0, tok0 = refine.start()
         total_r, lip = torch.minimum(total_r, rho * a0), torch.minimum(lip, a0)
         token_r = torch.minimum(token_r, rho[..., None] * tok0)
     y_ball = (token_r, total_r, lip)
@@ -164,97 +168,33 @@ def _sweep(chain: Chain, x: torch.Tensor, rhos: torch.Tensor, floor, taylor: Tay
     for k, stage in enumerate(chain.stages):
         if k == chain.y0_stage:
             y_ball = (token_r, total_r, lip)
-        loc = stage_local(stage, hs[k], token_r, total_r, floor if k == 0 else None, dense=opts.dense, y0=y0,
-                          localize=opts.localize_attention)  # fmt: skip
+        centre = centre_fn(stage, hs[k], y0) if centre_fn is not None and stage.kind == "attn" else None
+        loc = stage_local(stage, hs[k], token_r, total_r, floor if k == 0 else None, centre=centre,
+                          localize=localize)  # fmt: skip
         records.append(StageRecord(stage.name, stage.kind, stage.block, loc, token_r, total_r))
         lam = stage.lam if chain.grc and stage.kind != "norm" else 0.0
         new_tok = loc.out_token + lam * y_ball[0]
         new_total = loc.sup * total_r + lam * y_ball[1]
         new_lip = loc.sup * lip + lam * y_ball[2]
-        if taylor is not None:
-            a, tok = taylor.step(k, hs[k], y0, loc, total_r, token_r)
+        if refine is not None:
+            a, tok = refine.step(k, hs[k], y0, loc, total_r, token_r)
             new_total, new_lip = torch.minimum(new_total, rho * a), torch.minimum(new_lip, a)
             new_tok = torch.minimum(new_tok, rho[..., None] * tok)
         token_r, total_r, lip = torch.minimum(new_tok, new_total[..., None]), new_total, new_lip
-        if not opts.token_radii:
+        if not token_radii:
             token_r = total_r[..., None].expand_as(token_r)
     ro = readout_local(chain.readout, hs[-1], token_r, total_r)
-    first = ro.sup * lip
-    tay, centre = None, None
-    if taylor is not None:
-        tay, j0 = taylor.finish(hs[-1], y0, hs, ro, total_r, token_r)
-        centre = torch.tensor([j0], dtype=torch.float64, device=x.device)
-    return out, first, tay, centre, records, ro, hs, y0
+    return Sweep(out, ro.sup * lip, records, ro, hs, y0, token_r, total_r)
 
 
-def _cat_records(parts: list[list[StageRecord]]) -> list[StageRecord]:
-    out = []
-    for recs in zip(*parts, strict=True):
-        loc = StageLocal(
-            **{
-                f: (torch.cat([getattr(r.local, f) for r in recs]) if getattr(recs[0].local, f) is not None else None)
-                for f in StageLocal.__dataclass_fields__
-            }
-        )
-        out.append(StageRecord(recs[0].name, recs[0].kind, recs[0].block, loc,
-                               torch.cat([r.token_r for r in recs]), torch.cat([r.total_r for r in recs])))  # fmt: skip
-    return out
-
-
-def local_bounds(
-    target: Target,
+def stagewise_bounds(
+    chain: Chain,
     x: torch.Tensor,
-    rhos: torch.Tensor | list[float],
-    *,
-    options: LocalOptions | None = None,
-    chain: Chain | None = None,
+    rhos: torch.Tensor,
+    floor: torch.Tensor | None,
+    states: tuple[list[torch.Tensor], torch.Tensor | None, torch.Tensor] | None = None,
 ) -> LocalBounds:
-    """Certified local constants of ``target`` on B(x0, rho) for each row x0 of ``x`` and each rho.
-
-    ``options.taylor``: True forces the second-order bound (raises when it cannot apply), False skips it, None
-    uses it when the dense prefix Jacobians fit (:data:`.taylor.MAX_ENTRIES`). ``options.dense`` computes the
-    exact Jacobian norm of every attention stage at the centre (:func:`.stage_bounds.dense_centre_norm`: about
-    30 s per stage and example on one CPU core for the micro DeiT; tightens the bounds for small rho). Raises
-    :class:`RobfiltError` naming the first uncovered layer before computing anything.
-    """
-    chain = chain or build_chain(target, x)
-    rhos = torch.as_tensor(rhos, dtype=torch.float64, device=x.device).reshape(-1)
-    if target.model.training:
-        raise RobfiltError(f"{target.name} is in training mode (dropout on); call model.eval() or use make_target().")
+    """The first-order stage-wise bound with every refinement on: what :func:`.certify.trace_bounds` merges."""
     with torch.no_grad():
-        h0 = chain.embedding.fn(x[:1])
-    opts = options or LocalOptions()
-    taylor = opts.taylor if opts.localize_attention else False  # the curvature bounds need the local attention
-    reason = supported(chain, x, h0)
-    if taylor and reason is not None:
-        raise RobfiltError(
-            f"the second-order local bound does not apply to {target.name}: {reason}; pass taylor=False."
-        )
-    use_taylor = reason is None if taylor is None else bool(taylor)
-    floor = first_norm_floor(chain, x, target.box) if opts.box_floor else None
-    if not use_taylor:
-        with torch.no_grad():
-            out, first, _, _, records, ro, hs, y0 = _sweep(chain, x, rhos, floor, None, opts)
-        _check_forward(chain, target, x, out)
-        return LocalBounds(rhos, out, first, None, None, first, records, ro, hs, y0,
-                           taylor_note=reason or "switched off")  # fmt: skip
-    parts = []
-    for i in range(x.shape[0]):
-        xi = x[i : i + 1]
-        with torch.no_grad():
-            parts.append(_sweep(chain, xi, rhos, floor, TaylorState(chain, xi, rhos), opts))
-    out = torch.cat([p[0] for p in parts])
-    _check_forward(chain, target, x, out)
-    first = torch.cat([p[1] for p in parts])
-    tay = torch.cat([p[2] for p in parts])
-    centre = torch.cat([p[3] for p in parts])
-    ro = ReadoutLocal(sup=torch.cat([p[5].sup for p in parts]), curvature=torch.cat([p[5].curvature for p in parts]))
-    hs = [torch.cat([p[6][k] for p in parts]) for k in range(len(parts[0][6]))]
-    y0 = torch.cat([p[7] for p in parts]) if parts[0][7] is not None else None
-    local = torch.minimum(first, tay)
-    if not bool(torch.isfinite(local).all()):
-        log.warning("%s: some local bounds are infinite (an uncovered smooth layer or overflow)", target.name)
-    return LocalBounds(rhos, out, first, tay, centre, local, _cat_records([p[4] for p in parts]), ro, hs, y0)
-
-
-__all__ = ["LocalBounds", "LocalOptions", "StageRecord", "chain_and_floor", "first_norm_floor", "local_bounds"]
+        s = sweep(chain, x, rhos, floor, states=states)
+    return LocalBounds(rhos, s.output, s.first_order, s.first_order, s.stages, s.readout, s.hidden, s.y0)

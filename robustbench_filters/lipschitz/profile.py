@@ -15,7 +15,6 @@ import torch
 
 from .certify import BoundTrace
 from .jacobian import jacobian_norm_power
-from .layers import block_forward
 
 
 def layer_profile(
@@ -31,11 +30,7 @@ def layer_profile(
     """
     frames = []
     for rec in trace.blocks:
-
-        def fn(h: torch.Tensor, rec=rec) -> torch.Tensor:
-            return block_forward(rec.module, h, rec.y0, rec.lambdas, rec.is_causal)
-
-        power = jacobian_norm_power(fn, rec.hidden, iters=iters, tol=tol, generator=generator)
+        power = jacobian_norm_power(rec.forward, rec.hidden, iters=iters, tol=tol, generator=generator)
         frames.append(
             pd.DataFrame(
                 {

@@ -35,6 +35,7 @@ from ..checks import summarize as summarize_checks
 from ..configs import LipschitzConfig, model_label
 from ..errors import RobfiltError
 from ..models import create_model
+from ..names import Method
 from ..runs.measurement import Measurement, PrepareContext, Tick
 from ..runs.units import Unit, batch_slices, example_count
 
@@ -43,7 +44,6 @@ if TYPE_CHECKING:
 from .certify import certified_radius, margins, trace_bounds
 from .data import Inputs, load_inputs
 from .jacobian import jacobian_norm_exact, jacobian_norm_power
-from .methods import Method
 from .profile import layer_profile
 from .ratio import pair_ratio_ascent
 from .summary import COLUMNS, DEFINITIONS, GAP, MODEL_LAYER, lipschitz_checks, summarize
@@ -184,8 +184,7 @@ def _gap_rows(
     target: Target, inputs: Inputs, batch: slice, config: LipschitzConfig, gen: torch.Generator
 ) -> pd.DataFrame:
     """Empirical gain, layerwise estimate (not certified), certified local and global, per example and block."""
-    from .gap import gap_rows
-    from .local_bound import LocalOptions
+    from .research import LocalOptions, gap_rows
 
     x = target.inputs(inputs.x[batch])
     ids = inputs.ids[batch].cpu().numpy()

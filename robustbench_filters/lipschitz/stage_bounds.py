@@ -22,7 +22,6 @@ from dataclasses import dataclass
 
 import torch
 from timm.layers import Mlp
-from torch.func import vjp, vmap
 
 from .attention_bound import attention_lipschitz
 from .attention_local import AttentionLocal, local_attention
@@ -112,23 +111,6 @@ def _norm_local(stage: Stage, h0, token_r, std_lo, gain, kappa_ln) -> StageLocal
                       ln_curvature=kappa_ln)  # fmt: skip
 
 
-def dense_centre_norm(stage: Stage, h0: torch.Tensor, y0: torch.Tensor | None = None) -> torch.Tensor:
-    """Exact ||Dg(h0)|| per example from the dense stage Jacobian (N D vjps and a Gram eigenvalue), (B,).
-
-    O((N D)^3) per example: for small models (the micro DeiT: about 30 s per stage on one CPU core).
-    """
-    out = []
-    for i in range(h0.shape[0]):
-        h = h0[i : i + 1].detach()
-        y = y0[i : i + 1].detach() if y0 is not None else None
-        res, back = vjp(lambda t, y=y: stage.forward(t, y), h)
-        n = res.numel()
-        eye = torch.eye(n, dtype=h.dtype, device=h.device).reshape(n, *res.shape)
-        jac = vmap(back, chunk_size=256)(eye)[0].reshape(n, -1).double()
-        out.append(torch.linalg.eigvalsh(jac @ jac.T)[-1].clamp_min(0.0).sqrt())
-    return torch.stack(out)
-
-
 def _global_attention(stage: Stage, n: int, gain: torch.Tensor):
     """The global lemma on the LayerNorm-output ball, shaped like :func:`local_attention`'s result."""
     glob = attention_lipschitz(stage.inner, n, layernorm_output_radius(stage.norm), stage.name).value
@@ -137,7 +119,7 @@ def _global_attention(stage: Stage, n: int, gain: torch.Tensor):
     return AttentionLocal(lip=full * gain.amax(-1), lip_plain=full, curvature=inf, token_out=inf[..., None] * gain)
 
 
-def _attn_local(stage: Stage, h0, token_r, total_r, std_lo, gain, kappa_ln, dense: bool, y0, localize) -> StageLocal:
+def _attn_local(stage: Stage, h0, token_r, total_r, std_lo, gain, kappa_ln, centre, localize) -> StageLocal:
     z0 = stage.norm(h0.detach())
     n = h0.shape[1]
     glob = attention_lipschitz(stage.inner, n, layernorm_output_radius(stage.norm), stage.name).value
@@ -150,9 +132,7 @@ def _attn_local(stage: Stage, h0, token_r, total_r, std_lo, gain, kappa_ln, dens
     plain = torch.clamp(loc.lip_plain, max=glob)
     curvature = stage.ls * (loc.curvature * g_max.pow(2) + plain * kappa_ln.amax(-1))
     sup = (1.0 - stage.lam) + lip_f
-    centre = None
-    if dense:
-        centre = dense_centre_norm(stage, h0, y0)
+    if centre is not None:  # the exact ||Dg(h0)||: sup <= ||Dg(h0)|| + curvature * radius
         sup = torch.minimum(sup, (centre[:, None] + curvature * total_r).nan_to_num(nan=math.inf))
         lip_f = torch.minimum(lip_f, sup + (1.0 - stage.lam))  # ||ls J_F|| <= ||D|| + (1 - lambda)
     branch = torch.minimum(stage.ls * loc.token_out, (lip_f * total_r)[..., None])
@@ -168,15 +148,14 @@ def stage_local(
     total_r: torch.Tensor,
     floor: torch.Tensor | None = None,
     *,
-    dense: bool = False,
-    y0: torch.Tensor | None = None,
+    centre: torch.Tensor | None = None,
     localize: bool = True,
 ) -> StageLocal:
     """Bounds of ``stage`` on the ball around h0 (B, N, D) with per-token radii (B, K, N) and total (B, K).
 
     ``floor`` is an independent per-token lower bound on the std of the stage's LayerNorm input (the box
-    minimum for the first LayerNorm of an image model), valid on the same domain. ``dense`` adds the exact
-    Jacobian norm of attention stages at h0 (:func:`dense_centre_norm`; ``y0`` is the boosting input at x0);
+    minimum for the first LayerNorm of an image model), valid on the same domain. ``centre`` is the exact
+    Jacobian norm of an attention stage at h0 (B,) when the caller computed it (the research's dense pass);
     ``localize=False`` uses the global attention lemma instead of :mod:`.attention_local` (for ablations).
     """
     with torch.no_grad():
@@ -186,7 +165,7 @@ def stage_local(
             return _norm_local(stage, h0, token_r, std_lo, gain, kappa_ln)
         if stage.kind == "mlp":
             return _mlp_local(stage, h0, token_r, std_lo, gain, kappa_ln)
-        return _attn_local(stage, h0, token_r, total_r.double(), std_lo, gain, kappa_ln, dense, y0, localize)
+        return _attn_local(stage, h0, token_r, total_r.double(), std_lo, gain, kappa_ln, centre, localize)
 
 
 @dataclass

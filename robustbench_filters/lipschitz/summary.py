@@ -2,6 +2,8 @@
 
 Kept apart from the measurement (:mod:`.run`) because readers need them without the bound machinery: the summary
 is recomputed from the rows alone (plus each model's certified factor table, which depends only on the weights).
+Every certified number in it carries a ``*_vacuous`` flag (True, False, or None when it cannot be judged) by the
+rule of :mod:`robustbench_filters.vacuity`, which the summary also states under ``vacuity``.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .. import vacuity
 from ..checks import FAIL, PASS, Check
 from ..stats import finite_interval
 
@@ -33,6 +36,7 @@ DEFINITIONS: dict[str, str] = {
     "makes it finite; it grows with the token count n through the attention factor)",
     "radius": "certified l2 radius (<= rho): no perturbation with ||delta|| < radius changes argmax f(x0)",
     "blocks.<i>": "block map h -> block(h) with Y_0 fixed, at the block's actual input h_l(x0)",
+    "*_vacuous": vacuity.RULE,
 }
 SANDWICH_RTOL = 1e-9  # float rounding when a bound is tight (a linear map: lower == upper == sigma_max)
 
@@ -98,6 +102,7 @@ def summarize(rows: pd.DataFrame, factors: dict[str, list[dict]] | None = None) 
             "ratio_local_lower_median": float((group["local_upper"] / group["lower"]).median()) if len(local) else None,
             "radius_mean": float(_finite(group["radius"]).mean()) if len(_finite(group["radius"])) else None,
             "sandwich_ok": _sandwich_ok(group) if len(local) else None,
+            **vacuity.model_vacuity(group),
         }  # fmt: skip
         layer_rows = rows[(rows["model"] == name) & (rows["layer"] != MODEL_LAYER)]
         entry["layers"] = [
@@ -108,16 +113,22 @@ def summarize(rows: pd.DataFrame, factors: dict[str, list[dict]] | None = None) 
                 "lower_max": float(g["lower"].max()),
                 "local_upper_median": float(g["local_upper"].median()),
                 "global_upper": float(g["global_upper"].max()),
+                **vacuity.block_vacuity(g),
             }
             for layer, g in layer_rows.groupby("layer", sort=False)
         ]
         if factors and name in factors:
             entry["factors"] = factors[name]
         out[str(name)] = entry
-    result: dict[str, Any] = {"models": out, "definitions": DEFINITIONS}
+    result: dict[str, Any] = {"models": out, "definitions": DEFINITIONS,
+                              "vacuity": {"factor": vacuity.FACTOR, "rule": vacuity.RULE}}  # fmt: skip
     if len(gap):
-        from .gap import gap_summary
+        from .research.gap import gap_summary
 
         med = gap_summary(gap.assign(layer=gap["layer"].str.slice(len(GAP))))
-        result["gap_log10_median"] = med.replace({np.nan: None}).to_dict(orient="records")
+        records = med.replace({np.nan: None}).to_dict(orient="records")
+        for r in records:
+            for key in ("local_upper", "global_upper"):
+                r[f"{key}_vacuous"] = vacuity.log10_vacuous(r.get(key), r.get("empirical"))
+        result["gap_log10_median"] = records
     return result

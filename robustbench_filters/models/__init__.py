@@ -29,7 +29,8 @@ _LAZY: dict[str, str] = {
     ),
     **dict.fromkeys(("MODEL_NAMES", "SIZES", "ModelSpec", "list_models", "resolve_spec"), ".registry"),
     **dict.fromkeys(("LoadedModel", "load_model"), ".resolve"),
-    "validate_model_ref": ".ref",
+    "validate_model_ref": ".resolve",
+    "model_kind": ".ref",
     "timm_name": ".timm_registry",
     **dict.fromkeys(("load_weights", "read_state_dict"), ".weights"),
 }

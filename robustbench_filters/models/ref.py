@@ -257,22 +257,18 @@ def split_model_list(text: str) -> list[str]:
     return parts
 
 
-def validate_model_ref(ref: str | ModelRef, *, check_timm: bool = True) -> str:
-    """Check a reference without building anything; returns ``image``, ``lm``, ``timm`` or ``custom``.
+def model_kind(ref: str | ModelRef) -> str:
+    """Check a reference without importing anything heavy; returns ``image``, ``lm``, ``timm`` or ``custom``.
 
     Registry names are checked against the vocabulary (with suggestions) and a factory's ``.py`` file must exist,
-    without importing torch. A timm architecture needs timm itself: ``check_timm=False`` leaves it to loading (run
-    configs do, so a bad name or file is refused before the heavy imports). A factory's callable is checked when
-    the model is loaded (that runs the user's code).
+    so run configs refuse a bad name or file before the heavy imports. A timm architecture needs timm itself
+    (:func:`.resolve.validate_model_ref`, and loading, check it); a factory's callable is checked when the model is
+    loaded (that runs the user's code).
     """
     from ..names import parse_name
 
     mref = parse_model_ref(ref)
     if mref.kind is ModelKind.TIMM:
-        if check_timm:
-            from .timm_models import check_timm_arch
-
-            check_timm_arch(mref.target)
         return "timm"
     if mref.kind is ModelKind.FACTORY:
         module, _ = mref.factory_parts

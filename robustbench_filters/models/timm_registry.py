@@ -96,13 +96,3 @@ def build_registered(arch: str, name: str, size: str, pretrained: bool, kwargs: 
     if pretrained:
         _load_zoo(model, arch, name, size)
     return model
-
-
-def register_all() -> list[str]:
-    """Register every name in :data:`REGISTERED` with timm (idempotent); returns the names."""
-    from ..timm_hook import register
-
-    return register()
-
-
-register_all()

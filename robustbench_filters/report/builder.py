@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from .. import vacuity
 from ..errors import RobfiltError, unknown
 from . import context as C
 from . import figures as F
@@ -33,6 +34,14 @@ def _check_formats(values: Sequence[str], allowed: Sequence[str], what: str) -> 
         if v not in allowed:
             raise unknown(what, v, allowed)
     return values
+
+
+def _vacuous_note(table: pd.DataFrame) -> str:
+    """The vacuity rule, appended to a caption whose table labels a certified number vacuous."""
+    cols = [c for c in table.columns if c.endswith("_vacuous")]
+    if not cols or not table[cols].fillna(False).to_numpy().any():
+        return ""
+    return f" {vacuity.SHORT}."
 
 
 class _Builder:
@@ -219,7 +228,7 @@ class _Builder:
                 "lipschitz_bounds",
                 "Lipschitz bounds",
                 "Per-example lower bounds on the local l2 Lipschitz constant (mean, max), certified local constant "
-                "(median), certified global constant, and the certified l2 radius (mean).",
+                "(median), certified global constant, and the certified l2 radius (mean)." + _vacuous_note(table),
                 table,
                 R.lipschitz_layout(table),
                 LIPSCHITZ,
@@ -231,7 +240,8 @@ class _Builder:
                 self.table(
                     "lipschitz_layers",
                     "Per-block Lipschitz profile",
-                    "Per block: empirical gain at the hidden states (mean, max) and certified block constants.",
+                    "Per block: empirical gain at the hidden states (mean, max) and certified block constants."
+                    + _vacuous_note(layers),
                     layers,
                     R.lipschitz_layer_layout(layers),
                     LIPSCHITZ,
@@ -280,6 +290,8 @@ class _Builder:
             "bound), the product of exact per-sublayer norms (layerwise estimate, not certified), the certified "
             "local and global bounds, and the decades lost to composition and to the layer bounds."
         )
+        if table[["local_upper_vacuous", "global_upper_vacuous"]].fillna(False).to_numpy().any():
+            caption += " vacuous = a certified median more than 6 decades (1e6 ×) above the empirical one."
         self.table("lipschitz_gap", "Where the certified Lipschitz bounds lose", caption, table, G.gap_layout(table),
                    LIPSCHITZ)  # fmt: skip
         src = self.rs.ids(LIPSCHITZ)

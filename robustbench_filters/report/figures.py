@@ -177,9 +177,15 @@ def lipschitz_profile_figure(layers: pd.DataFrame, sources: Sequence[str], subti
         axes = fig.subplots(1, max(1, len(panels)), squeeze=False)[0]
         blocks = sorted(int(b) for b in layers["block"].unique())
         for ax, (col, title) in zip(axes, panels, strict=False):
+            flag = "local_upper_vacuous" if col == "local_upper_median" else None
+            vacuous = layers[flag].fillna(False).astype(bool) if flag in layers.columns else None
             for model in models:
                 sub = layers[layers["model"] == model].sort_values("block")
                 ax.plot(sub["block"], sub[col], label=model, **pal.line(model))
+            if vacuous is not None and vacuous.any():  # never a vacuous bound drawn like a result
+                bad = layers[vacuous]
+                ax.plot(bad["block"], bad[col], ls="none", marker="x", color="0.15", ms=7, mew=1.2, zorder=4)
+                title += "\n(x: vacuous, > 1e6 × the gain)"
             log = log_if_spread(ax, layers[col].tolist())
             ax.set_title(title)
             ax.set_xlabel("block")

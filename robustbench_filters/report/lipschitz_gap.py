@@ -1,6 +1,6 @@
 """Figure: where the certified Lipschitz bounds lose, per model and per block.
 
-Input: the tidy rows of :func:`robustbench_filters.lipschitz.gap.gap_rows` (columns ``model``, ``layer``,
+Input: the tidy rows of :func:`robustbench_filters.lipschitz.research.gap.gap_rows` (columns ``model``, ``layer``,
 ``rho``, ``empirical``, ``layerwise_estimate``, ``local_upper``, ``global_upper``; optional ``local_taylor``).
 For every layer (each block, then the whole model) one column of markers on a log axis, medians over examples:
 
@@ -23,7 +23,9 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
+from .. import vacuity
 from ..errors import RobfiltError
+from .tables import GAP_PREFIX
 
 REQUIRED = ("model", "layer", "rho", "empirical", "layerwise_estimate", "local_upper", "global_upper")
 COMPOSITION = "#d95f02"
@@ -122,9 +124,6 @@ def lipschitz_gap_figure(
     return fig
 
 
-GAP_PREFIX = "gap/"  # how a Lipschitz run folder marks its gap rows (robfilt lipschitz --gap)
-
-
 def gap_rows_of(rows: pd.DataFrame) -> pd.DataFrame:
     """The gap rows of a Lipschitz run's table, with the ``gap/`` prefix taken off their layer names."""
     if "layer" not in rows or not all(c in rows.columns for c in REQUIRED):
@@ -137,23 +136,30 @@ def gap_table(gap: pd.DataFrame) -> pd.DataFrame:
     """log10 medians over examples per (model, layer, rho), and the decades lost at each step.
 
     ``composition`` = layerwise estimate - empirical (lost by multiplying exact layer norms),
-    ``layer bounds`` = certified local - layerwise estimate (lost by the layer bounds and the radii they carry)."""
+    ``layer bounds`` = certified local - layerwise estimate (lost by the layer bounds and the radii they carry);
+    ``*_vacuous``: the certified median is more than six decades above the empirical one."""
     med = _medians(gap)
     logs = med[["model", "layer", "rho"]].copy()
     for c in ("empirical", "layerwise_estimate", "local_upper", "global_upper"):
         logs[c] = np.log10(med[c].astype(float).where(med[c] > 0))
     logs["lost_composition"] = logs["layerwise_estimate"] - logs["empirical"]
     logs["lost_layer_bounds"] = logs["local_upper"] - logs["layerwise_estimate"]
+    for c in ("local_upper", "global_upper"):
+        logs[f"{c}_vacuous"] = [vacuity.log10_vacuous(u, e) for u, e in zip(logs[c], logs["empirical"], strict=True)]
     logs["n"] = gap.groupby(["model", "layer", "rho"], sort=False)["empirical"].count().to_numpy()
     order = {name: i for i, name in enumerate(_layer_order(list(dict.fromkeys(logs["layer"]))))}
     return logs.sort_values(["model", "rho", "layer"], key=lambda s: s.map(order) if s.name == "layer" else s)
 
 
 def gap_layout(table: pd.DataFrame) -> pd.DataFrame:
-    """The gap table for people: decades (log10) with two decimals."""
+    """The gap table for people: decades (log10) with two decimals; a certified median more than six decades above
+    the empirical one is labelled vacuous (:mod:`robustbench_filters.vacuity`)."""
 
     def dec(values: pd.Series) -> pd.Series:
         return values.map(lambda v: "-" if pd.isna(v) else f"{v:.2f}")
+
+    def certified(col: str) -> list[str]:
+        return [vacuity.label(t, f, "log") for t, f in zip(dec(table[col]), table[f"{col}_vacuous"], strict=True)]
 
     return pd.DataFrame(
         {
@@ -163,8 +169,8 @@ def gap_layout(table: pd.DataFrame) -> pd.DataFrame:
             "n": table["n"],
             "empirical": dec(table["empirical"]),
             "layerwise estimate (not certified)": dec(table["layerwise_estimate"]),
-            "certified local": dec(table["local_upper"]),
-            "certified global": dec(table["global_upper"]),
+            "certified local": certified("local_upper"),
+            "certified global": certified("global_upper"),
             "lost to composition": dec(table["lost_composition"]),
             "lost to layer bounds": dec(table["lost_layer_bounds"]),
         }

@@ -49,6 +49,18 @@ DIRECTION: dict[str, bool] = {
 # metrics whose tolerance is relative (ratios of positive quantities); accuracies use absolute tolerance
 RELATIVE: frozenset[str] = frozenset({"ppl", "lipschitz_upper", "lipschitz_local_upper", "lipschitz_lower"})
 LIPSCHITZ_CONDITION = "-"
+# Lipschitz summary/table column -> gate metric, and the flag that says the certified ones are vacuous
+LIPSCHITZ_METRICS: dict[str, str] = {
+    "global_upper": "lipschitz_upper",
+    "local_upper_median": "lipschitz_local_upper",
+    "lower_max": "lipschitz_lower",
+    "radius_mean": "radius",
+}
+VACUOUS_FLAG: dict[str, str] = {
+    "lipschitz_upper": "global_upper_vacuous",
+    "lipschitz_local_upper": "local_upper_vacuous",
+    "radius": "radius_vacuous",
+}
 
 
 @dataclass(frozen=True)
@@ -62,6 +74,7 @@ class Metric:
     n: int | None = None
     family: str = ""
     source: str = ""
+    vacuous: bool | None = None  # a certified Lipschitz number that certifies nothing (robustbench_filters.vacuity)
 
     @property
     def key(self) -> str:
@@ -75,6 +88,7 @@ class Metric:
         d = asdict(self)
         d.pop("source")
         d.pop("family")
+        d.pop("vacuous")  # recomputed from the fresh rows; a baseline file holds values only
         return {k: v for k, v in d.items() if v is not None and not (isinstance(v, float) and math.isnan(v))}
 
 
@@ -97,6 +111,10 @@ def same_eps(a: float | None, b: float | None) -> bool:
     if a is None or b is None:
         return a is None and b is None
     return math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-12)
+
+
+def _flag(v: Any) -> bool | None:
+    return None if v is None or (isinstance(v, float) and math.isnan(v)) else bool(v)
 
 
 def _nan(v: Any) -> float:
@@ -130,17 +148,12 @@ def metrics_from_rows(rows: pd.DataFrame, family: str, source: str = "") -> list
                 out.append(Metric(r.model, cond, "token_acc", v, v, v, None, family, source))
     elif family == LIPSCHITZ:
         table = T.lipschitz_table(rows)
-        names = {
-            "global_upper": "lipschitz_upper",
-            "local_upper_median": "lipschitz_local_upper",
-            "lower_max": "lipschitz_lower",
-            "radius_mean": "radius",
-        }
         for r in table.to_dict("records"):
-            for col, name in names.items():
+            for col, name in LIPSCHITZ_METRICS.items():
                 v = _nan(r[col])
                 if math.isfinite(v):
-                    out.append(Metric(r["model"], LIPSCHITZ_CONDITION, name, v, v, v, None, family, source))
+                    vac = _flag(r.get(VACUOUS_FLAG.get(name, "")))
+                    out.append(Metric(r["model"], LIPSCHITZ_CONDITION, name, v, v, v, None, family, source, vac))
     return out
 
 
@@ -157,11 +170,11 @@ def _from_summary(summary: dict[str, Any], source: str) -> list[Metric]:
         raise RobfiltError(f"{source}: summary has no 'models' table; pass a summary.json written by robfilt.")
     for model, m in models.items():
         if kind == LIPSCHITZ:
-            for col, name in (("global_upper", "lipschitz_upper"), ("local_upper_median", "lipschitz_local_upper"),
-                              ("lower_max", "lipschitz_lower"), ("radius_mean", "radius")):  # fmt: skip
+            for col, name in LIPSCHITZ_METRICS.items():
                 v = _nan(m.get(col))
                 if math.isfinite(v):
-                    out.append(Metric(model, LIPSCHITZ_CONDITION, name, v, v, v, None, LIPSCHITZ, source))
+                    vac = _flag(m.get(VACUOUS_FLAG.get(name, "")))
+                    out.append(Metric(model, LIPSCHITZ_CONDITION, name, v, v, v, None, LIPSCHITZ, source, vac))
         elif family == LM:
             entries = [{"attack": "clean", "eps": 0.0, **m.get("clean", {})}, *m.get("results", [])]
             for e in entries:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from .. import vacuity
 from ..io import atomic_write_text
 from .latex import format_number, label_for, latex_table
 from .tables import CLEAN, eps_label, model_order
@@ -124,6 +125,12 @@ def corruption_error_layout(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(data, columns=["corruption", *models])
 
 
+def _certified(values: pd.Series, flags: pd.Series, kind: str = "upper") -> pd.Series:
+    """A certified bound or radius as shown: the number, or ``vacuous (...)`` (never a bare vacuous number)."""
+    text = values.map(lambda v: "inf" if v == math.inf else sci(v))
+    return pd.Series([vacuity.label(t, f, kind) for t, f in zip(text, flags, strict=True)], index=values.index)
+
+
 def lipschitz_layout(table: pd.DataFrame) -> pd.DataFrame:
     if table.empty:
         return pd.DataFrame()
@@ -134,10 +141,10 @@ def lipschitz_layout(table: pd.DataFrame) -> pd.DataFrame:
             "n": table["n"],
             "lower (mean)": table["lower_mean"].map(sci),
             "lower (max)": table["lower_max"].map(sci),
-            "local upper (median)": table["local_upper_median"].map(sci),
-            "certified upper": table["global_upper"].map(sci),
+            "local upper (median)": _certified(table["local_upper_median"], table["local_upper_vacuous"]),
+            "certified upper": _certified(table["global_upper"], table["global_upper_vacuous"]),
             "upper / lower": table["upper_over_lower"].map(sci),
-            "radius (mean)": table["radius_mean"].map(sci),
+            "radius (mean)": _certified(table["radius_mean"], table["radius_vacuous"], "radius"),
         }
     )
 
@@ -152,8 +159,8 @@ def lipschitz_layer_layout(table: pd.DataFrame) -> pd.DataFrame:
             "block": table["block"],
             "gain (mean)": table["lower_mean"].map(sci),
             "gain (max)": table["lower_max"].map(sci),
-            "certified local (median)": table["local_upper_median"].map(sci),
-            "certified block constant": table["global_upper"].map(sci),
+            "certified local (median)": _certified(table["local_upper_median"], table["local_upper_vacuous"]),
+            "certified block constant": _certified(table["global_upper"], table["global_upper_vacuous"]),
         }
     )
 

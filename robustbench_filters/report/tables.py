@@ -21,11 +21,13 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from .. import vacuity
 from ..stats import mcnemar_exact, wilson_interval
 
 CLEAN = "clean"
 CORRUPTION_PREFIX = "corruption:"
 MODEL_LAYER = "model"
+GAP_PREFIX = "gap/"  # how a Lipschitz run folder marks its gap rows (robfilt lipschitz --gap)
 BOOTSTRAP = 1000
 BASELINES: tuple[str, ...] = ("deit", "lm")
 
@@ -259,7 +261,8 @@ def _finite(s: pd.Series) -> pd.Series:
 
 
 def lipschitz_table(rows: pd.DataFrame) -> pd.DataFrame:
-    """Per model: lower bounds (mean, max over examples), certified local (median) and global upper bounds."""
+    """Per model: lower bounds (mean, max over examples), certified local (median) and global upper bounds, the
+    mean certified radius, and whether each certified number is vacuous (:mod:`robustbench_filters.vacuity`)."""
     if rows.empty or "lower" not in rows.columns:
         return pd.DataFrame()
     examples = rows[rows["layer"] == MODEL_LAYER] if "layer" in rows.columns else rows
@@ -272,6 +275,11 @@ def lipschitz_table(rows: pd.DataFrame) -> pd.DataFrame:
         if "radius" in g.columns and len(_finite(g["radius"])):
             radius = float(_finite(g["radius"]).mean())
         lower_max = float(g["lower"].max())
+        flags = (
+            vacuity.model_vacuity(g)
+            if {"local_upper", "global_upper"} <= set(g.columns)
+            else dict.fromkeys(("global_upper_vacuous", "local_upper_vacuous", "radius_vacuous"))
+        )
         records.append(
             {
                 "model": model,
@@ -283,6 +291,7 @@ def lipschitz_table(rows: pd.DataFrame) -> pd.DataFrame:
                 "global_upper": glob if glob is not None else math.nan,
                 "upper_over_lower": glob / lower_max if glob and lower_max > 0 else math.nan,
                 "radius_mean": radius if radius is not None else math.nan,
+                **flags,
             }
         )
     return pd.DataFrame(records)
@@ -292,7 +301,8 @@ def lipschitz_layer_table(rows: pd.DataFrame) -> pd.DataFrame:
     """Per model and block: mean/max empirical gain and the certified block constants (needs --per-layer)."""
     if rows.empty or "layer" not in rows.columns:
         return pd.DataFrame()
-    layers = rows[rows["layer"] != MODEL_LAYER]
+    layer_names = rows["layer"].astype(str)
+    layers = rows[(layer_names != MODEL_LAYER) & ~layer_names.str.startswith(GAP_PREFIX)]  # gap rows: own table
     if layers.empty:
         return pd.DataFrame()
     records = []
@@ -311,6 +321,7 @@ def lipschitz_layer_table(rows: pd.DataFrame) -> pd.DataFrame:
                 "global_upper": float(_finite(g["global_upper"]).max())
                 if len(_finite(g["global_upper"]))
                 else math.nan,
+                **vacuity.block_vacuity(g),
             }
         )
     table = pd.DataFrame(records)

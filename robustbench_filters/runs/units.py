@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..errors import RobfiltError
+from ..counts import example_count
 
 
 @dataclass(frozen=True, order=True)
@@ -39,24 +39,6 @@ def unit_seed(*parts: object) -> int:
 def batch_slices(n: int, batch_size: int) -> list[slice]:
     """Consecutive batches of ``batch_size`` (the last one may be shorter)."""
     return [slice(i, min(i + batch_size, n)) for i in range(0, n, batch_size)]
-
-
-def example_count(total: int, n: int | None) -> int:
-    """How many of ``total`` examples ``n_examples = n`` selects (see :class:`UpTo`)."""
-    from ..configs.options import UpTo
-    from ..surface import Surface, current_surface, given
-
-    if n is None:
-        return total
-    if isinstance(n, UpTo):
-        return min(int(n), total)
-    if n > total:
-        every = "" if current_surface() is Surface.CLI else f", or {given('n_examples', 'None')} for every example"
-        raise RobfiltError(
-            f"{given('n_examples', str(n))} is larger than the data ({total} examples); pass "
-            f"{given('n_examples', str(total))} or fewer{every}."
-        )
-    return int(n)
 
 
 def select_examples(total: int, n: int | None, seed: int, *, ordered: bool = True) -> torch.Tensor:

@@ -9,8 +9,10 @@ mean_interval`, a paired t-interval). With ``delta`` the smallest effect the cla
 - **supported**: lo > 0 (the interval excludes 0 in the claimed direction);
 - **not supported**: hi < 0 (it excludes 0 in the opposite direction), or the mean is <= 0 and hi < delta
   (the estimate goes the other way and the interval excludes the claimed effect size);
-- **inconclusive at this scale**: anything else, including fewer than two seeds (no interval) or a
-  measurement that was not made.
+- **inconclusive at this scale**: anything else, including fewer than two seeds (no interval), a
+  measurement that was not made, or certified Lipschitz bounds that are vacuous in some seed
+  (:mod:`robustbench_filters.vacuity`: a difference between two bounds that say nothing about the constants is
+  not evidence about the constants).
 
 A claim about the combination being *best* holds only if it beats every other variant: supported when all its
 comparisons are supported, not supported when any is not supported, inconclusive otherwise.
@@ -26,6 +28,7 @@ from enum import Enum
 import pandas as pd
 
 from ..stats import mean_interval
+from .scores import VACUOUS_SCORES, vacuous_cells
 
 MIN_SEEDS = 2
 
@@ -142,6 +145,11 @@ def compare(scores: pd.DataFrame, c: Comparison, min_seeds: int = MIN_SEEDS) -> 
         return ComparisonResult(c, {}, nan, nan, nan, Verdict.INCONCLUSIVE, "not measured in this study")
     mean, lo, hi = mean_interval(list(diffs.values()))
     verdict, reason = judge([c.direction * d for d in diffs.values()], c.delta, min_seeds)
+    vacuous = sorted(m for m, cond in vacuous_cells(scores, c.family, c.metric) if cond == c.condition)
+    if c.metric in VACUOUS_SCORES and ({c.baseline, c.variant} & set(vacuous)):
+        verdict = Verdict.INCONCLUSIVE
+        reason = (f"vacuous certified bounds ({', '.join(v for v in vacuous if v in (c.baseline, c.variant))}: "
+                  "more than 1e6 x the lower bound); their difference is not evidence")  # fmt: skip
     return ComparisonResult(c, diffs, mean, lo, hi, verdict, reason)
 
 
@@ -232,7 +240,7 @@ CLAIMS: tuple[ClaimSpec, ...] = (
               (_vs("image", "certified_radius_mean", "sigma=0.12", "deit", "deit-grc", +1, RADIUS_DELTA),),
               primary=False),
     ClaimSpec("c", "Boosting (GRC) lowers the Lipschitz constant", VISION,
-              "log10 of the certified global Lipschitz upper bound (vacuous at this depth: see the Lipschitz section)",
+              "log10 of the certified global Lipschitz upper bound",
               (_vs("image", "lip_log10_upper", "model", "deit", "deit-grc", -1, LOG10_DELTA),), primary=False),
     ClaimSpec("c", "Boosting (GRC) lowers the Lipschitz upper bound", LANGUAGE,
               "log10 of the certified global Lipschitz upper bound",

@@ -15,11 +15,12 @@ from typing import Any
 
 import pandas as pd
 
+from .. import vacuity
 from ..family import Family
 from ..train import DEFAULT_RECIPES
 from .claims import MIN_SEEDS, ClaimResult, Verdict
 from .plan import StudyPlan
-from .scores import StudyScores
+from .scores import StudyScores, vacuous_cells
 from .tables import METRICS, interval_cell, markdown, mcnemar_table, paired_table, seed_table
 
 REPORT_DIR = "report"
@@ -287,6 +288,21 @@ def _lm_section(plan: StudyPlan, data: StudyScores) -> list[str]:
     )
 
 
+def _labelled(
+    scores: pd.DataFrame, fam: str, metric: str, models: Sequence[str], label: str
+) -> tuple[pd.DataFrame, str]:
+    """seed_table with every vacuous certified cell shown as ``vacuous (...)``, and the caption saying why."""
+    table = seed_table(scores, fam, metric, models, label=label)
+    bad = vacuous_cells(scores, fam, metric)
+    if table.empty or not bad:
+        return table, _SEED_CAP
+    for model in table.columns[1:]:
+        table[model] = [
+            vacuity.label(v, (model, c) in bad, "log") for v, c in zip(table[model], table[label], strict=True)
+        ]
+    return table, f"{_SEED_CAP} {vacuity.SHORT} (in at least one seed)."
+
+
 def _lipschitz_section(plan: StudyPlan, data: StudyScores) -> list[str]:
     """Lower bounds, the layerwise estimate and certified bounds per family, then the smoothing certificates."""
     s = data.scores
@@ -294,10 +310,11 @@ def _lipschitz_section(plan: StudyPlan, data: StudyScores) -> list[str]:
     for fam, models, title in (("image", plan.vision_models, "Vision"), ("lm", plan.lm_models, "Language")):
         for metric in ("lip_lower_mean", "lip_lower_max", "lip_log10_layerwise", "lip_log10_upper"):
             if not s[(s["family"] == fam) & (s["metric"] == metric)].empty:
-                lines += _section(f"{title}: {METRICS[metric][2]}", _SEED_CAP, seed_table(s, fam, metric, models))
+                table, cap = _labelled(s, fam, metric, models, "condition")
+                lines += _section(f"{title}: {METRICS[metric][2]}", cap, table)
         for metric in ("lip_layer_lower_mean", "lip_layer_log10_upper"):
-            table = seed_table(s, fam, metric, models, label="block")
-            lines += _section(f"{title}, per block: {METRICS[metric][2]}", _SEED_CAP, table)
+            table, cap = _labelled(s, fam, metric, models, "block")
+            lines += _section(f"{title}, per block: {METRICS[metric][2]}", cap, table)
     cert = plan.certify
     sigmas = ", ".join(f"{s:g}" for s in cert.sigmas)
     cert_cap = (

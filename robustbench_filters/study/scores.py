@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .. import vacuity
 from ..runs.folder import Run
 from ..stats import mcnemar_exact
 from .seqlen import growth_slope
@@ -84,24 +85,58 @@ def lm_scores(summary: dict, seed: int) -> list[dict]:
     return out
 
 
-def lipschitz_scores(summary: dict, family: str, seed: int) -> list[dict]:
+#: certified score -> the score that says whether it is vacuous (1.0) or not (0.0) (robustbench_filters.vacuity)
+VACUOUS_SCORES: dict[str, str] = {
+    "lip_log10_upper": "lip_upper_vacuous",
+    "lip_layer_log10_upper": "lip_layer_upper_vacuous",
+    "lip_log10_local": "lip_local_vacuous",
+}
+
+
+def _flag_rows(family: str, model: str, seed: int, metric: str, cond: str, flag: Any) -> list[dict]:
+    return [] if flag is None else [_row(family, model, seed, VACUOUS_SCORES[metric], cond, float(bool(flag)))]
+
+
+def _global_flag(rows: pd.DataFrame | None, entry: dict, model: str, layer: str) -> Any:
+    """Whether a certified global constant is vacuous: the rule applied to the run's rows (so run folders written
+    before the summaries carried the flag are judged too), else the summary's flag."""
+    if rows is None or "layer" not in rows.columns:
+        return entry.get("global_upper_vacuous")
+    sel = rows[(rows["model"] == model) & (rows["layer"] == layer)]
+    return vacuity.block_vacuity(sel)["global_upper_vacuous"] if len(sel) else entry.get("global_upper_vacuous")
+
+
+def lipschitz_scores(summary: dict, family: str, seed: int, rows: pd.DataFrame | None = None) -> list[dict]:
     out = []
     for model, m in summary["models"].items():
         out.append(_row(family, model, seed, "lip_lower_mean", "model", m["lower_mean"]))
         out.append(_row(family, model, seed, "lip_lower_max", "model", m["lower_max"]))
         out.append(_row(family, model, seed, "lip_log10_upper", "model", m.get("log10_global_upper")))
+        out += _flag_rows(family, model, seed, "lip_log10_upper", "model", _global_flag(rows, m, model, "model"))
         for layer in m.get("layers", []):
             out.append(_row(family, model, seed, "lip_layer_lower_mean", layer["layer"], layer["lower_mean"]))
             upper = layer.get("global_upper")
             log_upper = math.log10(upper) if upper and upper > 0 and math.isfinite(upper) else None
             out.append(_row(family, model, seed, "lip_layer_log10_upper", layer["layer"], log_upper))
+            flag = _global_flag(rows, layer, model, layer["layer"])
+            out += _flag_rows(family, model, seed, "lip_layer_log10_upper", layer["layer"], flag)
     for rec in summary.get("gap_log10_median") or []:  # --gap: median log10 over examples, per layer and rho
         if rec["layer"] == "model":
             out.append(_row(family, rec["model"], seed, "lip_log10_layerwise", "model", rec.get("layerwise_estimate")))
-            out.append(
-                _row(family, rec["model"], seed, "lip_log10_local", f"rho={rec['rho']:g}", rec.get("local_upper"))
-            )
+            cond = f"rho={rec['rho']:g}"
+            out.append(_row(family, rec["model"], seed, "lip_log10_local", cond, rec.get("local_upper")))
+            flag = vacuity.log10_vacuous(rec.get("local_upper"), rec.get("empirical"))
+            out += _flag_rows(family, rec["model"], seed, "lip_log10_local", cond, flag)
     return out
+
+
+def vacuous_cells(scores: pd.DataFrame, family: str, metric: str) -> set[tuple[str, str]]:
+    """(model, condition) of a certified score that is vacuous in at least one seed."""
+    flag = VACUOUS_SCORES.get(metric)
+    if flag is None or scores.empty:
+        return set()
+    sel = scores[(scores["family"] == family) & (scores["metric"] == flag) & (scores["value"] > 0)]
+    return set(zip(sel["model"], sel["condition"], strict=True))
 
 
 def certify_scores(rows: pd.DataFrame, seed: int) -> list[dict]:
@@ -198,11 +233,11 @@ def scores_from_run(kind: str, run: Run, seed: int, baseline: str | None = None)
     if kind == P.LM_ATTACK:
         return lm_scores(s, seed), []
     if kind == P.LIPSCHITZ_VISION:
-        return lipschitz_scores(s, "image", seed), []
+        return lipschitz_scores(s, "image", seed, run.rows), []
     if kind == P.CERTIFY_VISION:
         return certify_scores(run.rows, seed), []
     if kind == P.LIPSCHITZ_LM:
-        return lipschitz_scores(s, "lm", seed), []
+        return lipschitz_scores(s, "lm", seed, run.rows), []
     if kind == P.SEQLEN_LM:
         return seqlen_lm_scores(s, seed), []
     if kind == P.SEQLEN_LAYER:

@@ -4,7 +4,7 @@
 
 - ``empirical``: a rigorous lower bound on the local constant. Model rows: the exact Jacobian norm ||J(x0)||
   (dense for <= 1024 outputs, else power iteration); block rows: the block map's Jacobian norm at its real hidden
-  state (power iteration, as in :mod:`.profile`).
+  state (power iteration, as in :mod:`..profile`).
 - ``layerwise_estimate``: the product of the exact per-stage Jacobian norms at x0 (embedding, each sublayer with
   Y_0 fixed, readout). **Not certified**: it is what composing perfect layer constants at rho -> 0 would give, so
   ``layerwise_estimate / empirical`` is the loss due to composition alone, and ``local_first_order /
@@ -27,12 +27,12 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .certify import BoundTrace, trace_bounds
-from .chain import Chain, build_chain
-from .jacobian import jacobian_norm_exact, jacobian_norm_power
-from .local_bound import LocalBounds, LocalOptions
-from .profile import layer_profile
-from .target import Target
+from ..certify import BoundTrace, trace_bounds
+from ..chain import Chain, build_chain
+from ..jacobian import jacobian_norm_exact, jacobian_norm_power
+from ..profile import layer_profile
+from ..target import Target
+from .local import LocalOptions, TaylorBounds, local_bounds
 
 GAP_COLUMNS = (
     "model", "example_id", "layer", "rho", "empirical", "layerwise_estimate", "local_upper", "local_first_order",
@@ -41,7 +41,7 @@ GAP_COLUMNS = (
 MODEL_LAYER = "model"
 
 
-def _stage_norms(chain: Chain, detail: LocalBounds, iters: int, tol: float, gen) -> list[torch.Tensor]:
+def _stage_norms(chain: Chain, detail: TaylorBounds, iters: int, tol: float, gen) -> list[torch.Tensor]:
     """Exact (or power-iteration) Jacobian norm of every stage at the real hidden states, (B,) each."""
     norms = []
     for k, (stage, rec) in enumerate(zip(chain.stages, detail.stages, strict=True)):
@@ -64,7 +64,7 @@ def _readout_norm(chain: Chain, h: torch.Tensor) -> torch.Tensor:
     return jacobian_norm_exact(chain.readout.forward, h)
 
 
-def _empirical(target: Target, x: torch.Tensor, detail: LocalBounds, iters: int, tol: float, gen) -> torch.Tensor:
+def _empirical(target: Target, x: torch.Tensor, detail: TaylorBounds, iters: int, tol: float, gen) -> torch.Tensor:
     if detail.centre is not None:
         return detail.centre.double()
     if detail.output.shape[-1] <= 1024:
@@ -90,13 +90,17 @@ def gap_rows(
     """Rows (see the module docstring) for the batch ``x`` (in the target's input space), in :data:`GAP_COLUMNS`.
 
     ``options`` defaults to every refinement with the second-order bound where it fits
-    (:class:`.local_bound.LocalOptions`). Raises the one-line :class:`RobfiltError` of :func:`.certify.trace_bounds`
+    (:class:`.local.LocalOptions`). Raises the one-line :class:`RobfiltError` of :func:`..certify.trace_bounds`
     for models the certified bounds do not cover.
     """
     ids = np.asarray(example_ids, dtype=np.int64)
     rho_t = torch.as_tensor(list(rhos), dtype=torch.float64)
     opts = options or LocalOptions()
-    trace: BoundTrace = trace_bounds(target, x, rho_t, options=opts)
+
+    def local(t: Target, xs: torch.Tensor, r: torch.Tensor, chain: Chain, floor) -> TaylorBounds:
+        return local_bounds(t, xs, r, options=opts, chain=chain)
+
+    trace: BoundTrace = trace_bounds(target, x, rho_t, local=local)
     baseline = trace_bounds(target, x, rho_t, improved=False)
     detail = trace.local_detail
     frames = []

@@ -13,7 +13,7 @@ linear in the affine Y_0, so it adds nothing to the difference). Hence on B(x0, 
     Lip <= ||J(x0)|| + sum_k c_k kappa_k r_{k-1} ||P_{k-1}(x0)|| + kappa_R r_K ||P_K(x0)||,
 
 where ||J(x0)||, ||P_k(x0)|| and ||Q_k(x0)|| are exact (dense float64 Jacobians: one jvp per input dimension,
-one vjp per output), kappa_k is the stage's curvature bound on its ball (:mod:`.stage_bounds`), r_k the radius
+one vjp per output), kappa_k is the stage's curvature bound on its ball (:mod:`..stage_bounds`), r_k the radius
 of the reachable ball, and c_k >= sup ||Q_k|| follows the backward recursion
 ``f_{k-1} <= f_k sup_k + ||Q_k(x0)|| kappa_k r_{k-1}``, ``c_k = min(||Q_k(x0)|| + f_k, c_{k+1} sup_{k+1})``. The
 radii themselves come from the forward recursion on the prefix Jacobian,
@@ -23,6 +23,8 @@ token's rows of P_k), which is far smaller than rho times a product of layer con
 As rho -> 0 the bound tends to ||J(x0)||, the exact local constant. Its first-order corrections still compose
 through the per-stage ``sup_k``, which is what remains loose (see docs in the report). It needs dense prefix
 Jacobians (input dim x state dim per example), so it is for small models: :data:`MAX_ENTRIES`.
+
+:class:`TaylorState` is a :class:`..local_bound.Refinement`: the stage-wise sweep calls it after every stage.
 """
 
 from __future__ import annotations
@@ -32,8 +34,8 @@ import math
 import torch
 from torch.func import jvp, vjp, vmap
 
-from .chain import Chain
-from .stage_bounds import ReadoutLocal, StageLocal
+from ..chain import Chain
+from ..stage_bounds import ReadoutLocal, StageLocal
 
 MAX_ENTRIES = 8_000_000  # input dim x state dim: the dense prefix Jacobian per example (64 MB in float64)
 MAX_OUTPUTS = 1024  # the backward (suffix) pass needs one vjp per output
