@@ -83,6 +83,9 @@ def evaluate(
     replacement: str | None = None,
     eps_mode: str | None = None,
     tokenizer: Any = None,
+    max_length: int | None = None,
+    stride: int | None = None,
+    precision: str | None = None,
     severities: Sequence[int] | None = None,
     baseline: str | None = None,
     progress: ProgressHook | None = None,
@@ -96,8 +99,9 @@ def evaluate(
     :mod:`.configs`); an option given for a kind it does not apply to raises :class:`RobfiltError`.
 
     Args:
-        models: registry names (``deit-grc``), ``timm:<arch>``, ``pkg.mod:factory`` or modules; one model alone
-            works too (an ``nn.Sequential`` is one model, never the list of its layers).
+        models: registry names (``deit-grc``), ``timm:<arch>``, ``hf:<folder>``, ``pkg.mod:factory`` or modules
+            (a ``transformers`` causal LM too, with ``tokenizer``); one model alone works too (an ``nn.Sequential``
+            is one model, never the list of its layers).
         attacks: catalogue names (``robustbench_filters.attacks.catalogue.ATTACKS``), ``wordswap`` or
             ``corruption[:<name>]``.
         eps: perturbation budgets ([0, 1] image scale; relative embedding radii for LMs); default: the data's grid.
@@ -106,6 +110,9 @@ def evaluate(
         n_examples: examples drawn (seeded) from the test split, shared by all models.
         out: run folder; None keeps everything in a temporary folder.
         device: ``cpu`` or ``cuda`` (under torchrun: each rank's own GPU).
+        tokenizer: LMs: the tokenizer object (or folder) of the model(s); default: the one saved with each model.
+        max_length, stride, precision: LMs: the window in tokens (default: the model's positions, at most 1024),
+            tokens newly predicted per lm-eval window (default: max_length), and ``fp32`` or ``bf16`` weights.
         config: a ready config instead of the options above (then pass neither ``models`` nor options).
     """
     if config is None:
@@ -116,7 +123,8 @@ def evaluate(
         options = {
             "eps": eps, "data": data, "n_examples": n_examples, "norm": norm, "steps": steps, "step_size": step_size,
             "batch_size": batch_size, "data_root": data_root, "amp": amp, "rates": rates, "replacement": replacement,
-            "eps_mode": eps_mode, "tokenizer": tokenizer, "severities": severities, "baseline": baseline,
+            "eps_mode": eps_mode, "tokenizer": tokenizer, "max_length": max_length, "stride": stride,
+            "precision": precision, "severities": severities, "baseline": baseline,
             "check_masking": check_masking or None, "amp_attacks": amp_attacks or None,
             "allow_pickle": allow_pickle or None,
         }  # fmt: skip

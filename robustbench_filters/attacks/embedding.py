@@ -148,10 +148,12 @@ class EmbeddingAttack:
         targets: torch.Tensor,
         mask: torch.Tensor,
         generators: Sequence[torch.Generator] | None = None,
+        support: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Return ``delta`` (same shape as ``emb``), zero at padded positions and inside the per-token ball."""
+        """Return ``delta`` (same shape as ``emb``), zero outside ``support`` (default: where ``mask`` scores; a
+        rolling window also perturbs its unscored context) and inside the per-token ball."""
         emb = emb.detach()
-        keep = mask.unsqueeze(-1).to(emb.dtype)
+        keep = (mask if support is None else support).unsqueeze(-1).to(emb.dtype)
         if self.eps_abs == 0:
             return torch.zeros_like(emb)
         if self.name == "fgsm":

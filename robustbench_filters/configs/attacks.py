@@ -16,6 +16,7 @@ from .base import (
     AMP_DTYPES,
     CORRUPTION,
     DEFAULT_LM_EPS,
+    PRECISIONS,
     WORDSWAP,
     ImageDataConfig,
     RunConfig,
@@ -107,6 +108,9 @@ class LMAttackConfig(RunConfig):
     check_masking: bool = False
     tokenizer: Any = field(default=None, compare=False)
     text_column: str | None = None
+    max_length: int | None = None
+    stride: int | None = None
+    precision: str = "fp32"
     data: str = "austen"
     batch_size: int = 32
 
@@ -161,6 +165,16 @@ class LMAttackConfig(RunConfig):
             raise RobfiltError(f"--step-size must be a positive number, got {self.step_size}.")
         if not self.replacement:
             raise RobfiltError("the word-swap replacement is empty; give a token such as AAA.")
+        _positive(self.max_length, "--max-length")
+        _positive(self.stride, "--stride")
+        if self.max_length is not None and self.stride is not None and self.stride > self.max_length:
+            raise RobfiltError(f"--stride {self.stride} is longer than --max-length {self.max_length}; pass less.")
+        if self.precision not in PRECISIONS:
+            raise RobfiltError(f"unknown --precision {self.precision!r}; use {' or '.join(PRECISIONS)}.")
+        if self.precision == "bf16":
+            from ..hf.load import precision_dtype
+
+            precision_dtype(self.precision, self.device)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -32,6 +32,8 @@ DEFAULT_EPS: dict[str, dict[Norm, tuple[float, ...]]] = {
 DEFAULT_LM_EPS: tuple[float, ...] = (0.01, 0.02, 0.05, 0.1)
 DEFAULT_LM_SEQUENCES = 64
 AMP_DTYPES: tuple[str, ...] = ("bf16",)
+#: Weights' precision of LM runs (``--precision``): bf16 casts the models, attacks included.
+PRECISIONS: tuple[str, ...] = ("fp32", "bf16")
 DEVICES = ("cpu", "cuda")
 
 
@@ -63,6 +65,12 @@ def model_family(model: ModelLike) -> Family:
     spec = getattr(model, "robfilt_spec", None)
     if spec is not None:
         return spec.family
+    from ..hf import is_hf_model
+
+    if is_hf_model(model):
+        from ..hf.load import is_causal_config
+
+        return Family.LM if is_causal_config(model.config) else Family.IMAGE
     return Family.LM if hasattr(model, "forward_embeddings") else Family.IMAGE
 
 
