@@ -88,6 +88,21 @@ def attack_cmd(
     eps_mode: Annotated[
         str | None, typer.Option("--eps-mode", help="LM eps: relative (to the embedding scale, default) or absolute.")
     ] = None,
+    tokenizer: Annotated[
+        str | None,
+        typer.Option("--tokenizer", help="LM: tokenizer folder (hf: models) or tokenizer.json (default: the model's)."),
+    ] = None,
+    max_length: Annotated[
+        int | None,
+        typer.Option("--max-length", help="LM: window in tokens (default: block size; hf: positions, at most 1024)."),
+    ] = None,
+    stride: Annotated[
+        int | None,
+        typer.Option("--stride", help="hf: models: tokens newly predicted per lm-eval window (default: max length)."),
+    ] = None,
+    precision: Annotated[
+        str | None, typer.Option("--precision", help="LM weights: fp32 (default) or bf16 (attacks included).")
+    ] = None,
     severity: Annotated[
         str | None, typer.Option("--severity", help="Corruption severities, comma list of 1-5 (default all).")
     ] = None,
@@ -129,6 +144,10 @@ def attack_cmd(
         "image_column": image_column,
         "label_column": label_column,
         "text_column": text_column,
+        "tokenizer": tokenizer,
+        "max_length": max_length,
+        "stride": stride,
+        "precision": precision,
     }
     options = {k: v for k, v in given.items() if v is not None}
     common = {"models": tuple(models), "attacks": tuple(attacks), "seed": seed, "size": size,

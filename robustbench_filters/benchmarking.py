@@ -21,9 +21,11 @@ from torch.utils.data import Dataset
 
 from .api import evaluate
 from .attacks.catalogue import ATTACKS, Norm, get_attack
+from .benchmarking_lm import LMBenchmarkResult, benchmark_lm
 from .checks import FAIL, WARN
-from .configs import CORRUPTION, CorruptionConfig, ImageAttackConfig, RunConfig, build
+from .configs import CORRUPTION, CorruptionConfig, ImageAttackConfig, RunConfig, build, model_family
 from .errors import RobfiltError, unknown
+from .family import Family
 from .runs.runner import RunResult
 from .stats import wilson_interval
 
@@ -217,7 +219,7 @@ def _result(label: str, threat: str, attack: str, eps: float | None, run: RunRes
 
 def benchmark(
     model: nn.Module | str,
-    data: Any = "fashion-mnist",
+    data: Any = None,
     threat_model: Any = "Linf",
     eps: float | None = None,
     n_examples: int | None = None,
@@ -233,7 +235,11 @@ def benchmark(
     out: str | Path | None = None,
     resume: bool = False,
     overwrite: bool = False,
-) -> BenchmarkResult:
+    tokenizer: Any = None,
+    max_length: int | None = None,
+    stride: int | None = None,
+    precision: str | None = None,
+) -> BenchmarkResult | LMBenchmarkResult:
     """Clean and robust accuracy of ``model`` on ``data``, with intervals and sanity checks (RobustBench's style).
 
     Runs through :func:`.api.evaluate` (one model, one attack, one eps), so its numbers equal evaluate's for the
@@ -256,10 +262,26 @@ def benchmark(
         batch_size, device, seed: as in :func:`.api.evaluate` (same seed, same numbers).
         checkpoint: weights for a model given by reference (``zoo``, a ``.safetensors`` file or ``none``).
         out: keep the run folder there; None runs in a temporary folder that is removed (``run_dir`` None).
+        tokenizer, max_length, stride, precision: language models only (see :func:`.api.evaluate`).
+
+    A language model (``lm``, ``hf:DIR``, or a ``transformers`` causal LM with ``tokenizer``) gets an
+    :class:`.benchmarking_lm.LMBenchmarkResult` instead: clean and attacked perplexity (token perplexity with its
+    95% interval, and lm-eval's word/byte perplexity and bits per byte for Hugging Face models) under embedding
+    ``pgd`` (or ``fgsm``) at a relative eps (default 0.05) on 64 sequences of ``data`` (default ``austen``).
     """
     _check_model(model)
     threat = _threat_model(threat_model)
     norm = THREAT_MODELS[threat]
+    if model_family(model) is Family.LM:
+        options = {"n_examples": n_examples, "batch_size": batch_size, "device": str(device), "seed": seed,
+                   "checkpoint": checkpoint, "steps": steps, "tokenizer": tokenizer, "max_length": max_length,
+                   "stride": stride, "precision": precision}  # fmt: skip
+        return benchmark_lm(model, data or "austen", threat, norm, eps, attack, options, out, resume, overwrite)
+    lm_only = {"tokenizer": tokenizer, "max_length": max_length, "stride": stride, "precision": precision}
+    for key, value in lm_only.items():
+        if value is not None:
+            raise RobfiltError(f"{key} applies to language models; drop it for an image model.")
+    data = "fashion-mnist" if data is None else data
     value = _eps(eps, norm)
     name = _attack(attack, norm, steps)
     _check_n_examples(n_examples, data)
@@ -273,4 +295,4 @@ def benchmark(
     return _result(config.labels[0], threat, name, value, run, n)
 
 
-__all__ = ["Accuracy", "BenchmarkResult", "SanityCheck", "THREAT_MODELS", "benchmark"]
+__all__ = ["Accuracy", "BenchmarkResult", "LMBenchmarkResult", "SanityCheck", "THREAT_MODELS", "benchmark"]

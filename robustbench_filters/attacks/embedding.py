@@ -102,7 +102,12 @@ def _loss(model: nn.Module, emb: torch.Tensor, targets: torch.Tensor, mask: torc
 
 
 def random_start(
-    shape: tuple[int, ...], eps_abs: float, norm: Norm, generators: Sequence[torch.Generator], device: torch.device
+    shape: tuple[int, ...],
+    eps_abs: float,
+    norm: Norm,
+    generators: Sequence[torch.Generator],
+    device: torch.device,
+    dtype: torch.dtype | None = None,
 ) -> torch.Tensor:
     """A uniform point in the Linf box, or a random direction at a uniform radius in each token's L2 ball.
 
@@ -118,7 +123,7 @@ def random_start(
             direction = direction / (direction.norm(dim=-1, keepdim=True) + _TINY)
             d = direction * torch.rand(t, 1, generator=g) * eps_abs
         starts.append(d)
-    return torch.stack(starts).to(device)
+    return torch.stack(starts).to(device=device, dtype=dtype)  # drawn in fp32, so bf16 models get the same start
 
 
 @dataclass(frozen=True)
@@ -161,7 +166,7 @@ class EmbeddingAttack:
             steps, alpha = 1, self.eps_abs
         else:
             gens = generators or [torch.Generator().manual_seed(i) for i in range(emb.shape[0])]
-            delta = random_start(tuple(emb.shape), self.eps_abs, self.norm, gens, emb.device) * keep
+            delta = random_start(tuple(emb.shape), self.eps_abs, self.norm, gens, emb.device, emb.dtype) * keep
             steps, alpha = self.steps, self.alpha
         for _ in range(steps):
             delta.requires_grad_(True)

@@ -92,7 +92,7 @@ class Batch:
         out = torch.zeros(self.n_sequences, dtype=values.dtype, device=values.device)
         if reduce == "sum":
             return out.index_add_(0, owner, values)
-        return out.index_reduce_(0, owner, values, "amax", include_self=False)
+        return out.scatter_reduce_(0, owner, values, "amax", include_self=False)
 
 
 def text_chunks(text: str, chunk_chars: int) -> list[str]:

@@ -25,7 +25,7 @@ RULE = (
     "interval mode when the CIs widened by the tolerance no longer overlap, point mode on the values."
 )
 PERCENT = frozenset({"acc", "token_acc"})
-RATIO = frozenset({"ppl"})
+RATIO = frozenset({"ppl", "word_perplexity", "byte_perplexity", "bits_per_byte"})
 
 
 @dataclass(frozen=True)

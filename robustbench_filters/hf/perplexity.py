@@ -194,13 +194,13 @@ def lm_eval_columns(rows: Any) -> dict[str, float]:
     byte_lo, byte_hi = bootstrap_ratio_interval(nll, nbytes)
     bits = bootstrap_ratio_interval(nll, nbytes, transform=lambda x: np.asarray(x) / math.log(2))
     return {
-        "word_perplexity": math.exp(nll.sum() / words.sum()),
+        "word_perplexity": math.exp(float(nll.sum() / words.sum())),
         "word_perplexity_lo": word_lo,
         "word_perplexity_hi": word_hi,
-        "byte_perplexity": math.exp(nll.sum() / nbytes.sum()),
+        "byte_perplexity": math.exp(float(nll.sum() / nbytes.sum())),
         "byte_perplexity_lo": byte_lo,
         "byte_perplexity_hi": byte_hi,
-        "bits_per_byte": nll.sum() / nbytes.sum() / math.log(2),
+        "bits_per_byte": float(nll.sum() / nbytes.sum()) / math.log(2),
         "bits_per_byte_lo": bits[0],
         "bits_per_byte_hi": bits[1],
     }

@@ -43,7 +43,7 @@ class HFTokenizer:
         return self.hf.bos_token_id if self.hf.bos_token_id is not None else self.hf.eos_token_id
 
     def encode(self, text: str) -> list[int]:
-        return list(self.hf.encode(text))
+        return list(self.hf.encode(text, verbose=False))  # long documents are windowed, never fed whole
 
     def decode(self, ids: list[int]) -> str:
         return str(self.hf.decode([int(i) for i in ids]))

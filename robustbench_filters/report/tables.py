@@ -21,6 +21,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from ..hf.perplexity import lm_eval_columns
 from ..stats import mcnemar_exact, wilson_interval
 
 CLEAN = "clean"
@@ -231,11 +232,14 @@ def _lm_stats(grp: pd.DataFrame) -> dict[str, float]:
     out = {"n": int(len(grp)), "n_tokens": int(total_tok), "ppl": ppl, "ppl_lo": lo, "ppl_hi": hi}
     if "correct_tokens" in grp.columns and total_tok > 0:
         out["token_acc"] = float(grp["correct_tokens"].sum() / total_tok)
-    return out
+    return {**out, **lm_eval_columns(grp)}  # lm-eval's word/byte metrics, for rows scored lm-eval style
 
 
 def perplexity_table(rows: pd.DataFrame) -> pd.DataFrame:
-    """Perplexity (and token accuracy) per (model, kind, attack, eps) for LM runs; corruptions excluded."""
+    """Perplexity (and token accuracy) per (model, kind, attack, eps) for LM runs; corruptions excluded.
+
+    ``ppl`` is per token (per character for robfilt's character-level LMs); models scored as lm-eval scores
+    documents (Hugging Face models) add ``word_perplexity``, ``byte_perplexity`` and ``bits_per_byte``."""
     if rows.empty or "nll_sum" not in rows.columns:
         return pd.DataFrame()
     rows = rows[~is_corruption(rows["attack"])]
