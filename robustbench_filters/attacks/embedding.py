@@ -76,7 +76,14 @@ def perturbation_size(delta: torch.Tensor, norm: Norm) -> torch.Tensor:
 
 
 def project(delta: torch.Tensor, eps_abs: float, norm: Norm) -> torch.Tensor:
-    """Project onto the per-token ball of radius ``eps_abs``."""
+    """Project onto the per-token ball of radius ``eps_abs``.
+
+    A low-precision ``delta`` (bf16 models) is projected in fp32 onto a ball shrunk by one unit of its precision
+    (0.8% for bf16) and rounded back, so rounding can never carry it outside the requested ball.
+    """
+    if delta.dtype not in (torch.float32, torch.float64):
+        shrunk = eps_abs * (1 - torch.finfo(delta.dtype).eps)
+        return project(delta.float(), shrunk, norm).to(delta.dtype)
     if norm is Norm.LINF:
         return delta.clamp(-eps_abs, eps_abs)
     n = delta.norm(dim=-1, keepdim=True)

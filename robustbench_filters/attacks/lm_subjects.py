@@ -66,8 +66,9 @@ def _hf_subject(
     inner = getattr(model, "hf", model)
     if dtype != next(inner.parameters()).dtype:
         model = copy.deepcopy(model).to(dtype)  # never cast the caller's model
-    module = as_hf_lm(model, tokenizer, **window)
-    return LMSubject(model_label(model, index), module.eval(), module.tokenizer, "module", module.rolling)
+    label = model_label(model, index)
+    module = as_hf_lm(model, tokenizer, **window, label=label)
+    return LMSubject(label, module.eval(), module.tokenizer, "module", module.rolling)
 
 
 def _own_tokenizer(tokenizer: Any) -> Any:

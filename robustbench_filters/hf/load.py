@@ -219,7 +219,12 @@ def wrap_model(
 
 
 def as_hf_lm(
-    model: Any, tokenizer: Any = None, *, max_length: int | None = None, stride: int | None = None
+    model: Any,
+    tokenizer: Any = None,
+    *,
+    max_length: int | None = None,
+    stride: int | None = None,
+    label: str = "model",
 ) -> HFCausalLM:
     """An :class:`HFCausalLM` from an ``hf:`` reference, a wrapped model (re-windowed if asked) or a model object."""
     if isinstance(model, str):
@@ -234,8 +239,8 @@ def as_hf_lm(
         if max_length is None and stride is None and tokenizer is None:
             return model
         return wrap_model(model.hf, tokenizer or model.tokenizer, max_length=max_length or model.config.block_size,
-                          stride=stride)  # fmt: skip
-    return wrap_model(model, tokenizer, max_length=max_length, stride=stride)
+                          stride=stride, label=label)  # fmt: skip
+    return wrap_model(model, tokenizer, max_length=max_length, stride=stride, label=label)
 
 
 __all__ = [

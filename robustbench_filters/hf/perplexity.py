@@ -227,12 +227,12 @@ def evaluate_perplexity(
     from ..attacks.lm_rows import window_batch
     from .load import as_hf_lm
 
-    lm = as_hf_lm(model, tokenizer, max_length=max_length, stride=stride)
     docs = [texts] if isinstance(texts, str) else list(texts)
     if not docs:
         raise RobfiltError("no documents to score; pass texts=['...'].")
     if batch_size < 1:
         raise RobfiltError(f"batch_size must be positive, got {batch_size}.")
+    lm = as_hf_lm(model, tokenizer, max_length=max_length, stride=stride)
     token_lists = [lm.tokenizer.encode(d) for d in docs]
     rows = window_rows(token_lists, lm.rolling)
     nll = [0.0] * len(docs)

@@ -149,6 +149,8 @@ def train_hf(
     if args and "variant" not in args:
         raise RobfiltError(f"conversion settings need --variant ({', '.join(VARIANTS)}).")
     out = Path(out or f"runs/train/hf-{Path(target).name}-{args.get('variant', 'finetune')}-s{seed}")
+    # load and convert first: a model, tokenizer or conversion that cannot work is refused before --out is touched
+    lm = load_hf(target, tokenizer=tokenizer, max_length=max_length, base_dir=base_dir, conversion=args or None)
     _prepare_out(out, resume, overwrite)
     lock = RunLock(out)
     lock.acquire()
@@ -161,7 +163,6 @@ def train_hf(
             card = json.loads((out / CARD).read_text())
             log.info("%s is already trained; nothing to resume", out)
             return TrainResult(out, f"hf:{target}", "", card.get("metrics", {}), card.get("wall_time_s", 0.0), recipe)
-        lm = load_hf(target, tokenizer=tokenizer, max_length=max_length, base_dir=base_dir, conversion=args or None)
         train_text, test_text = load_text(data, split="train"), load_text(data, split="test")
         task = HFTask(lm.train(), encode_corpus(train_text, lm.tokenizer), recipe, seed)
         if len(task.train_ids) <= task.block:
