@@ -35,7 +35,8 @@ def train_cmd(
         typer.Option("--variant", help="hf: models: convert to bsa, grc or bsa-grc before fine-tuning."),
     ] = None,
     max_length: Annotated[
-        int | None, typer.Option("--max-length", help="hf: models: tokens per training window (default 128).")
+        int | None,
+        typer.Option("--max-length", help="hf: models: tokens per training window (default: positions, at most 256)."),
     ] = None,
     ckpt_every: Annotated[int | None, typer.Option("--ckpt-every", help="Steps between resumable states.")] = None,
     noise_sigma: Annotated[
@@ -146,7 +147,7 @@ def _train_hf(
     recipe = dataclasses.replace(HF_RECIPE, **changes)
     with progress_bar(quiet) as hook:
         return train_hf(ref.target, variant, data=data or "austen", recipe=recipe, seed=seed, out=out, resume=resume,
-                        overwrite=overwrite, tokenizer=tokenizer, max_length=max_length or 128,
+                        overwrite=overwrite, tokenizer=tokenizer, max_length=max_length,
                         conversion=dict(ref.args), command=command, progress=hook)  # fmt: skip
 
 

@@ -3,7 +3,7 @@
 The model is loaded from its folder (:mod:`.load`), converted (:mod:`.convert`; no ``--variant`` fine-tunes it
 as it is), then trained with robfilt's loop (:func:`robustbench_filters.train._fit`: AdamW, warmup and cosine decay,
 gradient clipping, resumable safetensors state every ``--ckpt-every`` steps). Batches are random windows of
-``--max-length`` tokens of the training split, drawn from a generator seeded by (seed, step); dropout masks come
+``--max-length`` tokens (default: the model's positions, at most 256) of the training split, drawn from a generator seeded by (seed, step); dropout masks come
 from the global generator reseeded with (seed, step) before each step. So a killed run resumes to the same
 weights as an uninterrupted one.
 
@@ -42,6 +42,8 @@ log = logging.getLogger(__name__)
 
 CARD = "card.json"
 CARD_FORMAT = "robfilt-hf-finetune"
+#: Default training window: the model's positions, at most this many tokens (--max-length sets it).
+TRAIN_WINDOW = 256
 #: Fine-tuning defaults (a pretrained model needs fewer steps and a smaller learning rate than training from scratch).
 HF_RECIPE = Recipe(steps=200, batch_size=8, lr=3e-4, weight_decay=0.1, augment=False, ckpt_every=50)
 #: What ``save_pretrained`` and the tokenizer write; ``--overwrite`` removes these names only.
@@ -64,10 +66,10 @@ class _Spec:
 class HFTask:
     """What robfilt's training loop needs from a task: batches, the loss and the step count."""
 
-    def __init__(self, lm: HFCausalLM, train_ids: torch.Tensor, recipe: Recipe, seed: int) -> None:
+    def __init__(self, lm: HFCausalLM, train_ids: torch.Tensor, recipe: Recipe, seed: int, block: int) -> None:
         self.model, self.recipe, self.seed, self.spec = lm, recipe, seed, _Spec()
         self.train_ids = train_ids
-        self.block = lm.config.block_size
+        self.block = block
 
     def total_steps(self) -> int:
         return int(self.recipe.steps)
@@ -164,7 +166,8 @@ def train_hf(
             log.info("%s is already trained; nothing to resume", out)
             return TrainResult(out, f"hf:{target}", "", card.get("metrics", {}), card.get("wall_time_s", 0.0), recipe)
         train_text, test_text = load_text(data, split="train"), load_text(data, split="test")
-        task = HFTask(lm.train(), encode_corpus(train_text, lm.tokenizer), recipe, seed)
+        block = max_length or min(lm.config.block_size, TRAIN_WINDOW)
+        task = HFTask(lm.train(), encode_corpus(train_text, lm.tokenizer), recipe, seed, block)
         if len(task.train_ids) <= task.block:
             raise RobfiltError(f"the {data} train split has {len(task.train_ids)} tokens, fewer than --max-length "
                                f"{task.block} + 1; use more text or a smaller --max-length.")  # fmt: skip
