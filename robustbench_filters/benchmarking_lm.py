@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .checks import FAIL
+from .checks import FAIL, Check
 from .configs import LMAttackConfig, build
 from .errors import RobfiltError
 from .runs.runner import RunResult
@@ -45,7 +45,7 @@ class LMBenchmarkResult:
     eps: float
     clean: Perplexity
     robust: Perplexity
-    checks: tuple[Any, ...]
+    checks: tuple[Check, ...]
     all_checks_passed: bool
     run_dir: Path | None
     run: RunResult = field(repr=False, compare=False)
@@ -76,7 +76,6 @@ def benchmark_lm(
 ) -> LMBenchmarkResult:
     """The language-model branch of :func:`.benchmarking.benchmark` (see there for the arguments)."""
     from .api import evaluate
-    from .benchmarking import SanityCheck
 
     if norm is None:
         raise RobfiltError(
@@ -100,7 +99,7 @@ def benchmark_lm(
     label = config.labels[0]
     per_model = run.summary["models"][label]
     (entry,) = [r for r in per_model["results"] if r["attack"] == name]
-    checks = tuple(SanityCheck(c["name"], c["status"], c["detail"]) for c in run.summary["checks"])
+    checks = tuple(Check(c["name"], c["model"], c["status"], c["detail"]) for c in run.summary["checks"])
     return LMBenchmarkResult(
         label, threat, name, value, _perplexity(per_model["clean"]), _perplexity(entry), checks,
         all(c.status != FAIL for c in checks), run.out, run,

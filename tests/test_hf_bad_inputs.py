@@ -48,6 +48,7 @@ CASES = [
     ("stride > window", [*ATTACK, "--stride", "40", "--model", "hf:{gpt2}"], "--stride 40 is longer"),
     ("stride, own LM", [*ATTACK, "--stride", "8", "--model", "lm", "--checkpoint", "none"], "applies to hf: models"),
     ("no folder", [*ATTACK, "--model", "hf:{root}/missing/dir"], "does not exist"),
+    ("folder without hf:", [*ATTACK, "--model", "{gpt2}"], "is a Hugging Face model folder; write --model hf:"),
     (
         "hub id not cached",
         [*ATTACK, "--model", "hf:nobody/not-cached-model"],

@@ -30,7 +30,6 @@ from ..checks import model as MC
 from ..checks import summarize as summarize_checks
 from ..configs import DEFAULT_LM_SEQUENCES, WORDSWAP, LMAttackConfig
 from ..errors import RobfiltError
-from ..hf.perplexity import lm_eval_columns
 from ..runs.measurement import Measurement, PrepareContext, Tick
 from ..runs.units import Unit, batch_slices, ids_digest
 from .catalogue import Norm
@@ -52,7 +51,7 @@ N_PROBE = 8  # sequences the model-level checks probe
 
 def _aggregate(rows: pd.DataFrame) -> dict[str, Any]:
     """Perplexity with the report's 95% bootstrap interval over sequences (same resampling, same seed)."""
-    from ..report.tables import bootstrap_ratio_interval
+    from ..report.tables import bootstrap_ratio_interval, lm_eval_columns
 
     n_tok = int(rows.n_tokens.sum())
     nll = float(rows.nll_sum.sum()) / n_tok if n_tok else float("nan")

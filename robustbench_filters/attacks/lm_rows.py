@@ -8,7 +8,7 @@ characters) are right-padded and the padding is masked out of every loss and cou
 
 Hugging Face models (``LMSubject.rolling`` set, :mod:`robustbench_filters.hf`) score a chunk as lm-eval scores a
 document instead: every token is predicted, the first from the tokenizer's prefix token (BOS, else EOS), in lm-eval's
-rolling windows of at most ``max_length`` inputs (:mod:`robustbench_filters.hf.perplexity`). A batch then holds one
+rolling windows of at most ``max_length`` inputs (:mod:`robustbench_filters.hf.rolling`). A batch then holds one
 row per window (``Batch.owner`` names its sequence); a sequence's numbers are the sums over its windows, and its
 rows also carry the clean chunk's words and UTF-8 bytes (lm-eval's denominators; 0 for per-token models).
 
@@ -63,7 +63,7 @@ class LMSubject:
     module: nn.Module
     tokenizer: Any
     source: str
-    rolling: Any = None  # hf.perplexity.Rolling: lm-eval's windows; None: one shifted sequence per chunk
+    rolling: Any = None  # hf.rolling.Rolling: lm-eval's windows; None: one shifted sequence per chunk
 
 
 @dataclass
@@ -101,7 +101,7 @@ def text_chunks(text: str, chunk_chars: int) -> list[str]:
 
 
 def window_batch(windows: Sequence[Any], device: torch.device) -> Batch:
-    """One row per lm-eval window (:class:`robustbench_filters.hf.perplexity.Window`), right-padded; only the
+    """One row per lm-eval window (:class:`robustbench_filters.hf.rolling.Window`), right-padded; only the
     window's trailing ``n_scored`` targets count."""
     width = max(1, max((len(w.inputs) for w in windows), default=1))
     idx = torch.zeros(len(windows), width, dtype=torch.long)
@@ -125,7 +125,7 @@ def encode_batch(
     """Tokenise, cut to ``max_tokens`` tokens, shift into inputs/targets and right-pad with a mask; with
     ``rolling``, lm-eval's windows of every text instead (a text too short for any token gets an empty row)."""
     if rolling is not None:
-        from ..hf.perplexity import Window, window_rows
+        from ..hf.rolling import Window, window_rows
 
         lists = [tokenizer.encode(t) for t in texts]
         rows = window_rows(lists, rolling)
@@ -165,7 +165,7 @@ def document_counts(subject: LMSubject, texts: Sequence[str]) -> dict[str, np.nd
     """lm-eval's denominators of each clean chunk (words, UTF-8 bytes) for rolling-window models, else nothing."""
     if subject.rolling is None:
         return {}
-    from ..hf.perplexity import count_bytes, count_words
+    from ..hf.rolling import count_bytes, count_words
 
     return {
         "n_words": np.array([count_words(t) for t in texts], dtype=np.int64),

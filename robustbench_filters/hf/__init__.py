@@ -8,7 +8,8 @@ the gate and reports. The pieces:
 - :mod:`.load`: folders and the local hub cache (never the network), the causal-LM and tokenizer checks, precision;
 - :mod:`.adapter`: :class:`~.adapter.HFCausalLM`, the small object the measurement talks to (token embeddings,
   logits from embeddings, the tokenizer, the window);
-- :mod:`.perplexity`: lm-eval's rolling log-likelihood windows and its word/byte perplexity and bits per byte;
+- :mod:`.rolling`: lm-eval's rolling log-likelihood windows and its word/byte perplexity and bits per byte;
+  :mod:`.perplexity` scores documents with a model (:func:`.perplexity.evaluate_perplexity`);
 - :mod:`.convert` (with :mod:`.gpt2`, :mod:`.llama`): this project's BSA and GRC for GPT-2, GRC for Llama-style
   blocks, recorded in ``config.json`` and rebuilt on load;
 - :mod:`.train`: ``robfilt train --model hf:DIR --variant ...``: convert, fine-tune, save a loadable folder.

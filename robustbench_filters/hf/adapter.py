@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from ..errors import RobfiltError
-from .perplexity import DEFAULT_MAX_LENGTH, Rolling
+from .rolling import DEFAULT_MAX_LENGTH, Rolling
 from .tokenizer import HFTokenizer
 
 #: Config attributes that hold a model's number of positions, in the order lm-eval's ``resolve_max_length`` reads.

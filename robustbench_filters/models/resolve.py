@@ -66,6 +66,8 @@ def validate_model_ref(ref: str | ModelRef) -> str:
         if mref.args:
             conversion_settings(mref.args, mref.label)
         return "lm"
+    if (Path(mref.target).expanduser() / "config.json").is_file():
+        raise RobfiltError(f"{mref.target} is a Hugging Face model folder; write --model hf:{mref.target}.")
     family, _, _ = parse_name(mref.target)
     return family.value
 

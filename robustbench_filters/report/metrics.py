@@ -37,7 +37,7 @@ from . import tables as T
 from .runs import IMAGE, LIPSCHITZ, LM, family_of
 
 BASELINE_FORMAT = "robfilt-baseline"
-#: lm-eval's metrics, present for models scored lm-eval style (Hugging Face models; see hf.perplexity).
+#: lm-eval's metrics, present for models scored lm-eval style (Hugging Face models; see hf.rolling).
 LM_EVAL: tuple[str, ...] = ("word_perplexity", "byte_perplexity", "bits_per_byte")
 # metric name -> True when higher is better
 DIRECTION: dict[str, bool] = {
