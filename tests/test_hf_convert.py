@@ -164,3 +164,29 @@ def test_train_converts_fine_tunes_and_reloads(hf_models, tmp_path, capsys, vari
     assert run([*argv[:-2], "--resume", "-q"]) == 0  # a finished folder: nothing left to do
     assert run(["attack", "--model", f"hf:{out}", "--attack", "fgsm", "--eps", "0.05", "--n-examples", "2",
                 "--max-length", "32", "--out", str(tmp_path / "run"), "-q"]) == 0  # fmt: skip
+
+
+def test_a_killed_fine_tuning_resumes_to_the_same_weights(hf_models, tmp_path, monkeypatch) -> None:
+    """State is saved every --ckpt-every steps; batches and dropout masks depend on (seed, step) only."""
+    from robustbench_filters.hf import train as T
+    from robustbench_filters.recipe import Recipe
+
+    recipe = Recipe(steps=4, batch_size=2, lr=1e-3, ckpt_every=2, augment=False)
+    options = dict(data=f"text:{hf_models.text}", recipe=recipe, seed=3, max_length=16)
+    T.train_hf(str(hf_models.gpt2), "bsa-grc", out=tmp_path / "whole", **options)
+
+    batch = T.HFTask.batch
+
+    def dies_at_step_3(self, step: int):  # noqa: ANN001, ANN202
+        if step == 3:
+            raise RuntimeError("killed")
+        return batch(self, step)
+
+    monkeypatch.setattr(T.HFTask, "batch", dies_at_step_3)
+    with pytest.raises(RuntimeError, match="killed"):
+        T.train_hf(str(hf_models.gpt2), "bsa-grc", out=tmp_path / "killed", **options)
+    assert (tmp_path / "killed" / "train_state").exists() and not (tmp_path / "killed" / "card.json").exists()
+    monkeypatch.setattr(T.HFTask, "batch", batch)
+    T.train_hf(str(hf_models.gpt2), "bsa-grc", out=tmp_path / "killed", resume=True, **options)
+    whole, resumed = load_hf(str(tmp_path / "whole")).hf.state_dict(), load_hf(str(tmp_path / "killed")).hf.state_dict()
+    assert all(torch.equal(whole[k], resumed[k]) for k in whole)
