@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shlex
 import sys
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -61,9 +61,13 @@ def train_cmd(
     setup_logging(quiet, json_out)
     command = "robfilt " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     if model.strip().startswith("hf:") or "=hf:" in model:
-        result = _train_hf(model, data, steps, epochs, batch_size, lr, tokenizer, variant, max_length, ckpt_every,
-                           noise_sigma, seed, out, resume, overwrite, command, quiet or json_out)  # fmt: skip
-        _report(result, json_out)
+        if epochs is not None:
+            raise RobfiltError("fine-tuning is step-based; pass --steps instead of --epochs.")
+        given = dict(steps=steps, batch_size=batch_size, lr=lr, ckpt_every=ckpt_every, noise_sigma=noise_sigma)
+        changes = {k: v for k, v in given.items() if v is not None}
+        hf = _train_hf(model, variant, data, changes, tokenizer, max_length, seed, out, resume, overwrite, command,
+                       quiet or json_out)  # fmt: skip
+        _report(hf, json_out)
         return
     if variant is not None or max_length is not None:
         raise RobfiltError("--variant and --max-length apply to hf: models; registry names carry their variant.")
@@ -96,7 +100,8 @@ def train_cmd(
     _report(result, json_out)
 
 
-def _report(result, json_out: bool) -> None:  # noqa: ANN001 - train.TrainResult
+def _report(result: Any, json_out: bool) -> None:
+    """The trained folder and its metrics (``result``: a train.TrainResult)."""
     info = {
         "out": str(result.out),
         "name": result.name,
@@ -114,24 +119,19 @@ def _report(result, json_out: bool) -> None:  # noqa: ANN001 - train.TrainResult
 
 def _train_hf(
     model: str,
-    data,
-    steps,
-    epochs,
-    batch_size,
-    lr,
-    tokenizer,
-    variant,
-    max_length,
-    ckpt_every,  # noqa: ANN001
-    noise_sigma,
+    variant: str | None,
+    data: str | None,
+    changes: dict[str, Any],
+    tokenizer: str | None,
+    max_length: int | None,
     seed: int,
-    out,
+    out: str | None,
     resume: bool,
     overwrite: bool,
     command: str,
     quiet: bool,
-):  # noqa: ANN202
-    """Convert and fine-tune a Hugging Face causal LM (robustbench_filters.hf.train)."""
+) -> Any:
+    """Convert and fine-tune a Hugging Face causal LM (robustbench_filters.hf.train); returns its TrainResult."""
     import dataclasses
 
     from robustbench_filters.hf.train import HF_RECIPE, train_hf
@@ -140,15 +140,11 @@ def _train_hf(
     ref = parse_model_ref(model)
     if ref.kind is not ModelKind.HF:
         raise RobfiltError(f"--model {model!r} is not an hf: reference; write hf:<folder>.")
-    if epochs is not None:
-        raise RobfiltError("fine-tuning is step-based; pass --steps instead of --epochs.")
-    changes = {k: v for k, v in dict(steps=steps, batch_size=batch_size, lr=lr, ckpt_every=ckpt_every,
-                                     noise_sigma=noise_sigma).items() if v is not None}  # fmt: skip
     recipe = dataclasses.replace(HF_RECIPE, **changes)
     with progress_bar(quiet) as hook:
         return train_hf(ref.target, variant, data=data or "austen", recipe=recipe, seed=seed, out=out, resume=resume,
-                        overwrite=overwrite, tokenizer=tokenizer, max_length=max_length,
-                        conversion=dict(ref.args), command=command, progress=hook)  # fmt: skip
+                        overwrite=overwrite, tokenizer=tokenizer, max_length=max_length, conversion=dict(ref.args),
+                        command=command, progress=hook)  # fmt: skip
 
 
 def register(app: typer.Typer) -> None:

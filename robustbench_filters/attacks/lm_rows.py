@@ -14,9 +14,10 @@ rows also carry the clean chunk's words and UTF-8 bytes (lm-eval's denominators;
 
 Metrics per sequence (rows): summed next-token NLL, number of predicted tokens, correctly predicted tokens.
 Embedding attacks (``fgsm``, ``pgd``; see :mod:`.embedding`) perturb the token embeddings of the clean sequence
-and are scored on its clean targets; eps values run in ascending order and each sequence keeps the worst
-perturbation found so far (per window). Word swap (:mod:`.wordswap`) is scored on the contaminated text itself. Every random
-draw is seeded from (seed, attack, eps or rate, example id [, window > 0]), so rows do not depend on the batch.
+(of each window, its context included) and are scored on its clean targets; eps values run in ascending order and
+each sequence (window) keeps the worst perturbation found so far. Word swap (:mod:`.wordswap`) is scored on the
+contaminated text itself. Every random draw is seeded from (seed, attack, eps or rate, example id, and the window
+index when it is not 0), so rows do not depend on the batch.
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ from .tokenizer import HFTokenizer, check_tokenizer, load_tokenizer_folder
 
 log = logging.getLogger(__name__)
 
-PRECISIONS: tuple[str, ...] = ("fp32", "bf16")
+#: --precision (declared in configs.base.PRECISIONS) -> the weights' dtype
 DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16}
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*(/[A-Za-z0-9][\w.\-]*)?$")
 SAFETENSORS = ("model.safetensors", "model.safetensors.index.json")
@@ -244,7 +244,7 @@ def as_hf_lm(
 
 
 __all__ = [
-    "PRECISIONS",
+    "DTYPES",
     "as_hf_lm",
     "bf16_supported",
     "is_causal_config",
