@@ -72,8 +72,8 @@ def setup_logging(quiet: bool, json_out: bool = False) -> None:
 
 
 MODEL_HELP = (
-    "Comma list of model references: registry names (deit-grc), timm:<arch>[?key=value&...], file.py:factory or "
-    "pkg.mod:factory; name=ref sets the display name."
+    "Comma list of model references: registry names (deit-grc), timm:<arch>[?key=value&...], hf:<folder> "
+    "(Hugging Face causal LM), file.py:factory or pkg.mod:factory; name=ref sets the display name."
 )
 
 

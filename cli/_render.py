@@ -94,9 +94,10 @@ def render_lm_summary(summary: dict) -> None:
                 settings.append(key)
     settings.sort(key=lambda k: (k[0] != "contamination", k[1], k[2]))
     scale = summary.get("eps_mode", "relative")
+    what = "token perplexity" if summary.get("perplexity_metric") else "perplexity"
     table = Table(
         title=(
-            f"perplexity [95% CI] (x clean) and next-token accuracy on {summary['n_examples']} {summary['data']} test "
+            f"{what} [95% CI] (x clean) and next-token accuracy on {summary['n_examples']} {summary['data']} test "
             f"sequences of {summary.get('seq_chars', '?')} characters; embedding attacks: {summary['norm']}, "
             f"{scale} eps, {summary.get('steps', '?')} steps"
         )
@@ -114,11 +115,51 @@ def render_lm_summary(summary: dict) -> None:
             cells.append(_ppl_cell(hit, m["clean"]["ppl"]) if hit else "-")
         table.add_row(_setting({"kind": kind, "attack": attack, "eps": eps}), *cells)
     out.print(table)
+    _eps_scale_line(summary)
+    for label, metric in (summary.get("perplexity_metric") or {}).items():
+        out.print(f"{label}: {metric}", markup=False, style="dim")
+    render_lm_eval(summary, settings)
+    render_checks(summary["checks"], summary["checks_summary"])
+
+
+def _eps_scale_line(summary: dict) -> None:
     scales = summary.get("eps_scale") or {}
     if scales and summary.get("eps"):
         per = ", ".join(f"{k} {v:.3g}" for k, v in scales.items())
-        out.print(f"eps scale ({summary.get('eps_scale_definition', '')}): {per}", markup=False, style="dim")
-    render_checks(summary["checks"], summary["checks_summary"])
+        console().print(f"eps scale ({summary.get('eps_scale_definition', '')}): {per}", markup=False, style="dim")
+
+
+def _lm_eval_cell(entry: dict | None) -> str:
+    """'812.4 [700.1, 950.2] · 3.21 · 1.68': word_perplexity [95% CI] · byte_perplexity · bits_per_byte."""
+    if not entry or not _finite(entry.get("word_perplexity")):
+        return "-"
+    lo, hi = entry.get("word_perplexity_lo"), entry.get("word_perplexity_hi")
+    interval = f" [{lo:.4g}, {hi:.4g}]" if _finite(lo) and _finite(hi) else ""
+    return f"{entry['word_perplexity']:.4g}{interval} · {entry['byte_perplexity']:.4g} · {entry['bits_per_byte']:.3f}"
+
+
+def render_lm_eval(summary: dict, settings: list[tuple[str, str, float]]) -> None:
+    """lm-eval's metrics of the models scored lm-eval style (Hugging Face models), per attack and eps/rate."""
+    models = {k: m for k, m in summary["models"].items() if "word_perplexity" in m["clean"]}
+    if not models:
+        return
+    table = Table(
+        title="lm-eval metrics on the same sequences: word_perplexity [95% CI] · byte_perplexity · bits_per_byte "
+        f"(rolling windows; embedding attacks: {summary['norm']}, {summary.get('eps_mode', 'relative')} eps, scale "
+        "above)"
+    )
+    table.add_column("attack")
+    for label in models:
+        table.add_column(label, justify="right")
+    table.add_row("clean", *[_lm_eval_cell(m["clean"]) for m in models.values()])
+    for kind, attack, eps in settings:
+        cells = [
+            _lm_eval_cell(next((r for r in m["results"] if (r.get("kind", ""), r["attack"], r["eps"]) ==
+                                (kind, attack, eps)), None))
+            for m in models.values()
+        ]  # fmt: skip
+        table.add_row(_setting({"kind": kind, "attack": attack, "eps": eps}), *cells)
+    console().print(table)
 
 
 def _fmt(value: float | None, pct: bool = True) -> str:

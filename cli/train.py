@@ -1,4 +1,4 @@
-"""robfilt train."""
+"""robfilt train: train a registry model from scratch, or convert and fine-tune a Hugging Face causal LM."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from typing import Annotated, Any
 import typer
 
 from robustbench_filters.configs import RunConfig
-from robustbench_filters.names import MODEL_NAMES
 from robustbench_filters.recipe import DEFAULT_RECIPES, Recipe
 from robustbench_filters.surface import Surface
 
@@ -34,7 +33,11 @@ def _family_defaults() -> dict[str, str]:
 @config_options(RunConfig, only=("size", "data", "seed"))
 def train_cmd(
     model: Annotated[
-        str, typer.Option("--model", "-m", help="Model name, e.g. deit-grc or lm-bsa.", rich_help_panel="Model")
+        str,
+        typer.Option(
+            "--model", "-m", help="Model name (deit-grc, lm-bsa) or hf:DIR (a Hugging Face causal LM).",
+            rich_help_panel="Model",
+        ),
     ],
     out: Annotated[
         str | None, typer.Option("--out", help="Output folder (checkpoint + card).", rich_help_panel=OUTPUT_PANEL)
@@ -44,40 +47,91 @@ def train_cmd(
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
     **options: Any,
-) -> None:
+) -> None:  # fmt: skip
     """Train a model on bundled (or your) data and write a safetensors checkpoint with its card."""
-    import dataclasses
-
     from robustbench_filters.configs import read
-    from robustbench_filters.names import parse_name
-    from robustbench_filters.parsing import parse_names
-    from robustbench_filters.train import train
 
     setup_logging(quiet, json_out)
+    given = read(options, Surface.CLI)
+    size, data, seed = given.pop("size", None), given.pop("data", None), given.pop("seed", 0)
+    command = "robfilt " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    if model.strip().startswith("hf:") or "=hf:" in model:
+        result = _train_hf(model, data, given, seed, out, resume, overwrite, command, quiet or json_out)
+    else:
+        result = _train_registry(model, size, data, given, seed, out, resume, overwrite, command, quiet or json_out)
+    _report(result, json_out)
+
+
+def _train_registry(
+    model: str, size: str | None, data: str | None, given: dict[str, Any], seed: int, out: str | None,
+    resume: bool, overwrite: bool, command: str, quiet: bool,
+) -> Any:  # fmt: skip
+    """Train a registry model from scratch with its family's recipe, changed by the options given."""
+    import dataclasses
+
+    from robustbench_filters.errors import RobfiltError
+    from robustbench_filters.names import MODEL_NAMES, parse_name
+    from robustbench_filters.parsing import parse_names
+    from robustbench_filters.surface import flag
+    from robustbench_filters.train import train
+
+    for name in ("variant", "max_length"):
+        if name in given:
+            raise RobfiltError(f"{flag(name)} applies to hf: models; a registry name carries its variant.")
     (name,) = parse_names(model, "model", MODEL_NAMES)
     family, _, _ = parse_name(name)
-    given = read(options, Surface.CLI)
-    size, data, seed = given.pop("size", "micro"), given.pop("data", None), given.pop("seed", 0)
     if "epochs" in given or "steps" in given:  # one of them replaces the family's default length
         given = {"epochs": None, "steps": None, **given}
     recipe = dataclasses.replace(DEFAULT_RECIPES[family], **given)
-    command = "robfilt " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-    with progress_bar(quiet or json_out) as hook:
-        result = train(
-            name, size, data=data, recipe=recipe, seed=seed, out=out, resume=resume, overwrite=overwrite,
-            command=command, progress=hook,
-        )  # fmt: skip
+    with progress_bar(quiet) as hook:
+        return train(name, size or "micro", data=data, recipe=recipe, seed=seed, out=out, resume=resume,
+                     overwrite=overwrite, command=command, progress=hook)  # fmt: skip
+
+
+def _train_hf(
+    model: str, data: str | None, given: dict[str, Any], seed: int, out: str | None, resume: bool, overwrite: bool,
+    command: str, quiet: bool,
+) -> Any:  # fmt: skip
+    """Convert and fine-tune a Hugging Face causal LM (robustbench_filters.hf.train) with HF_RECIPE, changed by
+    the options given."""
+    import dataclasses
+
+    from robustbench_filters.errors import RobfiltError
+    from robustbench_filters.hf.train import HF_RECIPE, train_hf
+    from robustbench_filters.models.ref import ModelKind, parse_model_ref
+    from robustbench_filters.surface import flag
+
+    if "epochs" in given:
+        raise RobfiltError(f"fine-tuning is step-based; pass {flag('steps')} instead of {flag('epochs')}.")
+    ref = parse_model_ref(model)
+    if ref.kind is not ModelKind.HF:
+        raise RobfiltError(f"{flag('models')} {model!r} is not an hf: reference; write hf:<folder>.")
+    tokenizer, variant, max_length = (
+        given.pop("tokenizer", None),
+        given.pop("variant", None),
+        given.pop("max_length", None),
+    )
+    recipe = dataclasses.replace(HF_RECIPE, **given)
+    with progress_bar(quiet) as hook:
+        return train_hf(ref.target, variant, data=data or "austen", recipe=recipe, seed=seed, out=out, resume=resume,
+                        overwrite=overwrite, tokenizer=tokenizer, max_length=max_length, conversion=dict(ref.args),
+                        command=command, progress=hook)  # fmt: skip
+
+
+def _report(result: Any, json_out: bool) -> None:
+    """The trained folder and its metrics (``result``: a train.TrainResult)."""
     info = {
         "out": str(result.out),
-        "name": name,
-        "size": size,
+        "name": result.name,
+        "size": result.size,
         "metrics": result.metrics,
         "wall_time_s": result.wall_time_s,
     }
     if json_out:
         print_json(info)
     else:
-        console().print(f"trained {name} ({size}) in {result.wall_time_s:.0f}s -> {result.out}", markup=False)
+        size = f" ({result.size})" if result.size else ""
+        console().print(f"trained {result.name}{size} in {result.wall_time_s:.0f}s -> {result.out}", markup=False)
         console().print(f"metrics: {result.metrics}", markup=False)
 
 

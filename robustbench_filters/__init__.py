@@ -26,6 +26,8 @@ _LAZY: dict[str, str] = {
     "evaluate": ".api",
     "benchmark": ".benchmarking",
     "BenchmarkResult": ".benchmarking",
+    "LMBenchmarkResult": ".benchmarking",
+    "evaluate_perplexity": ".hf.perplexity",
     "estimate_lipschitz": ".api",
     "certify": ".api",
     "CertifyConfig": ".configs",

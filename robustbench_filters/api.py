@@ -96,8 +96,9 @@ def evaluate(
     not apply to the kind raises :class:`RobfiltError`, and options left out take the kind's defaults.
 
     Args:
-        models: registry names (``deit-grc``), ``timm:<arch>``, ``pkg.mod:factory`` or modules; one model alone
-            works too (an ``nn.Sequential`` is one model, never the list of its layers).
+        models: registry names (``deit-grc``), ``timm:<arch>``, ``hf:<folder>``, ``pkg.mod:factory`` or modules
+            (a ``transformers`` causal LM too, with ``tokenizer``); one model alone works too (an ``nn.Sequential``
+            is one model, never the list of its layers).
         attacks: catalogue names (``robustbench_filters.attacks.catalogue.ATTACKS``), ``wordswap`` or
             ``corruption[:<name>]``; default: the kind's default attack.
         eps: perturbation budgets ([0, 1] image scale; relative embedding radii for LMs); default: the data's grid.
@@ -106,6 +107,9 @@ def evaluate(
         n_examples: examples drawn (seeded) from the test split, shared by all models; default at most 256 images
             or 64 sequences (all of them when the data has fewer); None: every example.
         out: run folder; None keeps everything in a temporary folder.
+        tokenizer: LMs: the tokenizer object (or folder) of the model(s); default: the one saved with each model.
+        max_length, stride, precision: LMs: the window in tokens (default: the model's positions, at most 1024),
+            tokens newly predicted per lm-eval window (default: max_length), and ``fp32`` or ``bf16`` weights.
         config: a ready config instead of models and options.
     """
     given = {"models": models, "attacks": attacks, "eps": eps, **options}

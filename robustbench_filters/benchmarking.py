@@ -21,10 +21,21 @@ from torch import nn
 
 from .api import evaluate
 from .attacks.catalogue import ATTACKS, Norm, get_attack
+from .benchmarking_lm import LMBenchmarkResult, benchmark_lm
 from .checks import FAIL, WARN
-from .configs import CORRUPTION, CorruptionConfig, ImageAttackConfig, RunConfig, build, read
+from .configs import (
+    CORRUPTION,
+    CorruptionConfig,
+    ImageAttackConfig,
+    LMAttackConfig,
+    RunConfig,
+    build,
+    model_family,
+    read,
+)
 from .configs.options import api_signature
 from .errors import RobfiltError, unknown
+from .family import Family
 from .progress import ProgressHook
 from .robustbench_args import robustbench_options
 from .runs.runner import RunResult
@@ -206,7 +217,7 @@ def benchmark(
     model_name: str | None = None,
     corruptions: Any = None,
     **options: Any,
-) -> BenchmarkResult:
+) -> BenchmarkResult | LMBenchmarkResult:
     """Clean and robust accuracy of ``model`` on ``data``, with intervals and sanity checks (RobustBench's style).
 
     Runs through :func:`.api.evaluate` (one model, one attack, one eps), so its numbers equal evaluate's for the
@@ -233,6 +244,12 @@ def benchmark(
         dataset, data_dir, to_disk, model_name, corruptions: RobustBench's keywords with RobustBench's meanings
             (:mod:`.robustbench_args`); RobustBench's ``log_path``, ``preprocessing`` and ``aa_state_path`` are
             refused with what to use instead.
+
+    A language model (``lm``, ``hf:DIR``, or a ``transformers`` causal LM with ``tokenizer``) gets an
+    :class:`.benchmarking_lm.LMBenchmarkResult` instead: clean and attacked perplexity (token perplexity with its
+    95% interval, and lm-eval's word/byte perplexity and bits per byte for Hugging Face models) under embedding
+    ``pgd`` (or ``fgsm``) at a relative eps (default 0.05) on up to 64 sequences of ``data`` (default ``austen``);
+    ``tokenizer``, ``max_length``, ``stride`` and ``precision`` apply to it.
     """
     _check_model(model)
     robustbench = {"dataset": dataset, "data_dir": data_dir, "to_disk": to_disk, "model_name": model_name,
@@ -245,18 +262,25 @@ def benchmark(
         model = str(dataclasses.replace(parse_model_ref(model), name=model_name))
     threat = _threat_model(threat_model)
     norm = THREAT_MODELS[threat]
+    out = out if out is not None else kept
+    if model_family(model) is Family.LM:
+        given = read(options, Surface.API)
+        return benchmark_lm(model, data or "austen", threat, norm, eps, attack, given, out, resume, overwrite)
     value = _eps(eps, norm)
     name = _attack(attack, norm, options.get("steps"))
     data = "fashion-mnist" if data is None else data
     given = read({"n_examples": None, **options, "models": (model,), "data": data}, Surface.API)
     config = _config(threat, name, value, given)
-    out = out if out is not None else kept
     run = evaluate(config=config, out=out, resume=resume, overwrite=overwrite, progress=progress)  # type: ignore[arg-type]
     return _result(model_name or config.labels[0], threat, name, value, run, config.labels[0])
 
 
 api_signature(
-    benchmark, ImageAttackConfig, CorruptionConfig, skip=("models", "attacks", "norm", "eps", "severities", "baseline")
+    benchmark,
+    ImageAttackConfig,
+    CorruptionConfig,
+    LMAttackConfig,
+    skip=("models", "attacks", "norm", "eps", "severities", "baseline"),
 )
 
-__all__ = ["Accuracy", "BenchmarkResult", "SanityCheck", "THREAT_MODELS", "benchmark"]
+__all__ = ["Accuracy", "BenchmarkResult", "LMBenchmarkResult", "SanityCheck", "THREAT_MODELS", "benchmark"]

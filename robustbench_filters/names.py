@@ -123,6 +123,8 @@ EMBEDDING_ATTACKS: tuple[str, ...] = LM_ATTACKS
 EPS_MODES: tuple[str, ...] = ("relative", "absolute")
 #: Lower precisions a run may evaluate in (fp32 is the default and needs no name).
 AMP_DTYPES: tuple[str, ...] = ("bf16",)
+#: Weights' precision of LM runs (``--precision``): bf16 casts the models, attacks included.
+PRECISIONS: tuple[str, ...] = ("fp32", "bf16")
 
 # ------------------------------------------------------------------------------------------- contaminations
 #: Contaminations: word swap for language models, common corruptions for images.

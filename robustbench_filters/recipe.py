@@ -12,12 +12,14 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from .configs.options import Bool, Declared, Int, Number, Tokenizer, option
+from .configs.options import Bool, Declared, Int, Number, Text, Tokenizer, option
 from .errors import RobfiltError
 from .family import Family
 from .surface import Surface, flag
 
 _NOT_IN_SPECS = {Surface.SPEC: "a gate spec measures models; it does not train them"}
+#: what a Hugging Face model can be converted to before fine-tuning (hf.convert)
+VARIANTS: tuple[str, ...] = ("bsa", "grc", "bsa-grc")
 
 
 def _train(default: Any, help: str, value: Any, **kwargs: Any) -> Any:
@@ -51,6 +53,10 @@ class Recipe(Declared):
         "char", "LM tokenizer: char (characters) or bpe (byte-level BPE trained on the data).", Tokenizer()
     )
     bpe_vocab: int = _train(512, "Vocabulary size of a BPE tokenizer (--tokenizer bpe).", Int())
+    variant: str | None = _train(None, "hf: models: convert to bsa, grc or bsa-grc before fine-tuning.", Text())
+    max_length: int | None = _train(
+        None, "hf: models: tokens per training window (default: the model's positions, at most 256).", Int()
+    )
 
     def validate(self) -> None:
         for name in ("epochs", "steps"):
@@ -75,15 +81,19 @@ class Recipe(Declared):
             raise RobfiltError(f"{flag('ckpt_every')} must be 0 or more, got {self.ckpt_every}.")
         if self.eval_max is not None and self.eval_max <= 0:
             raise RobfiltError(f"{flag('eval_max')} must be positive, got {self.eval_max}.")
-        if self.tokenizer not in ("char", "bpe"):
+        if self.variant is None and self.tokenizer not in ("char", "bpe"):  # hf: fine-tuning takes a folder
             raise RobfiltError(f"unknown {flag('tokenizer')} {self.tokenizer!r} for training; use char or bpe.")
+        if self.variant is not None and self.variant not in VARIANTS:
+            raise RobfiltError(f"unknown {flag('variant')} {self.variant!r}; use one of: {', '.join(VARIANTS)}.")
+        if self.max_length is not None and self.max_length <= 0:
+            raise RobfiltError(f"{flag('max_length')} must be positive, got {self.max_length}.")
         if self.bpe_vocab <= 0:
             raise RobfiltError(f"{flag('bpe_vocab')} must be positive, got {self.bpe_vocab}.")
 
 
 # Fields added after checkpoints were already in circulation, with the value that reproduces the old behaviour.
 # A card without such a field was trained with that value, and a recipe at that value keeps its old identity.
-LATER_FIELDS: dict[str, Any] = {"noise_sigma": 0.0}
+LATER_FIELDS: dict[str, Any] = {"noise_sigma": 0.0, "variant": None, "max_length": None}
 
 
 def recipe_identity(recipe: Recipe) -> dict[str, Any]:

@@ -34,12 +34,13 @@ Layout (every key optional unless marked)::
     min_acc = 0.30
     mode = "interval"             # interval (default: fail when the whole 95% CI misses) | point (the value)
 
-    [lm] / [[lm.require]]         # max_ppl, min_token_acc
+    [lm] / [[lm.require]]         # max_ppl, min_token_acc; hf: models also max_word_perplexity,
+                                  # max_byte_perplexity, max_bits_per_byte (lm-eval's metrics)
     [lipschitz] / [[lipschitz.require]]  # max_lipschitz_upper, max_lipschitz_local_upper, max_lipschitz_lower, min_radius
 
 Unknown keys and wrong types are usage errors (exit 2) with close-match suggestions. Paths (``out``, ``baseline``,
-``checkpoint``, ``data_root``, the path in ``data = "imagefolder:..."``/``"text:..."``/``"hf-disk:..."`` and factory
-files) are relative to the spec file and, after resolving symlinks, must stay inside the project folder (the
+``checkpoint``, ``data_root``, the path in ``data = "imagefolder:..."``/``"text:..."``/``"hf-disk:..."``, factory
+files and ``hf:`` model folders) are relative to the spec file and, after resolving symlinks, must stay inside the project folder (the
 nearest ancestor of the spec holding pyproject.toml or .git); a path outside it must be given on the command line.
 A spec naming code runs that code, so it must say ``allow_code = true``.
 """
@@ -83,7 +84,13 @@ RUN_KEYS: dict[str, frozenset[str]] = {fam: _run_keys(*classes) for fam, classes
 # threshold key -> metric; "min_" keys are lower limits, "max_" keys upper limits
 THRESHOLDS: dict[str, dict[str, str]] = {
     IMAGE: {"min_acc": "acc"},
-    LM: {"max_ppl": "ppl", "min_token_acc": "token_acc"},
+    LM: {
+        "max_ppl": "ppl",
+        "min_token_acc": "token_acc",
+        "max_word_perplexity": "word_perplexity",
+        "max_byte_perplexity": "byte_perplexity",
+        "max_bits_per_byte": "bits_per_byte",
+    },
     LIPSCHITZ: {
         "max_lipschitz_upper": "lipschitz_upper",
         "max_lipschitz_local_upper": "lipschitz_local_upper",
@@ -197,6 +204,11 @@ def _models(spec: Path, root: Path, fam: str, refs: list[str], allow_code: bool)
             parsed = parse_model_ref(ref)
         except RobfiltError as exc:
             raise _err(spec, f"[{fam}] models: {exc}") from None
+        if parsed.kind is ModelKind.HF:  # a folder must stay inside the project; a cached hub id is no path
+            target = parsed.target
+            if (spec.parent / target).expanduser().exists() or target.startswith((".", "/", "~")):
+                resolve_path(spec, root, target, f"[{fam}] model folder")
+            continue
         if parsed.kind is not ModelKind.FACTORY:
             continue
         if not allow_code:

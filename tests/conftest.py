@@ -35,3 +35,11 @@ def images() -> torch.Tensor:
 def tokens() -> torch.Tensor:
     """Two token sequences of length 24 for the micro LM (vocab 128)."""
     return torch.randint(0, 128, (2, 24))
+
+
+@pytest.fixture(scope="session")
+def hf_models(tmp_path_factory):
+    """A tiny GPT-2 and a tiny Llama with a BPE tokenizer, saved with save_pretrained (tests/_hf_models.py)."""
+    from _hf_models import build
+
+    return build(tmp_path_factory.mktemp("hf"))

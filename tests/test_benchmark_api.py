@@ -221,7 +221,7 @@ def test_bad_arguments_are_one_line(kwargs: dict, match: str) -> None:
         (lambda x: x, "model must be a torch nn.Module or a model reference"),
         (42, "got int"),
         ([_net(), _net()], "benchmark takes one model"),
-        ("lm", "is a lm model"),
+        ("lm", "a language model reads text"),  # LMs benchmark on text (tests/test_hf_attack.py), not arrays
         ("no-such-model", "unknown model"),
     ],
 )

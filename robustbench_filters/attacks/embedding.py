@@ -75,7 +75,14 @@ def perturbation_size(delta: torch.Tensor, norm: Norm) -> torch.Tensor:
 
 
 def project(delta: torch.Tensor, eps_abs: float, norm: Norm) -> torch.Tensor:
-    """Project onto the per-token ball of radius ``eps_abs``."""
+    """Project onto the per-token ball of radius ``eps_abs``.
+
+    A low-precision ``delta`` (bf16 models) is projected in fp32 onto a ball shrunk by one unit of its precision
+    (0.8% for bf16) and rounded back, so rounding can never carry it outside the requested ball.
+    """
+    if delta.dtype not in (torch.float32, torch.float64):
+        shrunk = eps_abs * (1 - torch.finfo(delta.dtype).eps)
+        return project(delta.float(), shrunk, norm).to(delta.dtype)
     if norm is Norm.LINF:
         return delta.clamp(-eps_abs, eps_abs)
     n = delta.norm(dim=-1, keepdim=True)
@@ -101,7 +108,12 @@ def _loss(model: nn.Module, emb: torch.Tensor, targets: torch.Tensor, mask: torc
 
 
 def random_start(
-    shape: tuple[int, ...], eps_abs: float, norm: Norm, generators: Sequence[torch.Generator], device: torch.device
+    shape: tuple[int, ...],
+    eps_abs: float,
+    norm: Norm,
+    generators: Sequence[torch.Generator],
+    device: torch.device,
+    dtype: torch.dtype | None = None,
 ) -> torch.Tensor:
     """A uniform point in the Linf box, or a random direction at a uniform radius in each token's L2 ball.
 
@@ -117,7 +129,7 @@ def random_start(
             direction = direction / (direction.norm(dim=-1, keepdim=True) + _TINY)
             d = direction * torch.rand(t, 1, generator=g) * eps_abs
         starts.append(d)
-    return torch.stack(starts).to(device)
+    return torch.stack(starts).to(device=device, dtype=dtype)  # drawn in fp32, so bf16 models get the same start
 
 
 @dataclass(frozen=True)
@@ -147,10 +159,12 @@ class EmbeddingAttack:
         targets: torch.Tensor,
         mask: torch.Tensor,
         generators: Sequence[torch.Generator] | None = None,
+        support: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Return ``delta`` (same shape as ``emb``), zero at padded positions and inside the per-token ball."""
+        """Return ``delta`` (same shape as ``emb``), zero outside ``support`` (default: where ``mask`` scores; a
+        rolling window also perturbs its unscored context) and inside the per-token ball."""
         emb = emb.detach()
-        keep = mask.unsqueeze(-1).to(emb.dtype)
+        keep = (mask if support is None else support).unsqueeze(-1).to(emb.dtype)
         if self.eps_abs == 0:
             return torch.zeros_like(emb)
         if self.name == "fgsm":
@@ -158,7 +172,7 @@ class EmbeddingAttack:
             steps, alpha = 1, self.eps_abs
         else:
             gens = generators or [torch.Generator().manual_seed(i) for i in range(emb.shape[0])]
-            delta = random_start(tuple(emb.shape), self.eps_abs, self.norm, gens, emb.device) * keep
+            delta = random_start(tuple(emb.shape), self.eps_abs, self.norm, gens, emb.device, emb.dtype) * keep
             steps, alpha = self.steps, self.alpha
         for _ in range(steps):
             delta.requires_grad_(True)

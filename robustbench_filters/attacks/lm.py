@@ -4,6 +4,12 @@ Units are (model, clean or attack, batch of sequences); rows are built in :mod:`
 ``exp(sum NLL / sum tokens)`` over sequences (with the report's 95% bootstrap interval over sequences), next-token
 accuracy likewise, always recomputed from the rows.
 eps is relative to the embedding scale by default (see :mod:`.embedding`); the scale of every model is reported.
+
+Hugging Face causal LMs (``hf:DIR`` or a ``transformers`` model with its tokenizer) run through the same code as
+robfilt's own GPT, seen through :class:`robustbench_filters.hf.adapter.HFCausalLM`. They are scored as lm-eval scores
+documents (rolling windows, every token predicted), so their summaries add lm-eval's ``word_perplexity``,
+``byte_perplexity`` and ``bits_per_byte`` next to the token perplexity; ``perplexity_metric`` names the metric of
+every model (per character for robfilt's character-level LMs).
 """
 
 from __future__ import annotations
@@ -11,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -23,84 +28,30 @@ from ..checks import Check
 from ..checks import lm as LC
 from ..checks import model as MC
 from ..checks import summarize as summarize_checks
-from ..configs import DEFAULT_LM_SEQUENCES, WORDSWAP, LMAttackConfig, model_label
+from ..configs import DEFAULT_LM_SEQUENCES, WORDSWAP, LMAttackConfig
 from ..errors import RobfiltError
 from ..runs.measurement import Measurement, PrepareContext, Tick
 from ..runs.units import Unit, batch_slices, ids_digest
 from .catalogue import Norm
 from .embedding import eps_scale
-from .lm_rows import LMSubject, attack_rows, encode_batch, score_rows, text_chunks, wordswap_rows
+from .lm_rows import (
+    LMSubject,
+    attack_rows,
+    document_counts,
+    encode_batch,
+    score_rows,
+    text_chunks,
+    wordswap_rows,
+)
+from .lm_subjects import load_lm_subjects
 from .wordswap import eligible_spans
 
 N_PROBE = 8  # sequences the model-level checks probe
 
 
-def _tokenizer_for(ref: str, size: str, checkpoint: str) -> Any:
-    from ..data import load_tokenizer
-    from ..models.checkpoint import zoo_path
-
-    folder = zoo_path(ref, size) if checkpoint == "zoo" else Path(checkpoint)
-    if folder.is_file():
-        folder = folder.parent
-    path = folder / "tokenizer.json"
-    if not path.exists():
-        raise RobfiltError(f"{folder} has no tokenizer.json; an LM checkpoint must be saved with its tokenizer.")
-    return load_tokenizer(path)
-
-
-def load_lm_subjects(
-    models: Sequence[str | nn.Module],
-    data: str,
-    size: str,
-    checkpoint: str | None,
-    seed: int,
-    tokenizer: Any = None,
-    base_dir: str | None = None,
-    model_args: dict[str, Any] | None = None,
-) -> list[LMSubject]:
-    """Every model with the tokenizer its weights were trained with.
-
-    Precedence: ``tokenizer`` when given; a module's own ``tokenizer`` (attached by its checkpoint); the
-    checkpoint folder's ``tokenizer.json``; for untrained models a character tokenizer of the data's train split.
-    """
-    from ..models import create_model
-    from ..models.resolve import load_model
-
-    untrained = checkpoint in (None, "none")
-    fallback = tokenizer
-    if fallback is None and (untrained or any(not isinstance(m, str) and not hasattr(m, "tokenizer") for m in models)):
-        from ..data import CharTokenizer, load_text
-
-        fallback = CharTokenizer.train(load_text(data, split="train"))
-    out = []
-    for i, m in enumerate(models):
-        if not isinstance(m, str):
-            tok = tokenizer or getattr(m, "tokenizer", None) or fallback
-            out.append(LMSubject(model_label(m, i), m.eval(), tok, "module"))
-        elif untrained:
-            torch.manual_seed(seed)
-            out.append(LMSubject(m, create_model(m, size, vocab_size=fallback.vocab_size), fallback, "untrained"))
-        else:
-            lm = load_model(m, size, checkpoint, seed, base_dir=base_dir, model_args=model_args)
-            tok = (
-                tokenizer
-                or getattr(lm.module, "tokenizer", None)
-                or _tokenizer_for(lm.ref.target, size, str(checkpoint))
-            )
-            out.append(LMSubject(lm.label, lm.module.eval(), tok, lm.source))
-    for s in out:
-        emb = getattr(s.module, "tok_embed", None)
-        if isinstance(emb, nn.Embedding) and emb.num_embeddings < s.tokenizer.vocab_size:
-            raise RobfiltError(
-                f"{s.label}: the tokenizer has {s.tokenizer.vocab_size} tokens but the model only "
-                f"{emb.num_embeddings}; use the tokenizer saved with the checkpoint."
-            )
-    return out
-
-
 def _aggregate(rows: pd.DataFrame) -> dict[str, Any]:
     """Perplexity with the report's 95% bootstrap interval over sequences (same resampling, same seed)."""
-    from ..report.tables import bootstrap_ratio_interval
+    from ..report.tables import bootstrap_ratio_interval, lm_eval_columns
 
     n_tok = int(rows.n_tokens.sum())
     nll = float(rows.nll_sum.sum()) / n_tok if n_tok else float("nan")
@@ -115,6 +66,7 @@ def _aggregate(rows: pd.DataFrame) -> dict[str, Any]:
         "n_tokens": n_tok,
         "n_sequences": int(len(rows)),
         "ppl_median_seq": float(np.median(seq_ppl)) if len(rows) else float("nan"),
+        **lm_eval_columns(rows),
     }
 
 
@@ -137,12 +89,35 @@ def summarize_lm_rows(rows: pd.DataFrame) -> dict[str, Any]:
     return out
 
 
+def perplexity_metric(subject: LMSubject) -> str:
+    """Which perplexity the rows of ``subject`` give (tables print it next to the numbers)."""
+    if subject.rolling is not None:
+        r = subject.rolling
+        return (
+            f"per token, lm-eval rolling windows (max_length {r.max_length}, stride {r.stride}); also lm-eval's "
+            "word_perplexity, byte_perplexity, bits_per_byte"
+        )
+    kind = getattr(subject.tokenizer, "kind", "")
+    return "per character (character tokenizer)" if kind == "char" else f"per token ({kind or 'model'} tokenizer)"
+
+
 def scale_definition(norm: Norm, eps_mode: str) -> str:
     if eps_mode == "absolute":
         return "absolute: eps is the per-token radius in embedding space"
     if norm is Norm.L2:
         return "eps_abs = eps * mean L2 norm of the token-embedding rows (per-token L2 ball)"
     return "eps_abs = eps * mean |entry| of the token-embedding matrix (Linf box)"
+
+
+def _window(subjects: Sequence[LMSubject], max_length: int | None, stride: int | None) -> int:
+    """Characters per sequence minus one: the smallest window, ``--max-length`` included (checked per model)."""
+    if stride is not None and all(s.rolling is None for s in subjects):
+        raise RobfiltError("--stride applies to hf: models (lm-eval's rolling windows); drop it.")
+    for s in subjects:
+        limit = int(s.module.config.block_size)
+        if s.rolling is None and max_length is not None and max_length > limit:
+            raise RobfiltError(f"--max-length {max_length} is longer than {s.label}'s block size {limit}; pass less.")
+    return min([int(s.module.config.block_size) for s in subjects] + ([max_length] if max_length else []))
 
 
 class LMAttack(Measurement):
@@ -159,9 +134,10 @@ class LMAttack(Measurement):
         text = load_text(c.data, split="test", **({"text_column": c.text_column} if c.text_column else {}))
         self.data_checksum = hashlib.sha256(text.encode()).hexdigest()[:16]
         self.subjects = load_lm_subjects(
-            c.models, c.data, c.size, c.checkpoint, c.seed, c.tokenizer, c.base_dir, c.parsed_model_args
-        )
-        self.block = min(int(s.module.config.block_size) for s in self.subjects)
+            c.models, c.data, c.size, c.checkpoint, c.seed, c.tokenizer, c.base_dir, c.parsed_model_args,
+            max_length=c.max_length, stride=c.stride, precision=c.precision, device=c.device,
+        )  # fmt: skip
+        self.block = _window(self.subjects, c.max_length, c.stride)
         pool = text_chunks(text, self.block + 1)
         if not pool:
             raise RobfiltError(
@@ -209,7 +185,18 @@ class LMAttack(Measurement):
             "checkpoint": c.checkpoint,
             "sources": [s.source for s in self.subjects],
             "check_masking": c.check_masking,
+            **self._hf_description(),
         }
+
+    def _hf_description(self) -> dict[str, Any]:
+        """Precision and lm-eval windows, recorded only where they apply (older runs keep their fingerprints)."""
+        extra: dict[str, Any] = {"precision": self.config.precision} if self.config.precision != "fp32" else {}
+        windows = {
+            s.label: {**s.rolling.describe(), "tokenizer": s.tokenizer.digest}
+            for s in self.subjects
+            if s.rolling is not None
+        }
+        return {**extra, "windows": windows} if windows else extra
 
     def plan(self) -> list[Unit]:
         n_models, n_batches = len(self.subjects), len(self.batches)
@@ -229,8 +216,8 @@ class LMAttack(Measurement):
 
     def _encode(self, mi: int, bi: int):  # noqa: ANN202 - lm_rows.Batch
         if self._encoded is None or self._encoded[0] != (mi, bi):
-            texts = self.chunks[self.batches[bi]]
-            self._encoded = ((mi, bi), encode_batch(self.subjects[mi].tokenizer, texts, self.block + 1, self.device))
+            texts, s = self.chunks[self.batches[bi]], self.subjects[mi]
+            self._encoded = ((mi, bi), encode_batch(s.tokenizer, texts, self.block + 1, self.device, s.rolling))
         return self._encoded[1]
 
     def measure(self, unit: Unit, tick: Tick) -> pd.DataFrame:
@@ -238,17 +225,17 @@ class LMAttack(Measurement):
         ids, texts = self.ids[self.batches[unit.batch]], self.chunks[self.batches[unit.batch]]
         if unit.part == WORDSWAP:
             return wordswap_rows(s, texts, ids, c.rates, c.replacement, self.block + 1, c.seed, self.device, tick)
-        b = self._encode(unit.model, unit.batch)
+        b, counts = self._encode(unit.model, unit.batch), document_counts(s, texts)
         if unit.part == "clean":
-            rows = score_rows(s.module, s.label, ids, b, s.module.embed(b.idx), "clean", "clean", 0.0, "")
+            rows = score_rows(s.module, s.label, ids, b, s.module.embed(b.idx), "clean", "clean", 0.0, "", **counts)
             tick(1)
             return rows
         scale = eps_scale(s.module, c.norm, c.eps_mode)
-        return attack_rows(s, unit.part, c.eps, c.norm, scale, b, ids, c.steps, c.step_size, c.seed, tick)
+        return attack_rows(s, unit.part, c.eps, c.norm, scale, b, ids, c.steps, c.step_size, c.seed, tick, **counts)
 
     def model_checks(self, model: int) -> list[Check]:
         c, s = self.config, self._subject(model)
-        probe = encode_batch(s.tokenizer, self.chunks[:N_PROBE], self.block + 1, self.device)
+        probe = encode_batch(s.tokenizer, self.chunks[:N_PROBE], self.block + 1, self.device, s.rolling)
         checks = [
             MC.check_eval_deterministic(s.module, s.label, probe.idx),
             LC.check_embedding_gradients(s.module, s.label, probe.idx, probe.targets, probe.mask),
@@ -256,7 +243,7 @@ class LMAttack(Measurement):
         if c.check_masking and "pgd" in c.attacks:
             mid = c.eps[len(c.eps) // 2]
             scale = eps_scale(s.module, c.norm, c.eps_mode)
-            ids = torch.arange(len(probe.idx))
+            ids = torch.arange(probe.n_sequences)
             base = attack_rows(s, "pgd", [mid], c.norm, scale, probe, ids, c.steps, c.step_size, c.seed)
             more = attack_rows(s, "pgd", [mid], c.norm, scale, probe, ids, 5 * c.steps, c.step_size, c.seed)
             checks.append(LC.check_more_steps(LC.ppl(base), LC.ppl(more), s.label, 5))
@@ -292,6 +279,8 @@ class LMAttack(Measurement):
             "step_size": c.step_size if c.step_size is not None else "0.15*eps",
             "seq_chars": self.block + 1,
             "replacement": c.replacement,
+            "precision": c.precision,
+            "perplexity_metric": {s.label: perplexity_metric(s) for s in self.subjects},
             "models": summarize_lm_rows(rows),
             "checks": [ch.to_dict() for ch in sorted(checks, key=lambda ch: labels.index(ch.model))],
             "checks_summary": summarize_checks(checks),

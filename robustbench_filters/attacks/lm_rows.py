@@ -6,11 +6,18 @@ text, then tokenised by each model's own tokenizer and cut to ``block_size + 1``
 ``[:-1]``, targets ``[1:]``. Sequences of unequal length (word swap shortens text; BPE needs fewer tokens than
 characters) are right-padded and the padding is masked out of every loss and count.
 
+Hugging Face models (``LMSubject.rolling`` set, :mod:`robustbench_filters.hf`) score a chunk as lm-eval scores a
+document instead: every token is predicted, the first from the tokenizer's prefix token (BOS, else EOS), in lm-eval's
+rolling windows of at most ``max_length`` inputs (:mod:`robustbench_filters.hf.rolling`). A batch then holds one
+row per window (``Batch.owner`` names its sequence); a sequence's numbers are the sums over its windows, and its
+rows also carry the clean chunk's words and UTF-8 bytes (lm-eval's denominators; 0 for per-token models).
+
 Metrics per sequence (rows): summed next-token NLL, number of predicted tokens, correctly predicted tokens.
 Embedding attacks (``fgsm``, ``pgd``; see :mod:`.embedding`) perturb the token embeddings of the clean sequence
-and are scored on its clean targets; eps values run in ascending order and each sequence keeps the worst
-perturbation found so far. Word swap (:mod:`.wordswap`) is scored on the contaminated text itself. Every random
-draw is seeded from (seed, attack, eps or rate, example id), so rows do not depend on the batch.
+(of each window, its context included) and are scored on its clean targets; eps values run in ascending order and
+each sequence (window) keeps the worst perturbation found so far. Word swap (:mod:`.wordswap`) is scored on the
+contaminated text itself. Every random draw is seeded from (seed, attack, eps or rate, example id, and the window
+index when it is not 0), so rows do not depend on the batch.
 """
 
 from __future__ import annotations
@@ -44,6 +51,8 @@ ROW_COLUMNS = (
     "eps_abs",
     "n_eligible",
     "n_swapped",
+    "n_words",
+    "n_bytes",
 )
 
 
@@ -55,13 +64,36 @@ class LMSubject:
     module: nn.Module
     tokenizer: Any
     source: str
+    rolling: Any = None  # hf.rolling.Rolling: lm-eval's windows; None: one shifted sequence per chunk
 
 
 @dataclass
 class Batch:
-    idx: torch.Tensor  # (B, T) inputs, padded with 0
-    targets: torch.Tensor  # (B, T)
-    mask: torch.Tensor  # (B, T) float, 1 on real positions
+    idx: torch.Tensor  # (R, T) inputs, padded with 0: one row per sequence, or per window with ``owner``
+    targets: torch.Tensor  # (R, T)
+    mask: torch.Tensor  # (R, T) float, 1 on scored positions
+    owner: torch.Tensor | None = None  # (R,) the sequence of each window row; None: row i is sequence i
+    window: torch.Tensor | None = None  # (R,) the window's index within its sequence
+    support: torch.Tensor | None = None  # (R, T) float, 1 on real inputs (scored or context); None: ``mask``
+
+    @property
+    def valid(self) -> torch.Tensor:
+        """Where an embedding perturbation may act: every real input position."""
+        return self.mask if self.support is None else self.support
+
+    @property
+    def n_sequences(self) -> int:
+        return len(self.idx) if self.owner is None else int(self.owner.max()) + 1 if len(self.owner) else 0
+
+    def per_sequence(self, values: torch.Tensor, reduce: str = "sum") -> torch.Tensor:
+        """Per-row values (R,) combined per sequence (B,): summed, or their maximum."""
+        if self.owner is None:
+            return values
+        owner = self.owner.to(values.device)
+        out = torch.zeros(self.n_sequences, dtype=values.dtype, device=values.device)
+        if reduce == "sum":
+            return out.index_add_(0, owner, values)
+        return out.scatter_reduce_(0, owner, values, "amax", include_self=False)
 
 
 def text_chunks(text: str, chunk_chars: int) -> list[str]:
@@ -69,8 +101,38 @@ def text_chunks(text: str, chunk_chars: int) -> list[str]:
     return [text[i : i + chunk_chars] for i in range(0, len(text) - chunk_chars + 1, chunk_chars)]
 
 
-def encode_batch(tokenizer: Any, texts: Sequence[str], max_tokens: int, device: torch.device) -> Batch:
-    """Tokenise, cut to ``max_tokens`` tokens, shift into inputs/targets and right-pad with a mask."""
+def window_batch(windows: Sequence[Any], device: torch.device) -> Batch:
+    """One row per lm-eval window (:class:`robustbench_filters.hf.rolling.Window`), right-padded; only the
+    window's trailing ``n_scored`` targets count."""
+    width = max(1, max((len(w.inputs) for w in windows), default=1))
+    idx = torch.zeros(len(windows), width, dtype=torch.long)
+    tgt = torch.zeros_like(idx)
+    mask = torch.zeros(len(windows), width)
+    support = torch.zeros_like(mask)
+    for i, w in enumerate(windows):
+        n = len(w.inputs)
+        idx[i, :n] = torch.tensor(w.inputs)
+        tgt[i, :n] = torch.tensor(w.targets)
+        mask[i, n - w.n_scored : n] = 1.0
+        support[i, :n] = 1.0 if w.n_scored else 0.0
+    owner = torch.tensor([w.doc for w in windows], dtype=torch.long)
+    index = torch.tensor([w.index for w in windows], dtype=torch.long)
+    return Batch(idx.to(device), tgt.to(device), mask.to(device), owner, index, support.to(device))
+
+
+def encode_batch(
+    tokenizer: Any, texts: Sequence[str], max_tokens: int, device: torch.device, rolling: Any = None
+) -> Batch:
+    """Tokenise, cut to ``max_tokens`` tokens, shift into inputs/targets and right-pad with a mask; with
+    ``rolling``, lm-eval's windows of every text instead (a text too short for any token gets an empty row)."""
+    if rolling is not None:
+        from ..hf.rolling import Window, window_rows
+
+        lists = [tokenizer.encode(t) for t in texts]
+        rows = window_rows(lists, rolling)
+        have = {w.doc for w in rows}
+        rows += [Window(d, 0, [rolling.prefix_token_id], [0], 0) for d in range(len(texts)) if d not in have]
+        return window_batch(sorted(rows, key=lambda w: (w.doc, w.index)), device)
     seqs = [tokenizer.encode(t)[:max_tokens] for t in texts]
     width = max(1, max(len(s) for s in seqs) - 1)
     idx = torch.zeros(len(seqs), width, dtype=torch.long)
@@ -85,17 +147,31 @@ def encode_batch(tokenizer: Any, texts: Sequence[str], max_tokens: int, device: 
     return Batch(idx.to(device), tgt.to(device), mask.to(device))
 
 
-def _score(model: nn.Module, emb: torch.Tensor, b: Batch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per sequence: summed NLL, predicted tokens, correct tokens."""
+def _score_rows(model: nn.Module, emb: torch.Tensor, b: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per row (sequence or window): summed NLL (float64), scored tokens, correct tokens."""
     with torch.no_grad():
         logits = model.forward_embeddings(emb)
         nll = sequence_nll(logits, b.targets, b.mask)
         correct = ((logits.argmax(-1) == b.targets).float() * b.mask).sum(1)
-    return (
-        nll.double().cpu().numpy(),
-        b.mask.sum(1).cpu().numpy().astype(np.int64),
-        correct.cpu().numpy().astype(np.int64),
-    )
+    return nll.double().cpu(), b.mask.sum(1).cpu(), correct.cpu()
+
+
+def _score(model: nn.Module, emb: torch.Tensor, b: Batch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per sequence: summed NLL, predicted tokens, correct tokens."""
+    nll, n_tok, correct = (b.per_sequence(v) for v in _score_rows(model, emb, b))
+    return nll.numpy(), n_tok.numpy().astype(np.int64), correct.numpy().astype(np.int64)
+
+
+def document_counts(subject: LMSubject, texts: Sequence[str]) -> dict[str, np.ndarray]:
+    """lm-eval's denominators of each clean chunk (words, UTF-8 bytes) for rolling-window models, else nothing."""
+    if subject.rolling is None:
+        return {}
+    from ..hf.rolling import count_bytes, count_words
+
+    return {
+        "n_words": np.array([count_words(t) for t in texts], dtype=np.int64),
+        "n_bytes": np.array([count_bytes(t) for t in texts], dtype=np.int64),
+    }
 
 
 def _frame(label: str, ids: torch.Tensor, kind: str, attack: str, eps: float, norm: str, **cols: Any) -> pd.DataFrame:
@@ -111,6 +187,8 @@ def _frame(label: str, ids: torch.Tensor, kind: str, attack: str, eps: float, no
         "eps_abs": np.full(n, np.nan),
         "n_eligible": np.zeros(n, dtype=np.int64),
         "n_swapped": np.zeros(n, dtype=np.int64),
+        "n_words": np.zeros(n, dtype=np.int64),
+        "n_bytes": np.zeros(n, dtype=np.int64),
     }
     base.update(cols)
     return pd.DataFrame(base)[list(ROW_COLUMNS)]
@@ -134,24 +212,33 @@ def attack_rows(
     step_size: float | None,
     seed: int,
     tick: Callable[[int], None] | None = None,
+    **cols: Any,
 ) -> pd.DataFrame:
-    """One embedding attack over an ascending eps grid; each sequence keeps its worst perturbation so far."""
+    """One embedding attack over an ascending eps grid; each sequence (or window) keeps its worst perturbation so
+    far. A window is attacked on its own inputs (context included) and scored on its scored tokens."""
     model, label = subject.module, subject.label
     emb = model.embed(b.idx).detach()
+    row_ids = ids if b.owner is None else ids[b.owner.cpu()]
+    windows = [0] * len(row_ids) if b.window is None else b.window.tolist()
     best_delta = torch.zeros_like(emb)
-    best_nll = torch.full((len(ids),), -math.inf, dtype=torch.float64)
+    best_nll = torch.full((len(row_ids),), -math.inf, dtype=torch.float64)
     frames = []
     for eps in sorted(eps_grid):
         eps_abs = eps * scale
         atk = EmbeddingAttack(
             attack, norm, eps_abs, steps=steps, step_size=None if step_size is None else step_size * scale
         )
-        gens = [torch.Generator().manual_seed(unit_seed(seed, attack, norm.value, f"{eps:.6g}", int(i))) for i in ids]
-        delta = atk.perturb(model, emb, b.targets, b.mask, gens)
-        nll, _, _ = _score(model, emb + delta, b)
-        better = torch.from_numpy(nll) >= best_nll
-        best_nll = torch.where(better, torch.from_numpy(nll), best_nll)
+        keys = [
+            (seed, attack, norm.value, f"{eps:.6g}", int(i), *((w,) if w else ()))
+            for i, w in zip(row_ids, windows, strict=True)
+        ]
+        gens = [torch.Generator().manual_seed(unit_seed(*k)) for k in keys]
+        delta = atk.perturb(model, emb, b.targets, b.mask, gens, support=b.valid)
+        nll, _, _ = _score_rows(model, emb + delta, b)
+        better = nll >= best_nll
+        best_nll = torch.where(better, nll, best_nll)
         best_delta = torch.where(better.to(emb.device).view(-1, 1, 1), delta, best_delta)
+        size = b.per_sequence(perturbation_size(best_delta, norm).double().cpu(), "amax")
         frames.append(
             score_rows(
                 model,
@@ -163,8 +250,9 @@ def attack_rows(
                 attack,
                 eps,
                 norm.value,
-                pert_norm=perturbation_size(best_delta, norm).double().cpu().numpy(),
+                pert_norm=size.numpy(),
                 eps_abs=np.full(len(ids), eps_abs),
+                **cols,
             )
         )
         if tick is not None:
@@ -191,7 +279,7 @@ def wordswap_rows(
             swap_words(t, rate, unit_seed(seed, "wordswap", int(i)), replacement)
             for t, i in zip(chunks, ids, strict=True)
         ]
-        b = encode_batch(subject.tokenizer, [r.text for r in res], max_tokens, device)
+        b = encode_batch(subject.tokenizer, [r.text for r in res], max_tokens, device, subject.rolling)
         frames.append(
             score_rows(
                 model,
@@ -206,6 +294,7 @@ def wordswap_rows(
                 pert_norm=np.array([r.fraction for r in res]),
                 n_eligible=np.array([r.n_eligible for r in res], dtype=np.int64),
                 n_swapped=np.array([r.n_swapped for r in res], dtype=np.int64),
+                **document_counts(subject, chunks),
             )
         )
         if tick is not None:

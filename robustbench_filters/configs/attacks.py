@@ -18,6 +18,7 @@ from ..names import (
     DEFAULT_REPLACEMENT,
     EMBEDDING_ATTACKS,
     EPS_MODES,
+    PRECISIONS,
     SEVERITIES,
     WORDSWAP,
     Norm,
@@ -165,6 +166,19 @@ class LMAttackConfig(RunConfig):
         panel="Model",
     )
     text_column: str | None = option(None, help="hf-disk data: the text column (language models).", panel="Data")
+    max_length: int | None = option(
+        None,
+        help="Language models: window in tokens (default: the block size; hf: models: their positions, at most 1024).",
+        value=Int(),
+        panel="Data",
+    )
+    stride: int | None = option(
+        None, help="hf: models: tokens newly predicted per lm-eval window (default: max length).", value=Int(),
+        panel="Data",
+    )  # fmt: skip
+    precision: str = option(
+        "fp32", help="Language models' weights: fp32 or bf16 (attacks run in it too).", panel="Model"
+    )
     data: str = "austen"
     n_examples: int | None = UpTo(64)
     batch_size: int = 32
@@ -226,11 +240,19 @@ class LMAttackConfig(RunConfig):
             raise RobfiltError(f"{flag('step_size')} must be a positive number, got {self.step_size}.")
         if not self.replacement:
             raise RobfiltError(f"{flag('replacement')} is empty; give a token such as AAA.")
-        if isinstance(self.tokenizer, str):
+        _positive(self.max_length, "max_length")
+        _positive(self.stride, "stride")
+        if self.max_length is not None and self.stride is not None and self.stride > self.max_length:
             raise RobfiltError(
-                f"{given('tokenizer', self.tokenizer)} names a tokenizer, but robfilt's own LMs use the tokenizer "
-                f"saved with their checkpoint; drop {flag('tokenizer')}."
+                f"{given('stride', str(self.stride))} is longer than {given('max_length', str(self.max_length))}; "
+                "pass less."
             )
+        if self.precision not in PRECISIONS:
+            raise RobfiltError(f"unknown {flag('precision')} {self.precision!r}; use {' or '.join(PRECISIONS)}.")
+        if self.precision == "bf16":
+            from ..hf.load import precision_dtype
+
+            precision_dtype(self.precision, self.device)
 
 
 @dataclass(frozen=True, kw_only=True)

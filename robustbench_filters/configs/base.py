@@ -66,6 +66,12 @@ def model_family(model: ModelLike) -> Family:
     spec = getattr(model, "robfilt_spec", None)
     if spec is not None:
         return spec.family
+    from ..hf import is_hf_model
+
+    if is_hf_model(model):
+        from ..hf.load import is_causal_config
+
+        return Family.LM if is_causal_config(model.config) else Family.IMAGE
     return Family.LM if hasattr(model, "forward_embeddings") else Family.IMAGE
 
 

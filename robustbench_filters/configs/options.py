@@ -219,6 +219,9 @@ class Data(Text):
 class Tokenizer(Text):
     """A tokenizer: a name (``char``, ``bpe``) or a tokenizer folder as text; in Python, a tokenizer object too."""
 
+    def __init__(self) -> None:
+        super().__init__(path=True)
+
     def from_python(self, value: Any, name: str) -> Any:
         return value
 

@@ -37,7 +37,15 @@ import numpy as np
 from ..errors import RobfiltError, suggest
 from ..io import atomic_write_json
 from ..paired import PairedBinary, PairedRatio
-from ..report.metrics import BASELINE_FORMAT, Metric, load_baseline, metric_entries, metrics_from_run, parse_condition
+from ..report.metrics import (
+    BASELINE_FORMAT,
+    LM_EVAL,
+    Metric,
+    load_baseline,
+    metric_entries,
+    metrics_from_run,
+    parse_condition,
+)
 from ..report.runs import family_of
 from ..runs.folder import Run, load_run
 from .series import (
@@ -86,6 +94,8 @@ class Baseline:
         """
         if self.unpaired_reason:
             return None, self.unpaired_reason
+        if metric in LM_EVAL:
+            return None, f"{metric} has no paired test (lm-eval's metrics are compared by their intervals)"
         family = family_of(fresh)
         base = self.series_for(family, model, cond)
         if base is None:

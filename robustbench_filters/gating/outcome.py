@@ -27,7 +27,7 @@ RULE = (
     "on it is a warning."
 )
 PERCENT = frozenset({"acc", "token_acc"})
-RATIO = frozenset({"ppl"})
+RATIO = frozenset({"ppl", "word_perplexity", "byte_perplexity", "bits_per_byte"})
 
 
 @dataclass(frozen=True)

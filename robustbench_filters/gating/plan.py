@@ -49,6 +49,8 @@ def planned_mode(baseline: Baseline, base: Metric, policy: BaselinePolicy) -> Mo
     """The mode a baseline metric will be judged in: paired needs stored outcomes, else the interval fallback."""
     if policy.mode is not Mode.PAIRED or base.metric in DETERMINISTIC_METRICS:
         return policy.mode
+    if base.metric not in PAIRED_METRICS:  # no paired test exists (lm-eval's word/byte metrics): intervals
+        return Mode.INTERVAL
     has_outcomes = base.metric in PAIRED_METRICS and baseline.series_for(base.family, base.model, base.condition)
     return Mode.PAIRED if has_outcomes or not policy.interval_fallback else Mode.INTERVAL
 

@@ -54,7 +54,7 @@ from .modes import DEFAULT_ALPHA, DEFAULT_DISCORDANCE, Mode
 DEFAULT_CORRELATION = 0.85
 DEFAULT_POWER = 0.8
 ACCURACY_METRICS = frozenset({"acc"})
-RATIO_LOG_METRICS = frozenset({"ppl"})
+RATIO_LOG_METRICS = frozenset({"ppl", "word_perplexity", "byte_perplexity"})
 DETERMINISTIC_METRICS = frozenset({"lipschitz_upper", "lipschitz_local_upper", "lipschitz_lower", "radius"})
 
 

@@ -216,6 +216,12 @@ class Lipschitz(Measurement):
             make_target(m, name=name, dtype=self.dtype, device=ctx.device)
             for m, name in zip(self.built, names_given, strict=True)
         ]
+        for t in self.targets:
+            if (self.settings.bounds or self.settings.per_layer or c.gap) and hasattr(t.model, "rolling"):
+                raise RobfiltError(
+                    f"{t.name}: certified bounds cover robfilt's own DeiTs and LMs, not Hugging Face models; pass "
+                    "--no-bounds for lower bounds in embedding space."
+                )
         names = [t.name for t in self.targets]
         if len(set(names)) != len(names):
             raise RobfiltError("two models share a name; give each model object a distinct robfilt_spec or pass names.")

@@ -5,7 +5,8 @@ Definitions (reported in every summary, because a Lipschitz number means nothing
 - image models (``Family.IMAGE``: robfilt DeiTs and any classifier taking [0, 1] images - timm CNNs, ConvNeXt,
   Swin, ViT, a plain ``nn.Module``): input = [0, 1] pixels, flattened (any mean/std normalisation is part of the
   model); output = the logit vector. Norm: l2 on both sides. Pair points stay in the [0, 1] box.
-- language models: input = the token-embedding sequence (B, T, d) that ``CausalLM.forward_embeddings`` takes,
+- language models (robfilt's ``CausalLM``, and Hugging Face causal LMs through ``hf.adapter.HFCausalLM``): input =
+  the token-embedding sequence (B, T, d) that ``forward_embeddings`` takes,
   i.e. the space embedding attacks perturb; output = the next-token logits at the **last position** only. The
   last position sees every token through the causal mask, so it measures the whole context, and a 10-100 wide
   output keeps the exact Jacobian affordable. Certified bounds are computed for the full-sequence map, which
@@ -50,8 +51,8 @@ def model_family(model: nn.Module) -> Family | None:
     ``pretrained_cfg`` has an ``input_size``), or any module whose first layer is a 2D convolution (a ResNet,
     ConvNeXt or Swin stem). Pass ``family=`` to :func:`make_target` to override.
     """
-    if isinstance(model, CausalLM):
-        return Family.LM
+    if isinstance(model, CausalLM) or hasattr(model, "rolling") and hasattr(model, "forward_embeddings"):
+        return Family.LM  # robfilt's GPT, or a Hugging Face causal LM behind hf.adapter.HFCausalLM
     if isinstance(model, VisionTransformer):
         return Family.IMAGE
     cfg = getattr(model, "pretrained_cfg", None) or getattr(model, "default_cfg", None)
@@ -96,6 +97,8 @@ def prepare_model(
     if fused:
         log.info("%s uses fused attention; estimating on a copy with the manual attention path", model_name(model))
         set_fused_attn(model, False)
+        if hasattr(model, "use_manual_attention"):  # Hugging Face models: the eager attention implementation
+            model.use_manual_attention()
     if dtype is not None or device is not None:
         model = model.to(device=device, dtype=dtype)
     return model.eval()

@@ -2,10 +2,12 @@
 
     [name=]target[?key=value&key=value...]
 
-``target`` is a registry name (``deit-grc``), ``timm:<arch>`` (any timm model, e.g. ``timm:resnet18``), or a
+``target`` is a registry name (``deit-grc``), ``timm:<arch>`` (any timm model, e.g. ``timm:resnet18``), ``hf:<folder>``
+(a Hugging Face causal LM saved with ``save_pretrained``, or a hub id already in the local Hugging Face cache), or a
 factory: ``path/to/file.py:build`` or ``pkg.module:build``. Arguments go to the model's builder: registry config
 fields (``grc_lambda=0``, ``size=tiny``), timm's ``create_model`` keywords (``num_classes=10&in_chans=1``) plus
-robfilt's ``mean``/``std``/``crop_pct``/``interpolation``, or the factory's keyword arguments. ``name=`` sets the
+robfilt's ``mean``/``std``/``crop_pct``/``interpolation``, BSA/GRC conversion settings for ``hf:`` models
+(``variant=grc&grc_lambda=0.1``, see :mod:`robustbench_filters.hf.convert`), or the factory's keyword arguments. ``name=`` sets the
 label shown in tables (``mynet=models.py:build``).
 
 Values are typed: ``10`` is an int, ``0.5`` and ``8/255`` are floats, ``true``/``false`` bools, ``none`` None,
@@ -27,17 +29,22 @@ from ..errors import RobfiltError
 from ..parsing import parse_number
 
 TIMM_PREFIX = "timm:"
+HF_PREFIX = "hf:"
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _LABEL = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
 _INT = re.compile(r"^[+-]?\d+$")
 _DOTTED = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 _FRACTION = re.compile(r"^[+-]?\d+(\.\d*)?\s*/\s*\d+(\.\d*)?$")
-SYNTAX = "[name=]target[?key=value&...], target: a registry name, timm:<arch>, file.py:factory or pkg.mod:factory"
+SYNTAX = (
+    "[name=]target[?key=value&...], target: a registry name, timm:<arch>, hf:<folder or cached hub id>, "
+    "file.py:factory or pkg.mod:factory"
+)
 
 
 class ModelKind(str, Enum):
     REGISTRY = "registry"
     TIMM = "timm"
+    HF = "hf"
     FACTORY = "factory"
 
 
@@ -45,7 +52,8 @@ class ModelKind(str, Enum):
 class ModelRef:
     """A parsed model reference: what to build (``kind``, ``target``), with which ``args``, shown as ``label``.
 
-    ``target``: the registry name, the timm architecture (without ``timm:``), or ``module_or_file:callable``.
+    ``target``: the registry name, the timm architecture (without ``timm:``), the Hugging Face folder or hub id
+    (without ``hf:``), or ``module_or_file:callable``.
     ``args``: builder arguments with typed values, in the order given. ``str(ref)`` gives the reference back.
     """
 
@@ -71,7 +79,8 @@ class ModelRef:
     @property
     def spec(self) -> str:
         """The reference without the display name (what identifies the model)."""
-        head = TIMM_PREFIX + self.target if self.kind is ModelKind.TIMM else self.target
+        prefix = {ModelKind.TIMM: TIMM_PREFIX, ModelKind.HF: HF_PREFIX}.get(self.kind, "")
+        head = prefix + self.target
         if not self.args:
             return head
         return head + "?" + "&".join(f"{k}={format_value(v)}" for k, v in self.args.items())
@@ -223,6 +232,11 @@ def parse_model_ref(text: str | ModelRef) -> ModelRef:
         if not arch or not re.match(r"^[\w.\-]+$", arch):
             raise RobfiltError(f"bad timm model {arch!r} in {text!r}; write timm:<arch>, e.g. timm:resnet18.")
         return ModelRef(ModelKind.TIMM, arch, args, name)
+    if target.startswith(HF_PREFIX):
+        where = target[len(HF_PREFIX) :].strip()
+        if not where:
+            raise RobfiltError(f"hf: reference {text!r} has no folder; write hf:<folder> or hf:<org>/<name>.")
+        return ModelRef(ModelKind.HF, where, args, name)
     if ":" in target:
         module, _, attr = target.rpartition(":")
         module, attr = module.strip(), attr.strip()
@@ -258,7 +272,8 @@ def split_model_list(text: str) -> list[str]:
 
 
 def model_kind(ref: str | ModelRef) -> str:
-    """Check a reference without importing anything heavy; returns ``image``, ``lm``, ``timm`` or ``custom``.
+    """Check a reference without importing anything heavy; returns ``image``, ``lm``, ``timm`` or ``custom``
+    (``hf:`` references are ``lm``).
 
     Registry names are checked against the vocabulary (with suggestions) and a factory's ``.py`` file must exist,
     so run configs refuse a bad name or file before the heavy imports. A timm architecture needs timm itself
@@ -277,5 +292,15 @@ def model_kind(ref: str | ModelRef) -> str:
                 f"model file {module!r} does not exist; give a path to a .py file, e.g. models.py:build."
             )
         return "custom"
+    if mref.kind is ModelKind.HF:
+        import importlib.util
+
+        if importlib.util.find_spec("transformers") is None:
+            from ..hf import INSTALL
+
+            raise RobfiltError(f"hf: models need the Hugging Face extra (transformers); run {INSTALL}.")
+        return "lm"
+    if (Path(mref.target).expanduser() / "config.json").is_file():
+        raise RobfiltError(f"{mref.target} is a Hugging Face model folder; write --model hf:{mref.target}.")
     family, _, _ = parse_name(mref.target)
     return family.value

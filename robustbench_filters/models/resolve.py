@@ -8,7 +8,9 @@ References (:mod:`.ref`): ``[name=]target[?key=value&...]`` with target
   safetensors state dict; torch files with ``--allow-pickle``), ``none`` for seeded random weights, or ``zoo``
   for robfilt's own registered DeiTs;
 - ``path/to/file.py:factory`` or ``pkg.module:factory``: a callable returning an ``nn.Module`` that takes [0, 1]
-  images, resolved against ``base_dir``; ``--checkpoint PATH`` loads a state dict into it.
+  images, resolved against ``base_dir``; ``--checkpoint PATH`` loads a state dict into it;
+- ``hf:<folder>``: a Hugging Face causal LM (``save_pretrained`` folder, or a hub id in the local cache), resolved
+  against ``base_dir``, with its own weights and tokenizer (:mod:`robustbench_filters.hf.load`).
 
 Every model comes back in eval mode with its :class:`~robustbench_filters.data.preprocess.InputSpec` when known.
 """
@@ -50,6 +52,11 @@ def validate_model_ref(ref: str | ModelRef) -> str:
         from .timm_models import check_timm_arch
 
         check_timm_arch(parse_model_ref(ref).target)
+    mref = parse_model_ref(ref)
+    if mref.kind is ModelKind.HF and mref.args:
+        from ..hf.convert import conversion_settings
+
+        conversion_settings(mref.args, mref.label)
     return kind
 
 
@@ -109,6 +116,15 @@ def _factory(
     return load_weights(model, checkpoint, ref.label, allow_pickle).eval(), str(checkpoint)
 
 
+def _hf(ref: ModelRef, checkpoint: Any, base_dir: str | Path | None, **options: Any) -> tuple[nn.Module, str]:
+    from ..hf.load import load_hf
+
+    if checkpoint not in DEFAULT_CHECKPOINTS:
+        raise RobfiltError(f"--checkpoint does not apply to {ref.label}: the hf: folder holds its weights; drop it.")
+    module = load_hf(ref.target, label=ref.label, base_dir=base_dir, conversion=ref.args, **options)
+    return module, f"hf:{ref.target}"
+
+
 def load_model(
     ref: str | ModelRef,
     size: str = "micro",
@@ -132,6 +148,9 @@ def load_model(
     elif mref.kind is ModelKind.FACTORY:
         module, source = _factory(mref, checkpoint, seed, allow_pickle, base_dir)
         family = "custom"
+    elif mref.kind is ModelKind.HF:
+        module, source = _hf(mref, checkpoint, base_dir)
+        family = "lm"
     else:
         module, source = _registry(mref, size, checkpoint, seed, allow_pickle)
         family = parse_name(mref.target)[0].value

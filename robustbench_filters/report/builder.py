@@ -196,15 +196,28 @@ class _Builder:
         if table.empty:
             self.skip("perplexity table", "the LM runs hold no nll rows")
         else:
+            context = C.lm_subtitle(self.rs.families[LM], rows, int(table["n"].max()))
             self.table(
                 "perplexity",
                 "Perplexity under attack and contamination",
-                "Perplexity exp(sum nll / sum tokens) with 95% bootstrap intervals over examples, per attack and "
-                "eps (embedding attacks) or contamination rate (text attacks).",
+                "Token perplexity exp(sum nll / sum tokens) (per character for robfilt's character-level LMs) with "
+                "95% bootstrap intervals over examples, per attack and eps (embedding attacks) or contamination rate "
+                f"(text attacks); {context}.",
                 table,
                 R.perplexity_layout(table),
                 LM,
             )
+            if "word_perplexity" in table.columns and table["word_perplexity"].notna().any():
+                self.table(
+                    "lm_eval",
+                    "lm-eval perplexities under attack and contamination",
+                    "lm-eval's word_perplexity [95% bootstrap CI], byte_perplexity and bits_per_byte (rolling "
+                    "log-likelihood windows; words and bytes of the clean text), for the models scored that way "
+                    f"(Hugging Face models); {context}.",
+                    table,
+                    R.lm_eval_layout(table),
+                    LM,
+                )
             if (table["attack"] != T.CLEAN).any():
                 src = self.rs.ids(LM)
                 sub = C.lm_subtitle(self.rs.families[LM], rows, int(table["n"].max()))

@@ -3,7 +3,8 @@
 A metric is identified by ``model/condition/name``:
 
 - ``deit/clean/acc``, ``deit-grc/pgd@0.02/acc``, ``deit/corruption:noise@3/acc`` (image classifiers);
-- ``lm/clean/ppl``, ``lm/wordswap@0.1/ppl``, ``lm/clean/token_acc`` (language models);
+- ``lm/clean/ppl``, ``lm/wordswap@0.1/ppl``, ``lm/clean/token_acc`` (language models), and for models scored as
+  lm-eval scores documents ``hf:gpt2/clean/word_perplexity`` (also ``byte_perplexity``, ``bits_per_byte``);
 - ``deit-grc/-/lipschitz_upper`` (and ``lipschitz_local_upper``, ``lipschitz_lower``, ``radius``).
 
 Each carries its point value and a 95% interval: Wilson for accuracies, an example bootstrap for perplexity,
@@ -36,18 +37,23 @@ from . import tables as T
 from .runs import IMAGE, LIPSCHITZ, LM, family_of
 
 BASELINE_FORMAT = "robfilt-baseline"
+#: lm-eval's metrics, present for models scored lm-eval style (Hugging Face models; see hf.rolling).
+LM_EVAL: tuple[str, ...] = ("word_perplexity", "byte_perplexity", "bits_per_byte")
 # metric name -> True when higher is better
 DIRECTION: dict[str, bool] = {
     "acc": True,
     "token_acc": True,
     "ppl": False,
+    "word_perplexity": False,
+    "byte_perplexity": False,
+    "bits_per_byte": False,
     "lipschitz_upper": False,
     "lipschitz_local_upper": False,
     "lipschitz_lower": False,
     "radius": True,
 }
 # metrics whose tolerance is relative (ratios of positive quantities); accuracies use absolute tolerance
-RELATIVE: frozenset[str] = frozenset({"ppl", "lipschitz_upper", "lipschitz_local_upper", "lipschitz_lower"})
+RELATIVE: frozenset[str] = frozenset({"ppl", *LM_EVAL, "lipschitz_upper", "lipschitz_local_upper", "lipschitz_lower"})
 LIPSCHITZ_CONDITION = "-"
 # Lipschitz summary/table column -> gate metric, and the flag that says the certified ones are vacuous
 LIPSCHITZ_METRICS: dict[str, str] = {
@@ -146,6 +152,11 @@ def metrics_from_rows(rows: pd.DataFrame, family: str, source: str = "") -> list
             if "token_acc" in ppl.columns and math.isfinite(_nan(r.token_acc)):
                 v = float(r.token_acc)
                 out.append(Metric(r.model, cond, "token_acc", v, v, v, None, family, source))
+            for name in LM_EVAL:
+                v = _nan(getattr(r, name, None))
+                if math.isfinite(v):
+                    lo, hi = _nan(getattr(r, f"{name}_lo")), _nan(getattr(r, f"{name}_hi"))
+                    out.append(Metric(r.model, cond, name, v, lo, hi, int(r.n), family, source))
     elif family == LIPSCHITZ:
         table = T.lipschitz_table(rows)
         for r in table.to_dict("records"):
@@ -182,6 +193,9 @@ def _from_summary(summary: dict[str, Any], source: str) -> list[Metric]:
                 if "ppl" in e:
                     lo, hi = _nan(e.get("ppl_lo")), _nan(e.get("ppl_hi"))
                     out.append(Metric(model, cond, "ppl", float(e["ppl"]), lo, hi, e.get("n"), LM, source))
+                for name in (n for n in LM_EVAL if n in e):
+                    lo, hi = _nan(e.get(f"{name}_lo")), _nan(e.get(f"{name}_hi"))
+                    out.append(Metric(model, cond, name, float(e[name]), lo, hi, e.get("n"), LM, source))
         else:
             entries = [{"attack": "clean", "eps": 0.0, **m.get("clean", {})}, *m.get("robust", [])]
             for e in entries:

@@ -92,6 +92,24 @@ def perplexity_layout(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(data, columns=["attack", "eps / rate", *models])
 
 
+def lm_eval_layout(table: pd.DataFrame) -> pd.DataFrame:
+    """Rows (attack, eps or rate), one column per lm-eval-scored model: word_perplexity [95% CI] · byte_perplexity
+    · bits_per_byte."""
+    sub = table[table["word_perplexity"].notna()] if "word_perplexity" in table.columns else table.iloc[:0]
+    if sub.empty:
+        return pd.DataFrame()
+    models = model_order(sub)
+    conds = list(dict.fromkeys(_condition(a, e) for a, e in sub[["attack", "eps"]].itertuples(index=False)))
+    cells = {
+        (r.model, _condition(r.attack, r.eps)): f"{r.word_perplexity:.4g}"
+        + (f" [{r.word_perplexity_lo:.4g}, {r.word_perplexity_hi:.4g}]" if math.isfinite(r.word_perplexity_lo) else "")
+        + f" · {r.byte_perplexity:.4g} · {r.bits_per_byte:.3f}"
+        for r in sub.itertuples()
+    }
+    data = [[a, e, *[cells.get((m, (a, e)), "-") for m in models]] for a, e in conds]
+    return pd.DataFrame(data, columns=["attack", "eps / rate", *models])
+
+
 def corruption_layout(table: pd.DataFrame, means: pd.DataFrame) -> pd.DataFrame:
     if table.empty:
         return pd.DataFrame()

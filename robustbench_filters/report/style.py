@@ -97,8 +97,11 @@ def variant_key(model: str) -> str:
 
 
 def family_key(model: str) -> str:
-    """'lm-grc' -> 'lm', 'deit [run]' -> 'deit'; anything else (timm:x, custom) -> 'deit' (image models)."""
-    family = model.split(" [", 1)[0].partition("-")[0]
+    """'lm-grc' -> 'lm', 'hf:gpt2' -> 'lm', 'deit [run]' -> 'deit'; anything else (timm:x, custom) -> 'deit'."""
+    name = model.split(" [", 1)[0]
+    if name.startswith("hf:") or "=hf:" in name:  # Hugging Face causal LMs are language models
+        return "lm"
+    family = name.partition("-")[0]
     return family if family in FAMILY_STYLE else "deit"
 
 

@@ -225,6 +225,30 @@ def bootstrap_ratio_interval(
     return float(lo), float(hi)
 
 
+def lm_eval_columns(rows: pd.DataFrame) -> dict[str, float]:
+    """lm-eval's three metrics over per-example rows (``nll_sum``, ``n_words``, ``n_bytes``), each with the
+    95% bootstrap interval over examples; empty when the rows were not scored lm-eval style (the definitions:
+    :mod:`robustbench_filters.hf.rolling`)."""
+    if "n_bytes" not in rows or not len(rows) or int(rows.n_bytes.sum()) <= 0:
+        return {}
+    nll = rows.nll_sum.to_numpy(float)
+    words, nbytes = rows.n_words.to_numpy(float), rows.n_bytes.to_numpy(float)
+    word_lo, word_hi = bootstrap_ratio_interval(nll, words)
+    byte_lo, byte_hi = bootstrap_ratio_interval(nll, nbytes)
+    bits = bootstrap_ratio_interval(nll, nbytes, transform=lambda x: np.asarray(x) / math.log(2))
+    return {
+        "word_perplexity": math.exp(float(nll.sum() / words.sum())),
+        "word_perplexity_lo": word_lo,
+        "word_perplexity_hi": word_hi,
+        "byte_perplexity": math.exp(float(nll.sum() / nbytes.sum())),
+        "byte_perplexity_lo": byte_lo,
+        "byte_perplexity_hi": byte_hi,
+        "bits_per_byte": float(nll.sum() / nbytes.sum()) / math.log(2),
+        "bits_per_byte_lo": bits[0],
+        "bits_per_byte_hi": bits[1],
+    }
+
+
 def _lm_stats(grp: pd.DataFrame) -> dict[str, float]:
     nll, tok = grp["nll_sum"].to_numpy(float), grp["n_tokens"].to_numpy(float)
     total_tok = tok.sum()
@@ -233,11 +257,14 @@ def _lm_stats(grp: pd.DataFrame) -> dict[str, float]:
     out = {"n": int(len(grp)), "n_tokens": int(total_tok), "ppl": ppl, "ppl_lo": lo, "ppl_hi": hi}
     if "correct_tokens" in grp.columns and total_tok > 0:
         out["token_acc"] = float(grp["correct_tokens"].sum() / total_tok)
-    return out
+    return {**out, **lm_eval_columns(grp)}  # lm-eval's word/byte metrics, for rows scored lm-eval style
 
 
 def perplexity_table(rows: pd.DataFrame) -> pd.DataFrame:
-    """Perplexity (and token accuracy) per (model, kind, attack, eps) for LM runs; corruptions excluded."""
+    """Perplexity (and token accuracy) per (model, kind, attack, eps) for LM runs; corruptions excluded.
+
+    ``ppl`` is per token (per character for robfilt's character-level LMs); models scored as lm-eval scores
+    documents (Hugging Face models) add ``word_perplexity``, ``byte_perplexity`` and ``bits_per_byte``."""
     if rows.empty or "nll_sum" not in rows.columns:
         return pd.DataFrame()
     rows = rows[~is_corruption(rows["attack"])]

@@ -1,0 +1,147 @@
+"""Who an LM run measures: every model with the tokenizer its weights were trained with, on one device and dtype.
+
+Models come as registry names (robfilt's own GPT, from the zoo, a checkpoint or untrained), ``hf:`` references
+(Hugging Face causal LMs, :mod:`robustbench_filters.hf.load`), or objects: a robfilt ``CausalLM``, a
+``transformers`` causal LM with its tokenizer, or an already wrapped
+:class:`~robustbench_filters.hf.adapter.HFCausalLM`. Every one becomes an :class:`~.lm_rows.LMSubject`; Hugging Face
+models carry lm-eval's rolling windows (``LMSubject.rolling``) and are checked against their tokenizer.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..configs import model_label
+from ..errors import RobfiltError
+from .lm_rows import LMSubject
+
+
+def _tokenizer_for(ref: str, size: str, checkpoint: str) -> Any:
+    from ..data import load_tokenizer
+    from ..models.checkpoint import zoo_path
+
+    folder = zoo_path(ref, size) if checkpoint == "zoo" else Path(checkpoint)
+    if folder.is_file():
+        folder = folder.parent
+    path = folder / "tokenizer.json"
+    if not path.exists():
+        raise RobfiltError(f"{folder} has no tokenizer.json; an LM checkpoint must be saved with its tokenizer.")
+    return load_tokenizer(path)
+
+
+def _is_hf(model: str | nn.Module) -> bool:
+    from ..hf import is_hf_model
+    from ..hf.adapter import HFCausalLM
+    from ..models.ref import ModelKind, parse_model_ref
+
+    if isinstance(model, str):
+        return parse_model_ref(model).kind is ModelKind.HF
+    return isinstance(model, HFCausalLM) or is_hf_model(model)
+
+
+def _hf_subject(
+    model: str | nn.Module, index: int, tokenizer: Any, checkpoint: str | None, options: dict[str, Any]
+) -> LMSubject:
+    """An ``hf:`` reference, a ``transformers`` model or a wrapped one, with its tokenizer and lm-eval windows."""
+    from ..hf.load import as_hf_lm, load_hf, precision_dtype
+    from ..models.ref import apply_model_args
+    from ..models.resolve import DEFAULT_CHECKPOINTS
+
+    window = {"max_length": options.get("max_length"), "stride": options.get("stride")}
+    if isinstance(model, str):
+        ref = apply_model_args(model, options.get("model_args"))
+        if checkpoint not in DEFAULT_CHECKPOINTS:
+            raise RobfiltError(f"--checkpoint does not apply to {ref.label}: its folder holds the weights; drop it.")
+        hf = {k: options[k] for k in ("precision", "device") if k in options}
+        module = load_hf(ref.target, label=ref.label, tokenizer=tokenizer, base_dir=options.get("base_dir"),
+                         conversion=ref.args, **window, **hf)  # fmt: skip
+        return LMSubject(ref.label, module, module.tokenizer, f"hf:{ref.target}", module.rolling)
+    dtype = precision_dtype(options.get("precision", "fp32"), options.get("device", "cpu"))
+    inner = getattr(model, "hf", model)
+    if dtype != next(inner.parameters()).dtype:
+        model = copy.deepcopy(model).to(dtype)  # never cast the caller's model
+    label = model_label(model, index)
+    module = as_hf_lm(model, tokenizer, **window, label=label)
+    return LMSubject(label, module.eval(), module.tokenizer, "module", module.rolling)
+
+
+def _own_tokenizer(tokenizer: Any) -> Any:
+    """A tokenizer object as given, or robfilt's tokenizer.json at a path."""
+    if isinstance(tokenizer, str | Path):
+        from ..data import load_tokenizer
+
+        path = Path(tokenizer)
+        return load_tokenizer(path / "tokenizer.json" if path.is_dir() else path)
+    return tokenizer
+
+
+def load_lm_subjects(
+    models: Sequence[str | nn.Module],
+    data: str,
+    size: str,
+    checkpoint: str | None,
+    seed: int,
+    tokenizer: Any = None,
+    base_dir: str | None = None,
+    model_args: dict[str, Any] | None = None,
+    **hf_options: Any,
+) -> list[LMSubject]:
+    """Every model with the tokenizer its weights were trained with.
+
+    Precedence: ``tokenizer`` when given (an object or a path); a module's own ``tokenizer`` (attached by its
+    checkpoint); the checkpoint folder's ``tokenizer.json``; for untrained models a character tokenizer of the data's
+    train split. ``hf:`` models and ``transformers`` models take ``max_length``, ``stride``, ``precision`` and
+    ``device`` from ``hf_options`` (:mod:`robustbench_filters.hf.load`).
+    """
+    from ..models import create_model
+    from ..models.resolve import load_model
+
+    untrained = checkpoint in (None, "none")
+    own = [m for m in models if not _is_hf(m)]
+    own_tok = _own_tokenizer(tokenizer) if own else None
+    fallback = own_tok
+    if fallback is None and (
+        (untrained and any(isinstance(m, str) for m in own))
+        or any(not isinstance(m, str) and not hasattr(m, "tokenizer") for m in own)
+    ):
+        from ..data import CharTokenizer, load_text
+
+        fallback = CharTokenizer.train(load_text(data, split="train"))
+    options = {**hf_options, "base_dir": base_dir, "model_args": model_args}
+    out = []
+    for i, m in enumerate(models):
+        if _is_hf(m):
+            out.append(_hf_subject(m, i, tokenizer, checkpoint, options))
+        elif not isinstance(m, str):
+            tok = own_tok or getattr(m, "tokenizer", None) or fallback
+            out.append(LMSubject(model_label(m, i), m.eval(), tok, "module"))
+        elif untrained:
+            torch.manual_seed(seed)
+            out.append(LMSubject(m, create_model(m, size, vocab_size=fallback.vocab_size), fallback, "untrained"))
+        else:
+            lm = load_model(m, size, checkpoint, seed, base_dir=base_dir, model_args=model_args)
+            tok = (
+                own_tok or getattr(lm.module, "tokenizer", None) or _tokenizer_for(lm.ref.target, size, str(checkpoint))
+            )
+            out.append(LMSubject(lm.label, lm.module.eval(), tok, lm.source))
+    if hf_options.get("precision", "fp32") != "fp32":
+        from ..hf.load import precision_dtype
+
+        dtype = precision_dtype(hf_options["precision"], hf_options.get("device", "cpu"))
+        for s in out:
+            if s.rolling is None:  # hf subjects are loaded (or copied) in this dtype already
+                s.module = (copy.deepcopy(s.module) if s.source == "module" else s.module).to(dtype)
+    for s in out:
+        emb = getattr(s.module, "tok_embed", None)
+        if isinstance(emb, nn.Embedding) and emb.num_embeddings < s.tokenizer.vocab_size:
+            raise RobfiltError(
+                f"{s.label}: the tokenizer has {s.tokenizer.vocab_size} tokens but the model only "
+                f"{emb.num_embeddings}; use the tokenizer saved with the checkpoint."
+            )
+    return out
