@@ -48,7 +48,7 @@ class Recipe(Declared):
     ckpt_every: int = _train(
         0, "Steps between resumable states (0: once per epoch for images, 200 steps for LMs).", Int()
     )
-    eval_max: int | None = _train(None, "Cap on test examples or windows of the final metric (default: all).", Int())
+    eval_max: int | None = _train(None, "Cap on test examples or windows of the final metric (none: all).", Int())
     tokenizer: str = _train(
         "char", "LM tokenizer: char (characters) or bpe (byte-level BPE trained on the data).", Tokenizer()
     )
