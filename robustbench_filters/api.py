@@ -7,7 +7,7 @@ checked rows and summary. An option that does not apply to the kind of run is an
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -111,7 +111,8 @@ def evaluate(
     if config is None:
         if models is None:
             raise RobfiltError("no model given; pass models=[...] or a config.")
-        models = [models] if isinstance(models, str | nn.Module) else list(models)
+        one = isinstance(models, str | nn.Module) or not isinstance(models, Iterable)
+        models = [models] if one else list(models)  # a function is one (bad) model: the config refuses it by name
         attacks = [attacks] if isinstance(attacks, str) else list(attacks)
         options = {
             "eps": eps, "data": data, "n_examples": n_examples, "norm": norm, "steps": steps, "step_size": step_size,

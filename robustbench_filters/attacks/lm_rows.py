@@ -25,6 +25,7 @@ import pandas as pd
 import torch
 from torch import nn
 
+from ..checks.logits import predictions
 from ..runs.units import unit_seed
 from .catalogue import Norm
 from .embedding import EmbeddingAttack, perturbation_size, sequence_nll
@@ -86,11 +87,25 @@ def encode_batch(tokenizer: Any, texts: Sequence[str], max_tokens: int, device: 
 
 
 def _score(model: nn.Module, emb: torch.Tensor, b: Batch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per sequence: summed NLL, predicted tokens, correct tokens."""
+    """Per sequence: summed NLL, predicted tokens, correct tokens.
+
+    A sequence whose logits are not a finite (batch, seq, vocab) tensor at its real positions is no prediction:
+    NaN NLL and 0 correct tokens (never argmax's token 0), which fails the "model outputs finite" check.
+    """
     with torch.no_grad():
-        logits = model.forward_embeddings(emb)
-        nll = sequence_nll(logits, b.targets, b.mask)
-        correct = ((logits.argmax(-1) == b.targets).float() * b.mask).sum(1)
+        out = model.forward_embeddings(emb)
+        if (
+            isinstance(out, torch.Tensor)
+            and out.is_floating_point()
+            and out.dim() == 3
+            and out.shape[:2] == b.idx.shape
+        ):
+            bad = ((~torch.isfinite(out).all(-1)) & (b.mask > 0)).any(1)
+            nll = torch.where(bad, float("nan"), sequence_nll(out, b.targets, b.mask))
+            correct = ((predictions(out) == b.targets).float() * b.mask).sum(1) * ~bad
+        else:  # a tuple, a dict or another shape mid-run: no sequence of the batch has a prediction
+            nll = torch.full((len(b.idx),), float("nan"))
+            correct = torch.zeros(len(b.idx))
     return (
         nll.double().cpu().numpy(),
         b.mask.sum(1).cpu().numpy().astype(np.int64),
@@ -149,8 +164,9 @@ def attack_rows(
         gens = [torch.Generator().manual_seed(unit_seed(seed, attack, norm.value, f"{eps:.6g}", int(i))) for i in ids]
         delta = atk.perturb(model, emb, b.targets, b.mask, gens)
         nll, _, _ = _score(model, emb + delta, b)
-        better = torch.from_numpy(nll) >= best_nll
-        best_nll = torch.where(better, torch.from_numpy(nll), best_nll)
+        nll_t = torch.from_numpy(nll)
+        better = (nll_t >= best_nll) | nll_t.isnan()  # a NaN (no prediction) is kept, so its row shows it
+        best_nll = torch.where(better, nll_t, best_nll)
         best_delta = torch.where(better.to(emb.device).view(-1, 1, 1), delta, best_delta)
         frames.append(
             score_rows(

@@ -66,6 +66,23 @@ def model_family(model: ModelLike) -> Family:
     return Family.LM if hasattr(model, "forward_embeddings") else Family.IMAGE
 
 
+def _check_model_object(model: Any, index: int) -> None:
+    """Only modules and references are models: a function, a class or anything else is refused by the API
+    parameter that holds it (``models[i]``), since only the Python API can pass one."""
+    if isinstance(model, str | nn.Module):
+        return
+    if isinstance(model, type):
+        what = f"a class ({model.__name__}); pass an instance, e.g. {model.__name__}(...)"
+    elif callable(model):
+        what = f"a {type(model).__name__}; wrap it in an nn.Module whose forward calls it"
+    else:
+        what = f"a {type(model).__name__}"
+    raise RobfiltError(
+        f"models[{index}] is {what}: a model must be an nn.Module returning logits, or a model reference "
+        "such as 'deit-grc' or 'models.py:build'."
+    )
+
+
 def _unique(values: Iterable[Any], what: str) -> tuple[Any, ...]:
     seen: list[Any] = []
     for v in values:
@@ -115,6 +132,8 @@ class RunConfig:
         models = (self.models,) if isinstance(self.models, str | nn.Module) else tuple(self.models)
         if not models:
             raise RobfiltError("no model given; pass --model NAME[,NAME...].")
+        for i, m in enumerate(models):
+            _check_model_object(m, i)
         self._set("models", models)
         _unique(self.labels, "--model")
         families = [model_family(m) for m in models]  # also checks every reference's syntax and registry name

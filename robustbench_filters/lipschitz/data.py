@@ -96,6 +96,6 @@ def load_inputs(target: Target, data: str | None, n: int, select: Selector, seq_
         raise RobfiltError(f"{target.name} is not a DeiT or LM model; pass inputs= tensors.")
     if name == SYNTHETIC:
         return _synthetic(target, n, seed, seq_len)
-    if target.family is Family.IMAGE:
-        return _images(name, target, n, select)
-    return _text(name, target, n, select, seq_len)
+    if target.family is Family.LM:
+        return _text(name, target, n, select, seq_len)
+    return _images(name, target, n, select)  # an image model, or a generic module: images are its only data
