@@ -125,9 +125,9 @@ def test_a_folder_with_more_class_folders_than_classes_is_refused(tmp_path) -> N
 
 BAD_LABELS = {
     "text": (["cat", "dog", "cat", "dog"], "text"),
-    "fraction": ([0.0, 1.5, 2.0, 3.0], "1.5, which is not a whole number"),
+    "fraction": ([0.0, 1.5, 2.0, 3.0], "1.5.* not a whole number"),
     "bool": ([True, False, True, False], "boolean"),
-    "nan": ([0.0, float("nan"), 1.0, 2.0], "NaN"),
+    "nan": ([0.0, float("nan"), 1.0, 2.0], "(?i:nan)"),
     "negative": ([0, -1, 2, 3], "-1"),
     "mixed objects": (np.array([0, "a", 2, 3], dtype=object), "text"),
 }
@@ -138,7 +138,7 @@ def test_labels_that_are_not_class_indices_are_refused_in_one_line(case: str) ->
     labels, needle = BAD_LABELS[case]
     x, _ = level_data([0, 1, 2, 3])
     for data in ((x, labels), Pairs(x, list(labels))):
-        with pytest.raises(RobfiltError, match="labels? .*" + needle.replace("(", r"\(")) as err:
+        with pytest.raises(RobfiltError, match="labels? .*" + needle) as err:
             evaluate(build(), ["fgsm"], data=data, n_examples=4, **FAST)
         assert "\n" not in str(err.value)
     with pytest.raises(RobfiltError, match=needle):

@@ -13,6 +13,7 @@ Two steps, because they happen at different times:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -64,20 +65,25 @@ def label_indices(values: Any, n: int | None = None, what: str = "labels") -> to
 
 
 def label_index(value: Any, what: str = "label") -> int:
-    """One label as a non-negative int (a 0-d or one-element tensor/array, a Python or numpy number)."""
+    """One label as a non-negative int (a Python or numpy number, or a one-element tensor or array)."""
+    if isinstance(value, torch.Tensor | np.ndarray):
+        size = value.numel() if isinstance(value, torch.Tensor) else value.size
+        if size != 1:
+            raise _refuse(what, f"has shape {tuple(value.shape)}, not one number")
+        value = value.reshape(-1)[0].item()
     if isinstance(value, bool | np.bool_):
         raise _refuse(what, f"is {value!r}, a boolean")
     if isinstance(value, str | bytes):
         raise _refuse(what, f"is {value!r}, text: map each class name to its index first")
-    if isinstance(value, torch.Tensor | np.ndarray):
-        if value.size == 0 if isinstance(value, np.ndarray) else value.numel() == 0:
-            raise _refuse(what, "is empty")
-        if (value.size if isinstance(value, np.ndarray) else value.numel()) != 1:
-            raise _refuse(what, f"has shape {tuple(value.shape)}, not one number")
-        return int(label_indices(value.reshape(1), 1, what)[0])
-    if isinstance(value, int | np.integer | float | np.floating):
-        return int(label_indices(np.asarray([value]), 1, what)[0])
-    raise _refuse(what, f"is a {type(value).__name__} ({value!r})")
+    if isinstance(value, float | np.floating):
+        if not math.isfinite(value) or value != round(value):
+            raise _refuse(what, f"is {float(value):g}, not a whole number")
+        value = int(value)
+    if not isinstance(value, int | np.integer):
+        raise _refuse(what, f"is a {type(value).__name__} ({value!r})")
+    if value < 0:
+        raise _refuse(what, f"is {int(value)}; class indices start at 0")
+    return int(value)
 
 
 def check_labels_fit(
