@@ -65,7 +65,9 @@ def label_indices(values: Any, n: int | None = None, what: str = "labels") -> to
 
 
 def label_index(value: Any, what: str = "label") -> int:
-    """One label as a non-negative int (a Python or numpy number, or a one-element tensor or array)."""
+    """One label as a non-negative int (a Python or numpy number, or a one-element tensor, array or list)."""
+    if isinstance(value, list | tuple):
+        value = np.asarray(value, dtype=object)
     if isinstance(value, torch.Tensor | np.ndarray):
         size = value.numel() if isinstance(value, torch.Tensor) else value.size
         if size != 1:
