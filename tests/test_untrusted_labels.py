@@ -148,7 +148,7 @@ def test_labels_that_are_not_class_indices_are_refused_in_one_line(case: str) ->
 def test_whole_number_floats_and_numpy_ints_are_labels() -> None:
     assert label_indices(np.array([0.0, 3.0, 9.0])).tolist() == [0, 3, 9]
     assert label_indices([np.int32(2), 5]).tolist() == [2, 5]
-    assert label_index(torch.tensor(4)) == 4 and label_index(np.float64(2.0)) == 2
+    assert label_index(torch.tensor(4)) == 4 and label_index(np.float64(2.0)) == 2 and label_index([7]) == 7
     with pytest.raises(RobfiltError, match="not one number"):
         label_index(torch.tensor([1, 2]))
 

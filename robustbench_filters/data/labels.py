@@ -72,7 +72,8 @@ def label_index(value: Any, what: str = "label") -> int:
         size = value.numel() if isinstance(value, torch.Tensor) else value.size
         if size != 1:
             raise _refuse(what, f"has shape {tuple(value.shape)}, not one number")
-        value = value.reshape(-1)[0].item()
+        first = value.reshape(-1)[0]
+        value = first.item() if hasattr(first, "item") else first  # an object array holds Python values
     if isinstance(value, bool | np.bool_):
         raise _refuse(what, f"is {value!r}, a boolean")
     if isinstance(value, str | bytes):
