@@ -116,9 +116,9 @@ def _check_model(model: Any) -> None:
     if isinstance(model, list | tuple):
         raise RobfiltError("benchmark takes one model; to compare several, use evaluate([model_a, model_b], ...).")
     if not isinstance(model, nn.Module | str):
+        got = f"the class {model.__name__}; pass an instance" if isinstance(model, type) else type(model).__name__
         raise RobfiltError(
-            f"model must be a torch nn.Module or a model reference such as 'timm:resnet18?num_classes=10', "
-            f"got {type(model).__name__}."
+            f"model must be a torch nn.Module or a model reference such as 'timm:resnet18?num_classes=10', got {got}."
         )
 
 

@@ -81,7 +81,7 @@ def test_channels_follow_the_model_and_size_only_when_asked() -> None:
         (np.full((4, 3, 8, 8), np.nan, dtype=np.float32), [0] * 4, "NaN"),
         (np.zeros((4, 5, 8, 7), dtype=np.uint8), [0] * 4, "5 channels"),
         (np.zeros((4, 8), dtype=np.uint8), [0] * 4, r"must be \(N, C, H, W\)"),
-        (np.zeros((4, 3, 8, 8), dtype=np.uint8), [0.0, 1.0, 0.0, 1.0], "integer class indices"),
+        (np.zeros((4, 3, 8, 8), dtype=np.uint8), [0.0, 1.5, 0.0, 1.0], "integer class indices"),
         (np.zeros((4, 3, 8, 8), dtype=np.uint8), [0, -1, 0, 1], "class indices start at 0"),
         (np.zeros((4, 3, 8, 8), dtype=np.uint8), [0, 1, 0], "1-D sequence of 4"),
     ],

@@ -220,6 +220,7 @@ def test_certify_smoothed_returns_rows_summary_and_passing_checks() -> None:
     res = certify_smoothed(model, x, y, [SIGMA], n0=50, n=500, batch_size=300, model_label="lin")
     assert len(res.rows) == len(y) and set(res.summary.radius) == {0.0, 0.25, 0.5, 0.75, 1.0}
     assert {c.name: c.status for c in res.checks} == {
+        "model outputs finite on every noise draw": PASS,
         "abstention rate": PASS,
         "same seed, same certificates": PASS,
     }

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..checks import ball_tolerance
+from ..checks.logits import GuardedLogits, predictions
 from ..runs.units import unit_seed
 from .catalogue import AttackParams, Norm, get_attack
 
@@ -44,7 +45,7 @@ def _row_stats(
     finite = torch.isfinite(x_cur).flatten(1).all(1)
     in_box = finite & (x_cur.flatten(1).amin(1) >= 0) & (x_cur.flatten(1).amax(1) <= 1)
     return {
-        "correct": logits.argmax(1) == y,
+        "correct": predictions(logits) == y,  # a NaN row (guarded bad output) is no prediction, never class 0
         "pert_norm": perturbation_norm(x_cur - x, norm).detach(),
         "margin": margin.detach(),
         "loss": loss.detach(),
@@ -132,9 +133,12 @@ def cascade(
 
     The rows' logits are those of the forward pass that decided "fooled" (so ``correct`` always agrees with it);
     examples not attacked keep their ``clean_logits`` (computed here when not given). No eps costs an extra
-    full-batch forward pass.
+    full-batch forward pass. The model runs guarded (:class:`~..checks.logits.GuardedLogits`), for the attack's
+    own calls too: a bad output (NaN, a tuple, another shape) is a NaN row, no prediction, and fails the run's
+    "model outputs finite" check instead of crashing the attack or becoming class 0.
     """
     info = get_attack(attack)
+    model = GuardedLogits(model, n_classes)
     x_cur = x.clone()
     if clean_logits is None:
         with torch.no_grad():
@@ -166,7 +170,7 @@ def cascade(
                 with torch.no_grad():
                     adv_logits = model(x_adv).float()
                 logits[idx] = adv_logits
-                fooled = adv_logits.argmax(1) != ys
+                fooled = predictions(adv_logits) != ys
                 if component not in components:
                     components.append(component)
                 # integer-index updates need no host-device sync (a boolean mask index would)

@@ -28,6 +28,7 @@ from ..checks import Check
 from ..checks import corruption as CC
 from ..checks import model as MC
 from ..checks import summarize as summarize_checks
+from ..checks.logits import check_image_rows, guard_logits, predictions
 from ..configs import CORRUPTION as PREFIX
 from ..configs import CorruptionConfig, data_label
 from ..runs.measurement import PrepareContext, Tick
@@ -46,7 +47,7 @@ def _rows(label, ids, kind, attack, severity, x, x_c, y, logits, clean_correct) 
     margin, loss = margin_loss(logits, y)
     flat = x_c.flatten(1)
     in_box = torch.isfinite(flat).all(1) & (flat.amin(1) >= 0) & (flat.amax(1) <= 1)
-    correct = logits.argmax(1) == y
+    correct = predictions(logits) == y  # a guarded (NaN) row is no prediction
     fooled = [
         "" if c else ("clean" if not cc else attack)
         for c, cc in zip(correct.tolist(), clean_correct.tolist(), strict=True)
@@ -80,15 +81,17 @@ def corruption_rows(
     ids: torch.Tensor,
     clean_correct: torch.Tensor,
     seed: int,
+    classes: int,
     tick: Tick | None = None,
 ) -> pd.DataFrame:
-    """One corruption at every severity on one batch; the noise is drawn per example, once for all severities."""
+    """One corruption at every severity on one batch; the noise is drawn per example, once for all severities.
+    ``classes`` is the model's class count: an output that is not finite (batch, classes) logits is a NaN row."""
     noise = pregenerate(name, tuple(x.shape[1:]), [unit_seed(seed, name, int(i)) for i in ids])
     frames = []
     for s in severities:
         x_c = corrupt(x, name, s, noise)
         with torch.no_grad():
-            logits = model(x_c)
+            logits = guard_logits(model(x_c), len(x_c), classes, x_c.device)
         frames.append(_rows(label, ids, "contamination", f"{PREFIX}:{name}", s, x, x_c, y, logits, clean_correct))
         if tick is not None:
             tick(1)
@@ -153,16 +156,22 @@ def summarize_corruption_rows(rows: pd.DataFrame, baseline: str | None = DEFAULT
     return out
 
 
-def _model_checks(model: nn.Module, label: str, x: torch.Tensor, names: Sequence[str], seed: int) -> list[Check]:
+def _model_checks(
+    model: nn.Module, label: str, x: torch.Tensor, names: Sequence[str], seed: int, classes: int
+) -> list[Check]:
     ids = torch.arange(len(x))
+
+    def pred_of(inputs: torch.Tensor) -> torch.Tensor:
+        return predictions(guard_logits(model(inputs), len(inputs), classes, inputs.device))
+
     with torch.no_grad():
-        pred = model(x).argmax(1)
+        pred = pred_of(x)
         moved, changed = 0.0, 0
         for name in names:
             noise = pregenerate(name, tuple(x.shape[1:]), [unit_seed(seed, name, int(i)) for i in ids])
             x0 = corrupt(x, name, 0, noise)
             moved = max(moved, float((x0 - x).abs().max()))
-            changed += int((model(x0).argmax(1) != pred).sum())
+            changed += int((pred_of(x0) != pred).sum())
     return [
         MC.check_eval_deterministic(model, label, x),
         MC.check_logits(model, label, x),
@@ -218,8 +227,8 @@ class Corruptions(ImageModelsMeasurement):
             x, y = x.to(self.device), y.to(self.device)
             model = self.loaded[mi].module.to(self.device).eval()
             with torch.no_grad():
-                logits = model(x)
-            self._cache = ((mi, bi), (x, y, ids, logits, logits.argmax(1) == y))
+                logits = guard_logits(model(x), len(x), self.classes[mi], x.device)
+            self._cache = ((mi, bi), (x, y, ids, logits, predictions(logits) == y))
         return self._cache[1]
 
     def measure(self, unit: Unit, tick: Tick) -> pd.DataFrame:
@@ -229,17 +238,31 @@ class Corruptions(ImageModelsMeasurement):
             rows = _rows(lm.label, ids, "clean", "clean", 0, x, x, y, logits, clean_correct)
             tick(1)
             return rows
-        return corruption_rows(lm.module, lm.label, unit.part, c.severities, x, y, ids, clean_correct, c.seed, tick)
+        return corruption_rows(
+            lm.module,
+            lm.label,
+            unit.part,
+            c.severities,
+            x,
+            y,
+            ids,
+            clean_correct,
+            c.seed,
+            self.classes[unit.model],
+            tick,
+        )
 
     def model_checks(self, model: int) -> list[Check]:
         lm = self.loaded[model]
         x, _ = self.source.take(self.ids[:N_CHECK])
         return _model_checks(
-            lm.module.to(self.device).eval(), lm.label, x.to(self.device), self.names, self.config.seed
-        )
+            lm.module.to(self.device).eval(), lm.label, x.to(self.device), self.names, self.config.seed,
+            self.classes[model],
+        )  # fmt: skip
 
     def row_checks(self, rows: pd.DataFrame, label: str) -> list[Check]:
-        found = (CC.check_corruption_box(rows, label), CC.check_severity_distance(rows, label))
+        found = (check_image_rows(rows, label), CC.check_corruption_box(rows, label),
+                 CC.check_severity_distance(rows, label))  # fmt: skip
         return [ch for ch in found if ch is not None]
 
     def summarise(self, rows: pd.DataFrame, checks: list[Check]) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from ..checks import Check
 from ..checks import image as IC
 from ..checks import model as MC
 from ..checks import summarize as summarize_checks
+from ..checks.logits import GuardedLogits, check_image_rows, guard_logits, predictions
 from ..configs import ImageAttackConfig, data_label
 from ..runs.measurement import PrepareContext, Tick
 from ..runs.units import Unit, ids_digest, unit_seed
@@ -70,7 +71,6 @@ class ImageAttack(ImageModelsMeasurement):
 
     def prepare(self, ctx: PrepareContext) -> None:
         self.open_examples(ctx)
-        self.n_classes = len(self.source.classes)
         self._batch_cache: tuple[int, tuple[torch.Tensor, ...]] | None = None
         self._clean_cache: tuple[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] | None = None
         self._on_device: set[int] = set()
@@ -135,8 +135,8 @@ class ImageAttack(ImageModelsMeasurement):
         if self._clean_cache is None or self._clean_cache[0] != (mi, bi):
             x, y, _ = self._batch(bi)
             with torch.no_grad(), autocast(self.device, self.config.amp):
-                logits = self._model(mi)(x).float()
-            self._clean_cache = ((mi, bi), (logits, logits.argmax(1) == y))
+                logits = guard_logits(self._model(mi)(x), len(x), self.classes[mi], x.device).float()
+            self._clean_cache = ((mi, bi), (logits, predictions(logits) == y))
         return self._clean_cache[1]
 
     def measure(self, unit: Unit, tick: Tick) -> pd.DataFrame:
@@ -152,7 +152,7 @@ class ImageAttack(ImageModelsMeasurement):
         with autocast(self.device, c.amp if c.amp_attacks else None):
             return cascade(
                 model, label, unit.part, c.eps, c.norm, x, y, ids, clean_correct, c.steps, c.step_size,
-                self.n_classes, c.seed, clean_logits=clean_logits, tick=tick,
+                self.classes[unit.model], c.seed, clean_logits=clean_logits, tick=tick,
             )  # fmt: skip
 
     # --- checks and summary ---------------------------------------------------------------------------------------
@@ -163,7 +163,7 @@ class ImageAttack(ImageModelsMeasurement):
         x, y = self.source.take(self.ids[:N_CHECK])
         x, y = x.to(self.device), y.to(self.device)
         with torch.no_grad():
-            clean_pred = module(x).argmax(1)
+            clean_pred = predictions(guard_logits(module(x), len(x), self.classes[model], x.device))
         out = [
             MC.check_eval_deterministic(module, label, x),
             MC.check_gradients(module, label, x, y),
@@ -171,36 +171,37 @@ class ImageAttack(ImageModelsMeasurement):
         ]
         info = ATTACKS[c.attacks[0]]
         torch.manual_seed(unit_seed(c.seed, label, "eps0"))
-        params = AttackParams(0.0, c.norm, c.steps, 0.0 if c.step_size is None else c.step_size, c.seed, self.n_classes)
-        (_, fn0), *_ = info.build(module, params)
-        out.append(IC.check_eps0(module, label, x, y, fn0, clean_pred))
+        classes = self.classes[model]
+        params = AttackParams(0.0, c.norm, c.steps, 0.0 if c.step_size is None else c.step_size, c.seed, classes)
+        (_, fn0), *_ = info.build(GuardedLogits(module, classes), params)
+        out.append(IC.check_eps0(module, label, x, y, fn0, clean_pred, classes))
         if c.check_masking:
-            out.extend(self._masking_checks(module, label, x, y))
+            out.extend(self._masking_checks(module, label, x, y, classes))
         return out
 
-    def _masking_checks(self, model: nn.Module, label: str, x: torch.Tensor, y: torch.Tensor) -> list[Check]:
+    def _masking_checks(
+        self, model: nn.Module, label: str, x: torch.Tensor, y: torch.Tensor, classes: int
+    ) -> list[Check]:
         """--check-masking: huge eps reaches chance; 5x steps is not weaker; Square does not beat PGD."""
         c = self.config
         big = 0.5 if c.norm is Norm.LINF else 20.0
         mid = c.eps[len(c.eps) // 2]
 
         def acc(attack: str, eps: float, steps: int, step_size: float | None) -> float:
-            return accuracy_under(
-                model, attack, x, y, AttackParams(eps, c.norm, steps, step_size, c.seed, self.n_classes)
-            )
+            return accuracy_under(model, attack, x, y, AttackParams(eps, c.norm, steps, step_size, c.seed, classes))
 
         acc_big = acc("pgd", big, max(c.steps, 20), None)
         acc_mid = acc("pgd", mid, c.steps, c.step_size)
         acc_5x = acc("pgd", mid, 5 * c.steps, c.step_size)
         acc_square = acc("square", mid, c.steps, c.step_size)
         return [
-            IC.check_chance(acc_big, self.n_classes, label, big),
+            IC.check_chance(acc_big, classes, label, big),
             IC.check_more_steps(acc_mid, acc_5x, len(y), label, 5),
             IC.check_blackbox(acc_mid, acc_square, len(y), label),
         ]
 
     def row_checks(self, rows: pd.DataFrame, label: str) -> list[Check]:
-        checks = [IC.check_in_ball(rows, label), IC.check_monotone(rows, label)]
+        checks = [check_image_rows(rows, label), IC.check_in_ball(rows, label), IC.check_monotone(rows, label)]
         pgd_fgsm = IC.check_pgd_vs_fgsm(rows, label)
         if pgd_fgsm is not None:
             checks.append(pgd_fgsm)
@@ -255,11 +256,13 @@ def accuracy_under(model: nn.Module, attack: str, x: torch.Tensor, y: torch.Tens
     """Robust accuracy of ``model`` under one attack (per-example worst case over its components)."""
     torch.manual_seed(params.seed)
     alive = torch.ones(len(y), dtype=torch.bool, device=x.device)
+    model = GuardedLogits(model, params.n_classes)
     for _, fn in get_attack(attack).build(model, params):
         idx = alive.nonzero().squeeze(1)
         if not len(idx):
             break
         x_adv = fn(x[idx], y[idx]).detach()
         with torch.no_grad():
-            alive[idx[model(x_adv).argmax(1) != y[idx]]] = False
+            pred = predictions(model(x_adv))
+            alive[idx[pred != y[idx]]] = False
     return alive.float().mean().item()

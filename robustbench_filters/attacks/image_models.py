@@ -14,7 +14,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..checks.logits import require_logits
 from ..configs import data_label, model_label
+from ..data.labels import check_labels_fit, check_positions_are_classes, pool_labels
 from ..errors import RobfiltError
 from ..models.resolve import LoadedModel, load_model
 from ..runs.measurement import Measurement, PrepareContext
@@ -43,8 +45,9 @@ def open_images(config: Any, models: list[LoadedModel]) -> Any:
     )  # fmt: skip
 
 
-def check_fits(lm: LoadedModel, x: torch.Tensor, n_classes: int, data: str) -> None:
-    """Refuse, before any folder is written, a model that cannot take this data or has the wrong classes."""
+def check_fits(lm: LoadedModel, x: torch.Tensor, data: str) -> int:
+    """Refuse, before any folder is written, a model that cannot take this data or does not return finite
+    (batch, classes) logits; return its class count (the logits' last dimension)."""
     try:
         with torch.no_grad(), frozen([lm.module]):
             out = lm.module.eval()(x)
@@ -54,11 +57,19 @@ def check_fits(lm: LoadedModel, x: torch.Tensor, n_classes: int, data: str) -> N
             f"model {lm.label} cannot take {data} images of shape {tuple(x.shape[1:])} ({first}); "
             "pick matching --data/--size or a model built for this input."
         ) from None
-    if out.dim() != 2 or out.shape[1] != n_classes:
-        raise RobfiltError(
-            f"model {lm.label} returns outputs of shape {tuple(out.shape)} but {data} has {n_classes} classes; "
-            "the model must return (batch, classes) logits."
-        )
+    return require_logits(out, len(x), model=lm.label, where=f"{data}'s first selected examples")
+
+
+def check_labels(source: Any, ids: torch.Tensor, models: list[LoadedModel], classes: list[int], data: str) -> None:
+    """The data's labels must be class indices of every model: in [0, classes), and a folder's by name too."""
+    from ..data.folder import FolderSource
+
+    names = source.classes if isinstance(source, FolderSource) else None
+    labels = pool_labels(source, ids)
+    for lm, k in zip(models, classes, strict=True):
+        check_labels_fit(labels, k, model=lm.label, data=data, names=names)
+        if names is not None:
+            check_positions_are_classes(names, k, model=lm.label, data=data)
 
 
 @contextlib.contextmanager
@@ -79,10 +90,12 @@ def frozen(modules: list[nn.Module]) -> Iterator[None]:
 
 
 class ImageModelsMeasurement(Measurement):
-    """Base of the measurements over image models: ``open_examples`` sets ``loaded``, ``source``, ``ids`` and
-    ``batches`` and records the selection's digest in the run's fingerprint."""
+    """Base of the measurements over image models: ``open_examples`` sets ``loaded``, ``source``, ``ids``,
+    ``batches`` and ``classes`` (each model's class count, from its logits) and records the selection's digest
+    in the run's fingerprint."""
 
     loaded: list[LoadedModel]
+    classes: list[int]
 
     def open_examples(self, ctx: PrepareContext) -> None:
         c = self.config
@@ -91,9 +104,10 @@ class ImageModelsMeasurement(Measurement):
         self.source = open_images(c, self.loaded)
         self.ids = ctx.select(len(self.source), c.n_examples)
         ctx.record_data("examples", self.source.digest(self.ids))
-        probe, _ = self.source.take(self.ids[:1])
-        for lm in self.loaded:
-            check_fits(lm, probe, len(self.source.classes), data_label(c.data))
+        probe, _ = self.source.take(self.ids[:2])
+        data = data_label(c.data)
+        self.classes = [check_fits(lm, probe, data) for lm in self.loaded]
+        check_labels(self.source, self.ids, self.loaded, self.classes, data)
         self.batches = batch_slices(len(self.ids), c.batch_size)
 
     @property

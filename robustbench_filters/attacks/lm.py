@@ -28,8 +28,9 @@ from ..checks import Check
 from ..checks import lm as LC
 from ..checks import model as MC
 from ..checks import summarize as summarize_checks
-from ..configs import DEFAULT_LM_SEQUENCES, WORDSWAP, LMAttackConfig
-from ..errors import RobfiltError
+from ..checks.logits import require_logits
+from ..configs import WORDSWAP, LMAttackConfig
+from ..errors import RobfiltError, UserCodeError
 from ..runs.measurement import Measurement, PrepareContext, Tick
 from ..runs.units import Unit, batch_slices, ids_digest
 from .catalogue import Norm
@@ -143,8 +144,8 @@ class LMAttack(Measurement):
             raise RobfiltError(
                 f"the {c.data} test text has {len(text)} characters, fewer than one sequence ({self.block + 1})."
             )
-        self.n = min(DEFAULT_LM_SEQUENCES, len(pool)) if c.n_examples is None else c.n_examples
-        self.ids = ctx.select(len(pool), self.n)
+        self.ids = ctx.select(len(pool), c.n_examples)
+        self.n = len(self.ids)
         self.chunks = [pool[int(i)] for i in self.ids]
         ctx.record_data("examples", hashlib.sha256("\0".join(self.chunks).encode()).hexdigest())
         if any(r > 0 for r in c.rates) and not any(eligible_spans(t)[0] for t in self.chunks):
@@ -155,6 +156,30 @@ class LMAttack(Measurement):
         self.batches = batch_slices(self.n, c.batch_size)
         self._encoded: tuple[tuple[int, int], Any] | None = None
         self._on_device: set[int] = set()
+        for mi in range(len(self.subjects)):
+            self._check_outputs(mi)
+
+    def _check_outputs(self, mi: int) -> None:
+        """Refuse, before any folder is written, a model whose logits are not finite (batch, seq, vocab) with a
+        logit for every token its tokenizer makes (token ids are the classes of a language model)."""
+        s = self._subject(mi)
+        b = encode_batch(s.tokenizer, self.chunks[:2], self.block + 1, self.device)
+        try:
+            with torch.no_grad():
+                out = s.module.forward_embeddings(s.module.embed(b.idx))
+        except Exception as exc:  # noqa: BLE001 - the user's forward may raise anything
+            raise UserCodeError.wrap(s.label, "its first forward pass", exc, "fix it, then rerun") from None
+        vocab = require_logits(out, len(b.idx), model=s.label, rank=3, where="the first selected sequences")
+        if out.shape[1] != b.idx.shape[1]:
+            raise RobfiltError(
+                f"model {s.label} returns {out.shape[1]} positions for sequences of {b.idx.shape[1]} tokens; "
+                "it must return (batch, seq, vocab) logits, one row per input position."
+            )
+        if vocab < s.tokenizer.vocab_size:
+            raise RobfiltError(
+                f"model {s.label} returns {vocab} logits per position but its tokenizer has {s.tokenizer.vocab_size} "
+                "tokens; use the tokenizer the model was trained with."
+            )
 
     @property
     def labels(self) -> list[str]:
@@ -251,6 +276,7 @@ class LMAttack(Measurement):
 
     def row_checks(self, rows: pd.DataFrame, label: str) -> list[Check]:
         found = [
+            LC.check_finite_outputs(rows, label),
             LC.check_rate0_equals_clean(rows, label),
             LC.check_eps0_equals_clean(rows, label),
             LC.check_contamination_rate(rows, label),

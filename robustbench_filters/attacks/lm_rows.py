@@ -32,6 +32,7 @@ import pandas as pd
 import torch
 from torch import nn
 
+from ..checks.logits import predictions
 from ..runs.units import unit_seed
 from .catalogue import Norm
 from .embedding import EmbeddingAttack, perturbation_size, sequence_nll
@@ -148,16 +149,30 @@ def encode_batch(
 
 
 def _score_rows(model: nn.Module, emb: torch.Tensor, b: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per row (sequence or window): summed NLL (float64), scored tokens, correct tokens."""
+    """Per row (sequence or window): summed NLL (float64), scored tokens, correct tokens.
+
+    A row whose logits are not a finite (batch, seq, vocab) tensor at its scored positions is no prediction:
+    NaN NLL and 0 correct tokens (never argmax's token 0), which fails the "model outputs finite" check.
+    """
     with torch.no_grad():
-        logits = model.forward_embeddings(emb)
-        nll = sequence_nll(logits, b.targets, b.mask)
-        correct = ((logits.argmax(-1) == b.targets).float() * b.mask).sum(1)
+        out = model.forward_embeddings(emb)
+        if (
+            isinstance(out, torch.Tensor)
+            and out.is_floating_point()
+            and out.dim() == 3
+            and out.shape[:2] == b.idx.shape
+        ):
+            bad = ((~torch.isfinite(out).all(-1)) & (b.mask > 0)).any(1)
+            nll = torch.where(bad, float("nan"), sequence_nll(out, b.targets, b.mask))
+            correct = ((predictions(out) == b.targets).float() * b.mask).sum(1) * ~bad
+        else:  # a tuple, a dict or another shape mid-run: no row of the batch has a prediction
+            nll = torch.full((len(b.idx),), float("nan"), device=b.mask.device)
+            correct = torch.zeros(len(b.idx), device=b.mask.device)
     return nll.double().cpu(), b.mask.sum(1).cpu(), correct.cpu()
 
 
 def _score(model: nn.Module, emb: torch.Tensor, b: Batch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per sequence: summed NLL, predicted tokens, correct tokens."""
+    """Per sequence: summed NLL, predicted tokens, correct tokens (a NaN window makes its sequence NaN)."""
     nll, n_tok, correct = (b.per_sequence(v) for v in _score_rows(model, emb, b))
     return nll.numpy(), n_tok.numpy().astype(np.int64), correct.numpy().astype(np.int64)
 
@@ -235,7 +250,7 @@ def attack_rows(
         gens = [torch.Generator().manual_seed(unit_seed(*k)) for k in keys]
         delta = atk.perturb(model, emb, b.targets, b.mask, gens, support=b.valid)
         nll, _, _ = _score_rows(model, emb + delta, b)
-        better = nll >= best_nll
+        better = (nll >= best_nll) | nll.isnan()  # a NaN (no prediction) is kept, so its row shows it
         best_nll = torch.where(better, nll, best_nll)
         best_delta = torch.where(better.to(emb.device).view(-1, 1, 1), delta, best_delta)
         size = b.per_sequence(perturbation_size(best_delta, norm).double().cpu(), "amax")

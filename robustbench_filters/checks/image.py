@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from .base import FAIL, PASS, WARN, Check, ball_tolerance
+from .logits import guard_logits, predictions
 
 
 def check_in_ball(rows: pd.DataFrame, model: str) -> Check:
@@ -72,12 +73,13 @@ def check_step_budget(steps: int, step_size: float | None, eps: list[float], mod
 
 
 def check_eps0(
-    model: nn.Module, label: str, x: torch.Tensor, y: torch.Tensor, attack_fn, clean_pred: torch.Tensor
+    model: nn.Module, label: str, x: torch.Tensor, y: torch.Tensor, attack_fn, clean_pred: torch.Tensor, classes: int
 ) -> Check:
-    """eps = 0 gives clean accuracy exactly: the attack must not move any input."""
+    """eps = 0 gives clean accuracy exactly: the attack must not move any input (predictions as in the rows:
+    a bad output is no prediction, -1)."""
     x_adv = attack_fn(x, y).detach()
     with torch.no_grad():
-        pred = model(x_adv).argmax(-1)
+        pred = predictions(guard_logits(model(x_adv), len(x_adv), classes, x.device))
     moved = (x_adv - x).abs().amax().item()
     same = bool((pred == clean_pred).all())
     if same and moved == 0.0:

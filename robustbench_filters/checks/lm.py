@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from .base import FAIL, PASS, WARN, Check, ball_tolerance
+from .logits import check_finite_rows
 
 # PGD vs FGSM: in the near-linear regime of small eps both reach the same boundary point, so a relative
 # perplexity shortfall up to PGD_FGSM_NOISE is numerical noise (PASS); up to PGD_FGSM_TOL it is a WARN, beyond a FAIL.
@@ -40,6 +41,12 @@ def _paired_equal(a: pd.DataFrame, b: pd.DataFrame, cols: tuple[str, ...]) -> tu
     for c in cols:
         diff |= ~np.isclose(m[c].to_numpy(float), m[f"{c}_b"].to_numpy(float), rtol=0, atol=0, equal_nan=True)
     return len(m), int(diff.sum())
+
+
+def check_finite_outputs(rows: pd.DataFrame, model: str) -> Check:
+    """Every sequence of every kind was scored on finite logits (a NaN NLL is a sequence with no prediction)."""
+    sub = _model_rows(rows, model)
+    return check_finite_rows(pd.Series(~np.isfinite(sub.nll_sum.to_numpy(float))), model, "sequences")
 
 
 def check_rate0_equals_clean(rows: pd.DataFrame, model: str, attack: str = "wordswap") -> Check | None:

@@ -75,6 +75,23 @@ def model_family(model: ModelLike) -> Family:
     return Family.LM if hasattr(model, "forward_embeddings") else Family.IMAGE
 
 
+def _check_model_object(model: Any, index: int) -> None:
+    """Only modules and references are models: a function, a class or anything else is refused by the API
+    parameter that holds it (``models[i]``), since only the Python API can pass one."""
+    if isinstance(model, str) or is_module(model):
+        return
+    if isinstance(model, type):
+        what = f"a class ({model.__name__}); pass an instance, e.g. {model.__name__}(...)"
+    elif callable(model):
+        what = f"a {type(model).__name__}; wrap it in an nn.Module whose forward calls it"
+    else:
+        what = f"a {type(model).__name__}"
+    raise RobfiltError(
+        f"models[{index}] is {what}: a model must be an nn.Module returning logits, or a model reference "
+        "such as 'deit-grc' or 'models.py:build'."
+    )
+
+
 def _unique(values: Iterable[Any], name: str) -> tuple[Any, ...]:
     """``values`` as a tuple; a repeated value is refused (it would count examples twice and narrow intervals)."""
     seen: list[Any] = []
@@ -165,6 +182,8 @@ class RunConfig(Declared):
         models = (self.models,) if isinstance(self.models, str) or is_module(self.models) else tuple(self.models)
         if not models:
             raise RobfiltError(f"no model given; pass {given('models', 'NAME[,NAME...]')}.")
+        for i, m in enumerate(models):
+            _check_model_object(m, i)
         self._set("models", models)
         _unique(self.labels, "models")
         families = [model_family(m) for m in models]  # also checks every reference's syntax and registry name

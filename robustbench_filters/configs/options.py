@@ -183,23 +183,11 @@ class Models(Value):
         return tuple(items)
 
     def from_python(self, value: Any, name: str) -> Any:
-        if isinstance(value, str) or is_module(value):
-            return (value,)
-        if callable(value):
-            raise RobfiltError(
-                f"{flag(name)} got a plain {type(value).__name__} ({getattr(value, '__name__', value)!r}); pass a "
-                "torch nn.Module (wrap a function in an nn.Module) or a model reference such as 'deit-grc'."
-            )
-        try:
-            items = tuple(value)
-        except TypeError:
-            raise _bad(name, "model references or torch modules", value) from None
-        for item in items:
-            if not (isinstance(item, str) or is_module(item)):
-                if callable(item):
-                    return self.from_python(item, name)  # the plain-function message
-                raise _bad(name, "model references or torch modules", item)
-        return items
+        """One model or a list of them; anything that is not a module or a reference is refused by the config,
+        which names its position (``models[1] is a function ...``)."""
+        if isinstance(value, list | tuple):
+            return tuple(value)
+        return (value,)
 
 
 class Data(Text):

@@ -5,7 +5,9 @@ What is accepted, checked once with one-line errors:
 - images: float in [0, 1] or uint8 in 0-255 (converted), shaped (N, C, H, W), (N, H, W, C) for numpy-style
   channel-last arrays, or (N, H, W) for grey; 1, 3 or 4 (alpha dropped) channels. Normalised images are refused:
   normalisation belongs inside the model, or eps would be on the wrong scale.
-- labels: integers in [0, number of classes).
+- labels: whole numbers from 0 (:mod:`.labels`; text, fractions and booleans are refused). Whether each is a
+  class of the model is checked once the model's class count is known (a measurement's probe).
+- nothing the caller passes is modified: images are detached and copied before robfilt clamps or converts them.
 
 A Dataset may return (image, label) with the image a tensor, an array or a PIL image (PIL images go through the
 model's preprocessing). Channels follow ``spec.in_chans`` when a spec is given; sizes change only when asked.
@@ -25,6 +27,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset
 from ..errors import RobfiltError
 from .folder import as_ids, worker_context
 from .images import tensor_checksum
+from .labels import label_index, label_indices
 from .preprocess import InputSpec, adapt_tensor, pil_transform
 
 log = logging.getLogger(__name__)
@@ -47,10 +50,18 @@ def _channels_first(x: torch.Tensor, channel_last: bool | None, what: str) -> to
     return x
 
 
-def to_unit_float(x: Any, what: str = "images", channel_last: bool | None = None) -> torch.Tensor:
-    """Images as float32 (N, C, H, W) in [0, 1]: uint8 is divided by 255, floats must already be in [0, 1]."""
+def _as_tensor(x: Any) -> torch.Tensor:
+    """A tensor view of ``x``, detached from any autograd graph (the caller's images are data, not parameters)."""
     t = torch.from_numpy(np.ascontiguousarray(x)) if isinstance(x, np.ndarray) else torch.as_tensor(x)
-    t = _channels_first(t, channel_last, what)
+    return t.detach()
+
+
+def to_unit_float(x: Any, what: str = "images", channel_last: bool | None = None) -> torch.Tensor:
+    """Images as float32 (N, C, H, W) in [0, 1]: uint8 is divided by 255, floats must already be in [0, 1].
+
+    Always a new tensor: ``x`` (which may share memory with it before the copy) is never modified.
+    """
+    t = _channels_first(_as_tensor(x), channel_last, what)
     if t.dtype == torch.uint8:
         return t.float().div_(255.0)
     if not t.is_floating_point():
@@ -66,22 +77,12 @@ def to_unit_float(x: Any, what: str = "images", channel_last: bool | None = None
             hint = " (normalised? robfilt takes raw [0, 1] images: the model normalises)" if lo < 0 else ""
             hint = hint or (" (0-255 floats? divide by 255 or pass uint8)" if hi > 1 else "")
             raise RobfiltError(f"{what} have values in [{lo:.3g}, {hi:.3g}], not [0, 1]{hint}.")
-        t = t.clamp_(0.0, 1.0)
-    return t.contiguous()
+    return t.clamp(0.0, 1.0).contiguous()  # clamp makes the copy: never in place on the caller's memory
 
 
 def to_labels(y: Any, n: int, what: str = "labels") -> torch.Tensor:
-    """Integer labels as int64 (N,), non-negative."""
-    t = torch.from_numpy(np.asarray(y)) if isinstance(y, np.ndarray | list | tuple) else torch.as_tensor(y)
-    t = t.reshape(-1) if t.dim() == 2 and t.shape[1] == 1 else t
-    if t.dim() != 1 or len(t) != n:
-        raise RobfiltError(f"{what} must be a 1-D sequence of {n} class indices, got shape {tuple(t.shape)}.")
-    if t.is_floating_point() or t.dtype == torch.bool or t.is_complex():
-        raise RobfiltError(f"{what} have dtype {t.dtype}; give integer class indices (e.g. y.astype('int64')).")
-    t = t.long()
-    if len(t) and int(t.min()) < 0:
-        raise RobfiltError(f"{what} contain {int(t.min())}; class indices start at 0.")
-    return t
+    """Labels as int64 (N,): non-negative whole numbers (see :func:`.labels.label_indices`)."""
+    return label_indices(y, n, what)
 
 
 def _classes(classes: Sequence[str] | None, y: torch.Tensor, what: str) -> list[str]:
@@ -107,13 +108,11 @@ class TensorSource:
         resize: bool = False,
         channel_last: bool | None = None,
     ) -> None:
-        t = torch.from_numpy(np.ascontiguousarray(x)) if isinstance(x, np.ndarray) else torch.as_tensor(x)
-        t = _channels_first(t, channel_last, "x")
-        if t.dtype != torch.uint8:
-            t = to_unit_float(t, "x", channel_last=False)
-        self._x = t
-        self.y = to_labels(y, len(t), "y")
-        self.classes = _classes(classes, self.y, "y")
+        t = _channels_first(_as_tensor(x), channel_last, "images (data[0])")
+        t = t.clone() if t.dtype == torch.uint8 else to_unit_float(t, "images (data[0])", channel_last=False)
+        self._x = t  # our own copy: a later change to the caller's tensor cannot change what was measured
+        self.y = to_labels(y, len(t), "labels (data[1])")
+        self.classes = _classes(classes, self.y, "labels (data[1])")
         self.name, self.split = name, "test"
         self.spec, self.resize = spec, resize
         self._checksum = ""
@@ -180,12 +179,10 @@ class _Items(Dataset):
             image = self._pil(image)
             x = image.float().div_(255.0)
         else:
-            x = to_unit_float(torch.as_tensor(np.asarray(image)).unsqueeze(0), f"dataset[{j}] image")
+            pixels = image.detach() if isinstance(image, torch.Tensor) else torch.as_tensor(np.asarray(image))
+            x = to_unit_float(pixels.unsqueeze(0), f"dataset[{j}] image")
             x = adapt_tensor(x, self.spec, self.resize)[0]
-        label_t = torch.as_tensor(label)
-        if label_t.numel() != 1 or label_t.is_floating_point() or label_t.dtype == torch.bool or int(label_t) < 0:
-            raise RobfiltError(f"dataset[{j}] label {label!r} is not one non-negative integer class index.")
-        return x, int(label_t)
+        return x, label_index(label, f"dataset[{j}] label")
 
 
 def _collate_items(items: list) -> tuple[list, torch.Tensor, list[str]]:

@@ -9,6 +9,19 @@ validation images are never held at once.
 Identity without decoding: :attr:`FolderSource.checksum` hashes the sorted file list, sizes, labels and the
 preprocessing; :meth:`FolderSource.digest` hashes the bytes of exactly the selected files, their labels and the
 preprocessing. A corrupt or truncated file stops the run with its path.
+
+Links (symbolic or hard) never change what is measured: each real file (what a path resolves to) is
+indexed at most once.
+
+- A file reached again through another path of its class folder is indexed once, under its first path in the
+  index's order (class folders in sorted order, each walked top-down with names sorted).
+- A link to a directory that contains its own class folder (``.``, ``..``, the data root: a loop) is skipped,
+  and a directory reached twice within a class folder is walked once.
+- A file reached from two class folders (a link into another class, or two class names linked to one
+  directory) is refused in one line: it would count one image under two labels.
+- A broken link with an image extension is refused in one line.
+
+Class folders may themselves be links, and links may point outside the data root.
 """
 
 from __future__ import annotations
@@ -61,7 +74,11 @@ def as_ids(ids: Any, n: int) -> np.ndarray:
 
 
 def index_folder(folder: Path) -> tuple[list[str], np.ndarray, list[str]]:
-    """(relative file paths, labels, class names) of a class-per-sub-folder tree, in a fixed sorted order."""
+    """(relative file paths, labels, class names) of a class-per-sub-folder tree, in a fixed sorted order.
+
+    Classes are the sorted sub-folder names (hidden ones skipped); each class folder is walked top-down with
+    names sorted, following links; every real file is indexed at most once (the rules: the module docstring).
+    """
     classes = sorted(e.name for e in os.scandir(folder) if e.is_dir() and not e.name.startswith("."))
     if not classes:
         loose = any(e.is_file() and e.name.lower().endswith(IMG_EXTENSIONS) for e in os.scandir(folder))
@@ -69,12 +86,9 @@ def index_folder(folder: Path) -> tuple[list[str], np.ndarray, list[str]]:
         raise RobfiltError(f"no images found in {folder}: {hint} {folder}/<class name>/<image file>.")
     files: list[str] = []
     labels: list[int] = []
+    seen: dict[tuple[int, int], tuple[str, str]] = {}  # real file -> (class, first path)
     for label, cls in enumerate(classes):
-        found = []
-        for dirpath, dirnames, filenames in os.walk(folder / cls, followlinks=True):
-            dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-            rel = Path(dirpath).relative_to(folder)
-            found += [(rel / f).as_posix() for f in sorted(filenames) if f.lower().endswith(IMG_EXTENSIONS)]
+        found = _walk_class(folder, cls, seen)
         if not found:
             raise RobfiltError(
                 f"class folder {folder / cls} has no image files ({', '.join(IMG_EXTENSIONS)}); add images or remove it."
@@ -82,6 +96,62 @@ def index_folder(folder: Path) -> tuple[list[str], np.ndarray, list[str]]:
         files += found
         labels += [label] * len(found)
     return files, np.asarray(labels, dtype=np.int64), classes
+
+
+def _walk_class(folder: Path, cls: str, seen: dict[tuple[int, int], tuple[str, str]]) -> list[str]:
+    """The image files of one class folder, each real file once; ``seen`` maps every real file indexed so far
+    (in any class) to its class and first path, so a file reached from a second class is refused."""
+    top = folder / cls
+    real_top = Path(os.path.realpath(top))
+    walked: set[str] = set()
+    found: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(top, followlinks=True):
+        here = os.path.realpath(dirpath)
+        if here in walked:  # reached again through a link: its files are indexed already
+            dirnames[:] = []
+            continue
+        walked.add(here)
+        keep = []
+        for d in sorted(dirnames):
+            if d.startswith("."):
+                continue
+            target = Path(os.path.realpath(os.path.join(dirpath, d)))
+            if real_top == target or real_top.is_relative_to(target):  # a loop back over this class
+                log.info("skipping %s: it links back to %s", Path(dirpath, d), target)
+                continue
+            keep.append(d)
+        dirnames[:] = keep
+        rel = Path(dirpath).relative_to(folder)
+        for f in sorted(filenames):
+            if not f.lower().endswith(IMG_EXTENSIONS):
+                continue
+            path = (rel / f).as_posix()
+            key = _identity(folder, path)
+            if key in seen:
+                first_cls, first = seen[key]
+                if first_cls != cls:
+                    raise RobfiltError(
+                        f"{folder}: {path} and {first} are one file (linked) in class folders {cls!r} and "
+                        f"{first_cls!r}; it would count one image under two labels: remove the link."
+                    )
+                log.info("%s is %s again (a link); indexed once", path, first)
+                continue
+            seen[key] = (cls, path)
+            found.append(path)
+    return found
+
+
+def _identity(folder: Path, path: str) -> tuple[int, int]:
+    """(device, inode) of the file ``path`` resolves to: one key per real file, whatever links lead to it."""
+    try:
+        st = os.stat(folder / path)
+    except OSError as exc:
+        if os.path.islink(folder / path):
+            what = f"is a broken link (to {os.readlink(folder / path)}); remove it or point it at an image"
+        else:
+            what = f"cannot be read ({exc.strerror or exc}); fix its permissions or remove it"
+        raise RobfiltError(f"{folder}: {path} {what}.") from None
+    return st.st_dev, st.st_ino
 
 
 class _Decode(Dataset):

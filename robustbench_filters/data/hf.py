@@ -203,8 +203,10 @@ class HFImageSource:
         return x, torch.from_numpy(self.labels[idx])
 
     def _settings(self) -> bytes:
+        # arrays for a model that states no input spec keep their size and channels: no preprocessing (None)
+        preprocess = self.spec.settings() if self.spec is not None else None
         return json.dumps(
-            {"classes": self.classes, "preprocess": self.spec.settings(), "resize": self.resize}, sort_keys=True
+            {"classes": self.classes, "preprocess": preprocess, "resize": self.resize}, sort_keys=True
         ).encode()
 
     def digest(self, ids: Any) -> str:

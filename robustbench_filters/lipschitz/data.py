@@ -110,6 +110,6 @@ def load_inputs(target: Target, config: Any, select: Selector) -> Inputs:
         if config.n_examples is None:
             raise RobfiltError(f"synthetic data has no size; give {flag('n_examples')}.")
         return _synthetic(target, int(config.n_examples), config.seed, seq_len)
-    if target.family is Family.IMAGE:
-        return _images(name, target, config, select)
-    return _text(name, target, config, select)
+    if target.family is Family.LM:
+        return _text(name, target, config, select)
+    return _images(name, target, config, select)  # an image model, or a generic module: images are its only data

@@ -32,8 +32,11 @@ from torch import nn
 
 from ..checks import Check
 from ..checks import summarize as summarize_checks
+from ..checks.logits import check_finite_rows, require_logits
 from ..configs import LipschitzConfig, model_label
-from ..errors import RobfiltError
+from ..data.labels import check_labels_fit, label_indices
+from ..errors import RobfiltError, UserCodeError
+from ..family import Family
 from ..models import create_model
 from ..names import Method
 from ..runs.measurement import Measurement, PrepareContext, Tick
@@ -42,7 +45,7 @@ from ..runs.units import Unit, batch_slices, example_count
 if TYPE_CHECKING:
     from ..runs.runner import RunResult
 from .certify import certified_radius, margins, trace_bounds
-from .data import Inputs, load_inputs
+from .data import DEFAULT_DATA, Inputs, load_inputs
 from .jacobian import jacobian_norm_exact, jacobian_norm_power
 from .profile import layer_profile
 from .ratio import pair_ratio_ascent
@@ -134,6 +137,22 @@ def _lower_bounds(target: Target, x: torch.Tensor, s: _Settings, gen: torch.Gene
     return ratio, s.ratio_steps
 
 
+def _check_outputs(target: Target, inputs: Inputs, data: str) -> int:
+    """Refuse, before any folder is written, a model whose outputs are not finite logits ((batch, outputs);
+    (batch, seq, vocab) for an LM), or labels that are not indices of those outputs; return the output width."""
+    x = target.inputs(inputs.x[:2])
+    try:
+        with torch.no_grad():
+            out = target.model.forward_embeddings(x) if target.family is Family.LM else target.model(x)
+    except Exception as exc:  # noqa: BLE001 - the user's forward may raise anything
+        raise UserCodeError.wrap(target.name, "its first forward pass", exc, "fix it, then rerun") from None
+    rank = 3 if target.family is Family.LM else 2
+    width = require_logits(out, len(x), model=target.name, rank=rank, min_classes=1, where="the first examples")
+    if inputs.y is not None:
+        check_labels_fit(inputs.y, width, model=target.name, data=data)
+    return width
+
+
 def _batch_rows(target: Target, inputs: Inputs, batch: slice, s: _Settings, gen: torch.Generator) -> pd.DataFrame:
     x = target.inputs(inputs.x[batch])
     ids = inputs.ids[batch].cpu().numpy()
@@ -148,6 +167,9 @@ def _batch_rows(target: Target, inputs: Inputs, batch: slice, s: _Settings, gen:
         with torch.no_grad():
             output = target(x)
     pred, margin = margins(output) if output.shape[1] > 1 else (torch.full((b,), -1), torch.full((b,), math.nan))
+    finite = torch.isfinite(output).all(1).to(pred.device)  # a non-finite output is no prediction (never class 0)
+    pred = torch.where(finite, pred, -1)
+    margin = torch.where(finite.to(margin.device), margin, math.nan)
     lower, iterations = _lower_bounds(target, x, s, gen)
     frame = pd.DataFrame(
         {
@@ -226,15 +248,20 @@ class Lipschitz(Measurement):
         if len(set(names)) != len(names):
             raise RobfiltError("two models share a name; give each model object a distinct robfilt_spec or pass names.")
         self.inputs: list[Inputs] = []
+        self.outputs: list[int] = []  # each model's output width (classes); its labels must index it
         for t in self.targets:
             if c.inputs is not None:
                 n = example_count(len(c.inputs), c.n_examples)
                 y = c.input_labels[:n] if c.input_labels is not None else None
-                inp = Inputs(x=c.inputs[:n], y=y, ids=torch.arange(n))
+                y = label_indices(y, n, "input_labels") if y is not None else None
+                x = torch.as_tensor(c.inputs[:n]).detach()  # the caller's tensor, never its graph
+                inp = Inputs(x=x, y=y, ids=torch.arange(n))
             else:
                 select = lambda total, n, name=t.name: ctx.select(total, n, name=name, ordered=False)  # noqa: E731
                 inp = load_inputs(t, c, select)
             ctx.record_data(t.name, _tensor_hash(inp.x))
+            data = "the inputs" if c.inputs is not None else c.data or DEFAULT_DATA.get(t.family, "the data")
+            self.outputs.append(_check_outputs(t, inp, data))
             self.inputs.append(inp)
         self.factors: dict[str, list[dict]] = {}
         if self.settings.bounds or self.settings.per_layer:
@@ -282,7 +309,12 @@ class Lipschitz(Measurement):
         return rows
 
     def row_checks(self, rows: pd.DataFrame, label: str) -> list[Check]:
-        return lipschitz_checks(rows, label)
+        width = self.outputs[self.labels.index(label)]
+        examples = rows[(rows["model"] == label) & (rows["layer"] == MODEL_LAYER)]
+        bad = ~np.isfinite(examples["lower"].to_numpy(float))
+        if width > 1:  # pred is -1 exactly where the logits were not finite (a single output has no prediction)
+            bad |= examples["pred"].to_numpy() < 0
+        return [check_finite_rows(pd.Series(bad), label, "examples"), *lipschitz_checks(rows, label)]
 
     def summarise(self, rows: pd.DataFrame, checks: list[Check]) -> dict[str, Any]:
         summary = summarize(rows, self.factors)

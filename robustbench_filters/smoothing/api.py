@@ -19,12 +19,22 @@ import torch
 from torch import nn
 
 from ..checks import Check
+from ..checks.logits import require_logits
+from ..data.labels import check_labels_fit, label_indices
 from ..errors import RobfiltError
 from .attack import DEFAULT_DRAWS, DEFAULT_STEPS
 from .bounds import max_certifiable_radius
 from .certify import DEFAULT_ALPHA, DEFAULT_BATCH, DEFAULT_N, DEFAULT_N0, validate_settings
 from .rows import DEFAULT_RADII, accuracy_curve, certificate_rows, summarize
-from .soundness import ATTACK_RADII, attack_rows, check_abstention, check_certified_below_attack, check_determinism
+from .sampler import model_device
+from .soundness import (
+    ATTACK_RADII,
+    attack_rows,
+    check_abstention,
+    check_certified_below_attack,
+    check_determinism,
+    check_finite_draws,
+)
 
 
 @dataclass
@@ -39,7 +49,19 @@ class SmoothingResult:
     attacks: pd.DataFrame | None = field(default=None)
 
 
+def _classes(model: nn.Module, x: torch.Tensor, y: torch.Tensor, label: str) -> int:
+    """The model's class count from a probe of the first images (finite (batch, classes) logits, or a one-line
+    error); ``y`` must index those classes."""
+    with torch.no_grad():
+        out = model(x[:2].to(model_device(model)))
+    classes = require_logits(out, len(x[:2]), model=label)
+    check_labels_fit(y, classes, model=label, data="y")
+    return classes
+
+
 def _validate(x: torch.Tensor, y: torch.Tensor, sigmas: Sequence[float]) -> list[float]:
+    if not isinstance(x, torch.Tensor):
+        raise RobfiltError(f"x must be a tensor of images (N, C, H, W), got {type(x).__name__}.")
     if x.ndim != 4 or y.ndim != 1 or x.shape[0] != y.shape[0]:
         raise RobfiltError(f"expected images (N, C, H, W) and labels (N,), got {tuple(x.shape)} and {tuple(y.shape)}.")
     if not len(sigmas):
@@ -79,24 +101,32 @@ def certify_smoothed(
     ``attack`` adds the SmoothAdv check (a PGD attack of ``attack_steps`` x ``attack_draws`` forward/backward
     passes per example and radius, plus one PREDICT). The model is put in eval mode.
     """
+    x = x.detach() if isinstance(x, torch.Tensor) else x  # the caller's images, never its autograd graph
+    y = label_indices(y, len(x) if isinstance(x, torch.Tensor) else None, "y")
     sigma_list = _validate(x, y, [sigmas] if np.ndim(sigmas) == 0 else list(sigmas))
     validate_settings(n0, n, alpha)
     ids = list(range(len(y))) if example_ids is None else [int(i) for i in example_ids]
     model.eval()
+    classes = _classes(model, x, y, model_label)
     t0 = time.perf_counter()
     rows = certificate_rows(
         model, x, y, ids, sigma_list, model_label=model_label, n0=n0, n=n, alpha=alpha,
-        batch_size=batch_size, seed=seed, noise_device=noise_device,
+        batch_size=batch_size, seed=seed, noise_device=noise_device, num_classes=classes,
     )  # fmt: skip
     certify_s = time.perf_counter() - t0
     found: list[Check] = []
     attacks = None
     if checks:
-        found += [check_abstention(rows, model_label), check_determinism(model, x, y, rows, batch_size)]
+        found += [
+            check_finite_draws(rows, model_label),
+            check_abstention(rows, model_label),
+            check_determinism(model, x, y, rows, batch_size),
+        ]
     if attack:
         attacks = attack_rows(
-            model, x, y, rows, attack_radii, steps=attack_steps, draws=attack_draws, batch_size=batch_size
-        )
+            model, x, y, rows, attack_radii, steps=attack_steps, draws=attack_draws, batch_size=batch_size,
+            num_classes=classes,
+        )  # fmt: skip
         found.append(check_certified_below_attack(attacks, model_label))
     samples = len(ids) * len(sigma_list) * (n0 + n)
     settings = {

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..checks.logits import guard_logits
 from ..errors import RobfiltError
 from .sampler import DEFAULT_BATCH, example_noise, model_device
 
@@ -53,11 +54,13 @@ def smooth_adv_pgd(
     step_size: float | None = None,
     batch_size: int = DEFAULT_BATCH,
     seed: int = 0,
+    num_classes: int | None = None,
 ) -> torch.Tensor:
     """Adversarial inputs within L2 distance ``eps`` of ``x`` (and in [0, 1]) against the smoothed classifier.
 
     ``step_size`` defaults to 2.5 eps / steps (Madry et al.'s rule: enough to cross the ball and come back).
-    ``batch_size`` bounds examples x draws per forward/backward pass.
+    ``batch_size`` bounds examples x draws per forward/backward pass. With ``num_classes``, outputs that are not
+    finite (batch, classes) logits become NaN rows (:func:`..checks.logits.guard_logits`); they add no gradient.
     """
     if not (math.isfinite(eps) and eps >= 0):
         raise RobfiltError(f"attack radius must be a finite number >= 0, got {eps}.")
@@ -79,7 +82,11 @@ def smooth_adv_pgd(
             delta.requires_grad_(True)
             with torch.enable_grad():
                 noisy = (xs + delta).unsqueeze(1) + noise  # (k, m, C, H, W)
-                logits = model(noisy.flatten(0, 1)).view(len(chunk_ids), draws, -1)
+                inputs = noisy.flatten(0, 1)
+                raw = model(inputs)
+                if num_classes is not None:
+                    raw = guard_logits(raw, len(inputs), num_classes, inputs.device)
+                logits = raw.view(len(chunk_ids), draws, -1)
                 soft = logits.softmax(-1).mean(1)  # the Monte-Carlo soft smoothed classifier
                 loss = F.nll_loss(soft.clamp_min(1e-12).log(), ys, reduction="sum")
                 (grad,) = torch.autograd.grad(loss, delta)

@@ -13,6 +13,11 @@ PREDICT(f, sigma, x, n, alpha):
 The two sample sets of CERTIFY are independent (different noise phases), as the paper's guarantee needs: with
 probability at least 1 - alpha per example, a returned class is the smoothed classifier's class and the whole
 L2 ball of the returned radius gets that class.
+
+A draw on which the base classifier returns no prediction (non-finite or malformed logits, see
+:func:`.sampler.sample_counts`) is nobody's vote, and an example with any such draw abstains in both CERTIFY and
+PREDICT: the smoothed classifier of a model that is not a function to classes is not defined there. The run's
+"model outputs finite on every noise draw" check then fails.
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ class Certificates:
     count_top: np.ndarray  # count of cA among the n estimation draws
     p_lower: np.ndarray  # one-sided (1 - alpha) Clopper-Pearson lower bound on pA
     radius: np.ndarray  # sigma * Phi^-1(p_lower); 0 when abstaining
+    nonfinite: np.ndarray  # draws (n0 + n) on which the model gave no prediction; > 0 forces abstention
 
     @property
     def abstain(self) -> np.ndarray:
@@ -65,14 +71,22 @@ def validate_settings(n0: int, n: int, alpha: float) -> None:
         raise RobfiltError(f"--alpha must be in (0, 0.5), got {alpha}.")
 
 
-def certify_from_counts(counts0: np.ndarray, counts: np.ndarray, sigma: float, alpha: float) -> Certificates:
-    """CERTIFY's decision from the selection counts ``(k, C)`` and the estimation counts ``(k, C)``."""
-    n = counts.sum(axis=1)
+def certify_from_counts(
+    counts0: np.ndarray, counts: np.ndarray, sigma: float, alpha: float, n0: int | None = None, n: int | None = None
+) -> Certificates:
+    """CERTIFY's decision from the selection counts ``(k, C)`` and the estimation counts ``(k, C)``.
+
+    ``n0`` / ``n``: the draws made (default: the counts' sums); draws missing from the counts were no prediction,
+    and an example with any abstains. pA's bound uses all ``n`` draws, so a missing draw never helps it.
+    """
+    drawn0 = counts0.sum(axis=1) if n0 is None else np.full(len(counts0), n0)
+    drawn = counts.sum(axis=1) if n is None else np.full(len(counts), n)
+    nonfinite = (drawn0 - counts0.sum(axis=1)) + (drawn - counts.sum(axis=1))
     top = counts0.argmax(axis=1)  # ties go to the lowest class index (deterministic)
     rows = np.arange(len(top))
     count_top = counts[rows, top]
-    p_lower = clopper_pearson_lower(count_top, n, alpha)
-    certified = p_lower > 0.5
+    p_lower = clopper_pearson_lower(count_top, drawn, alpha)
+    certified = (p_lower > 0.5) & (nonfinite == 0)
     return Certificates(
         sigma=float(sigma),
         prediction=np.where(certified, top, ABSTAIN).astype(np.int64),
@@ -81,6 +95,7 @@ def certify_from_counts(counts0: np.ndarray, counts: np.ndarray, sigma: float, a
         count_top=count_top.astype(np.int64),
         p_lower=p_lower,
         radius=np.where(certified, radius_from_lower(p_lower, sigma), 0.0),
+        nonfinite=nonfinite.astype(np.int64),
     )
 
 
@@ -96,24 +111,29 @@ def certify(
     batch_size: int = DEFAULT_BATCH,
     seed: int = 0,
     noise_device: str | None = "cpu",
+    num_classes: int | None = None,
 ) -> Certificates:
     """CERTIFY for a batch of examples (see the module docstring); the model must be in eval mode."""
     validate_settings(n0, n, alpha)
-    kw = dict(seed=seed, batch_size=batch_size, noise_device=noise_device)
+    kw = dict(seed=seed, batch_size=batch_size, noise_device=noise_device, num_classes=num_classes)
     counts0 = sample_counts(model, x, example_ids, sigma, n0, phase="select", **kw)
     counts = sample_counts(model, x, example_ids, sigma, n, phase="estimate", **kw)
-    return certify_from_counts(counts0, counts, sigma, alpha)
+    return certify_from_counts(counts0, counts, sigma, alpha, n0=n0, n=n)
 
 
-def predict_from_counts(counts: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray]:
-    """PREDICT's decision from counts ``(k, C)``: (class or ABSTAIN, two-sided p-value of top vs runner-up)."""
+def predict_from_counts(counts: np.ndarray, alpha: float, n: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """PREDICT's decision from counts ``(k, C)``: (class or ABSTAIN, two-sided p-value of top vs runner-up).
+
+    ``n``: the draws made; an example whose counts miss some (draws with no prediction) abstains.
+    """
     order = np.argsort(-counts, axis=1, kind="stable")  # ties: the lower class index ranks first
     rows = np.arange(counts.shape[0])
     top = order[:, 0]
     count_a = counts[rows, top]
     count_b = counts[rows, order[:, 1]] if counts.shape[1] > 1 else np.zeros_like(count_a)
     p_value = binom_test_half(count_a, count_b)
-    return np.where(p_value <= alpha, top, ABSTAIN).astype(np.int64), p_value
+    complete = np.ones(len(top), dtype=bool) if n is None else counts.sum(axis=1) == n
+    return np.where((p_value <= alpha) & complete, top, ABSTAIN).astype(np.int64), p_value
 
 
 def predict(
@@ -128,13 +148,15 @@ def predict(
     seed: int = 0,
     phase: str = "predict",
     noise_device: str | None = "cpu",
+    num_classes: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """PREDICT for a batch of examples: (class or ABSTAIN, p-value). Wrong with probability at most alpha."""
     validate_settings(1, n, alpha)
     counts = sample_counts(
-        model, x, example_ids, sigma, n, seed=seed, phase=phase, batch_size=batch_size, noise_device=noise_device
-    )
-    return predict_from_counts(counts, alpha)
+        model, x, example_ids, sigma, n, seed=seed, phase=phase, batch_size=batch_size, noise_device=noise_device,
+        num_classes=num_classes,
+    )  # fmt: skip
+    return predict_from_counts(counts, alpha, n)
 
 
 __all__ = [

@@ -12,6 +12,8 @@ One row per (model, example, sigma). Column meanings:
   ``mean()`` (pandas would skip the NaNs); use :func:`certified_accuracy`.
 - ``count_top_n0`` / ``count_top``: counts of the guessed class cA among the n0 selection and the n estimation
   draws; ``p_lower`` the one-sided (1 - alpha) Clopper-Pearson bound on pA.
+- ``nonfinite_draws``: draws (of n0 + n) on which the model returned no prediction (NaN/inf or malformed
+  logits). Such a draw is nobody's vote, the example abstains, and the run's finite-outputs check fails.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ ROW_COLUMNS = [
     "n",
     "alpha",
     "seed",
+    "nonfinite_draws",
 ]
 
 
@@ -62,6 +65,7 @@ def certificate_rows(
     batch_size: int = DEFAULT_BATCH,
     seed: int = 0,
     noise_device: str | None = "cpu",
+    num_classes: int | None = None,
 ) -> pd.DataFrame:
     """CERTIFY every example at every sigma: a DataFrame with :data:`ROW_COLUMNS` (see the module docstring).
 
@@ -74,8 +78,9 @@ def certificate_rows(
     frames = []
     for sigma in sigma_list:
         cert = certify(
-            model, x, ids, sigma, n0=n0, n=n, alpha=alpha, batch_size=batch_size, seed=seed, noise_device=noise_device
-        )
+            model, x, ids, sigma, n0=n0, n=n, alpha=alpha, batch_size=batch_size, seed=seed, noise_device=noise_device,
+            num_classes=num_classes,
+        )  # fmt: skip
         correct = cert.prediction == labels
         frame = pd.DataFrame(
             {
@@ -96,6 +101,7 @@ def certificate_rows(
                 "n": n,
                 "alpha": alpha,
                 "seed": seed,
+                "nonfinite_draws": cert.nonfinite,
             }
         )
         frames.append(frame)

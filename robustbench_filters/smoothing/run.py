@@ -28,7 +28,13 @@ from ..runs.measurement import PrepareContext, Tick
 from ..runs.units import Unit, ids_digest
 from .bounds import max_certifiable_radius
 from .rows import ROW_COLUMNS, accuracy_curve, certificate_rows, summarize
-from .soundness import attack_rows, check_abstention, check_certified_below_attack, check_determinism
+from .soundness import (
+    attack_rows,
+    check_abstention,
+    check_certified_below_attack,
+    check_determinism,
+    check_finite_draws,
+)
 
 CERTIFICATE, ATTACK = "certificate", "attack"
 
@@ -74,7 +80,7 @@ class Certify(ImageModelsMeasurement):
         x, y = x.to(self.device), y.to(self.device)
         rows = certificate_rows(
             lm.module, x, y, ids.tolist(), c.sigmas, model_label=lm.label, n0=c.n0, n=c.n, alpha=c.alpha,
-            batch_size=max(c.batch_size * 8, 128), seed=c.seed,
+            batch_size=max(c.batch_size * 8, 128), seed=c.seed, num_classes=self.classes[mi],
         )  # fmt: skip
         return rows, x, y
 
@@ -90,7 +96,7 @@ class Certify(ImageModelsMeasurement):
         c = self.config
         attacks = attack_rows(
             self.loaded[unit.model].module, x, y, rows, c.attack_radii, steps=c.attack_steps, draws=c.attack_draws,
-            batch_size=max(c.batch_size * 8, 128),
+            batch_size=max(c.batch_size * 8, 128), num_classes=self.classes[unit.model],
         )  # fmt: skip
         tick(len(c.sigmas) * len(c.attack_radii))
         return attacks.assign(kind=ATTACK)
@@ -103,7 +109,7 @@ class Certify(ImageModelsMeasurement):
 
     def row_checks(self, rows: pd.DataFrame, label: str) -> list[Check]:
         certs = rows[(rows["kind"] == CERTIFICATE) & (rows["model"] == label)]
-        checks = [check_abstention(certs, label)]
+        checks = [check_finite_draws(rows, label), check_abstention(certs, label)]
         attacks = rows[(rows["kind"] == ATTACK) & (rows["model"] == label)]
         if len(attacks):
             checks.append(check_certified_below_attack(attacks, label))
@@ -113,7 +119,7 @@ class Certify(ImageModelsMeasurement):
         c = self.config
         # the certificate columns by name: dropping all-NaN columns (the attack rows' ones) would also drop
         # certified_correct_radius when no example is certified correct, e.g. an untrained model
-        certs = rows.loc[rows["kind"] == CERTIFICATE, ROW_COLUMNS]
+        certs = rows.loc[rows["kind"] == CERTIFICATE].reindex(columns=ROW_COLUMNS)  # older parts lack new columns
         table = summarize(certs, c.radii)
         attacks = rows[rows["kind"] == ATTACK]
         empirical = []

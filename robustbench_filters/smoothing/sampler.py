@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..checks.logits import guard_logits, predictions, require_logits
 from ..errors import RobfiltError
 
 BLOCK = 100  # draws per noise block: one generator per (example, phase, block)
@@ -111,12 +112,18 @@ def sample_counts(
     phase: str,
     batch_size: int = DEFAULT_BATCH,
     noise_device: str | None = "cpu",
+    num_classes: int | None = None,
 ) -> np.ndarray:
     """Class counts of ``model(x_i + noise)`` over ``num`` draws per example: int64 array ``(k, num_classes)``.
 
     ``phase`` names the purpose of the draws ("select", "estimate", "predict", ...), so CERTIFY's two sample
     sets are independent as the paper requires. ``noise_device=None`` draws noise on the model's device (faster on
     a GPU, but then the noise differs between CPU and GPU runs).
+
+    A draw whose output is not finite logits (NaN, inf, a tuple, another shape; see :mod:`..checks.logits`) is
+    nobody's vote: it is counted in no class, so ``num - counts.sum(1)`` is the number of such draws and a caller
+    must abstain on them. ``num_classes`` is the model's class count; by default the first batch's outputs give it
+    (and must then be a (batch, classes) tensor).
     """
     ids = [int(i) for i in example_ids]
     validate_sampling(x, ids, sigma, num, batch_size)
@@ -124,21 +131,26 @@ def sample_counts(
     x = x.to(device)
     gen_device = device if noise_device is None else torch.device(noise_device)
     k = len(ids)
+    classes = num_classes
     counts: torch.Tensor | None = None
     pieces: list[torch.Tensor] = []
     slots: list[torch.Tensor] = []
     filled = 0
 
     def flush() -> None:
-        nonlocal counts, pieces, slots, filled
+        nonlocal counts, pieces, slots, filled, classes
         if not pieces:
             return
-        logits = model(torch.cat(pieces))
-        classes = logits.shape[-1]
-        if counts is None:
-            counts = torch.zeros(k * classes, dtype=torch.int64, device=logits.device)
-        flat = torch.cat(slots).to(logits.device) * classes + logits.argmax(-1)
-        counts += torch.bincount(flat, minlength=k * classes)
+        batch = torch.cat(pieces)
+        out = model(batch)
+        if classes is None:
+            classes = require_logits(out, len(batch), model=type(model).__name__, finite=False)
+        pred = predictions(guard_logits(out, len(batch), classes, batch.device))
+        if counts is None:  # one extra bucket per example for the draws that are no prediction
+            counts = torch.zeros(k * (classes + 1), dtype=torch.int64, device=pred.device)
+        pred = torch.where(pred < 0, classes, pred)
+        flat = torch.cat(slots).to(pred.device) * (classes + 1) + pred
+        counts += torch.bincount(flat, minlength=k * (classes + 1))
         pieces, slots, filled = [], [], 0
 
     for slot, samples in _segments(x, ids, sigma, num, seed, phase, gen_device):
@@ -151,8 +163,8 @@ def sample_counts(
             if filled == batch_size:
                 flush()
     flush()
-    assert counts is not None  # num >= 1 and k >= 1, so at least one batch ran
-    return counts.view(k, -1).cpu().numpy()
+    assert counts is not None and classes is not None  # num >= 1 and k >= 1, so at least one batch ran
+    return counts.view(k, classes + 1)[:, :classes].cpu().numpy()
 
 
 __all__ = ["BLOCK", "DEFAULT_BATCH", "example_noise", "model_device", "noise_block", "noise_seed", "sample_counts"]

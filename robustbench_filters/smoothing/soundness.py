@@ -18,10 +18,11 @@ import torch
 from torch import nn
 
 from ..checks import FAIL, PASS, WARN, Check
+from ..checks.logits import FINITE_OUTPUTS
 from .attack import DEFAULT_DRAWS, DEFAULT_STEPS, smooth_adv_pgd
-from .certify import ABSTAIN, predict
+from .certify import ABSTAIN, predict_from_counts
 from .rows import certificate_rows
-from .sampler import DEFAULT_BATCH
+from .sampler import DEFAULT_BATCH, sample_counts
 
 ABSTAIN_WARN = 0.25  # above this abstention rate the certified numbers mostly measure indecision
 DETERMINISM_EXAMPLES = 4
@@ -38,6 +39,7 @@ def attack_rows(
     steps: int = DEFAULT_STEPS,
     draws: int = DEFAULT_DRAWS,
     batch_size: int = DEFAULT_BATCH,
+    num_classes: int | None = None,
 ) -> pd.DataFrame:
     """Attack the smoothed classifier at each radius and re-decide with PREDICT at the adversarial point.
 
@@ -45,7 +47,8 @@ def attack_rows(
     Only examples certified correct at radius 0 are attacked: for the others the zero perturbation already defeats
     the smoothed classifier. PREDICT uses the rows' n, alpha and seed (phase "adversarial:<radius>").
     One row per (example, sigma, radius): robust (PREDICT == label at the adversarial point and correct at x),
-    certified (certified_correct_radius >= radius), adversarial_prediction (-1 abstain or not attacked).
+    certified (certified_correct_radius >= radius), adversarial_prediction (-1 abstain or not attacked),
+    nonfinite_draws (PREDICT's draws with no prediction: PREDICT then abstains).
     """
     out = []
     for sigma, grp in rows.groupby("sigma", sort=True):
@@ -57,16 +60,19 @@ def attack_rows(
         attacked = np.flatnonzero(correct)
         for r in radii:
             pred_adv = np.full(len(ids), ABSTAIN, dtype=np.int64)
+            nonfinite = np.zeros(len(ids), dtype=np.int64)
             if len(attacked):
                 sel = torch.as_tensor(attacked)
                 x_adv = smooth_adv_pgd(
                     model, x[sel], y[sel], ids[attacked], float(sigma), float(r),
-                    steps=steps, draws=draws, batch_size=batch_size, seed=seed,
+                    steps=steps, draws=draws, batch_size=batch_size, seed=seed, num_classes=num_classes,
                 )  # fmt: skip
-                pred_adv[attacked], _ = predict(
-                    model, x_adv, ids[attacked], float(sigma), n=n, alpha=alpha,
-                    batch_size=batch_size, seed=seed, phase=f"adversarial:{float(r)!r}",
+                counts = sample_counts(
+                    model, x_adv, ids[attacked], float(sigma), n, seed=seed, phase=f"adversarial:{float(r)!r}",
+                    batch_size=batch_size, num_classes=num_classes,
                 )  # fmt: skip
+                pred_adv[attacked], _ = predict_from_counts(counts, alpha, n)
+                nonfinite[attacked] = n - counts.sum(axis=1)
             labels = grp["label"].to_numpy()
             out.append(
                 pd.DataFrame(
@@ -82,6 +88,7 @@ def attack_rows(
                         "contradicted": (grp["certified_correct_radius"].to_numpy() >= r)
                         & (pred_adv != labels)
                         & (pred_adv != ABSTAIN),
+                        "nonfinite_draws": nonfinite,
                     }
                 )
             )
@@ -113,6 +120,18 @@ def check_certified_below_attack(attacks: pd.DataFrame, model: str) -> Check:
             status = WARN if status == PASS else status
             parts[-1] += f" ({abstained} certified examples abstained at the adversarial point)"
     return Check(name, model, status, "; ".join(parts))
+
+
+def check_finite_draws(rows: pd.DataFrame, model: str) -> Check:
+    """Every noise draw (certificate and attack rows) gave finite logits; a draw that did not is no vote and its
+    example abstained, but the numbers no longer describe a smoothed classifier, so the check fails."""
+    name = f"{FINITE_OUTPUTS} on every noise draw"
+    sub = rows[rows["model"] == model]
+    bad = sub["nonfinite_draws"].fillna(0) if "nonfinite_draws" in sub else pd.Series(0, index=sub.index)
+    if int(bad.sum()):
+        return Check(name, model, FAIL, f"{int(bad.sum())} draws over {int((bad > 0).sum())} rows gave NaN/inf or "
+                     "malformed logits; those examples abstain")  # fmt: skip
+    return Check(name, model, PASS, f"{len(sub)} rows, no draw without a prediction")
 
 
 def check_abstention(rows: pd.DataFrame, model: str, warn_above: float = ABSTAIN_WARN) -> Check:
@@ -155,4 +174,4 @@ def check_determinism(
     return Check(name, label, PASS, f"{len(ids)} examples re-certified with batch size {other} (was {batch_size})")
 
 
-__all__ = ["attack_rows", "check_abstention", "check_certified_below_attack", "check_determinism"]
+__all__ = ["attack_rows", "check_abstention", "check_certified_below_attack", "check_determinism", "check_finite_draws"]
