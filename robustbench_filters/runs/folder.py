@@ -23,7 +23,6 @@ import hashlib
 import json
 import logging
 import os
-import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,8 +80,12 @@ def _is_run_folder(folder: Path) -> bool:
 def prepare_out(out: Path, kind: str, resume: bool, overwrite: bool) -> None:
     """Refuse an output folder that holds anything but a run of this kind that we may continue or replace.
 
-    Runs before a single file is touched: a folder of a user's own files is never written into.
+    Runs before a single file is touched. Files robfilt did not write (by the run's manifest, see
+    :mod:`.outfolder`) are refused unless ``overwrite``; even then they are kept, and one that the run would
+    replace (a ``rows.parquet`` of the user's, anything in ``parts/``) is refused.
     """
+    from .outfolder import foreign_files, output_kind, run_folder_files
+
     if not out.exists():
         return
     if not out.is_dir():
@@ -91,12 +94,31 @@ def prepare_out(out: Path, kind: str, resume: bool, overwrite: bool) -> None:
     entries = [p for p in out.iterdir() if p.name != LOCK and not _io.is_temp_of(p.name, MANIFEST)]
     if not entries:
         return
-    if not _is_run_folder(out):
-        foreign = sorted(p.name for p in entries)[0]
+    other = output_kind(out)
+    if other not in (None, "run"):
+        raise RunStateError(f"--out {out} holds a robfilt {other} output; pass another --out (nothing was changed).")
+    listed = run_folder_files(out)
+    # parts/ is judged by the run itself on --resume (its messages name the unit); --overwrite must empty it
+    foreign = [f for f in foreign_files(out, listed or set()) if overwrite or not f.startswith(f"{PARTS}/")]
+    if listed is None:
+        if not overwrite:
+            raise RunStateError(
+                f"--out {out} is not a robfilt run folder (it holds {(foreign or [entries[0].name])[0]!r}); robfilt "
+                "never writes into other files: pass a new or empty --out, or --overwrite to write the run beside them (they are kept)."
+            )
+    elif foreign and not overwrite:
         raise RunStateError(
-            f"--out {out} is not a robfilt run folder (it holds {foreign!r}); robfilt never writes into other "
-            "files: pass a new or empty --out."
+            f"--out {out} holds {foreign[0]!r}, which robfilt did not write; move it away, or pass --overwrite to "
+            "replace the run beside it (it is kept)."
         )
+    blocking = [f for f in foreign if f in (MANIFEST, ROWS, SUMMARY) or f.startswith(f"{PARTS}/") or f == PARTS]
+    if blocking:
+        raise RunStateError(
+            f"--out {out} holds {blocking[0]!r}, which robfilt did not write and the run would replace; move it "
+            "away or pick another --out (nothing was changed)."
+        )
+    if listed is None:
+        return
     if not (resume or overwrite):
         raise RunStateError(
             f"--out {out} already holds a run; pass --resume to continue it, --overwrite, or another --out."
@@ -227,9 +249,11 @@ class RunWriter:
                 (self.out / name).unlink(missing_ok=True)
             return
         if manifest_path.exists() and self.overwrite:
-            shutil.rmtree(self.out / PARTS, ignore_errors=True)
-            for name in (ROWS, SUMMARY):
-                (self.out / name).unlink(missing_ok=True)
+            from .outfolder import remove_files, run_folder_files
+
+            # the old run's own files only (prepare_out refused anything else in parts/)
+            old = (run_folder_files(self.out) or set()) - {MANIFEST, LOCK}
+            remove_files(self.out, old)
         _io.atomic_write_json(manifest_path, new)
 
     def _sweep_temp_files(self) -> None:
