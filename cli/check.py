@@ -158,6 +158,12 @@ def check_cmd(
         str | None,
         typer.Option("--mode", help="Baseline comparison: paired (default), interval or point; overrides the spec."),
     ] = None,
+    overwrite: Annotated[
+        bool,
+        typer.Option(
+            "--overwrite", help="Write into an --out holding other files too (kept: robfilt removes only its own)."
+        ),
+    ] = False,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
@@ -182,6 +188,7 @@ def check_cmd(
             progress=hook,
             mode=mode,
             on_plan=None if (quiet or json_out) else render_plan,
+            overwrite=overwrite,
         )
     if not result.outcomes:
         raise RobfiltError("the gate evaluated no checks; add requirements or a baseline to the spec.")

@@ -29,11 +29,33 @@ from .progress import ProgressHook
 from .report.metrics import metrics_from_run, same_eps
 from .report.runs import family_of
 from .runs.folder import Run, load_run
+from .runs.outfolder import OutputFolder
 from .runs.runner import run
 from .spec import Spec, load_spec
 
 log = logging.getLogger(__name__)
 PlanHook = Callable[[list[PlannedCheck]], None]
+
+
+JUNIT, SUMMARY = "junit.xml", "summary.md"
+
+
+def legacy_files(out: Path) -> set[str]:
+    """The gate's own files in an ``out`` written before ledgers (its run folders list their own files)."""
+    return {name for name in (JUNIT, SUMMARY) if (out / name).is_file() and "robfilt" in _head(out / name)}
+
+
+def _head(path: Path) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read(4096)
+    except OSError:
+        return ""
+
+
+def _claim(folder: OutputFolder | None, name: str) -> Path:
+    assert folder is not None  # opened whenever a default output path is used
+    return folder.path(name)
 
 
 def check_runnable(spec: Spec) -> None:
@@ -129,6 +151,7 @@ def run_gate(
     progress: ProgressHook | None = None,
     mode: str | None = None,
     on_plan: PlanHook | None = None,
+    overwrite: bool = False,
 ) -> GateResult:
     """Run the gate and write its JUnit XML and Markdown summary; see :mod:`.gating` for the rules.
 
@@ -141,6 +164,8 @@ def run_gate(
         junit / summary: output paths (default ``<out>/junit.xml`` and ``<out>/summary.md``).
         write_baseline: also write the checked runs as a version 2 baseline (metrics + per-example outcomes).
         on_plan: called with the planned checks (their minimum detectable effects) before fresh runs start.
+        overwrite: write into an ``out`` that holds files the gate did not write (they are kept; see
+            :mod:`.runs.outfolder`); without it such a folder is refused before any work.
     """
     loaded = load_spec(spec) if spec is not None else None
     if loaded is None and not runs:
@@ -150,6 +175,9 @@ def run_gate(
         raise RobfiltError("--run needs something to compare with; pass --baseline FILE or --spec FILE.")
     policy = _policy(loaded, tolerance, mode)
     out_dir = Path(out) if out is not None else (loaded.out if loaded else Path("runs") / "check")
+    folder = None
+    if not runs or junit is None or summary is None:  # the gate writes into out: check it before any work
+        folder = OutputFolder(out_dir, "check", overwrite=overwrite, legacy=legacy_files).open()
     first = _first_baseline(baseline_path, write_baseline)
     base = read_baseline(baseline_path) if baseline_path is not None and not first else None  # fail fast
 
@@ -198,8 +226,10 @@ def run_gate(
     if write_baseline is not None:
         write_baseline_file(write_baseline, run_objs)
         result.notes.append(f"wrote a version 2 baseline (metrics and per-example outcomes) to {write_baseline}")
-    result.junit = write_junit(result, Path(junit) if junit else out_dir / "junit.xml")
-    result.summary = write_markdown(result, Path(summary) if summary else out_dir / "summary.md")
+    result.junit = write_junit(result, Path(junit) if junit else _claim(folder, JUNIT))
+    result.summary = write_markdown(result, Path(summary) if summary else _claim(folder, SUMMARY))
+    if folder is not None:
+        folder.finish()
     log.info("check: %d pass, %d warn, %d fail", result.count(PASS), result.count(WARN), result.count(FAIL))
     return result
 

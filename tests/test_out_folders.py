@@ -8,7 +8,9 @@ byte survives.
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -18,9 +20,13 @@ from report_synthetic import image_rows, write_run
 
 from robustbench_filters.cli import run
 from robustbench_filters.errors import RobfiltError
+from robustbench_filters.gate import run_gate
 from robustbench_filters.report import build_report
 from robustbench_filters.runs.folder import RunWriter
 from robustbench_filters.runs.outfolder import LEDGER, OutputFolder
+from robustbench_filters.study import full_plan, write_up
+from robustbench_filters.study.folder import open_study_folder
+from robustbench_filters.train import Recipe, train
 
 USER_FILES = {
     "notes.md": "my notes",
@@ -168,3 +174,134 @@ def test_run_folder_into_a_user_folder_is_refused_even_with_overwrite_of_its_fil
     with pytest.raises(RobfiltError, match="rows.parquet"):
         _run_into(out, overwrite=True)
     _intact(out, snap)
+
+
+# --- robfilt study (--overwrite and --write-up) -----------------------------------------------------------------
+
+COMMITTED_STUDY = Path(__file__).resolve().parents[1] / "reports" / "study"
+
+
+@pytest.fixture
+def study_copy(tmp_path) -> Path:
+    """The committed 3-seed study (written before ledgers; no checkpoints or parts) as a user's clone holds it."""
+    copy = tmp_path / "study"
+    shutil.copytree(COMMITTED_STUDY, copy)
+    return copy
+
+
+def test_study_write_up_refuses_a_user_file_and_overwrite_removes_only_the_studys_files(study_copy, capsys) -> None:
+    snap = _paper(study_copy, {"notes.md": "mine", "figures/my_plot.png": "png", "runs/s0/vision-attack/mine.txt":
+                               "mine", "report/tables/mine.csv": "a", "checkpoints/mine/weights.bin": "w"})  # fmt: skip
+    readme = (study_copy / "README.md").read_bytes()
+    assert run(["study", "--write-up", "--out", str(study_copy), "-q", "--no-figures"]) == 2
+    _one_line(capsys, "which robfilt did not write")
+    assert (study_copy / "README.md").read_bytes() == readme
+    open_study_folder(study_copy, resume=False, overwrite=True)  # what --overwrite does before training again
+    _intact(study_copy, snap)
+    left = sorted(p.relative_to(study_copy).as_posix() for p in study_copy.rglob("*") if p.is_file())
+    assert left == sorted(snap), left  # every file of the study went; every file of the user stayed
+
+
+def test_study_write_up_of_an_old_study_records_what_it_wrote(study_copy) -> None:
+    write_up(full_plan(3), study_copy, report=False)
+    ledger = json.loads((study_copy / LEDGER).read_text())
+    assert {"README.md", "results.json", "scores.csv", "study.json"} <= set(ledger["files"])
+    (study_copy / "figures" / "mine.png").write_text("mine")
+    with pytest.raises(RobfiltError, match="figures/mine.png"):
+        write_up(full_plan(3), study_copy, report=False)
+
+
+# --- robfilt check --out -----------------------------------------------------------------------------------------
+
+
+def test_check_out_with_user_files_is_refused_and_overwrite_keeps_them(image_run, tmp_path) -> None:
+    ci = tmp_path / "ci"
+    snap = _paper(ci, {"notes.md": "mine", "image/mine.txt": "mine"})
+    with pytest.raises(RobfiltError, match="which robfilt did not write"):
+        run_gate(runs=[image_run], write_baseline=tmp_path / "b.json", out=ci)
+    assert not (ci / "junit.xml").exists() and not (tmp_path / "b.json").exists()
+    result = run_gate(runs=[image_run], write_baseline=tmp_path / "b.json", out=ci, overwrite=True)
+    _intact(ci, snap)
+    assert result.junit == ci / "junit.xml" and (ci / "summary.md").exists()
+    run_gate(runs=[image_run], baseline=tmp_path / "b.json", out=tmp_path / "ci2")  # a gate's own out: rewritten
+    run_gate(runs=[image_run], baseline=tmp_path / "b.json", out=tmp_path / "ci2")
+    mine = tmp_path / "ci3"
+    _paper(mine, {"junit.xml": "<my own junit/>"})
+    with pytest.raises(RobfiltError, match="junit.xml"):
+        run_gate(runs=[image_run], baseline=tmp_path / "b.json", out=mine, overwrite=True)
+    assert (mine / "junit.xml").read_text() == "<my own junit/>"
+
+
+# --- robfilt train --out -----------------------------------------------------------------------------------------
+
+
+def test_train_never_removes_a_users_weights_or_notes(tmp_path) -> None:
+    recipe = Recipe(steps=1, batch_size=8, eval_max=10)
+    out = tmp_path / "mine"
+    snap = _paper(out, {"model.safetensors": "my own weights", "notes.md": "mine"})
+    with pytest.raises(RobfiltError, match="not a robfilt training folder"):
+        train("deit", recipe=recipe, out=out)
+    with pytest.raises(RobfiltError, match="model.safetensors"):
+        train("deit", recipe=recipe, out=out, overwrite=True)
+    _intact(out, snap)
+    other = tmp_path / "other"
+    snap = _paper(other, {"notes.md": "mine", "figs/a.png": "png"})
+    train("deit", recipe=recipe, out=other, overwrite=True)
+    train("deit", recipe=recipe, out=other, overwrite=True, seed=1)  # replaces only its own files
+    _intact(other, snap)
+    assert json.loads((other / "card.json").read_text())["recipe"]["seed"] == 1
+    with pytest.raises(RobfiltError, match="which robfilt did not write"):
+        train("deit", recipe=recipe, out=other, resume=True)
+
+
+# --- scripts and benchmarks --------------------------------------------------------------------------------------
+
+
+def _script(name: str):
+    path = Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"_script_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_build_assets_replaces_only_the_asset_files_it_listed(tmp_path) -> None:
+    assets = _script("build_assets")
+    out = tmp_path / "assets"
+    _paper(out, {"austen/train.txt.gz": "x", "stopwords.txt": "a"})
+    (out / "checksums.json").write_text(json.dumps({"format": "robfilt-assets", "files": {
+        "austen/train.txt.gz": "0", "stopwords.txt": "0"}}))  # fmt: skip
+    assert assets.prepare_out(out) == set()
+    snap = _paper(out, {"austen/mine.txt": "my notes"})
+    with pytest.raises(SystemExit, match="austen/mine.txt"):
+        assets.prepare_out(out, overwrite=True)  # inside a folder the build replaces: refused always
+    (out / "austen" / "mine.txt").unlink()
+    snap = _paper(out, {"README-mine.md": "mine"})
+    with pytest.raises(SystemExit, match="README-mine.md"):
+        assets.prepare_out(out)
+    assert assets.prepare_out(out, overwrite=True) == {"README-mine.md"}  # kept, and never claimed as an asset
+    _intact(out, snap)
+
+
+def test_benchmark_results_never_replace_a_users_file(tmp_path, monkeypatch) -> None:
+    import benchmarks._common as B
+
+    out = tmp_path / "bench"
+    snap = _paper(out, {"b2_engine_overhead.md": "my own notes", "smoke/anything.txt": "x"})
+    with pytest.raises(RobfiltError, match="b2_engine_overhead.md"):
+        B.result_folder(out, "smoke")
+    monkeypatch.setitem(B._options, "overwrite", True)
+    table = pd.DataFrame({"a": [1]})
+    with pytest.raises(RobfiltError, match="would replace"):
+        B.write("b2_engine_overhead", {"mode": "smoke", "title": "t", "question": "q", "machine": _MACHINE}, {"t": table},
+                out)  # fmt: skip
+    _intact(out, snap)
+    B.write("b1_eps_sweep", {"mode": "smoke", "title": "t", "question": "q", "machine": _MACHINE}, {"t": table}, out)
+    monkeypatch.setitem(B._options, "overwrite", False)
+    B.write("b1_eps_sweep", {"mode": "smoke", "title": "t", "question": "q", "machine": _MACHINE}, {"t": table},
+            out / "again")  # fmt: skip
+    _intact(out, snap)
+
+
+_MACHINE = {"cpu_cores": 2, "torch_threads": 1, "cuda": None, "load_avg_1min": 0.0, "contended": False,
+            "torch": "x", "when": "now"}  # fmt: skip

@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..errors import unknown
-from ..runs.outfolder import OutputFolder
+from ..runs.outfolder import OutputFolder, legacy_report_files
 from . import context as C
 from . import figures as F
 from . import index as I
@@ -388,7 +388,7 @@ def build_report(
     formats = _check_formats(formats, R.FORMATS, "table format")
     fig_formats = _check_formats(figures, ("pdf", "png", "svg"), "figure format")
     runset = load_runs(run_dirs, allow_mixed=allow_mixed)
-    folder = OutputFolder(out, "report", overwrite=overwrite, legacy=I.legacy_files).open()
+    folder = OutputFolder(out, "report", overwrite=overwrite, legacy=legacy_report_files).open()
     builder = _Builder(runset, folder, formats, fig_formats, html=html)
     builder.image(baseline, attention)
     builder.lm()

@@ -7,7 +7,6 @@ builder made them, and what was skipped with the reason, so the two pages never 
 from __future__ import annotations
 
 import datetime as _dt
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,26 +16,11 @@ import pandas as pd
 
 from ..io import atomic_write_text
 from ..runs.folder import Run
+from ..runs.outfolder import REPORT_TITLE
 from . import html as H
 
 RUN_COLUMNS = ["run id", "kind", "path", "created", "git commit"]
-TITLE = "# robfilt report"
-_LINK = re.compile(r"\]\(((?:tables|figures)/[^)\s]+)\)")
-
-
-def legacy_files(folder: Path) -> set[str] | None:
-    """The files a report written before output ledgers holds: index.md (when it is a robfilt report), the files
-    it links and index.html; None when ``folder`` holds no such report."""
-    index = folder / "index.md"
-    try:
-        text = index.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        return None
-    if text.splitlines()[:1] != [TITLE]:
-        return None
-    html = folder / "index.html"
-    page = html.read_text(encoding="utf-8", errors="replace") if html.is_file() else ""
-    return {"index.md", *_LINK.findall(text), *(["index.html"] if "robfilt report" in page else [])}
+TITLE = REPORT_TITLE
 
 
 @dataclass

@@ -27,6 +27,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,8 @@ CARD_FORMAT = "robfilt-checkpoint"
 TRAINING_FILES = ("model.safetensors", "card.json", "tokenizer.json", "model.safetensors.tmp")
 TRAINING_STATE_DIRS = ("train_state", "train_state.old", "train_state.tmp")
 TRAINING_STATE_FILES = ("model.safetensors", "optimizer.safetensors", "state.json")
+REPORT_TITLE = "# robfilt report"
+_REPORT_LINK = re.compile(r"\]\(((?:tables|figures)/[^)\s]+)\)")
 Legacy = Callable[[Path], set[str] | None]
 
 
@@ -86,7 +89,14 @@ def training_folder_files(folder: Path) -> set[str] | None:
     """The files of a robfilt training folder (card, weights, tokenizer, resumable state); None when it is none."""
     card = _read_json(folder / "card.json")
     states = [d for d in TRAINING_STATE_DIRS if isinstance(_read_json(folder / d / "state.json"), dict)]
-    if not (isinstance(card, dict) and card.get("format") == CARD_FORMAT) and not states:
+    tok = _read_json(folder / "tokenizer.json")
+    # a training killed before its first saved state leaves only the tokenizer it trained
+    alone = (
+        isinstance(tok, dict)
+        and tok.get("type") in ("char", "bpe")
+        and {p.name for p in folder.iterdir() if p.name != LOCK and not p.name.startswith(".")} == {"tokenizer.json"}
+    )
+    if not (isinstance(card, dict) and card.get("format") == CARD_FORMAT) and not states and not alone:
         return None
     names = {*TRAINING_FILES, LOCK}
     for d in TRAINING_STATE_DIRS:
@@ -110,9 +120,24 @@ def ledger_files(folder: Path) -> set[str] | None:
     return _with_temps(folder, {str(f) for f in ledger["files"]} | {LEDGER, LOCK})
 
 
+def legacy_report_files(folder: Path) -> set[str] | None:
+    """The files of a report written before ledgers: its index.md (a robfilt report), the files it links, and
+    its index.html; None when ``folder`` holds no such report."""
+    try:
+        text = (folder / "index.md").read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    if text.splitlines()[:1] != [REPORT_TITLE]:
+        return None
+    html = folder / "index.html"
+    page = html.read_text(encoding="utf-8", errors="replace") if html.is_file() else ""
+    return {"index.md", *_REPORT_LINK.findall(text), *(["index.html"] if "robfilt report" in page else [])}
+
+
 def robfilt_files(folder: Path) -> set[str] | None:
-    """What robfilt wrote in ``folder`` by its own record (ledger, run manifest or training card); None if none."""
-    for recogniser in (ledger_files, run_folder_files, training_folder_files):
+    """What robfilt wrote in ``folder`` by its own record (ledger, run manifest, training card, or the index of a
+    report written before ledgers); None if none."""
+    for recogniser in (ledger_files, run_folder_files, training_folder_files, legacy_report_files):
         found = recogniser(folder)
         if found is not None:
             return found
@@ -128,6 +153,8 @@ def output_kind(folder: Path) -> str | None:
         return "run"
     if training_folder_files(folder) is not None:
         return "training"
+    if legacy_report_files(folder) is not None:
+        return "report"
     return None
 
 
@@ -200,9 +227,10 @@ class OutputFolder:
 
     def __init__(
         self, out: str | Path, kind: str, *, overwrite: bool = False, legacy: Legacy | None = None,
-        option: str = "--out",
+        option: str = "--out", top_only: bool = False,
     ) -> None:  # fmt: skip
         self.out, self.kind, self.overwrite, self.legacy, self.option = Path(out), kind, overwrite, legacy, option
+        self.top_only = top_only  # subfolders are other outputs (a benchmark's smoke/): judged on their own
         self.listed: set[str] = set()
         self.written: list[str] = []
 
@@ -224,8 +252,12 @@ class OutputFolder:
             raise self._refuse(
                 f"holds a robfilt {kind} output, not a {self.kind}; pick another {self.option} (nothing was changed)."
             )
-        listed = ledger_files(out) if kind == self.kind else (self.legacy(out) if self.legacy else None)
+        listed = ledger_files(out)
+        if listed is None and self.legacy is not None:
+            listed = self.legacy(out)
         foreign = foreign_files(out, listed or set())
+        if self.top_only:
+            foreign = [f for f in foreign if "/" not in f and not (out / f).is_dir()]
         if foreign and not self.overwrite:
             what = f"is not a robfilt {self.kind}: it holds" if listed is None else "holds"
             raise self._refuse(
@@ -260,6 +292,10 @@ class OutputFolder:
             p.parent.mkdir(parents=True, exist_ok=True)
         return out
 
+    def keep(self, rels: Iterable[str]) -> None:
+        """Carry listed files over into this output unchanged (e.g. figures a write-up was told not to redraw)."""
+        self.written += [r for r in rels if r in self.listed and r not in self.written]
+
     def finish(self) -> list[Path]:
         """Remove the files an earlier output listed and this one did not write; record what this one wrote."""
         stale = self.listed - set(self.written) - {LEDGER, LOCK}
@@ -285,6 +321,7 @@ __all__ = [
     "OutputFolder",
     "all_entries",
     "foreign_files",
+    "legacy_report_files",
     "output_kind",
     "read_ledger",
     "remove_files",
