@@ -45,10 +45,26 @@ ROWS = "rows.parquet"
 PARTS = "parts"
 
 
+def _jsonable(obj: Any) -> Any:
+    try:
+        return _io._json_default(obj)
+    except TypeError:
+        return str(obj)
+
+
 def fingerprint(config: dict[str, Any]) -> str:
-    """A stable hash of everything a run's rows depend on: equal fingerprints compute equal rows."""
-    blob = json.dumps(config, sort_keys=True, default=str).encode()
+    """A stable hash of everything a run's rows depend on: equal fingerprints compute equal rows.
+
+    The config is hashed as the manifest stores it (JSON), so a reader can recompute the fingerprint from a
+    manifest and notice an edited seed, weights digest or example record (:func:`verify_run`)."""
+    normal = json.loads(json.dumps(config, default=_jsonable))
+    blob = json.dumps(normal, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def manifest_fingerprint(manifest: dict[str, Any]) -> str:
+    """The fingerprint a manifest's recorded kind, seed and config hash to (what the writer recorded)."""
+    return fingerprint({"kind": manifest.get("kind"), "seed": manifest.get("seed"), **(manifest.get("config") or {})})
 
 
 def read_manifest(folder: Path) -> dict[str, Any]:
@@ -421,6 +437,11 @@ def verify_run(path: str | Path) -> dict[str, Any]:
         raise RunStateError(f"{path / SUMMARY} is corrupted; re-run with --overwrite.") from None
     if summary_fp != manifest.get("fingerprint"):
         raise RunStateError(f"{path}: summary and manifest belong to different runs; re-run with --overwrite.")
+    if not isinstance(manifest.get("config"), dict) or manifest_fingerprint(manifest) != manifest.get("fingerprint"):
+        raise RunStateError(
+            f"{path / MANIFEST} was edited: its recorded seed, settings, weights or examples no longer hash to its "
+            "fingerprint; re-run the command with --overwrite."
+        )
     return manifest
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -79,7 +80,12 @@ def _load(ckpts: Mapping[str, CheckpointInfo], names: tuple[str, ...], size: str
 
 def _tag(ckpts: Mapping[str, CheckpointInfo], names: tuple[str, ...]) -> str:
     """Recorded as the engines' ``checkpoint`` field, so their own run fingerprints change with the weights."""
-    return "study:" + digest({n: ckpts[n].weights_sha256 for n in names})
+    return checkpoint_tag({n: ckpts[n].weights_sha256 for n in names})
+
+
+def checkpoint_tag(weights_sha256: Mapping[str, str]) -> str:
+    """The ``checkpoint`` field a measurement over checkpoints with these file hashes records."""
+    return "study:" + digest(dict(weights_sha256))
 
 
 def _shared_tokenizer(models: list[nn.Module], text: str):
@@ -94,45 +100,49 @@ def _shared_tokenizer(models: list[nn.Module], text: str):
     return toks[0]
 
 
-def piece_config(piece: P.Piece, plan: StudyPlan, ckpts: Mapping[str, CheckpointInfo]) -> RunConfig:
-    """The run config of a measurement piece, over the study's checkpoints (loaded as modules)."""
+def piece_options(piece: P.Piece, plan: StudyPlan) -> tuple[type[RunConfig], dict[str, Any]]:
+    """The run config class of a measurement piece and its options from the plan (all but the models, their
+    checkpoint tag and the LM tokenizer): what the piece's run folder must record (see :mod:`.integrity`)."""
     kind, names = piece.kind, family_models(plan, piece.kind)
-    models = tuple(_load(ckpts, names, plan.size))
-    common = {"models": models, "seed": plan.eval_seed, "size": plan.size, "checkpoint": _tag(ckpts, names)}
     v, lm, lip = plan.vision, plan.lm, plan.lipschitz
+    common: dict[str, Any] = {"seed": plan.eval_seed, "size": plan.size}
     if kind == P.VISION_ATTACK:
-        return ImageAttackConfig(
-            **common, attacks=tuple(v.attacks), eps=tuple(v.eps), data=plan.vision_data, n_examples=v.n_examples,
-            steps=v.pgd_steps,
-        )  # fmt: skip
+        return ImageAttackConfig, {**common, "attacks": tuple(v.attacks), "eps": tuple(v.eps), "data": plan.vision_data,
+                                   "n_examples": v.n_examples, "steps": v.pgd_steps}  # fmt: skip
     if kind == P.VISION_CORRUPTION:
-        return CorruptionConfig(
-            **common, data=plan.vision_data, n_examples=v.corruption_examples, severities=tuple(v.severities),
-            baseline=names[0],
-        )  # fmt: skip
+        return CorruptionConfig, {**common, "data": plan.vision_data, "n_examples": v.corruption_examples,
+                                  "severities": tuple(v.severities), "baseline": names[0]}  # fmt: skip
     if kind == P.LM_ATTACK:
-        from ..data import load_text
-
-        tok = _shared_tokenizer(list(models), load_text(plan.lm_data, split="test"))
-        return LMAttackConfig(
-            **common, attacks=("fgsm", "pgd", "wordswap"), eps=tuple(lm.eps), data=plan.lm_data,
-            n_examples=lm.n_sequences, steps=lm.attack_steps, rates=tuple(lm.rates), tokenizer=tok,
-        )  # fmt: skip
+        return LMAttackConfig, {**common, "attacks": ("fgsm", "pgd", "wordswap"), "eps": tuple(lm.eps),
+                                "data": plan.lm_data, "n_examples": lm.n_sequences, "steps": lm.attack_steps,
+                                "rates": tuple(lm.rates)}  # fmt: skip
     if kind in (P.LIPSCHITZ_VISION, P.LIPSCHITZ_LM):
         vision = kind == P.LIPSCHITZ_VISION
-        return LipschitzConfig(
-            **common, n_examples=lip.vision_examples if vision else lip.lm_examples,
-            method=lip.vision_method if vision else lip.lm_method, bounds=True, per_layer=True,
-            data=plan.vision_data if vision else plan.lm_data, seq_len=lip.lm_seq_len,
-            gap=vision and lip.vision_gap, gap_rhos=(lip.gap_rho,), gap_taylor=False,
-        )  # fmt: skip
+        return LipschitzConfig, {
+            **common, "n_examples": lip.vision_examples if vision else lip.lm_examples,
+            "method": lip.vision_method if vision else lip.lm_method, "bounds": True, "per_layer": True,
+            "data": plan.vision_data if vision else plan.lm_data, "seq_len": lip.lm_seq_len,
+            "gap": vision and lip.vision_gap, "gap_rhos": (lip.gap_rho,), "gap_taylor": False,
+        }  # fmt: skip
     if kind == P.CERTIFY_VISION:
         cert = plan.certify
-        return CertifyConfig(
-            **common, data=plan.vision_data, n_examples=cert.n_examples, sigmas=(cert.sigma,), n0=cert.n0,
-            n=cert.n, alpha=cert.alpha, attack_examples=cert.attack_examples,
-        )  # fmt: skip
+        return CertifyConfig, {**common, "data": plan.vision_data, "n_examples": cert.n_examples,
+                               "sigmas": (cert.sigma,), "n0": cert.n0, "n": cert.n, "alpha": cert.alpha,
+                               "attack_examples": cert.attack_examples}  # fmt: skip
     raise ValueError(f"piece kind {kind!r} has no run config")
+
+
+def piece_config(piece: P.Piece, plan: StudyPlan, ckpts: Mapping[str, CheckpointInfo]) -> RunConfig:
+    """The run config of a measurement piece, over the study's checkpoints (loaded as modules)."""
+    cls, options = piece_options(piece, plan)
+    names = family_models(plan, piece.kind)
+    models = tuple(_load(ckpts, names, plan.size))
+    options = {**options, "models": models, "checkpoint": _tag(ckpts, names)}
+    if piece.kind == P.LM_ATTACK:
+        from ..data import load_text
+
+        options["tokenizer"] = _shared_tokenizer(list(models), load_text(plan.lm_data, split="test"))
+    return cls(**options)
 
 
 def run_measurement(

@@ -35,6 +35,7 @@ from . import plan as P
 from .checkpoints import CheckpointInfo, ensure_checkpoint
 from .claims import ClaimResult, evaluate_claims
 from .folder import open_study_folder, open_write_up
+from .integrity import check_study
 from .measure import family_models, run_measurement, settings
 from .plan import StudyPlan, digest
 from .scores import StudyScores, failed_checks, scores_from_run
@@ -269,10 +270,13 @@ def collect(plan: StudyPlan, out: Path, manifest: Manifest | dict) -> StudyScore
     mcnemar: list[dict] = []
     checks: list[dict] = []
     baseline = plan.vision_models[0] if plan.vision_models else None
-    for piece in P.pieces(plan):
-        if piece.kind == P.TRAIN or pieces.get(piece.id, {}).get("status") != DONE:
-            continue
-        run = load_run(out / piece.folder)
+    runs = {
+        piece: load_run(out / piece.folder)
+        for piece in P.pieces(plan)
+        if piece.kind != P.TRAIN and pieces.get(piece.id, {}).get("status") == DONE
+    }
+    check_study(plan, pieces, runs)  # the runs are the plan's, for their seeds, and none stands in for another
+    for piece, run in runs.items():
         s, m = scores_from_run(piece.kind, run, piece.seed, baseline)
         scores += s
         mcnemar += m
