@@ -117,6 +117,10 @@ class RunConfig:
             raise RobfiltError("no model given; pass --model NAME[,NAME...].")
         self._set("models", models)
         _unique(self.labels, "--model")
+        modules = [i for i, m in enumerate(models) if isinstance(m, nn.Module)]
+        twice = next((i for k, i in enumerate(modules) if any(models[j] is models[i] for j in modules[:k])), None)
+        if twice is not None:  # distinct labels (model0, model1), one module: a comparison of a model with itself
+            raise RobfiltError(f"the same model object is given twice (as {self.labels[twice]}); give each model once.")
         families = [model_family(m) for m in models]  # also checks every reference's syntax and registry name
         if self.FAMILY is not None:
             for m, fam in zip(models, families, strict=True):

@@ -46,6 +46,7 @@ class LipschitzConfig(RunConfig):
         from ..lipschitz.methods import parse_method
 
         self._set("method", parse_method(self.method).value)
+        self._set("gap_rhos", _unique(map(float, self.gap_rhos), "--gap-rho"))
         _positive(self.power_iters, "power iterations")
         _positive(self.seq_len, "--seq-len")
         if isinstance(self.ratio_steps, bool) or int(self.ratio_steps) < 0:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..errors import unknown
+from ..errors import RobfiltError, unknown
 from ..runs.outfolder import OutputFolder, legacy_report_files
 from . import context as C
 from . import figures as F
@@ -29,10 +29,12 @@ ATTENTION_MODELS: tuple[str, str] = ("deit", "deit-bsa")
 
 
 def _check_formats(values: Sequence[str], allowed: Sequence[str], what: str) -> tuple[str, ...]:
-    values = tuple(dict.fromkeys(v.strip().lower().lstrip(".") for v in values))
-    for v in values:
+    values = tuple(v.strip().lower().lstrip(".") for v in ((values,) if isinstance(values, str) else values))
+    for i, v in enumerate(values):
         if v not in allowed:
             raise unknown(what, v, allowed)
+        if v in values[:i]:
+            raise RobfiltError(f"{what} {v!r} is listed twice; list each format once.")
     return values
 
 

@@ -132,6 +132,10 @@ def run_study(
     if resume and overwrite:
         raise RobfiltError("--resume and --overwrite contradict each other; pass one.")
     plan.validate()
+    resolved = [Path(r).resolve() for r in reuse]
+    twice = next((r for i, r in enumerate(reuse) if resolved[i] in resolved[:i]), None)
+    if twice is not None:
+        raise RobfiltError(f"reuse lists {twice} twice; give each folder once.")
     out = Path(out)
     progress = progress or null_progress
     folder = open_study_folder(out, resume=resume, overwrite=overwrite)
