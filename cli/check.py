@@ -78,7 +78,10 @@ def render_gate(result: GateResult) -> None:
         out.print(f"{n_sanity} sanity checks passed (not listed)", style="dim", markup=False)
     if notes:
         _print_notes(["detects = the smallest change that fails the check with 80% power, assuming:", *notes])
-    _print_notes(result.notes)
+    from robustbench_filters.report.metrics import interval_note
+
+    note = interval_note(o.metric for o in shown if o.kind != "sanity")
+    _print_notes([note, *result.notes] if note else result.notes)
     verdict = "passed" if result.passed else f"FAILED: {result.count('fail')} regression(s)"
     style = "green" if result.passed else "bold red"
     out.print(

@@ -114,7 +114,15 @@ def render_lipschitz_summary(summary: dict, setting: str, per_layer: bool, gap: 
     """Per model (and per block with ``per_layer``): the mean lower bound with its 95% interval across examples,
     the max lower bound, the certified local and global bounds; then the gap table with ``gap``."""
     table = Table(title=f"Lipschitz bounds ({setting})")
-    cols = ("model", "n", "lower mean [95% CI]", "lower max", "local upper (median)", "certified upper", "upper/lower")
+    cols = (
+        "model",
+        "n",
+        "lower mean [95% t-CI, clipped at 0]",
+        "lower max",
+        "local upper (median)",
+        "certified upper",
+        "upper/lower",
+    )
     for col in cols:
         table.add_column(col, justify="left" if col == "model" else "right")
     for name, s in summary["models"].items():
@@ -131,7 +139,14 @@ def render_lipschitz_summary(summary: dict, setting: str, per_layer: bool, gap: 
     out_console.print(table)
     if per_layer:
         layers = Table(title="per block: empirical gain at the hidden states vs certified block constant")
-        for col in ("model", "block", "gain mean [95% CI]", "gain max", "local upper (median)", "global upper"):
+        for col in (
+            "model",
+            "block",
+            "gain mean [95% t-CI, clipped at 0]",
+            "gain max",
+            "local upper (median)",
+            "global upper",
+        ):
             layers.add_column(col, justify="left" if col in ("model", "block") else "right")
         for name, s in summary["models"].items():
             for row in s["layers"]:

@@ -6,8 +6,9 @@ A metric is identified by ``model/condition/name``:
 - ``lm/clean/ppl``, ``lm/wordswap@0.1/ppl``, ``lm/clean/token_acc`` (language models);
 - ``deit-grc/-/lipschitz_upper`` (and ``lipschitz_local_upper``, ``lipschitz_lower``, ``radius``).
 
-Each carries its point value and a 95% interval: Wilson for accuracies, an example bootstrap for perplexity,
-and none (``lo == hi == value``) for deterministic quantities such as certified Lipschitz bounds.
+Each carries its point value and a 95% interval: Wilson for accuracies, an example bootstrap for perplexity and
+token accuracy, and none (``lo == hi == value``) for deterministic quantities such as certified Lipschitz bounds
+(:data:`INTERVALS` names them, for the tables that show them).
 
 The small baseline file (``robfilt check --write-baseline``) is JSON::
 
@@ -49,6 +50,22 @@ DIRECTION: dict[str, bool] = {
 # metrics whose tolerance is relative (ratios of positive quantities); accuracies use absolute tolerance
 RELATIVE: frozenset[str] = frozenset({"ppl", "lipschitz_upper", "lipschitz_local_upper", "lipschitz_lower"})
 LIPSCHITZ_CONDITION = "-"
+#: which 95% interval each metric carries (a footnote of every table that shows them)
+INTERVALS: dict[str, str] = {
+    "acc": "Wilson score interval over examples",
+    "token_acc": "percentile bootstrap over sequences",
+    "ppl": "percentile bootstrap over sequences",
+    "lipschitz_upper": "none (a certified bound)",
+    "lipschitz_local_upper": "none (median of certified bounds)",
+    "lipschitz_lower": "none (the max of per-example lower bounds)",
+    "radius": "none (mean of certified radii)",
+}
+
+
+def interval_note(metrics: Iterable[str]) -> str:
+    """'95% CI: acc: Wilson score interval over examples; ppl: ...' for the metrics a table shows."""
+    names = [m for m in dict.fromkeys(metrics) if m in INTERVALS]
+    return "95% CI: " + "; ".join(f"{m}: {INTERVALS[m]}" for m in names) if names else ""
 
 
 @dataclass(frozen=True)
@@ -127,7 +144,10 @@ def metrics_from_rows(rows: pd.DataFrame, family: str, source: str = "") -> list
             out.append(Metric(r.model, cond, "ppl", r.ppl, _nan(r.ppl_lo), _nan(r.ppl_hi), int(r.n), family, source))
             if "token_acc" in ppl.columns and math.isfinite(_nan(r.token_acc)):
                 v = float(r.token_acc)
-                out.append(Metric(r.model, cond, "token_acc", v, v, v, None, family, source))
+                lo, hi = _nan(getattr(r, "token_acc_lo", None)), _nan(getattr(r, "token_acc_hi", None))
+                lo, hi = (lo, hi) if math.isfinite(lo) and math.isfinite(hi) else (v, v)
+                # n stays None: the interval is a bootstrap over sequences, not a binomial one over n examples
+                out.append(Metric(r.model, cond, "token_acc", v, lo, hi, None, family, source))
     elif family == LIPSCHITZ:
         table = T.lipschitz_table(rows)
         names = {

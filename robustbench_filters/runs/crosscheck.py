@@ -6,7 +6,8 @@ its fingerprint). Combined, they must also agree with each other. The runner rec
 selected (``examples``: per selection the hash of the ids and of the examples' contents). The checks here read
 those records:
 
-- no two folders hold the same run (one fingerprint, or byte-identical rows): a copy counts one measurement twice;
+- no two folders hold the same run (one fingerprint and the same rows; in a study byte-identical rows alone): a
+  copy counts one measurement twice;
 - one model name means one model: runs compared on the same examples give a label one weights digest;
 - two names compared with each other are two models: distinct labels with one weights digest compare a model with
   itself (a paired difference of exactly zero that claims to be a comparison).
@@ -44,22 +45,23 @@ def selections_of(run: Run) -> frozenset[tuple[str, str]]:
     return frozenset(out)
 
 
-def refuse_copies(runs: Sequence[Run]) -> None:
-    """Two folders holding one run (the same fingerprint, or the same rows byte for byte) are refused."""
-    by_fp: dict[str, Run] = {}
-    by_rows: dict[str, Run] = {}
+def refuse_copies(runs: Sequence[Run], *, rows: bool = False) -> None:
+    """Two folders holding one run (the same fingerprint and the same rows: a copy) are refused; with ``rows``
+    the same rows alone suffice, which also catches a copy whose manifest was re-signed. Use ``rows`` where runs
+    must be independent measurements (a study's seeds)."""
+    seen: dict[tuple[str, ...], Run] = {}
     for run in runs:
-        fp, rows = run.manifest.get("fingerprint"), run.manifest.get("rows_sha256")
-        for seen, key in ((by_fp, fp), (by_rows, rows)):
-            if key and key in seen:
+        fp, rows_sha = run.manifest.get("fingerprint"), run.manifest.get("rows_sha256")
+        keys = [("run", str(fp), str(rows_sha))] + ([("rows", str(rows_sha))] if rows and rows_sha else [])
+        for key in keys:
+            if key in seen:
                 first = seen[key]
+                what = f"fingerprint {fp}" if key[0] == "run" else f"rows sha256 {str(rows_sha)[:16]}"
                 raise RunStateError(
-                    f"run folder {run.path} holds the same run as {first.path} (a copy: "
-                    f"{'fingerprint' if seen is by_fp else 'rows'} {str(key)[:16]}); combined, every measurement "
-                    "would count twice: pass each run once."
+                    f"run folder {run.path} holds the same run as {first.path} (a copy: {what}); combined, every "
+                    "measurement would count twice: pass each run once."
                 )
-            if key:
-                seen[key] = run
+            seen[key] = run
 
 
 def refuse_label_conflicts(runs: Iterable[Run], what: str = "runs compared on the same examples") -> None:

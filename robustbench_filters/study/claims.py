@@ -26,6 +26,7 @@ from enum import Enum
 import pandas as pd
 
 from ..stats import mean_interval
+from .tables import domain
 
 MIN_SEEDS = 2
 
@@ -140,7 +141,7 @@ def compare(scores: pd.DataFrame, c: Comparison, min_seeds: int = MIN_SEEDS) -> 
     if not diffs:
         nan = float("nan")
         return ComparisonResult(c, {}, nan, nan, nan, Verdict.INCONCLUSIVE, "not measured in this study")
-    mean, lo, hi = mean_interval(list(diffs.values()))
+    mean, lo, hi = mean_interval(list(diffs.values()), domain(c.metric, difference=True))  # e.g. [-1, 1] for acc
     verdict, reason = judge([c.direction * d for d in diffs.values()], c.delta, min_seeds)
     return ComparisonResult(c, diffs, mean, lo, hi, verdict, reason)
 

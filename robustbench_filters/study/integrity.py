@@ -116,7 +116,7 @@ def check_study(plan: StudyPlan, pieces: Mapping[str, Any], runs: Mapping[P.Piec
     _same_checkpoints(plan, pieces)
     for piece, run in runs.items():
         check_piece(plan, pieces, piece, run)
-    refuse_copies(list(runs.values()))
+    refuse_copies(list(runs.values()), rows=True)
     _same_weights_across_seeds(runs)
     for run in runs.values():
         refuse_label_conflicts([run], "one study measurement")
