@@ -331,9 +331,11 @@ def _requirements(spec: Path, fam: str, models: list[str], entries: Any) -> list
 
 
 def _same_check(a: Requirement, b: Requirement) -> bool:
-    """Two requirements judge the same number the same way (the same model, attack, eps, metric and direction)."""
+    """Two requirements are one check stated twice: the same model, attack, eps, metric, direction, limit and mode
+    (a hard point limit next to a softer interval limit of one metric are two checks)."""
     same = a.eps == b.eps if a.eps is None or b.eps is None else same_eps(a.eps, b.eps)
-    return (a.model, a.attack, a.metric, a.bound) == (b.model, b.attack, b.metric, b.bound) and same
+    key = (a.model, a.attack, a.metric, a.bound, a.threshold, a.mode)
+    return key == (b.model, b.attack, b.metric, b.bound, b.threshold, b.mode) and same
 
 
 def _threshold_mode(spec: Path, value: Any, where: str) -> Mode:

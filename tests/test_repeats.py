@@ -35,10 +35,10 @@ def _spec(tmp_path: Path, text: str) -> Path:
         (SECTION + '[[image.require]]\nattack = "pgd"\neps = [0.01, 0.01]\nmin_acc = 0.1\n', "eps lists 0.01 twice"),
         (SECTION.replace("0.02", '"8/255"') + '[[image.require]]\nattack = "pgd"\neps = ["8/255", 0.03137254901960784]'
          '\nmin_acc = 0.1\n', "twice"),
-        (SECTION + '[[image.require]]\nmodel = "deit"\nmin_acc = 0.1\n[[image.require]]\nmin_acc = 0.2\n',
+        (SECTION + '[[image.require]]\nmodel = "deit"\nmin_acc = 0.1\n[[image.require]]\nmin_acc = 0.1\n',
          "#2 requires min_acc of deit under clean again"),
         (SECTION + '[[image.require]]\nattack = "pgd"\neps = [0.01]\nmin_acc = 0.1\n[[image.require]]\nattack = "pgd"'
-         '\neps = [0.02, 0.01]\nmodels = ["deit-grc"]\nmin_acc = 0.3\n', "again"),
+         '\neps = [0.02, "1/100"]\nmin_acc = 0.1\n', "again"),
         (SECTION.replace('["pgd"]', '["pgd", "pgd"]'), "lists 'pgd' twice"),
         (SECTION.replace("[0.01, 0.02]", "[0.01, 0.01]"), "lists 0.01 twice"),
         (SECTION.replace('"deit-grc"]', '"deit"]'), "lists 'deit' twice"),
@@ -52,11 +52,13 @@ def test_spec_lists_refuse_repeats(tmp_path: Path, text: str, needle: str) -> No
 
 def test_a_min_and_a_max_of_one_metric_are_two_requirements(tmp_path: Path) -> None:
     text = ('version = 1\n[lm]\nmodels = ["lm"]\n[[lm.require]]\nmax_ppl = 100\n[[lm.require]]\nmin_token_acc = 0.1\n'
-            '[[lm.require]]\nmin_token_acc = 0.2\nmodels = ["lm"]\nattack = "clean"\n')  # fmt: skip
+            '[[lm.require]]\nmin_token_acc = 0.1\nmodels = ["lm"]\nattack = "clean"\n')  # fmt: skip
     with pytest.raises(RobfiltError, match="again"):
         load_spec(_spec(tmp_path, text))
     spec = load_spec(_spec(tmp_path, text.rsplit("[[lm.require]]", 1)[0]))
     assert len(spec.sections["lm"].requirements) == 2
+    soft_and_hard = text.replace("min_token_acc = 0.1\nmodels", 'min_token_acc = 0.05\nmode = "point"\nmodels')
+    assert len(load_spec(_spec(tmp_path, soft_and_hard)).sections["lm"].requirements) == 3
 
 
 def test_api_arguments_refuse_repeats(tmp_path: Path) -> None:

@@ -88,8 +88,8 @@ class Baseline:
         new = example_identity(fresh.manifest).get("data_checksum")
         if base and new and base != new:
             raise RobfiltError(
-                f"baseline {self.source} was measured on other data than the run {fresh.path} (data checksum "
-                f"{base:.16} vs {new:.16}); compare runs on the same data set, or write a new baseline."
+                f"baseline {self.source} and the run {fresh.path} measured different examples: other data (data "
+                f"checksum {base:.16} vs {new:.16}); compare runs on the same data set, or write a new baseline."
             )
 
     def paired(self, fresh: Run, model: str, cond: str, metric: str) -> tuple[PairedBinary | PairedRatio | None, str]:
