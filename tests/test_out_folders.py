@@ -181,11 +181,15 @@ def test_run_folder_into_a_user_folder_is_refused_even_with_overwrite_of_its_fil
 COMMITTED_STUDY = Path(__file__).resolve().parents[1] / "reports" / "study"
 
 
-@pytest.fixture
-def study_copy(tmp_path) -> Path:
-    """The committed 3-seed study (written before ledgers; no checkpoints or parts) as a user's clone holds it."""
+@pytest.fixture(params=["ledger", "before ledgers"])
+def study_copy(tmp_path, request) -> Path:
+    """The committed 3-seed study (no checkpoints or parts) as a user's clone holds it; also as a study written
+    before output ledgers existed (recognised by its study.json and the report's index.md)."""
     copy = tmp_path / "study"
     shutil.copytree(COMMITTED_STUDY, copy)
+    if request.param == "before ledgers":
+        for ledger in copy.rglob(LEDGER):
+            ledger.unlink()
     return copy
 
 

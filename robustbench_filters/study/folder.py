@@ -47,7 +47,7 @@ def open_study_folder(out: Path, *, resume: bool, overwrite: bool) -> OutputFold
     if (out / MANIFEST).exists() and not (resume or overwrite):
         raise RunStateError(f"--out {out} already holds a study; pass --resume to continue it, or --overwrite.")
     if overwrite:
-        remove_files(out, folder.listed - {LEDGER})
+        remove_files(out, folder.listed | {LEDGER})  # the next claim writes the new study's ledger
         for nested in nested_outputs(out):
             remove_output(nested)
         folder.listed = set()
