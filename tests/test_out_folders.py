@@ -174,6 +174,10 @@ def test_run_folder_into_a_user_folder_is_refused_even_with_overwrite_of_its_fil
     with pytest.raises(RobfiltError, match="rows.parquet"):
         _run_into(out, overwrite=True)
     _intact(out, snap)
+    snap = _paper(out, {"manifest.json": '{"name": "my web app"}'})  # a manifest.json that is not robfilt's
+    with pytest.raises(RobfiltError, match="not a robfilt run manifest"):
+        _run_into(out, overwrite=True)
+    _intact(out, snap)
 
 
 # --- robfilt study (--overwrite and --write-up) -----------------------------------------------------------------

@@ -110,6 +110,11 @@ def prepare_out(out: Path, kind: str, resume: bool, overwrite: bool) -> None:
     entries = [p for p in out.iterdir() if p.name != LOCK and not _io.is_temp_of(p.name, MANIFEST)]
     if not entries:
         return
+    if (out / MANIFEST).is_file() and run_folder_files(out) is None:
+        raise RunStateError(
+            f"{out / MANIFEST} is not a robfilt run manifest (corrupted, or a file of yours), so robfilt cannot tell "
+            "which files there it wrote (it removes only those): pick another --out, or clear the folder yourself."
+        )
     other = output_kind(out)
     if other not in (None, "run"):
         raise RunStateError(f"--out {out} holds a robfilt {other} output; pass another --out (nothing was changed).")
