@@ -27,18 +27,17 @@ from torch import nn
 from .errors import RobfiltError, RunStateError
 from .family import Family
 from .io import atomic_write_json
-from .models.checkpoint import CARD, WEIGHTS, save_checkpoint
+from .models.checkpoint import CARD, save_checkpoint
 from .models.registry import ModelSpec, build_from_spec, resolve_spec
 from .progress import ProgressHook, null_progress
 from .recipe import DEFAULT_RECIPES, Recipe, card_recipe_value, lr_at, recipe_identity
-from .runs.folder import check_writable
 from .runs.lock import RunLock
 from .runs.outfolder import remove_files
+from .runs.prepare import prepare_training_out
 
 log = logging.getLogger(__name__)
 
 STATE_DIR = "train_state"
-TRAINING_OUTPUTS = (WEIGHTS, CARD, "tokenizer.json", STATE_DIR)  # what training writes into --out
 
 
 @dataclass
@@ -273,49 +272,6 @@ def _param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
-def _prepare_out(out: Path, resume: bool, overwrite: bool) -> set[str]:
-    """Refuse an --out that holds someone else's files before anything is written or deleted; returns the files
-    of an earlier training that --overwrite replaces (only those are removed: see :mod:`.runs.outfolder`)."""
-    from .runs.outfolder import foreign_files, output_kind, training_folder_files
-
-    check_writable(out)
-    entries = [p for p in out.iterdir() if p.name != ".lock"] if out.is_dir() else []
-    if entries:
-        kind = output_kind(out)
-        if kind not in (None, "training"):
-            raise RunStateError(f"--out {out} holds a robfilt {kind} output; pick another --out (nothing was changed).")
-        listed = training_folder_files(out)
-        foreign = foreign_files(out, listed or set())
-        if listed is None and not overwrite:
-            raise RunStateError(
-                f"--out {out} is not a robfilt training folder (it holds {(foreign or [entries[0].name])[0]!r}); "
-                "robfilt never writes into other files: pick another --out, or pass --overwrite to train beside "
-                "them (they are kept)."
-            )
-        if foreign and not overwrite:
-            raise RunStateError(
-                f"--out {out} holds {foreign[0]!r}, which robfilt did not write; move it away, or pass --overwrite "
-                "to train beside it (it is kept)."
-            )
-        blocking = [
-            f for f in foreign if f.split("/")[0] in (*TRAINING_OUTPUTS, STATE_DIR + ".old", STATE_DIR + ".tmp")
-        ]
-        if blocking:
-            raise RunStateError(
-                f"--out {out} holds {blocking[0]!r}, which robfilt did not write and training would replace; move it "
-                "away or pick another --out (nothing was changed)."
-            )
-        if listed is not None and not (resume or overwrite):
-            raise RunStateError(
-                f"--out {out} already holds a run; pass --resume to continue it, --overwrite, or another --out."
-            )
-        if overwrite and not resume and listed is not None:
-            out.mkdir(parents=True, exist_ok=True)
-            return listed - {".lock"}
-    out.mkdir(parents=True, exist_ok=True)
-    return set()
-
-
 def _build_task(
     name: str, size: str, spec: ModelSpec, data: str, recipe: Recipe, seed: int, out: Path, overrides: dict
 ) -> _Task:
@@ -419,7 +375,7 @@ def train(
     data = data or ("fashion-mnist" if spec.family is Family.IMAGE else "austen")
     out = Path(out or f"runs/train/{name}-{size}-s{seed}")
     state_dir = out / STATE_DIR
-    replaced = _prepare_out(out, resume, overwrite)
+    replaced = prepare_training_out(out, resume, overwrite, STATE_DIR)
     lock = RunLock(out)
     lock.acquire()
     try:

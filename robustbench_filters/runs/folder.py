@@ -22,7 +22,6 @@ import datetime as _dt
 import hashlib
 import json
 import logging
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +33,7 @@ from .. import io as _io
 from ..errors import RobfiltError, RunStateError
 from ..versions import git_commit, library_versions
 from .lock import LOCK, RunLock
+from .prepare import check_writable, prepare_out
 
 log = logging.getLogger(__name__)
 
@@ -87,83 +87,6 @@ def read_manifest(folder: Path) -> dict[str, Any]:
             "integrity hashes): re-run the command with --overwrite to rewrite it."
         )
     return manifest
-
-
-def _is_run_folder(folder: Path) -> bool:
-    return (folder / MANIFEST).exists()
-
-
-def prepare_out(out: Path, kind: str, resume: bool, overwrite: bool) -> None:
-    """Refuse an output folder that holds anything but a run of this kind that we may continue or replace.
-
-    Runs before a single file is touched. Files robfilt did not write (by the run's manifest, see
-    :mod:`.outfolder`) are refused unless ``overwrite``; even then they are kept, and one that the run would
-    replace (a ``rows.parquet`` of the user's, anything in ``parts/``) is refused.
-    """
-    from .outfolder import foreign_files, output_kind, run_folder_files
-
-    if not out.exists():
-        return
-    if not out.is_dir():
-        raise RunStateError(f"--out {out} is a file; pass a folder path.")
-    # the lock and the temp file of a first manifest write killed before its rename do not make a run folder
-    entries = [p for p in out.iterdir() if p.name != LOCK and not _io.is_temp_of(p.name, MANIFEST)]
-    if not entries:
-        return
-    if (out / MANIFEST).is_file() and run_folder_files(out) is None:
-        raise RunStateError(
-            f"{out / MANIFEST} is not a robfilt run manifest (corrupted, or a file of yours), so robfilt cannot tell "
-            "which files there it wrote (it removes only those): pick another --out, or clear the folder yourself."
-        )
-    other = output_kind(out)
-    if other not in (None, "run"):
-        raise RunStateError(f"--out {out} holds a robfilt {other} output; pass another --out (nothing was changed).")
-    listed = run_folder_files(out)
-    # parts/ is judged by the run itself on --resume (its messages name the unit); --overwrite must empty it
-    foreign = [f for f in foreign_files(out, listed or set()) if overwrite or not f.startswith(f"{PARTS}/")]
-    if listed is None:
-        if not overwrite:
-            raise RunStateError(
-                f"--out {out} is not a robfilt run folder (it holds {(foreign or [entries[0].name])[0]!r}); robfilt "
-                "never writes into other files: pass a new or empty --out, or --overwrite to write the run beside them (they are kept)."
-            )
-    elif foreign and not overwrite:
-        raise RunStateError(
-            f"--out {out} holds {foreign[0]!r}, which robfilt did not write; move it away, or pass --overwrite to "
-            "replace the run beside it (it is kept)."
-        )
-    blocking = [f for f in foreign if f in (MANIFEST, ROWS, SUMMARY) or f.startswith(f"{PARTS}/") or f == PARTS]
-    if blocking:
-        raise RunStateError(
-            f"--out {out} holds {blocking[0]!r}, which robfilt did not write and the run would replace; move it "
-            "away or pick another --out (nothing was changed)."
-        )
-    if listed is None:
-        return
-    if not (resume or overwrite):
-        raise RunStateError(
-            f"--out {out} already holds a run; pass --resume to continue it, --overwrite, or another --out."
-        )
-    try:
-        old = json.loads((out / MANIFEST).read_text())
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
-        raise RunStateError(f"{out / MANIFEST} is corrupted; use --overwrite or another --out.") from None
-    old_kind = old.get("kind") if isinstance(old, dict) else None
-    if old_kind != kind:
-        raise RunStateError(
-            f"--out {out} holds a {old_kind!r} run, not a {kind!r} run; pass another --out (nothing was changed)."
-        )
-
-
-def check_writable(out: Path) -> None:
-    """Fail before any work if the output folder cannot be created or written."""
-    probe = out
-    while not probe.exists():
-        probe = probe.parent
-    if not probe.is_dir():
-        raise RunStateError(f"--out {out}: {probe} is a file, not a folder; pick a folder path.")
-    if not os.access(probe, os.W_OK | os.X_OK):
-        raise RunStateError(f"--out {out} is not writable ({probe} denies writes); pick a folder you can write.")
 
 
 def describe_change(old: dict[str, Any], new: dict[str, Any]) -> str:
