@@ -25,6 +25,7 @@ from robustbench_filters.io import atomic_write_json, atomic_write_text
 from robustbench_filters.models.checkpoint import CARD, zoo_path
 from robustbench_filters.models.resolve import load_model
 from robustbench_filters.report.render import markdown
+from robustbench_filters.runs.outfolder import OutputFolder
 
 SMOKE_CAVEAT = " (smoke sizes: indicative only)"
 REPORT_DIR = Path(__file__).resolve().parent.parent / "reports" / "bench"
@@ -110,11 +111,37 @@ def target(value: float, limit: float, op: str = "<=") -> dict[str, Any]:
     return {"value": round(float(value), 4), "target": f"{op} {limit}", "met": bool(met)}
 
 
+_options = {"overwrite": False}  # set by the command line (--overwrite)
+
+
+def legacy_results(folder: Path) -> set[str] | None:
+    """The result files of benchmarks written before output ledgers: ``<name>.json`` with a machine record, and
+    its ``<name>.md``."""
+    import json
+
+    found = set()
+    for path in folder.glob("*.json"):
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(doc, dict) and "machine" in doc and "mode" in doc:
+            found |= {path.name, path.with_suffix(".md").name}
+    return found or None
+
+
+def result_folder(out: Path | None, mode: str) -> OutputFolder:
+    """The result folder, checked like every robfilt output: other files there are refused unless --overwrite,
+    and a file of the user's is never replaced (benchmarks share the folder, so nothing is ever removed)."""
+    folder = Path(out) if out is not None else REPORT_DIR / "smoke" if mode == "smoke" else REPORT_DIR
+    return OutputFolder(folder, "bench", overwrite=_options["overwrite"], legacy=legacy_results, top_only=True).open()
+
+
 def write(name: str, result: dict[str, Any], tables: dict[str, pd.DataFrame], out: Path | None) -> Path:
     """``<out>/<name>.json`` (everything) and ``<out>/<name>.md`` (the tables), both written atomically."""
-    out = Path(out) if out is not None else REPORT_DIR / "smoke" if result["mode"] == "smoke" else REPORT_DIR
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(out / f"{name}.json", {**result, "tables": {k: t.to_dict("records") for k, t in tables.items()}})
+    folder = result_folder(out, result["mode"])
+    json_path, md_path = folder.paths([f"{name}.json", f"{name}.md"])
+    atomic_write_json(json_path, {**result, "tables": {k: t.to_dict("records") for k, t in tables.items()}})
     lines = [f"# {result['title']} ({result['mode']})", "", result["question"], ""]
     m = result["machine"]
     lines += [
@@ -131,8 +158,8 @@ def write(name: str, result: dict[str, Any], tables: dict[str, pd.DataFrame], ou
         caveat = ["Smoke sizes: the verdicts below say nothing about the targets; run without --smoke.", ""]
         lines += ["## Targets", "", *(caveat if result["mode"] == "smoke" else []), markdown(pd.DataFrame(rows)), ""]
     lines += [f"- {note}" for note in result.get("notes", [])]
-    atomic_write_text(out / f"{name}.md", "\n".join(lines).rstrip() + "\n")
-    return out / f"{name}.json"
+    atomic_write_text(md_path, "\n".join(lines).rstrip() + "\n")
+    return json_path
 
 
 def show(result: dict[str, Any], tables: dict[str, pd.DataFrame]) -> None:
@@ -175,7 +202,12 @@ def cli(run: Callable[..., dict[str, Any]]) -> None:
         reps: int | None = typer.Option(None, "--reps", help="Timed repetitions per side."),
         device: str = typer.Option("cpu", "--device", help="cpu or cuda."),
         strict: bool = typer.Option(False, "--strict", help="Exit 1 when a full run misses a target."),
+        overwrite: bool = typer.Option(
+            False, "--overwrite", help="Write into an --out holding other files (kept: only results are written)."
+        ),
     ) -> None:
+        _options["overwrite"] = overwrite
+        result_folder(out, "smoke" if smoke else "full")  # refuse a folder of other files before measuring
         raise typer.Exit(exit_code(run(smoke, out, reps, device=device), strict))
 
     typer.run(main)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import importlib
-import json
 import os
 import sys
 from typing import Annotated, Any
@@ -34,7 +33,7 @@ from robustbench_filters.versions import __version__
 
 from . import attack, certify, lipschitz, report, study, train, verify
 from . import models as _models
-from ._common import StdoutClosed, console_err
+from ._common import SIGPIPE_EXIT, StdoutClosed, console_err, json_channel
 
 HELP = "Measure whether BSA and boosting residuals make transformers more robust."
 #: command -> (module, the first paragraph of its docstring: what ``robfilt --help`` shows without importing it)
@@ -113,13 +112,11 @@ for _command in (train, attack, lipschitz, certify, report, study, verify):  # e
     _command.register(app)
 
 
-SIGPIPE_EXIT = 141  # what a shell reports for a program ended by SIGPIPE
-
-
 def _discard_stdout() -> None:
     """Point stdout at /dev/null, so flushing it at exit does not raise again (Python's note on SIGPIPE)."""
+    stdout = json_channel.stream if json_channel.active else sys.stdout  # under --json sys.stdout is stderr
     with contextlib.suppress(OSError, ValueError, AttributeError):  # a stdout without a descriptor (tests)
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        os.dup2(os.open(os.devnull, os.O_WRONLY), stdout.fileno())
 
 
 def _closed_pipe(exc: BaseException) -> bool:
@@ -129,22 +126,38 @@ def _closed_pipe(exc: BaseException) -> bool:
 
 
 def run(argv: list[str] | None = None) -> int:
-    """Run the CLI and return its exit code; user errors become one line on stderr."""
+    """Run the CLI and return its exit code; user errors become one line on stderr.
+
+    Under ``--json`` stdout carries exactly one JSON document on every exit path (:class:`._common.JsonChannel`):
+    the command's result, or ``{"error": ..., "exit_code": ...}``.
+    """
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["check"] and "--help" not in argv:
+    if argv[:1] == ["check"] and "--help" not in argv and "-h" not in argv:
         from . import check
 
         if check.CHILD_ENV not in os.environ:
             return check.supervise(argv)
     json_mode = "--json" in argv
+    errors: list[str] = []
 
     def fail(message: str, code: int) -> int:
         """One line on stderr; under --json also a JSON object on stdout, so scripts always get JSON."""
         console_err(message)
-        if json_mode:
-            sys.stdout.write(json.dumps({"error": message.removeprefix("error: "), "exit_code": code}) + "\n")
+        errors.append(message.removeprefix("error: "))
         return code
 
+    if not json_mode:
+        return _run(argv, fail)
+    json_channel.open()
+    code = 1
+    try:
+        code = _run(argv, fail, json_mode=True)
+        return code
+    finally:
+        json_channel.close(code, errors[-1] if errors else None)
+
+
+def _run(argv: list[str], fail: Any, json_mode: bool = False) -> int:
     try:
         with surface(Surface.CLI):  # errors name options as flags (--n-examples), not as Python names
             result = app(args=argv, prog_name="robfilt", standalone_mode=False)
@@ -176,6 +189,13 @@ def run(argv: list[str] | None = None) -> int:
         return fail(
             f"error: the command was ended by SystemExit({exc.code!r}) from code it ran; nothing was finished", 2
         )
+    except Exception as exc:  # a bug: the traceback goes to stderr, and a --json caller still gets its object
+        if not json_mode:
+            raise
+        import traceback
+
+        traceback.print_exc(file=sys.stderr)
+        return fail(f"error: internal error ({type(exc).__name__}: {exc}); please report it with the traceback", 1)
     if result == 130:  # typer turns Ctrl-C inside a command into this return value (standalone_mode=False)
         return fail("interrupted; continue with --resume", 130)
     return int(result) if isinstance(result, int) else 0

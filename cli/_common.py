@@ -88,6 +88,21 @@ def parse_model_list(text: str) -> list[str]:
     return [m.strip() for m in models]
 
 
+def distinct_paths(paths: list[Any], what: str) -> list[Any]:
+    """A repeatable path option or argument refuses a path given twice (one rule for every list robfilt takes)."""
+    from pathlib import Path
+
+    from robustbench_filters.errors import RobfiltError
+
+    seen: dict[Any, Any] = {}
+    for p in paths:
+        key = Path(p).resolve()
+        if key in seen:
+            raise RobfiltError(f"{what} {p} is given twice; give each folder once.")
+        seen[key] = p
+    return paths
+
+
 AllowFailedOpt = Annotated[
     bool,
     typer.Option("--allow-failed-checks", help="Exit 0 even when a sanity check fails (the failure is still shown)."),
@@ -113,12 +128,63 @@ def is_primary() -> bool:
     return env_context().is_primary
 
 
+SIGPIPE_EXIT = 141  # what a shell reports for a program ended by SIGPIPE
+
+
+class JsonChannel:
+    """Under ``--json`` stdout carries exactly one JSON document, whatever path the command ends by.
+
+    :meth:`open` keeps the real stdout for JSON and points ``sys.stdout`` at stderr, so nothing else (a model's
+    ``print``, a help page, a table) reaches it; :func:`print_json` writes the one document; :meth:`close` writes
+    a fallback object (the exit code, and the error when there was one) when the command ended without one.
+    """
+
+    def __init__(self) -> None:
+        self.stream: Any = None
+        self.emitted = False
+        self._saved: Any = None
+
+    @property
+    def active(self) -> bool:
+        return self.stream is not None
+
+    def open(self) -> None:
+        self.stream, self.emitted, self._saved = sys.stdout, False, sys.stdout
+        sys.stdout = sys.stderr
+
+    def write(self, data: Any) -> None:
+        """Write ``data`` as the one JSON document (a second one is dropped: the first already answered)."""
+        stream = self.stream if self.active else sys.stdout
+        if self.active and self.emitted:
+            return
+        try:
+            stream.write(json.dumps(data, indent=2, default=_json_default) + "\n")
+            stream.flush()
+        except BrokenPipeError:  # click would turn it into SystemExit(1), which reads like a user's exit
+            raise StdoutClosed from None
+        self.emitted = True
+
+    def close(self, code: int, error: str | None = None) -> None:
+        if not self.active:
+            return
+        try:
+            if not self.emitted and code != SIGPIPE_EXIT:  # a reader that left gets nothing more
+                payload: dict[str, Any] = {"exit_code": code}
+                if error is not None:
+                    payload = {"error": error, "exit_code": code}
+                self.write(payload)
+        except (StdoutClosed, OSError, ValueError):
+            pass
+        finally:
+            sys.stdout = self._saved
+            self.stream = self._saved = None
+
+
+json_channel = JsonChannel()
+
+
 def print_json(data: Any) -> None:
-    try:
-        sys.stdout.write(json.dumps(data, indent=2, default=_json_default) + "\n")
-        sys.stdout.flush()
-    except BrokenPipeError:  # click would turn it into SystemExit(1), which reads like a user's exit
-        raise StdoutClosed from None
+    json_channel.write(data)
 
 
 class Pace:

@@ -24,7 +24,7 @@ def render_summary(summary: dict) -> None:
     if summary.get("kind") == "corruption":
         return render_corruption_summary(summary)
     table = Table(
-        title=f"accuracy % [95% CI] on {summary['n_examples']} {summary['data']} test examples ({summary['norm']})"
+        title=f"accuracy % [95% Wilson CI] on {summary['n_examples']} {summary['data']} test examples ({summary['norm']})"
     )
     table.add_column("attack")
     table.add_column("eps", justify="right")
@@ -97,7 +97,7 @@ def render_lm_summary(summary: dict) -> None:
     what = "token perplexity" if summary.get("perplexity_metric") else "perplexity"
     table = Table(
         title=(
-            f"{what} [95% CI] (x clean) and next-token accuracy on {summary['n_examples']} {summary['data']} test "
+            f"{what} [95% bootstrap CI over sequences] (x clean) and next-token accuracy on {summary['n_examples']} {summary['data']} test "
             f"sequences of {summary.get('seq_chars', '?')} characters; embedding attacks: {summary['norm']}, "
             f"{scale} eps, {summary.get('steps', '?')} steps"
         )
@@ -185,7 +185,7 @@ def render_corruption_summary(summary: dict) -> None:
     models = summary["models"]
     sev = summary["severities"]
     table = Table(
-        title=f"accuracy % [95% CI] under corruptions on {summary['n_examples']} {summary['data']} test examples"
+        title=f"accuracy % [95% Wilson CI] under corruptions on {summary['n_examples']} {summary['data']} test examples"
     )
     table.add_column("model")
     table.add_column("corruption")
@@ -207,7 +207,13 @@ def render_corruption_summary(summary: dict) -> None:
     out.print(table)
     base = summary.get("baseline")
     overview = Table(title=f"corruption robustness (mCE relative to {base})" if base else "corruption robustness")
-    for col in ("model", "clean % [95% CI]", "mean corrupted % [95% CI]", "mCE", "relative mCE"):
+    for col in (
+        "model",
+        "clean % [95% Wilson CI]",
+        "mean corrupted % [95% t-CI, clipped to [0, 100]]",
+        "mCE",
+        "relative mCE",
+    ):
         overview.add_column(col, justify="left" if col == "model" else "right")
     for label, m in models.items():
         overview.add_row(

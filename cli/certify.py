@@ -68,7 +68,7 @@ def render_certificates(summary: dict) -> None:
     first = next(iter(models.values()))
     radii = [r["radius"] for r in next(iter(first.values()))["certified"]]
     table = Table(
-        title=f"certified accuracy % [95% CI] of the smoothed classifiers on {summary['n_examples']} {summary['data']} "
+        title=f"certified accuracy % [95% Clopper-Pearson CI] of the smoothed classifiers on {summary['n_examples']} {summary['data']} "
         f"test examples (L2; n0={summary['n0']}, n={summary['n']}, alpha={summary['alpha']:g})"
     )
     for col in ("model", "sigma", *[f"r={r:g}" for r in radii], "abstain"):

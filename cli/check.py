@@ -78,7 +78,10 @@ def render_gate(result: GateResult) -> None:
         out.print(f"{n_sanity} sanity checks passed (not listed)", style="dim", markup=False)
     if notes:
         _print_notes(["detects = the smallest change that fails the check with 80% power, assuming:", *notes])
-    _print_notes(result.notes)
+    from robustbench_filters.report.metrics import interval_note
+
+    note = interval_note(o.metric for o in shown if o.kind != "sanity")
+    _print_notes([note, *result.notes] if note else result.notes)
     verdict = "passed" if result.passed else f"FAILED: {result.count('fail')} regression(s)"
     style = "green" if result.passed else "bold red"
     out.print(
@@ -91,30 +94,75 @@ CHILD_ENV = "ROBFILT_GATE_CHILD"  # "<nonce>:<result file>" in the supervised ch
 
 
 def supervise(argv: list[str]) -> int:
-    """Run ``robfilt check ARGV`` in a child process; trust its exit code only with a matching result record."""
-    from ._common import console_err
+    """Run ``robfilt check ARGV`` in a child process; trust its exit code only with a matching result record.
 
+    Under ``--json`` the child's stdout is collected and exactly one JSON object reaches ours on every path: the
+    child's own (its result, or its one-line error), else the gate's error when the child ended before it
+    evaluated its checks or was interrupted.
+    """
+
+    json_mode = "--json" in argv
     with tempfile.TemporaryDirectory(prefix="robfilt-gate-") as tmp:
         record, nonce = Path(tmp) / "result.json", secrets.token_hex(16)
         env = {**os.environ, CHILD_ENV: f"{nonce}:{record}"}
+        cmd = [sys.executable, "-m", "robustbench_filters.cli", *argv]
         try:
-            code = subprocess.run([sys.executable, "-m", "robustbench_filters.cli", *argv], env=env).returncode
+            child = subprocess.run(cmd, env=env, stdout=subprocess.PIPE if json_mode else None)
         except KeyboardInterrupt:
-            console_err("interrupted; nothing was checked")
-            return 130
+            return _gate_error("interrupted; nothing was checked", 130, json_mode)
+        code, out = child.returncode, (child.stdout or b"").decode("utf-8", errors="replace")
         try:
             result = json.loads(record.read_text())
         except (OSError, ValueError):
             result = None
+    reported = _one_json(out) if json_mode else None
     if code in (2, 130):  # a usage error or Ctrl-C, already reported by the child in one line
+        if json_mode:
+            _forward(reported, code, "the gate stopped (usage error or interrupt); see the error above")
         return code
     if not isinstance(result, dict) or result.get("nonce") != nonce or result.get("exit_code") != code:
-        console_err(
-            f"error: the gate ended (exit {code}) before it evaluated its checks (a model's code may have ended "
-            "the process); nothing was checked, so the gate fails: run it again and read the first error."
+        return _gate_error(
+            f"the gate ended (exit {code}) before it evaluated its checks (a model's code may have ended the "
+            "process); nothing was checked, so the gate fails: run it again and read the first error.",
+            2,
+            json_mode,
         )
-        return 2
+    if json_mode:
+        _forward(reported, code, "the gate finished but printed no result")
     return code
+
+
+def _gate_error(message: str, code: int, json_mode: bool) -> int:
+    from ._common import console_err, print_json
+
+    console_err(f"error: {message}" if code != 130 else message)
+    if json_mode:
+        print_json({"error": message, "exit_code": code})
+    return code
+
+
+def _one_json(text: str) -> dict | None:
+    """The JSON object the child printed (its stdout carries nothing else under --json), or None."""
+    text = text.strip()
+    if not text:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        decoder, value = json.JSONDecoder(), None
+        for line_start in [0, *(i + 1 for i, ch in enumerate(text) if ch == "\n")]:
+            if text.startswith("{", line_start):
+                try:
+                    value, _ = decoder.raw_decode(text, line_start)
+                except ValueError:
+                    continue
+    return value if isinstance(value, dict) else None
+
+
+def _forward(reported: dict | None, code: int, missing: str) -> None:
+    from ._common import print_json
+
+    print_json(reported if reported is not None else {"error": missing, "exit_code": code})
 
 
 def _record(exit_code: int, evaluated: int) -> None:
@@ -158,6 +206,12 @@ def check_cmd(
         str | None,
         typer.Option("--mode", help="Baseline comparison: paired (default), interval or point; overrides the spec."),
     ] = None,
+    overwrite: Annotated[
+        bool,
+        typer.Option(
+            "--overwrite", help="Write into an --out holding other files too (kept: robfilt removes only its own)."
+        ),
+    ] = False,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
@@ -182,6 +236,7 @@ def check_cmd(
             progress=hook,
             mode=mode,
             on_plan=None if (quiet or json_out) else render_plan,
+            overwrite=overwrite,
         )
     if not result.outcomes:
         raise RobfiltError("the gate evaluated no checks; add requirements or a baseline to the spec.")

@@ -94,7 +94,15 @@ def render_lipschitz_summary(summary: dict, setting: str, per_layer: bool, gap: 
     models = summary["models"]
     flags = [s.get(k) for s in models.values() for k in ("local_upper_vacuous", "global_upper_vacuous")]
     table = Table(title=f"Lipschitz bounds ({setting})", caption=_caption(any(flags)))
-    cols = ("model", "n", "lower mean [95% CI]", "lower max", "local upper (median)", "certified upper", "upper/lower")
+    cols = (
+        "model",
+        "n",
+        "lower mean [95% t-CI, clipped at 0]",
+        "lower max",
+        "local upper (median)",
+        "certified upper",
+        "upper/lower",
+    )
     for col in cols:
         table.add_column(col, justify="left" if col == "model" else "right")
     for name, s in models.items():
@@ -114,7 +122,14 @@ def render_lipschitz_summary(summary: dict, setting: str, per_layer: bool, gap: 
         vac = any(row.get(k) for _, row in rows for k in ("local_upper_vacuous", "global_upper_vacuous"))
         layers = Table(title="per block: empirical gain at the hidden states vs certified block constant",
                        caption=_caption(vac))  # fmt: skip
-        for col in ("model", "block", "gain mean [95% CI]", "gain max", "local upper (median)", "global upper"):
+        for col in (
+            "model",
+            "block",
+            "gain mean [95% t-CI, clipped at 0]",
+            "gain max",
+            "local upper (median)",
+            "global upper",
+        ):
             layers.add_column(col, justify="left" if col in ("model", "block") else "right")
         for name, row in rows:
             layers.add_row(

@@ -36,6 +36,13 @@ def report_cmd(
         bool,
         typer.Option("--html", help="Also write index.html: one self-contained page, figures inline, sortable tables."),
     ] = False,
+    overwrite: Annotated[
+        bool,
+        typer.Option(
+            "--overwrite",
+            help="Write into a folder that holds other files too (they are kept: robfilt removes only its own).",
+        ),
+    ] = False,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
@@ -56,6 +63,7 @@ def report_cmd(
         allow_mixed=allow_mixed,
         baseline=baseline,
         html=html,
+        overwrite=overwrite,
     )
     if json_out:
         print_json(result.to_dict())

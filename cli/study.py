@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from ._common import JsonOpt, QuietOpt, console, print_json, progress_bar, setup_logging
+from ._common import JsonOpt, QuietOpt, console, distinct_paths, print_json, progress_bar, setup_logging
 
 
 def study_cmd(
@@ -50,6 +50,7 @@ def study_cmd(
         raise RobfiltError(f"--seeds must be at least 1, got {seeds}.")
     if write_up_only and (overwrite or reuse):
         raise RobfiltError("--write-up only redraws a finished study; drop --overwrite and --reuse.")
+    distinct_paths(reuse or [], "--reuse")
     plan = quick_plan(seeds or 1) if quick else full_plan(seeds or 3)
     out = out or Path("reports/study-quick" if quick else "reports/study")
     if write_up_only:

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from ._common import JsonOpt, console, console_err, print_json
+from ._common import JsonOpt, console, console_err, distinct_paths, print_json
 
 
 def verify_cmd(
@@ -19,7 +19,7 @@ def verify_cmd(
     from robustbench_filters.runs.folder import verify_run
 
     results = []
-    for path in runs:
+    for path in distinct_paths(runs, "run folder"):
         try:
             manifest = verify_run(path)
         except RobfiltError as exc:

@@ -16,7 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from .api import measurement_for
-from .errors import RobfiltError
+from .errors import RobfiltError, RunStateError
 from .gating.baseline import Baseline, read_baseline
 from .gating.baseline import write_baseline as write_baseline_file
 from .gating.judge import judge_baseline, judge_requirements, paired_family, sanity_outcomes
@@ -27,13 +27,36 @@ from .gating.output import write_junit, write_markdown
 from .gating.plan import plan_baseline, plan_thresholds
 from .progress import ProgressHook
 from .report.metrics import metrics_from_run, same_eps
-from .report.runs import family_of
+from .report.runs import example_key, family_of
+from .runs.crosscheck import refuse_copies, refuse_label_conflicts
 from .runs.folder import Run, load_run
+from .runs.outfolder import OutputFolder
 from .runs.runner import run
 from .spec import Spec, load_spec
 
 log = logging.getLogger(__name__)
 PlanHook = Callable[[list[PlannedCheck]], None]
+
+
+JUNIT, SUMMARY = "junit.xml", "summary.md"
+
+
+def legacy_files(out: Path) -> set[str]:
+    """The gate's own files in an ``out`` written before ledgers (its run folders list their own files)."""
+    return {name for name in (JUNIT, SUMMARY) if (out / name).is_file() and "robfilt" in _head(out / name)}
+
+
+def _head(path: Path) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read(4096)
+    except OSError:
+        return ""
+
+
+def _claim(folder: OutputFolder | None, name: str) -> Path:
+    assert folder is not None  # opened whenever a default output path is used
+    return folder.path(name)
 
 
 def check_runnable(spec: Spec) -> None:
@@ -55,6 +78,58 @@ def check_runnable(spec: Spec) -> None:
                     f"{spec.path.name}: {req.where} checks eps {req.eps:g}, which is not in [{fam}] eps = "
                     f"{[float(f'{e:.6g}') for e in grid]}."
                 )
+
+
+#: section settings a given run must match when the spec sets them (the run is then the one the spec describes)
+SPEC_MATCHED = ("seed", "n_examples")
+
+
+def check_given_runs(runs: Sequence[Run], spec: Spec | None, baseline: Path | None) -> None:
+    """Given run folders must be what the gate judges them as (one line naming the folder otherwise):
+
+    - no folder twice, no copy of another (a copy would answer a requirement twice);
+    - per family one example set and one model per name, no model under two names (the requirements of a family
+      are looked up across its runs, so the runs must measure the same models on the same examples);
+    - the settings the spec's section sets (seed, n_examples) are the run's: the spec's thresholds were sized
+      for those;
+    - the baseline, when it is a run folder, is not one of the runs judged against it.
+    """
+    paths = [r.path.resolve() for r in runs]
+    for i, p in enumerate(paths):
+        if p in paths[:i]:
+            raise RobfiltError(f"--run {runs[i].path} is given twice; pass each run once.")
+    if baseline is not None and baseline.is_dir() and baseline.resolve() in paths:
+        raise RobfiltError(
+            f"--baseline {baseline} is one of the --run folders; a run compared with itself always passes: give "
+            "the baseline an earlier run or a baseline file."
+        )
+    refuse_copies(runs)
+    by_family: dict[str, list[Run]] = {}
+    for r in runs:
+        by_family.setdefault(family_of(r), []).append(r)
+    for fam, group in by_family.items():
+        keys = [example_key(r) for r in group]
+        other = next((r for r, k in zip(group, keys, strict=True) if k != keys[0]), None)
+        if other is not None:
+            raise RunStateError(
+                f"--run {other.path} measured other examples than {group[0].path} ({fam} runs); the gate judges a "
+                "family's requirements across its runs: give runs made on the same data, n_examples and seed."
+            )
+        refuse_label_conflicts(group, f"{fam} runs given to the gate")
+        section = spec.sections.get(fam) if spec is not None else None
+        if section is None:
+            continue
+        for key in SPEC_MATCHED:
+            if key not in section.settings:
+                continue
+            want = section.settings[key]
+            for r in group:
+                have = r.manifest.get("seed") if key == "seed" else (r.manifest.get("config") or {}).get(key)
+                if have is not None and have != want:
+                    raise RunStateError(
+                        f"--run {r.path} was made with {key} {have}, but {spec.path.name} [{fam}] sets {key} = {want}; "
+                        "judge runs made as the spec says (or drop --run to make them)."
+                    )
 
 
 def produce_runs(spec: Spec, out: Path, progress: ProgressHook | None = None) -> list[Run]:
@@ -129,6 +204,7 @@ def run_gate(
     progress: ProgressHook | None = None,
     mode: str | None = None,
     on_plan: PlanHook | None = None,
+    overwrite: bool = False,
 ) -> GateResult:
     """Run the gate and write its JUnit XML and Markdown summary; see :mod:`.gating` for the rules.
 
@@ -141,6 +217,8 @@ def run_gate(
         junit / summary: output paths (default ``<out>/junit.xml`` and ``<out>/summary.md``).
         write_baseline: also write the checked runs as a version 2 baseline (metrics + per-example outcomes).
         on_plan: called with the planned checks (their minimum detectable effects) before fresh runs start.
+        overwrite: write into an ``out`` that holds files the gate did not write (they are kept; see
+            :mod:`.runs.outfolder`); without it such a folder is refused before any work.
     """
     loaded = load_spec(spec) if spec is not None else None
     if loaded is None and not runs:
@@ -150,11 +228,15 @@ def run_gate(
         raise RobfiltError("--run needs something to compare with; pass --baseline FILE or --spec FILE.")
     policy = _policy(loaded, tolerance, mode)
     out_dir = Path(out) if out is not None else (loaded.out if loaded else Path("runs") / "check")
+    folder = None
+    if not runs or junit is None or summary is None:  # the gate writes into out: check it before any work
+        folder = OutputFolder(out_dir, "check", overwrite=overwrite, legacy=legacy_files).open()
     first = _first_baseline(baseline_path, write_baseline)
     base = read_baseline(baseline_path) if baseline_path is not None and not first else None  # fail fast
 
     if runs:
         run_objs = [load_run(r) for r in runs]
+        check_given_runs(run_objs, loaded, baseline_path)
         plan = plan_gate(loaded, base, policy, run_objs)
     else:
         assert loaded is not None
@@ -198,8 +280,10 @@ def run_gate(
     if write_baseline is not None:
         write_baseline_file(write_baseline, run_objs)
         result.notes.append(f"wrote a version 2 baseline (metrics and per-example outcomes) to {write_baseline}")
-    result.junit = write_junit(result, Path(junit) if junit else out_dir / "junit.xml")
-    result.summary = write_markdown(result, Path(summary) if summary else out_dir / "summary.md")
+    result.junit = write_junit(result, Path(junit) if junit else _claim(folder, JUNIT))
+    result.summary = write_markdown(result, Path(summary) if summary else _claim(folder, SUMMARY))
+    if folder is not None:
+        folder.finish()
     log.info("check: %d pass, %d warn, %d fail", result.count(PASS), result.count(WARN), result.count(FAIL))
     return result
 

@@ -59,6 +59,7 @@ from .gating.modes import THRESHOLD_MODES, BaselinePolicy, Correction, Mode
 from .gating.outcome import Requirement
 from .models.checkpoint import is_zoo_ref
 from .parsing import parse_number
+from .report.metrics import same_eps
 from .report.runs import IMAGE, LIPSCHITZ, LM
 from .surface import Surface, surface
 
@@ -181,6 +182,18 @@ def _numbers(spec: Path, value: Any, what: str) -> list[float]:
     return [_num(spec, v, what) for v in items]
 
 
+def _distinct(spec: Path, items: list[Any], what: str) -> list[Any]:
+    """Every list in a spec refuses repeats (one rule everywhere): a repeated model or eps would be judged twice.
+    Numbers repeat when they are the same budget (``8/255`` and ``0.0313725...``)."""
+    for i, item in enumerate(items):
+        for earlier in items[:i]:
+            same = same_eps(item, earlier) if isinstance(item, float) else item == earlier
+            if same:
+                shown = f"{item:g}" if isinstance(item, float) else repr(item)
+                raise _err(spec, f"{what} lists {shown} twice; list each value once.")
+    return items
+
+
 def resolve_path(spec_path: Path, root: Path, value: Any, key: str) -> Path:
     """A spec path, relative to the spec file; refused when it leaves the project folder."""
     if not isinstance(value, str) or not value:
@@ -266,7 +279,8 @@ def _requirements(spec: Path, fam: str, models: list[str], entries: Any) -> list
         _check_keys(spec, entry, REQUIRE_KEYS[fam], where)
         if "model" in entry and "models" in entry:
             raise _err(spec, f"{where} has both model and models; use one.")
-        names = _strings(spec, entry.get("models", entry.get("model", models)), f"{where} models")
+        names = _distinct(spec, _strings(spec, entry.get("models", entry.get("model", models)), f"{where} models"),
+                          f"{where} models")  # fmt: skip
         for name in names:
             if name not in models:
                 raise _err(spec, f"{where} names model {name!r}, which [{fam}] does not run.{suggest(name, models)}")
@@ -289,15 +303,29 @@ def _requirements(spec: Path, fam: str, models: list[str], entries: Any) -> list
             else:
                 if "eps" not in entry:
                     raise _err(spec, f"{where}: attack {attack!r} needs eps = [...].")
-                eps_list = _numbers(spec, entry["eps"], f"{where} eps")
+                eps_list = _distinct(spec, _numbers(spec, entry["eps"], f"{where} eps"), f"{where} eps")
         for key, value in limits.items():
             threshold = _num(spec, value, f"{where} {key}")
             metric = THRESHOLDS[fam][key]
             bound = "min" if key.startswith("min_") else "max"
             for name in names:
                 for eps in eps_list:
-                    out.append(Requirement(fam, name, attack, eps, metric, bound, threshold, where, mode))
+                    req = Requirement(fam, name, attack, eps, metric, bound, threshold, where, mode)
+                    twice = next((r for r in out if _same_check(r, req)), None)
+                    if twice is not None:
+                        cond = attack if eps is None or attack == "clean" else f"{attack} eps {eps:g}"
+                        raise _err(spec, f"{where} requires {key} of {name} under {cond} again ({twice.where} already "
+                                         "does); state each requirement once.")  # fmt: skip
+                    out.append(req)
     return out
+
+
+def _same_check(a: Requirement, b: Requirement) -> bool:
+    """Two requirements are one check stated twice: the same model, attack, eps, metric, direction, limit and mode
+    (a hard point limit next to a softer interval limit of one metric are two checks)."""
+    same = a.eps == b.eps if a.eps is None or b.eps is None else same_eps(a.eps, b.eps)
+    key = (a.model, a.attack, a.metric, a.bound, a.threshold, a.mode)
+    return key == (b.model, b.attack, b.metric, b.bound, b.threshold, b.mode) and same
 
 
 def _threshold_mode(spec: Path, value: Any, where: str) -> Mode:

@@ -1,7 +1,9 @@
 """Statistics for honest robustness numbers: binomial intervals and paired tests.
 
 Every accuracy is reported with a 95% Wilson score interval (well-behaved at 0% and 100%, unlike the normal
-approximation), and every paired comparison on the same examples uses McNemar's exact test.
+approximation), and every paired comparison on the same examples uses McNemar's exact test. Every interval stays
+inside the domain of its quantity: a mean's t-interval is clipped to it (:func:`mean_interval`), proportions get
+Wilson or Clopper-Pearson intervals, ratios of positive sums a bootstrap over examples.
 """
 
 from __future__ import annotations
@@ -33,8 +35,39 @@ def mcnemar_exact(b: int, c: int) -> float:
     return min(1.0, 2 * tail)
 
 
-def mean_interval(values: list[float]) -> tuple[float, float, float]:
-    """Mean and the 95% Student-t interval of the mean (across seeds, or across examples)."""
+#: the values a quantity can take, (low, high), None for no bound: an interval never leaves its quantity's domain
+Domain = tuple[float | None, float | None]
+UNBOUNDED: Domain = (None, None)
+PROPORTION: Domain = (0.0, 1.0)  # accuracies, certified and token accuracies
+NONNEGATIVE: Domain = (0.0, None)  # Lipschitz bounds, gains, radii, log-perplexities, mCE
+
+
+def clip(lo: float, hi: float, domain: Domain = UNBOUNDED) -> tuple[float, float]:
+    """``[lo, hi]`` intersected with ``domain``. The true value lies in its domain, so an interval that covers it
+    still covers it after the intersection: the coverage is unchanged, and no bound is impossible."""
+    low, high = domain
+    if low is not None and math.isfinite(lo):
+        lo, hi = max(lo, low), max(hi, low)
+    if high is not None and math.isfinite(hi):
+        lo, hi = min(lo, high), min(hi, high)
+    return lo, hi
+
+
+def difference_domain(domain: Domain) -> Domain:
+    """The domain of a difference of two quantities of ``domain`` ([0, 1] -> [-1, 1]; unbounded otherwise)."""
+    low, high = domain
+    if low is None or high is None:
+        return UNBOUNDED
+    return (low - high, high - low)
+
+
+def mean_interval(values: list[float], domain: Domain = UNBOUNDED) -> tuple[float, float, float]:
+    """Mean and the 95% Student-t interval of the mean (across seeds, or across examples), within ``domain``.
+
+    For a bounded or non-negative quantity the t-interval is intersected with its domain (:func:`clip`): the
+    estimand stays the arithmetic mean, and the coverage of the t-interval is kept (a log-scale interval would
+    be about the geometric mean instead; a bootstrap over 2-5 values covers far less than 95%).
+    """
     n = len(values)
     if n == 0:
         return float("nan"), float("nan"), float("nan")
@@ -44,14 +77,24 @@ def mean_interval(values: list[float]) -> tuple[float, float, float]:
     sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
     t = _t_quantile_975(n - 1)
     half = t * sd / math.sqrt(n)
-    return mean, mean - half, mean + half
+    lo, hi = clip(mean - half, mean + half, domain)
+    return mean, lo, hi
 
 
-def finite_interval(values: list[float]) -> tuple[float | None, float | None]:
+def finite_interval(values: list[float], domain: Domain = UNBOUNDED) -> tuple[float | None, float | None]:
     """The 95% t-interval of :func:`mean_interval` as (lo, hi), each None where undefined (fewer than 2 values):
     the form summaries record, since JSON has no NaN."""
-    _, lo, hi = mean_interval(values)
+    _, lo, hi = mean_interval(values, domain)
     return (lo, hi) if math.isfinite(lo) and math.isfinite(hi) else (None, None)
+
+
+def t_interval_name(domain: Domain = UNBOUNDED) -> str:
+    """How a table names the interval :func:`mean_interval` gives for ``domain``."""
+    low, high = domain
+    if low is None and high is None:
+        return "95% t-interval"
+    bounds = f"[{low:g}, {high:g}]" if high is not None else f"at {low:g}"
+    return f"95% t-interval, clipped {'to' if high is not None else ''} {bounds}".replace("  ", " ")
 
 
 def _t_quantile_975(df: int) -> float:

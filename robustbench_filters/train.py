@@ -27,12 +27,13 @@ from torch import nn
 from .errors import RobfiltError, RunStateError
 from .family import Family
 from .io import atomic_write_json
-from .models.checkpoint import CARD, WEIGHTS, save_checkpoint
+from .models.checkpoint import CARD, save_checkpoint
 from .models.registry import ModelSpec, build_from_spec, resolve_spec
 from .progress import ProgressHook, null_progress
 from .recipe import DEFAULT_RECIPES, Recipe, card_recipe_value, lr_at, recipe_identity
-from .runs.folder import check_writable
 from .runs.lock import RunLock
+from .runs.outfolder import remove_files
+from .runs.prepare import prepare_training_out
 
 log = logging.getLogger(__name__)
 
@@ -271,19 +272,6 @@ def _param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
-def _prepare_out(out: Path, resume: bool, overwrite: bool) -> None:
-    """Refuse an --out that holds someone else's files before anything is written or deleted."""
-    check_writable(out)
-    if out.exists() and any(p.name != ".lock" for p in out.iterdir()):
-        if not (resume or overwrite):
-            raise RunStateError(
-                f"--out {out} already holds a run; pass --resume to continue it, --overwrite, or another --out."
-            )
-        if resume and not (out / STATE_DIR).exists() and not (out / CARD).exists():
-            raise RunStateError(f"--out {out} is not a robfilt training folder; pick another --out.")
-    out.mkdir(parents=True, exist_ok=True)
-
-
 def _build_task(
     name: str, size: str, spec: ModelSpec, data: str, recipe: Recipe, seed: int, out: Path, overrides: dict
 ) -> _Task:
@@ -387,13 +375,11 @@ def train(
     data = data or ("fashion-mnist" if spec.family is Family.IMAGE else "austen")
     out = Path(out or f"runs/train/{name}-{size}-s{seed}")
     state_dir = out / STATE_DIR
-    _prepare_out(out, resume, overwrite)
+    replaced = prepare_training_out(out, resume, overwrite, STATE_DIR)
     lock = RunLock(out)
     lock.acquire()
     try:
-        if overwrite and not resume:
-            for p in (state_dir, out / WEIGHTS, out / CARD):
-                shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+        remove_files(out, replaced)  # an earlier training's own files, nothing else
         if resume and _finished(out):
             card = json.loads((out / CARD).read_text())
             log.info("%s is already trained; nothing to resume", out)

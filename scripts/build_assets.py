@@ -352,8 +352,12 @@ def write_stopwords(path: Path) -> int:
     return len(words)
 
 
-def write_checksums(root: Path) -> dict[str, str]:
-    files = sorted(p for p in root.rglob("*") if p.is_file() and p.name != "checksums.json")
+def write_checksums(root: Path, exclude: set[str] = frozenset()) -> dict[str, str]:
+    """checksums.json: every file this script wrote (``exclude``: the user's files it must not claim)."""
+    files = sorted(
+        p for p in root.rglob("*")
+        if p.is_file() and p.name != "checksums.json" and p.relative_to(root).as_posix() not in exclude
+    )  # fmt: skip
     sums = {p.relative_to(root).as_posix(): sha256_file(p) for p in files}
     doc = {"format": "robfilt-assets", "schema": 1, "algorithm": "sha256", "files": sums}
     (root / "checksums.json").write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
@@ -364,13 +368,45 @@ def total_size(root: Path) -> int:
     return sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
 
 
-def build(out: Path, fmnist: Path, austen: Path, budget: int) -> None:
+OWNED = ("austen", "fashion_mnist", "stopwords.txt", "checksums.json")  # what this script writes under --out
+
+
+def prepare_out(out: Path, overwrite: bool = False) -> set[str]:
+    """Check --out before anything is removed (the rule of robustbench_filters/runs/outfolder.py), and return the
+    files a user put there, which the new checksums must not claim.
+
+    ``checksums.json`` lists every file an earlier build wrote. A file it does not list is refused unless
+    ``overwrite`` (it is then kept); one inside what this script replaces (austen/, fashion_mnist/, ...) is
+    refused always, since replacing those folders would destroy it.
+    """
+    from robustbench_filters.runs.outfolder import all_entries
+
+    if not out.is_dir():
+        return set()
+    try:
+        doc = json.loads((out / "checksums.json").read_text())
+        listed = set(doc["files"]) if doc.get("format") == "robfilt-assets" else set()
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        listed = set()
+    foreign = [f for f in all_entries(out) if f not in listed and f != "checksums.json"]
+    blocking = [f for f in foreign if f.split("/")[0] in OWNED]
+    if blocking:
+        raise SystemExit(f"--out {out} holds {blocking[0]!r}, which this script did not write and would replace; "
+                         "move it away or pick another --out (nothing was changed).")  # fmt: skip
+    if foreign and not overwrite:
+        raise SystemExit(f"--out {out} holds {foreign[0]!r}, which this script did not write; move it away, pick "
+                         "another --out, or pass --overwrite to build beside it (it is kept).")  # fmt: skip
+    return set(foreign)
+
+
+def build(out: Path, fmnist: Path, austen: Path, budget: int, overwrite: bool = False) -> None:
     for need, hint in (
         (fmnist / "train-images-idx3-ubyte.gz", "apt-get install dataset-fashion-mnist or pass --fmnist"),
         (austen / "data" / "Rdata.rdb", "extract r-cran-janeaustenr (see this script's docstring) or pass --austen"),
     ):
         if not need.exists():
             raise SystemExit(f"missing raw source {need}: {hint}")
+    keep = prepare_out(out, overwrite)  # austen/ and fashion_mnist/ now hold nothing but this script's files
     out.mkdir(parents=True, exist_ok=True)
     for old in ("austen", "fashion_mnist"):  # only what this script owns; other assets stay
         shutil.rmtree(out / old, ignore_errors=True)
@@ -389,7 +425,7 @@ def build(out: Path, fmnist: Path, austen: Path, budget: int) -> None:
         log.info("total %d bytes > budget %d with %d train images per class; trying fewer", size, budget, per_class)
     else:
         raise SystemExit(f"assets are {size} bytes, over the {budget}-byte budget even with the smallest subset")
-    sums = write_checksums(out)
+    sums = write_checksums(out, keep)
     log.info("wrote %d files, %d bytes in total, to %s", len(sums) + 1, total_size(out), out)
 
 
@@ -398,15 +434,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fmnist", type=Path, default=FMNIST_DIR, help="folder with the Fashion-MNIST *.gz IDX files")
     ap.add_argument("--austen", type=Path, default=AUSTEN_DIR, help="the extracted janeaustenr package folder")
     ap.add_argument(
-        "--out", type=Path, default=ASSETS, help="output folder (its austen/ and fashion_mnist/ are replaced)"
+        "--out",
+        type=Path,
+        default=ASSETS,
+        help="output folder (its austen/ and fashion_mnist/, as checksums.json lists them, are replaced)",
     )
     ap.add_argument("--budget-mb", type=float, default=10.0, help="size budget for all assets, in MB (10^6 bytes)")
     ap.add_argument("--check", action="store_true", help="rebuild in a temp dir and compare with --out's checksums")
+    ap.add_argument("--overwrite", action="store_true", help="build into an --out holding other files (kept)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     budget = int(args.budget_mb * 1e6)
     if not args.check:
-        build(args.out, args.fmnist, args.austen, budget)
+        build(args.out, args.fmnist, args.austen, budget, overwrite=args.overwrite)
         return 0
     with tempfile.TemporaryDirectory() as tmp:
         build(Path(tmp) / "assets", args.fmnist, args.austen, budget)

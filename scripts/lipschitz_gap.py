@@ -23,10 +23,14 @@ import pandas as pd
 import torch
 
 from robustbench_filters.data import load_images
+from robustbench_filters.io import atomic_write_text
 from robustbench_filters.lipschitz import make_target, trace_bounds
 from robustbench_filters.lipschitz.research import LocalOptions, gap_rows, gap_summary, local_bounds
 from robustbench_filters.models import create_model
 from robustbench_filters.report.lipschitz_gap import lipschitz_gap_figure
+from robustbench_filters.runs.outfolder import OutputFolder
+
+CSVS = ("rows.csv", "ablation.csv", "crossover.csv")
 
 LADDER = [
     ("stage-wise composition + box floor", LocalOptions(token_radii=False, localize_attention=False, taylor=False)),
@@ -92,14 +96,15 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="reports/lipschitz_gap")
     parser.add_argument("--summarize-only", action="store_true", help="rewrite summary.md and gap.png from the CSVs")
+    parser.add_argument("--overwrite", action="store_true", help="write into an --out holding other files (kept)")
     args = parser.parse_args()
+    folder = OutputFolder(args.out, "lipschitz-gap", overwrite=args.overwrite, legacy=_legacy).open()
     if args.summarize_only:
-        write_summary(Path(args.out), f"zoo micro, {args.n} Fashion-MNIST test images, seed {args.seed}")
+        write_summary(folder, f"zoo micro, {args.n} Fashion-MNIST test images, seed {args.seed}")
         return
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     torch.set_num_threads(1)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = folder.out
     rhos = [float(r) for r in args.rhos.split(",")]
     x, ids = _inputs(args.n, args.seed)
     frames, ablation, crossover = [], [], []
@@ -115,10 +120,11 @@ def main() -> None:
         if args.dense_n:
             crossover += _crossover(name, target, x[: min(args.sweep_n, args.dense_n)], dense=True)
     rows = pd.concat(frames, ignore_index=True)
-    rows.to_csv(out / "rows.csv", index=False)
-    pd.DataFrame(ablation).to_csv(out / "ablation.csv", index=False)
-    pd.DataFrame(crossover).to_csv(out / "crossover.csv", index=False)
-    write_summary(out, f"zoo micro, {args.n} Fashion-MNIST test images, seed {args.seed}")
+    rows_csv, ablation_csv, crossover_csv = folder.paths(CSVS)
+    rows.to_csv(rows_csv, index=False)
+    pd.DataFrame(ablation).to_csv(ablation_csv, index=False)
+    pd.DataFrame(crossover).to_csv(crossover_csv, index=False)
+    write_summary(folder, f"zoo micro, {args.n} Fashion-MNIST test images, seed {args.seed}")
     logging.info("wrote %s", out)
 
 
@@ -131,12 +137,19 @@ def _markdown(frame: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def write_summary(out: Path, source: str) -> None:
+def _legacy(folder: Path) -> set[str] | None:
+    """The files this script wrote before output ledgers (summary.md marks its folder)."""
+    return {*CSVS, "summary.md", "gap.png"} if (folder / "summary.md").is_file() else None
+
+
+def write_summary(folder: OutputFolder, source: str) -> None:
     """summary.md and gap.png from the CSVs (log10 medians over examples)."""
+    out = folder.out
+    gap_png, summary_md = folder.paths(["gap.png", "summary.md"])
     rows = pd.read_csv(out / "rows.csv")
     ablation = pd.read_csv(out / "ablation.csv").drop(columns="seconds_per_example")
     crossover = pd.read_csv(out / "crossover.csv")
-    lipschitz_gap_figure(rows, sources=[source]).savefig(out / "gap.png", dpi=200)
+    lipschitz_gap_figure(rows, sources=[source]).savefig(gap_png, dpi=200)
     summary = gap_summary(rows)
     crossover["local_minus_exact"] = crossover["log10_local"] - crossover["log10_exact"]
     cross = crossover.pivot_table(index="rho", columns=["model", "dense"], values="local_minus_exact", aggfunc="median")
@@ -160,7 +173,7 @@ def write_summary(out: Path, source: str) -> None:
         _markdown(cross),
         "",
     ]
-    (out / "summary.md").write_text("\n".join(text))
+    atomic_write_text(summary_md, "\n".join(text))
 
 
 if __name__ == "__main__":

@@ -263,7 +263,7 @@ def test_unwritable_out_is_refused(tmp_path, capsys, monkeypatch):
     blocker.write_text("x")
     code = run(["attack", "--model", "deit", "--checkpoint", "none", "-q", "--out", str(blocker / "sub")])
     assert code == 2 and "is a file" in capsys.readouterr().err
-    import robustbench_filters.runs.folder as results
+    import robustbench_filters.runs.prepare as results
 
     monkeypatch.setattr(results.os, "access", lambda *a, **k: False)
     code = run(["attack", "--model", "deit", "--checkpoint", "none", "-q", "--out", str(tmp_path / "locked")])

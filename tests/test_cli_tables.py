@@ -63,7 +63,7 @@ def test_lm_table_shows_perplexity_with_its_interval(capsys: pytest.CaptureFixtu
     models = summarize_lm_rows(_lm_rows())
     render_lm_summary(_lm_summary(models))
     out = capsys.readouterr().out
-    assert "perplexity [95% CI]" in out
+    assert "perplexity [95% bootstrap CI over sequences]" in out
     clean = models["lm"]["clean"]
     assert f"{clean['ppl']:.2f} [{clean['ppl_lo']:.2f}, {clean['ppl_hi']:.2f}] ({100 * clean['acc']:.1f}%)" in out
     pgd = next(r for r in models["lm-grc"]["results"] if r["attack"] == "pgd" and r["eps"] == 0.1)
@@ -95,7 +95,7 @@ def test_corruption_tables_show_accuracy_with_wilson_intervals(capsys: pytest.Ca
                "data": "fashion-mnist", "baseline": "deit", **CHECKS}  # fmt: skip
     render_corruption_summary(summary)
     out = capsys.readouterr().out
-    assert "accuracy % [95% CI] under corruptions" in out and "clean % [95% CI]" in out
+    assert "accuracy % [95% Wilson CI] under corruptions" in out and "clean % [95% Wilson CI]" in out
     for k in (13, 8, 18):  # severity 1, severity 2, clean: k of 20 correct
         lo, hi = wilson_interval(k, 20)
         assert f"{100 * k / 20:.1f} [{100 * lo:.1f}, {100 * hi:.1f}]" in out
@@ -104,7 +104,7 @@ def test_corruption_tables_show_accuracy_with_wilson_intervals(capsys: pytest.Ca
     mean, lo, hi = np.mean(scores), *stats_t_interval(scores)
     assert models["deit"]["mean_acc"] == pytest.approx(mean)
     assert (models["deit"]["mean_acc_lo"], models["deit"]["mean_acc_hi"]) == pytest.approx((lo, hi), rel=1e-3)
-    assert "mean corrupted % [95% CI]" in out
+    assert "mean corrupted % [95% t-CI, clipped to [0, 100]]" in out
     assert (
         f"{100 * mean:.1f} [{100 * models['deit']['mean_acc_lo']:.1f}, {100 * models['deit']['mean_acc_hi']:.1f}]"
         in out
@@ -137,7 +137,7 @@ def test_lipschitz_tables_show_the_mean_lower_bound_with_its_t_interval(capsys: 
     assert (block["lower_mean_lo"], block["lower_mean_hi"]) == pytest.approx((1.5 - half / 2, 1.5 + half / 2), rel=1e-3)
     render_lipschitz_summary({**summary, **CHECKS}, "pgd, l2, rho=0.1", per_layer=True, gap=False)
     out = capsys.readouterr().out
-    assert "lower mean [95% CI]" in out and "gain mean [95% CI]" in out
+    assert "lower mean [95% t-CI, clipped at 0]" in out and "gain mean [95% t-CI, clipped at 0]" in out
     for entry, mean in ((model, "3"), (block, "1.5")):
         assert f"{mean} [{entry['lower_mean_lo']:.3g}, {entry['lower_mean_hi']:.3g}]" in out
 

@@ -109,4 +109,4 @@ def test_cli_corruption_run_json_and_table(capsys, tmp_path: Path) -> None:
 
     assert run([*argv, "--out", str(tmp_path / "b"), "--quiet"]) == 0
     out = capsys.readouterr().out
-    assert "accuracy % [95% CI] under corruptions" in out and "mCE" in out and "gaussian_noise" in out
+    assert "accuracy % [95% Wilson CI] under corruptions" in out and "mCE" in out and "gaussian_noise" in out

@@ -97,7 +97,7 @@ def _unique(values: Iterable[Any], name: str) -> tuple[Any, ...]:
     seen: list[Any] = []
     for v in values:
         if v in seen:
-            shown = f"{v:g}" if isinstance(v, float) else str(v)
+            shown = f"{v:g}" if isinstance(v, float) else repr(v) if isinstance(v, str) else str(v)
             raise RobfiltError(f"{flag(name)} lists {shown} twice; list each value once.")
         seen.append(v)
     return tuple(seen)
@@ -186,6 +186,10 @@ class RunConfig(Declared):
             _check_model_object(m, i)
         self._set("models", models)
         _unique(self.labels, "models")
+        modules = [i for i, m in enumerate(models) if is_module(m)]
+        twice = next((i for k, i in enumerate(modules) if any(models[j] is models[i] for j in modules[:k])), None)
+        if twice is not None:  # distinct labels (model0, model1), one module: a comparison of a model with itself
+            raise RobfiltError(f"the same model object is given twice (as {self.labels[twice]}); give each model once.")
         families = [model_family(m) for m in models]  # also checks every reference's syntax and registry name
         if self.FAMILY is not None:
             for m, fam in zip(models, families, strict=True):

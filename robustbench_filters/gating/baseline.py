@@ -62,6 +62,8 @@ from .series import (
 )
 
 VERSION = 2
+#: identity keys that pin down *which* examples a run measured (the data name alone does not)
+EXAMPLE_KEYS = ("data_checksum", "example_ids_sha256", "examples_digest")
 TOP_KEYS = frozenset({"format", "version", "source", "created", "metrics", "examples", "outcomes", "tolerance"})
 METRIC_KEYS = frozenset({"model", "condition", "metric", "value", "lo", "hi", "n", "family"})
 OUTCOME_KEYS = frozenset({"examples", "model", "condition", "ids", "correct", "nll_sum", "n_tokens", "correct_tokens"})
@@ -87,6 +89,17 @@ class Baseline:
     def series_for(self, family: str, model: str, cond: str) -> Series | None:
         return find_series(self.series.get(family, {}), model, cond)
 
+    def check_data(self, fresh: Run) -> None:
+        """Refuse (one line) a comparison of runs on different data, in any mode: the baseline recorded the
+        checksum of its data set and the fresh run another one (their accuracies measure different things)."""
+        base = self.identity.get(family_of(fresh), {}).get("data_checksum")
+        new = example_identity(fresh.manifest).get("data_checksum")
+        if base and new and base != new:
+            raise RobfiltError(
+                f"baseline {self.source} and the run {fresh.path} measured different examples: other data (data "
+                f"checksum {base:.16} vs {new:.16}); compare runs on the same data set, or write a new baseline."
+            )
+
     def paired(self, fresh: Run, model: str, cond: str, metric: str) -> tuple[PairedBinary | PairedRatio | None, str]:
         """Pair this baseline's outcomes of (model, cond) with a fresh run's; (None, reason) when impossible.
 
@@ -103,7 +116,13 @@ class Baseline:
         new = find_series(series_from_rows(fresh.rows), model, cond)
         if new is None:
             return None, f"the fresh run {fresh.run_id} has no per-example rows for {model} {cond}"
-        check_same_examples(self.identity.get(family, {}), example_identity(fresh.manifest), f"baseline {self.source}")
+        base_ident, fresh_ident = self.identity.get(family, {}), example_identity(fresh.manifest)
+        check_same_examples(base_ident, fresh_ident, f"baseline {self.source}")
+        if not any(k in base_ident and k in fresh_ident for k in EXAMPLE_KEYS):
+            return None, (
+                f"baseline {self.source} and the run {fresh.run_id} record no common identity of their examples "
+                "(data checksum, example ids or contents), so pairing them by example id could pair different examples"
+            )
         label = f"{model} {cond} {metric}"
         if metric == "token_acc" and isinstance(base, RatioSeries) and isinstance(new, RatioSeries):
             return pair_token_accuracy(base, new, label), ""

@@ -143,6 +143,7 @@ def judge_baseline(
     for base in baseline.metrics:
         with Stopwatch() as watch:
             run, fresh = _locate(base, runs, metrics, baseline.source)
+            baseline.check_data(run)
             chosen = Mode.parse(mode(base) if callable(mode) else mode)
             pair, why = (None, "")
             if chosen is Mode.PAIRED:

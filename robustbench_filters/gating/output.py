@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..io import atomic_write_text
+from ..report.metrics import interval_note
 from .judge import junit_case
 from .junit import RunTime, junit_xml
 from .outcome import FAIL, PASS, WARN, GateResult, Outcome, footnotes, ordered
@@ -70,7 +71,8 @@ def markdown_summary(result: GateResult) -> str:
         f"{result.count(PASS)} pass, {result.count(WARN)} warn, {result.count(FAIL)} fail. "
         f"Runs: {', '.join(f'`{r}`' for r in result.runs)}.{baseline}",
         "",
-        "| status | check | model | condition | metric | mode | expected | measured | p | detects (80% power) | detail |",
+        "| status | check | model | condition | metric | mode | expected | measured [95% CI] | p | detects (80% power) "
+        "| detail |",
         "|:---|:---|:---|:---|:---|:---|:---|---:|---:|---:|:---|",
     ]
     shown = ordered(result.outcomes)
@@ -86,6 +88,9 @@ def markdown_summary(result: GateResult) -> str:
         lines += ["", f"{n_sanity} sanity checks passed (not listed)."]
     if notes:
         lines += ["", "Detectable effects assume:", "", *[f"- {n}" for n in notes]]
+    note = interval_note(o.metric for o in shown if o.kind != "sanity")
+    if note:
+        lines += ["", f"{note}."]
     lines += ["", f"Rule: {result.rule}"]
     lines += [f"- {n}" for n in result.notes]
     return "\n".join(lines) + "\n"

@@ -33,7 +33,9 @@ from ..io import atomic_write_json
 from ..progress import ProgressHook, null_progress
 from ..recipe import Recipe
 from ..runs.lock import RunLock
-from ..train import STATE_DIR, TrainResult, _finished, _fit, _param_groups, _prepare_out, _restore
+from ..runs.outfolder import remove_files
+from ..runs.prepare import prepare_training_out
+from ..train import STATE_DIR, TrainResult, _finished, _fit, _param_groups, _restore
 from ..versions import library_versions
 from .adapter import HFCausalLM
 from .convert import VARIANTS
@@ -46,16 +48,6 @@ CARD_FORMAT = "robfilt-hf-finetune"
 TRAIN_WINDOW = 256
 #: Fine-tuning defaults (a pretrained model needs fewer steps and a smaller learning rate than training from scratch).
 HF_RECIPE = Recipe(steps=200, batch_size=8, lr=3e-4, weight_decay=0.1, augment=False, ckpt_every=50)
-#: What ``save_pretrained`` and the tokenizer write; ``--overwrite`` removes these names only.
-WRITTEN = (
-    "config.json",
-    "generation_config.json",
-    "model.safetensors",
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    CARD,
-)
 
 
 @dataclass
@@ -153,14 +145,11 @@ def train_hf(
     out = Path(out or f"runs/train/hf-{Path(target).name}-{args.get('variant', 'finetune')}-s{seed}")
     # load and convert first: a model, tokenizer or conversion that cannot work is refused before --out is touched
     lm = load_hf(target, tokenizer=tokenizer, max_length=max_length, base_dir=base_dir, conversion=args or None)
-    _prepare_out(out, resume, overwrite)
+    replaced = prepare_training_out(out, resume, overwrite, STATE_DIR)
     lock = RunLock(out)
     lock.acquire()
     try:
-        if overwrite and not resume:
-            for name in (*WRITTEN, STATE_DIR):
-                path = out / name
-                shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+        remove_files(out, replaced)  # an earlier training's own files, nothing else
         if resume and _finished(out):
             card = json.loads((out / CARD).read_text())
             log.info("%s is already trained; nothing to resume", out)

@@ -16,7 +16,7 @@ import pandas as pd
 
 from .. import vacuity
 from ..checks import FAIL, PASS, Check
-from ..stats import finite_interval
+from ..stats import NONNEGATIVE, finite_interval
 
 MODEL_LAYER = "model"
 GAP = "gap/"  # layer prefix of the rows that show where the certified bounds lose (--gap)
@@ -75,7 +75,7 @@ def lipschitz_checks(rows: pd.DataFrame, label: str) -> list[Check]:
 def _mean_ci(lower: pd.Series) -> dict[str, float | None]:
     """95% t-interval of the mean lower bound across examples (how much the mean depends on which examples were
     drawn; the max needs none: every example's value is itself a valid lower bound)."""
-    lo, hi = finite_interval([float(v) for v in lower])
+    lo, hi = finite_interval([float(v) for v in lower], NONNEGATIVE)  # a bound is >= 0: so is its interval
     return {"lower_mean_lo": lo, "lower_mean_hi": hi}
 
 

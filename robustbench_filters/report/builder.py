@@ -15,6 +15,7 @@ import pandas as pd
 
 from .. import vacuity
 from ..errors import RobfiltError, unknown
+from ..runs.outfolder import OutputFolder, legacy_report_files
 from . import context as C
 from . import figures as F
 from . import index as I
@@ -29,10 +30,12 @@ ATTENTION_MODELS: tuple[str, str] = ("deit", "deit-bsa")
 
 
 def _check_formats(values: Sequence[str], allowed: Sequence[str], what: str) -> tuple[str, ...]:
-    values = tuple(dict.fromkeys(v.strip().lower().lstrip(".") for v in values))
-    for v in values:
+    values = tuple(v.strip().lower().lstrip(".") for v in ((values,) if isinstance(values, str) else values))
+    for i, v in enumerate(values):
         if v not in allowed:
             raise unknown(what, v, allowed)
+        if v in values[:i]:
+            raise RobfiltError(f"{what} {v!r} is listed twice; list each format once.")
     return values
 
 
@@ -46,9 +49,11 @@ def _vacuous_note(table: pd.DataFrame) -> str:
 
 class _Builder:
     def __init__(
-        self, runset: RunSet, out: Path, formats: tuple[str, ...], fig_formats: tuple[str, ...], html: bool = False
-    ) -> None:
-        self.rs, self.out, self.html = runset, out, html
+        self, runset: RunSet, folder: OutputFolder, formats: tuple[str, ...], fig_formats: tuple[str, ...],
+        html: bool = False,
+    ) -> None:  # fmt: skip
+        out = folder.out
+        self.rs, self.folder, self.out, self.html = runset, folder, out, html
         self.formats, self.fig_formats = formats, fig_formats
         self.result = ReportResult(out=out, index=out / "index.md", runs=runset.ids(), notes=list(runset.notes))
         self.sections: list[I.Section] = []
@@ -57,6 +62,7 @@ class _Builder:
         if not self.formats:
             return
         sources = self.rs.ids(family)
+        self.folder.paths(f"tables/{name}.{fmt}" for fmt in self.formats)
         paths = R.write_table(self.out / "tables", name, tidy, layout, caption, sources, self.formats)
         self.result.tables[name] = paths
         self.sections.append(I.Section(title, caption, table=name, inline=R.markdown(layout), layout=layout))
@@ -66,6 +72,7 @@ class _Builder:
             return
         fig = make()
         if self.fig_formats:
+            self.folder.paths(f"figures/{name}.{fmt}" for fmt in self.fig_formats)
             self.result.figures[name] = F.save_figure(fig, self.out / "figures", name, self.fig_formats)
         svg = F.figure_bytes(fig, "svg") if self.html else None
         self.sections.append(I.Section(title, caption, figure=name, svg=svg))
@@ -353,19 +360,10 @@ class _Builder:
         )
 
     def remove_stale(self) -> None:
-        """Delete tables/figures an earlier report left in this folder, so index.md and the folder agree."""
-        written = {p for paths in (*self.result.tables.values(), *self.result.figures.values()) for p in paths}
-        known = {f".{f}" for f in (*R.FORMATS, "pdf", "png", "svg")}
-        for sub in ("tables", "figures"):
-            folder = self.out / sub
-            for path in sorted(folder.glob("*")) if folder.is_dir() else ():
-                if path.is_file() and path.suffix in known and path not in written:
-                    log.info("report: removing stale %s", path)
-                    path.unlink()
-        stale_html = self.out / "index.html"
-        if not self.html and stale_html.is_file():
-            log.info("report: removing stale %s", stale_html)
-            stale_html.unlink()
+        """Remove the files an earlier report listed and this one did not write, so index.md and the folder
+        agree; files robfilt did not write are never touched (see :class:`~..runs.outfolder.OutputFolder`)."""
+        for path in self.folder.finish():
+            log.info("report: removed stale %s", path)
 
     # -- index ---------------------------------------------------------------------------------------------
     def checks_notes(self) -> None:
@@ -379,10 +377,12 @@ class _Builder:
                 )
 
     def index(self) -> Path:
+        self.folder.path("index.md")
         return I.write_markdown(self.result, self.rs.runs, self.sections)
 
     def index_html(self) -> Path:
         """The same report as one self-contained page (figures inline, sortable tables, every sanity check)."""
+        self.folder.path("index.html")
         return I.write_html(self.result, self.rs.runs, self.sections)
 
 
@@ -396,39 +396,38 @@ def build_report(
     baseline: str | None = None,
     attention: bool | None = None,
     html: bool = False,
+    overwrite: bool = False,
 ) -> ReportResult:
     """Write tables, figures and ``index.md`` for the given run folders into ``out``.
 
     Args:
         run_dirs: finished run folders (attack, LM, Lipschitz, sequence-length study).
-        out: report folder; created if needed, its report files are replaced.
+        out: report folder; created if needed. An earlier report there is replaced (its files only); a folder
+            that is not a robfilt report, or holds files no report wrote, is refused unless ``overwrite``.
         formats: table formats, any of md, csv, tex (empty: no tables).
         figures: figure formats, any of pdf, png, svg (empty: no figures).
         allow_mixed: accept runs of one family made on different examples (then no paired tests across them).
         baseline: the model variants are compared with (default: deit / lm / the first model).
         attention: draw softmax-vs-BSA attention maps (default: when the image runs hold deit and deit-bsa).
         html: also write ``index.html``, one self-contained page with the figures inline and sortable tables.
+        overwrite: write into a folder of other files too; they are kept (robfilt removes only files it wrote).
     """
     formats = _check_formats(formats, R.FORMATS, "table format")
     fig_formats = _check_formats(figures, ("pdf", "png", "svg"), "figure format")
     runset = load_runs(run_dirs, allow_mixed=allow_mixed)
-    out = Path(out)
-    if (out / "manifest.json").exists():
-        raise RobfiltError(f"--out {out} is a run folder; write the report to another folder, e.g. reports/NAME.")
-    if out.exists() and not out.is_dir():
-        raise RobfiltError(f"--out {out} is a file; pass a folder path.")
-    out.mkdir(parents=True, exist_ok=True)
-    builder = _Builder(runset, out, formats, fig_formats, html=html)
+    folder = OutputFolder(out, "report", overwrite=overwrite, legacy=legacy_report_files).open()
+    builder = _Builder(runset, folder, formats, fig_formats, html=html)
     builder.image(baseline, attention)
     builder.lm()
     builder.lipschitz()
     builder.certify()
     builder.checks_notes()
-    builder.remove_stale()
     builder.index()
     if html:
         builder.index_html()
+    builder.remove_stale()
     log.info(
-        "report written to %s (%d tables, %d figures)", out, len(builder.result.tables), len(builder.result.figures)
-    )
+        "report written to %s (%d tables, %d figures)", folder.out, len(builder.result.tables),
+        len(builder.result.figures),
+    )  # fmt: skip
     return builder.result

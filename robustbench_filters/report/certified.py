@@ -64,11 +64,15 @@ def smoothed_attack_table(rows: pd.DataFrame) -> pd.DataFrame:
 def base_l2_table(certify_runs: Sequence[Run], attack_runs: Sequence[Run]) -> pd.DataFrame:
     """L2 robust accuracy of the base models, from attack runs that measured the same weights on the same examples."""
     weights = {m: w for r in certify_runs for m, w in (r.manifest["config"].get("weights") or {}).items()}
-    examples = {r.manifest["config"].get("example_ids_sha256") for r in certify_runs}
+
+    def examples(config: dict) -> tuple:  # which examples of which data (the ids hash alone could index other data)
+        return config.get("data_checksum"), config.get("example_ids_sha256")
+
+    measured = {examples(r.manifest["config"]) for r in certify_runs}
     records = []
     for run in attack_runs:
         config = run.manifest.get("config", {})
-        if config.get("norm") != "l2" or config.get("example_ids_sha256") not in examples:
+        if config.get("norm") != "l2" or examples(config) not in measured:
             continue
         same = [m for m, w in (config.get("weights") or {}).items() if weights.get(m) == w]
         rows = run.rows[run.rows["model"].isin(same) & (run.rows["kind"] != "contamination")]

@@ -16,9 +16,11 @@ import pandas as pd
 
 from ..io import atomic_write_text
 from ..runs.folder import Run
+from ..runs.outfolder import REPORT_TITLE
 from . import html as H
 
 RUN_COLUMNS = ["run id", "kind", "path", "created", "git commit"]
+TITLE = REPORT_TITLE
 
 
 @dataclass
@@ -70,7 +72,7 @@ def runs_frame(runs: Sequence[Run]) -> pd.DataFrame:
 
 def write_markdown(result: ReportResult, runs: Sequence[Run], sections: Sequence[Section]) -> Path:
     lines = [
-        "# robfilt report",
+        TITLE,
         "",
         f"Generated {_dt.datetime.now(_dt.UTC).isoformat(timespec='seconds')} from "
         f"{len(runs)} run(s). Numbers are recomputed from the per-example rows.",

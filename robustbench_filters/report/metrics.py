@@ -7,8 +7,9 @@ A metric is identified by ``model/condition/name``:
   lm-eval scores documents ``hf:gpt2/clean/word_perplexity`` (also ``byte_perplexity``, ``bits_per_byte``);
 - ``deit-grc/-/lipschitz_upper`` (and ``lipschitz_local_upper``, ``lipschitz_lower``, ``radius``).
 
-Each carries its point value and a 95% interval: Wilson for accuracies, an example bootstrap for perplexity,
-and none (``lo == hi == value``) for deterministic quantities such as certified Lipschitz bounds.
+Each carries its point value and a 95% interval: Wilson for accuracies, an example bootstrap for perplexity and
+token accuracy, and none (``lo == hi == value``) for deterministic quantities such as certified Lipschitz bounds
+(:data:`INTERVALS` names them, for the tables that show them).
 
 The small baseline file (``robfilt check --write-baseline``) is JSON::
 
@@ -67,6 +68,26 @@ VACUOUS_FLAG: dict[str, str] = {
     "lipschitz_local_upper": "local_upper_vacuous",
     "radius": "radius_vacuous",
 }
+
+#: which 95% interval each metric carries (a footnote of every table that shows them)
+INTERVALS: dict[str, str] = {
+    "acc": "Wilson score interval over examples",
+    "token_acc": "percentile bootstrap over sequences",
+    "ppl": "percentile bootstrap over sequences",
+    "lipschitz_upper": "none (a certified bound)",
+    "lipschitz_local_upper": "none (median of certified bounds)",
+    "lipschitz_lower": "none (the max of per-example lower bounds)",
+    "radius": "none (mean of certified radii)",
+    "word_perplexity": "percentile bootstrap over documents",
+    "byte_perplexity": "percentile bootstrap over documents",
+    "bits_per_byte": "percentile bootstrap over documents",
+}
+
+
+def interval_note(metrics: Iterable[str]) -> str:
+    """'95% CI: acc: Wilson score interval over examples; ppl: ...' for the metrics a table shows."""
+    names = [m for m in dict.fromkeys(metrics) if m in INTERVALS]
+    return "95% CI: " + "; ".join(f"{m}: {INTERVALS[m]}" for m in names) if names else ""
 
 
 @dataclass(frozen=True)
@@ -151,7 +172,10 @@ def metrics_from_rows(rows: pd.DataFrame, family: str, source: str = "") -> list
             out.append(Metric(r.model, cond, "ppl", r.ppl, _nan(r.ppl_lo), _nan(r.ppl_hi), int(r.n), family, source))
             if "token_acc" in ppl.columns and math.isfinite(_nan(r.token_acc)):
                 v = float(r.token_acc)
-                out.append(Metric(r.model, cond, "token_acc", v, v, v, None, family, source))
+                lo, hi = _nan(getattr(r, "token_acc_lo", None)), _nan(getattr(r, "token_acc_hi", None))
+                lo, hi = (lo, hi) if math.isfinite(lo) and math.isfinite(hi) else (v, v)
+                # n stays None: the interval is a bootstrap over sequences, not a binomial one over n examples
+                out.append(Metric(r.model, cond, "token_acc", v, lo, hi, None, family, source))
             for name in LM_EVAL:
                 v = _nan(getattr(r, name, None))
                 if math.isfinite(v):

@@ -1,7 +1,8 @@
 """Reading run folders for reports and gates: what each run measured, on which examples, as one row table.
 
 Reports compare models row by row (paired tests), so two runs may only share a table when they were made on
-the same examples. Each run gets an *example key*: the data checksum and the hash of the selected example ids
+the same examples, and they must be what they claim (:mod:`..runs.crosscheck`): no run twice, one model per name,
+no model compared with itself under two names. Each run gets an *example key*: the data checksum and the hash of the selected example ids
 when the engine recorded them (image attack runs do), else (data, n_examples, seed, seq_len). Runs of one
 family with different keys are refused unless the caller allows mixing; then rows keep an ``example_set``
 column so paired statistics only ever pair rows of the same set.
@@ -21,6 +22,7 @@ from typing import Any
 import pandas as pd
 
 from ..errors import RobfiltError
+from ..runs.crosscheck import refuse_copies, refuse_label_conflicts, selections_of
 from ..runs.folder import Run, RunWriter, load_run
 
 log = logging.getLogger(__name__)
@@ -47,10 +49,16 @@ def family_of(run: Run) -> str:
 
 
 def example_key(run: Run) -> tuple[Any, ...] | None:
-    """What identifies the examples a run measured; None when it measured no dataset examples."""
+    """What identifies the examples a run measured; None when it measured no dataset examples.
+
+    The runner's record of the selected examples (the hash of their ids and of their contents) decides when the
+    run has one, so two runs of one data name, n and seed on different data are never paired."""
     if family_of(run) == SEQLEN:
         return None
     config = run.manifest.get("config", {})
+    selections = selections_of(run)
+    if selections:
+        return (config.get("data"), config.get("data_checksum"), tuple(sorted(selections)))
     if config.get("data_checksum") or config.get("example_ids_sha256"):
         return tuple(config.get(k) for k in KEY_FIELDS)
     seed = config.get("seed", run.manifest.get("seed"))
@@ -64,6 +72,8 @@ def _describe_difference(a: Run, b: Run) -> str:
         vb = cb.get(name, b.manifest.get(name) if name == "seed" else None)
         if va != vb:
             return f"{name.replace('_', ' ')} {va!s:.16} vs {vb!s:.16}"
+    if selections_of(a) != selections_of(b):
+        return "the selected examples' ids or contents differ"
     return "different example sets"
 
 
@@ -94,11 +104,14 @@ def load_runs(run_dirs: Sequence[str | Path], allow_mixed: bool = False) -> RunS
             raise RobfiltError(f"run folder {d} is listed twice; list each once.")
         seen.add(path)
         runs.append(load_run(d))
+    refuse_copies(runs)
     out = RunSet(runs=runs)
     for run in runs:
         out.families.setdefault(family_of(run), []).append(run)
     for fam, group in out.families.items():
         keys = [example_key(r) for r in group]
+        for key in dict.fromkeys(keys):  # runs on the same examples are compared model by model
+            refuse_label_conflicts([r for r, k in zip(group, keys, strict=True) if k == key], f"{fam} runs")
         if len(set(keys)) > 1:
             first = group[0]
             other = next(r for r, k in zip(group, keys, strict=True) if k != keys[0])

@@ -10,7 +10,8 @@ Statistics:
   McNemar's exact two-sided p-value from the discordant counts ``b`` (only the baseline is right) and ``c``
   (only the variant is right);
 - perplexity is exp(sum nll / sum tokens) over examples, with a 95% percentile bootstrap interval over
-  examples (tokens of one example are not independent, so examples are the resampling unit).
+  examples (tokens of one example are not independent, so examples are the resampling unit); token accuracy
+  (sum correct / sum tokens) gets the same bootstrap, so both intervals stay inside their domains.
 """
 
 from __future__ import annotations
@@ -256,8 +257,15 @@ def _lm_stats(grp: pd.DataFrame) -> dict[str, float]:
     lo, hi = bootstrap_ratio_interval(nll, tok)
     out = {"n": int(len(grp)), "n_tokens": int(total_tok), "ppl": ppl, "ppl_lo": lo, "ppl_hi": hi}
     if "correct_tokens" in grp.columns and total_tok > 0:
-        out["token_acc"] = float(grp["correct_tokens"].sum() / total_tok)
+        correct = grp["correct_tokens"].to_numpy(float)
+        out["token_acc"] = float(correct.sum() / total_tok)
+        # the same bootstrap over sequences: a ratio of sums of proportions, so it stays in [0, 1]
+        out["token_acc_lo"], out["token_acc_hi"] = bootstrap_ratio_interval(correct, tok, transform=_identity)
     return {**out, **lm_eval_columns(grp)}  # lm-eval's word/byte metrics, for rows scored lm-eval style
+
+
+def _identity(x: np.ndarray) -> np.ndarray:
+    return x
 
 
 def perplexity_table(rows: pd.DataFrame) -> pd.DataFrame:

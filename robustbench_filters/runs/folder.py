@@ -22,8 +22,6 @@ import datetime as _dt
 import hashlib
 import json
 import logging
-import os
-import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +33,7 @@ from .. import io as _io
 from ..errors import RobfiltError, RunStateError
 from ..versions import git_commit, library_versions
 from .lock import LOCK, RunLock
+from .prepare import check_writable, prepare_out
 
 log = logging.getLogger(__name__)
 
@@ -46,10 +45,26 @@ ROWS = "rows.parquet"
 PARTS = "parts"
 
 
+def _jsonable(obj: Any) -> Any:
+    try:
+        return _io._json_default(obj)
+    except TypeError:
+        return str(obj)
+
+
 def fingerprint(config: dict[str, Any]) -> str:
-    """A stable hash of everything a run's rows depend on: equal fingerprints compute equal rows."""
-    blob = json.dumps(config, sort_keys=True, default=str).encode()
+    """A stable hash of everything a run's rows depend on: equal fingerprints compute equal rows.
+
+    The config is hashed as the manifest stores it (JSON), so a reader can recompute the fingerprint from a
+    manifest and notice an edited seed, weights digest or example record (:func:`verify_run`)."""
+    normal = json.loads(json.dumps(config, default=_jsonable))
+    blob = json.dumps(normal, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def manifest_fingerprint(manifest: dict[str, Any]) -> str:
+    """The fingerprint a manifest's recorded kind, seed and config hash to (what the writer recorded)."""
+    return fingerprint({"kind": manifest.get("kind"), "seed": manifest.get("seed"), **(manifest.get("config") or {})})
 
 
 def read_manifest(folder: Path) -> dict[str, Any]:
@@ -72,55 +87,6 @@ def read_manifest(folder: Path) -> dict[str, Any]:
             "integrity hashes): re-run the command with --overwrite to rewrite it."
         )
     return manifest
-
-
-def _is_run_folder(folder: Path) -> bool:
-    return (folder / MANIFEST).exists()
-
-
-def prepare_out(out: Path, kind: str, resume: bool, overwrite: bool) -> None:
-    """Refuse an output folder that holds anything but a run of this kind that we may continue or replace.
-
-    Runs before a single file is touched: a folder of a user's own files is never written into.
-    """
-    if not out.exists():
-        return
-    if not out.is_dir():
-        raise RunStateError(f"--out {out} is a file; pass a folder path.")
-    # the lock and the temp file of a first manifest write killed before its rename do not make a run folder
-    entries = [p for p in out.iterdir() if p.name != LOCK and not _io.is_temp_of(p.name, MANIFEST)]
-    if not entries:
-        return
-    if not _is_run_folder(out):
-        foreign = sorted(p.name for p in entries)[0]
-        raise RunStateError(
-            f"--out {out} is not a robfilt run folder (it holds {foreign!r}); robfilt never writes into other "
-            "files: pass a new or empty --out."
-        )
-    if not (resume or overwrite):
-        raise RunStateError(
-            f"--out {out} already holds a run; pass --resume to continue it, --overwrite, or another --out."
-        )
-    try:
-        old = json.loads((out / MANIFEST).read_text())
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
-        raise RunStateError(f"{out / MANIFEST} is corrupted; use --overwrite or another --out.") from None
-    old_kind = old.get("kind") if isinstance(old, dict) else None
-    if old_kind != kind:
-        raise RunStateError(
-            f"--out {out} holds a {old_kind!r} run, not a {kind!r} run; pass another --out (nothing was changed)."
-        )
-
-
-def check_writable(out: Path) -> None:
-    """Fail before any work if the output folder cannot be created or written."""
-    probe = out
-    while not probe.exists():
-        probe = probe.parent
-    if not probe.is_dir():
-        raise RunStateError(f"--out {out}: {probe} is a file, not a folder; pick a folder path.")
-    if not os.access(probe, os.W_OK | os.X_OK):
-        raise RunStateError(f"--out {out} is not writable ({probe} denies writes); pick a folder you can write.")
 
 
 def describe_change(old: dict[str, Any], new: dict[str, Any]) -> str:
@@ -227,9 +193,11 @@ class RunWriter:
                 (self.out / name).unlink(missing_ok=True)
             return
         if manifest_path.exists() and self.overwrite:
-            shutil.rmtree(self.out / PARTS, ignore_errors=True)
-            for name in (ROWS, SUMMARY):
-                (self.out / name).unlink(missing_ok=True)
+            from .outfolder import remove_files, run_folder_files
+
+            # the old run's own files only (prepare_out refused anything else in parts/)
+            old = (run_folder_files(self.out) or set()) - {MANIFEST, LOCK}
+            remove_files(self.out, old)
         _io.atomic_write_json(manifest_path, new)
 
     def _sweep_temp_files(self) -> None:
@@ -397,6 +365,11 @@ def verify_run(path: str | Path) -> dict[str, Any]:
         raise RunStateError(f"{path / SUMMARY} is corrupted; re-run with --overwrite.") from None
     if summary_fp != manifest.get("fingerprint"):
         raise RunStateError(f"{path}: summary and manifest belong to different runs; re-run with --overwrite.")
+    if not isinstance(manifest.get("config"), dict) or manifest_fingerprint(manifest) != manifest.get("fingerprint"):
+        raise RunStateError(
+            f"{path / MANIFEST} was edited: its recorded seed, settings, weights or examples no longer hash to its "
+            "fingerprint; re-run the command with --overwrite."
+        )
     return manifest
 
 

@@ -29,6 +29,7 @@ import pandas as pd
 
 from ..stats import mean_interval
 from .scores import VACUOUS_SCORES, vacuous_cells
+from .tables import domain
 
 MIN_SEEDS = 2
 
@@ -143,7 +144,7 @@ def compare(scores: pd.DataFrame, c: Comparison, min_seeds: int = MIN_SEEDS) -> 
     if not diffs:
         nan = float("nan")
         return ComparisonResult(c, {}, nan, nan, nan, Verdict.INCONCLUSIVE, "not measured in this study")
-    mean, lo, hi = mean_interval(list(diffs.values()))
+    mean, lo, hi = mean_interval(list(diffs.values()), domain(c.metric, difference=True))  # e.g. [-1, 1] for acc
     verdict, reason = judge([c.direction * d for d in diffs.values()], c.delta, min_seeds)
     vacuous = sorted(m for m, cond in vacuous_cells(scores, c.family, c.metric) if cond == c.condition)
     if c.metric in VACUOUS_SCORES and ({c.baseline, c.variant} & set(vacuous)):

@@ -19,13 +19,13 @@ from ..report.figures import save_figure
 from . import plan as P
 from .claims import ClaimResult
 from .curves import accuracy_seeds_figure, lipschitz_seeds_figure, perplexity_seeds_figure, seqlen_seeds_figure
+from .folder import FIGURE_DIR
 from .forest import claims_frame, forest_figure
 from .plan import StudyPlan
 from .scores import StudyScores
 
 log = logging.getLogger(__name__)
 
-FIGURE_DIR = "figures"
 FORMATS: tuple[str, ...] = ("pdf", "png")
 SEP = " \u00b7 "
 
@@ -101,17 +101,22 @@ def study_figures(
     out: Path,
     fingerprint: str = "",
     formats: Sequence[str] = FORMATS,
+    claim: Callable[[list[str]], object] | None = None,
 ) -> tuple[list[tuple[str, str]], list[str]]:
-    """Write the study figures; returns (title, PNG path relative to ``out``) pairs and notes on what was left out."""
+    """Write the study figures; returns (title, PNG path relative to ``out``) pairs and notes on what was left out.
+
+    ``claim`` is called with each figure's relative paths before they are written (the study folder's
+    :meth:`~robustbench_filters.runs.outfolder.OutputFolder.paths`); a figure that is not drawn is not claimed,
+    so the folder's ``finish`` removes an earlier write-up's version, which would contradict the README."""
     figs: list[tuple[str, str]] = []
     notes: list[str] = []
     folder = out / FIGURE_DIR
     for stem, title, make in _plans(plan, data, claims, out, fingerprint):
         fig: Figure | None = _safe(make, stem, notes)
         if fig is None:
-            for fmt in formats:  # an earlier write-up's version would now contradict the README
-                (folder / f"{stem}.{fmt}").unlink(missing_ok=True)
             continue
+        if claim is not None:
+            claim([f"{FIGURE_DIR}/{stem}.{fmt}" for fmt in formats])
         paths = save_figure(fig, folder, stem, formats)
         png = next((p for p in paths if p.suffix == ".png"), paths[0])
         figs.append((title, str(png.relative_to(out))))

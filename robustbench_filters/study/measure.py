@@ -11,6 +11,7 @@ import dataclasses
 import logging
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -74,7 +75,12 @@ def _load(ckpts: Mapping[str, CheckpointInfo], names: tuple[str, ...], size: str
 
 def _tag(ckpts: Mapping[str, CheckpointInfo], names: tuple[str, ...]) -> str:
     """Recorded as the engines' ``checkpoint`` field, so their own run fingerprints change with the weights."""
-    return "study:" + digest({n: ckpts[n].weights_sha256 for n in names})
+    return checkpoint_tag({n: ckpts[n].weights_sha256 for n in names})
+
+
+def checkpoint_tag(weights_sha256: Mapping[str, str]) -> str:
+    """The ``checkpoint`` field a measurement over checkpoints with these file hashes records."""
+    return "study:" + digest(dict(weights_sha256))
 
 
 def _shared_tokenizer(models: list[nn.Module], text: str):
@@ -89,26 +95,33 @@ def _shared_tokenizer(models: list[nn.Module], text: str):
     return toks[0]
 
 
-def piece_config(piece: P.Piece, plan: StudyPlan, ckpts: Mapping[str, CheckpointInfo]) -> RunConfig:
-    """The run config of a measurement piece: the plan's template over the study's checkpoints (loaded as modules),
-    on the family's data, measured with the evaluation seed."""
+def piece_options(piece: P.Piece, plan: StudyPlan) -> tuple[type[RunConfig], dict[str, Any]]:
+    """The run config class of a measurement piece and its options from the plan (all but the models, their
+    checkpoint tag and the LM tokenizer): what the piece's run folder must record (see :mod:`.integrity`)."""
     kind, names = piece.kind, family_models(plan, piece.kind)
     if kind not in TEMPLATES:
         raise ValueError(f"piece kind {kind!r} has no run config")
-    models = tuple(_load(ckpts, names, plan.size))
     template = getattr(plan, TEMPLATES[kind])
+    values = {f.name: getattr(template, f.name) for f in dataclasses.fields(template) if f.name not in P.FILLED}
     image = kind in (P.VISION_ATTACK, P.VISION_CORRUPTION, P.LIPSCHITZ_VISION, P.CERTIFY_VISION)
-    filled: dict = {
-        "models": models, "seed": plan.eval_seed, "size": plan.size, "checkpoint": _tag(ckpts, names),
-        "data": plan.vision_data if image else plan.lm_data,
-    }  # fmt: skip
+    values |= {"seed": plan.eval_seed, "size": plan.size, "data": plan.vision_data if image else plan.lm_data}
     if kind == P.VISION_CORRUPTION:
-        filled["baseline"] = names[0]
-    if kind == P.LM_ATTACK:
+        values["baseline"] = names[0]
+    return type(template), values
+
+
+def piece_config(piece: P.Piece, plan: StudyPlan, ckpts: Mapping[str, CheckpointInfo]) -> RunConfig:
+    """The run config of a measurement piece: the plan's template filled (dataclasses.replace) with the study's
+    checkpoints (loaded as modules), the family's data and the evaluation seed."""
+    _, values = piece_options(piece, plan)
+    names = family_models(plan, piece.kind)
+    models = tuple(_load(ckpts, names, plan.size))
+    filled: dict[str, Any] = {**values, "models": models, "checkpoint": _tag(ckpts, names)}
+    if piece.kind == P.LM_ATTACK:
         from ..data import load_text
 
         filled["tokenizer"] = _shared_tokenizer(list(models), load_text(plan.lm_data, split="test"))
-    return dataclasses.replace(template, **filled)
+    return dataclasses.replace(getattr(plan, TEMPLATES[piece.kind]), **filled)
 
 
 def run_measurement(

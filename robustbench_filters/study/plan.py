@@ -121,9 +121,19 @@ class StudyPlan:
         if len(set(self.seeds)) != len(self.seeds) or any(s < 0 for s in self.seeds):
             raise RobfiltError(f"seeds must be distinct non-negative integers, got {list(self.seeds)}.")
         for names, family in ((self.vision_models, Family.IMAGE), (self.lm_models, Family.LM)):
+            twice = next((n for i, n in enumerate(names) if n in names[:i]), None)
+            if twice is not None:
+                raise RobfiltError(f"the study lists model {twice!r} twice; list each model once.")
             for n in names:
                 if parse_name(n)[0] is not family:
                     raise RobfiltError(f"{n!r} is not a {family.value} model; list it with the other family.")
+        for section in (self.seqlen,):  # the run-config templates refuse repeats themselves
+            for f in dataclasses.fields(section):
+                values = getattr(section, f.name)
+                if isinstance(values, tuple | list):
+                    twice = next((v for i, v in enumerate(values) if v in values[:i]), None)
+                    if twice is not None:
+                        raise RobfiltError(f"the study plan's {f.name} lists {twice} twice; list each value once.")
         self.vision_recipe.validate()
         self.lm_recipe.validate()
         if self.lm_recipe.steps is None:

@@ -24,7 +24,10 @@ from .scores import StudyScores, vacuous_cells
 from .tables import METRICS, interval_cell, markdown, mcnemar_table, paired_table, seed_table
 
 REPORT_DIR = "report"
-_SEED_CAP = "Mean [95% t-interval] across training seeds (just the value with one seed)."
+_SEED_CAP = (
+    "Mean [95% t-interval] across training seeds, clipped to what the quantity can take (accuracies to [0, 100] %, "
+    "bounds, gains and radii at 0); just the value with one seed."
+)
 
 
 def _cmd(plan: StudyPlan) -> str:
@@ -165,7 +168,8 @@ def _verdict_rule() -> list[str]:
         "",
         "For each claim, every training seed gives one paired difference d = metric(variant) - metric(baseline), "
         "both models measured on the same examples. Oriented so that positive means 'as the paper claims', the mean "
-        "and the 95% Student-t interval [lo, hi] across seeds (a paired t-interval; `stats.mean_interval`) decide:",
+        "and the 95% Student-t interval [lo, hi] across seeds (a paired t-interval; `stats.mean_interval`; for "
+        "accuracies clipped to the possible differences [-100, 100] points, which never changes a verdict) decide:",
         "",
         "- **supported**: lo > 0 (the interval excludes 0 in the claimed direction);",
         "- **not supported**: hi < 0 (the interval excludes 0 in the opposite direction), or the mean is <= 0 and "

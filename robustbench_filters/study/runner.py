@@ -19,7 +19,6 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import logging
-import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -29,11 +28,14 @@ from typing import Any
 from ..errors import RobfiltError, RunStateError
 from ..io import atomic_write_json
 from ..progress import ProgressHook, null_progress
-from ..runs.folder import check_writable, load_run
+from ..runs.folder import load_run
 from ..runs.lock import RunLock, is_locked
+from ..runs.outfolder import OutputFolder, remove_output
 from . import plan as P
 from .checkpoints import CheckpointInfo, ensure_checkpoint
 from .claims import ClaimResult, evaluate_claims
+from .folder import open_study_folder, open_write_up
+from .integrity import check_study
 from .measure import family_models, run_measurement, settings
 from .plan import StudyPlan, digest
 from .scores import StudyScores, failed_checks, scores_from_run
@@ -43,7 +45,6 @@ log = logging.getLogger(__name__)
 MANIFEST = "study.json"
 SCHEMA_VERSION = 1
 DONE, RUNNING = "done", "running"
-_OUTPUTS = ("checkpoints", "runs", "report", "figures", "README.md", "results.json", "scores.csv", MANIFEST)
 
 
 def _now() -> str:
@@ -99,25 +100,6 @@ class Manifest:
         atomic_write_json(self.path, self.data)
 
 
-def _prepare(out: Path, resume: bool, overwrite: bool) -> None:
-    check_writable(out)
-    if not out.exists():
-        return
-    if not out.is_dir():
-        raise RunStateError(f"--out {out} is a file; pass a folder path.")
-    entries = [p for p in out.iterdir() if p.name != ".lock"]
-    if not entries:
-        return
-    if not (out / MANIFEST).exists():
-        raise RunStateError(f"--out {out} already holds files that are not a study; pick another --out.")
-    if overwrite:
-        for name in _OUTPUTS:
-            p = out / name
-            shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)
-    elif not resume:
-        raise RunStateError(f"--out {out} already holds a study; pass --resume to continue it, or --overwrite.")
-
-
 def _finished(record: dict | None, inputs: str, folder: Path) -> bool:
     if not record or record.get("status") != DONE or record.get("inputs") != inputs:
         return False
@@ -150,14 +132,18 @@ def run_study(
     if resume and overwrite:
         raise RobfiltError("--resume and --overwrite contradict each other; pass one.")
     plan.validate()
+    resolved = [Path(r).resolve() for r in reuse]
+    twice = next((r for i, r in enumerate(reuse) if resolved[i] in resolved[:i]), None)
+    if twice is not None:
+        raise RobfiltError(f"reuse lists {twice} twice; give each folder once.")
     out = Path(out)
     progress = progress or null_progress
-    _prepare(out, resume, overwrite)
-    out.mkdir(parents=True, exist_ok=True)
+    folder = open_study_folder(out, resume=resume, overwrite=overwrite)
     lock = RunLock(out)
     lock.acquire()
     t0 = time.perf_counter()
     try:
+        folder.path(MANIFEST)
         manifest = Manifest(out, plan)
         manifest.save()
         result = StudyResult(out=out, readme=None)
@@ -174,7 +160,7 @@ def run_study(
                 continue
             _measure(piece, plan, ckpts.get(piece.seed, {}), out, manifest, result, progress)
         progress("study", len(todo), len(todo), "write-up")
-        _write(plan, out, manifest.data, result, report, t0)
+        _write(plan, folder, manifest.data, result, report, t0)
         log.info("study written to %s (%.0fs this call)", result.readme, result.wall_time_s)
         return result
     finally:
@@ -204,22 +190,27 @@ def write_up(plan: StudyPlan, out: str | Path = "reports/study", *, report: bool
     if all(pid.startswith(P.TRAIN + "/") for pid in done):
         raise RobfiltError(f"the study in {out} has no finished measurement yet; continue it with --resume.")
     t0 = time.perf_counter()
+    folder = open_write_up(out)
     lock = RunLock(out)
     lock.acquire()
     try:
-        return _write(plan, out, stored, StudyResult(out=out, readme=None, finished_before=done), report, t0)
+        folder.path(MANIFEST)  # the study's own (read, not rewritten): listed so the ledger names every study file
+        return _write(plan, folder, stored, StudyResult(out=out, readme=None, finished_before=done), report, t0)
     finally:
         lock.release()
 
 
-def _write(plan: StudyPlan, out: Path, manifest: dict, result: StudyResult, report: bool, t0: float) -> StudyResult:
+def _write(
+    plan: StudyPlan, folder: OutputFolder, manifest: dict, result: StudyResult, report: bool, t0: float
+) -> StudyResult:
     """Judge the claims from every finished run folder and write the README, figures and tables into ``result``."""
     from .writeup import write_outputs
 
-    data = collect(plan, out, manifest)
+    data = collect(plan, folder.out, manifest)
     result.claims = evaluate_claims(data.scores)
     result.wall_time_s = time.perf_counter() - t0
-    result.readme = write_outputs(plan, out, manifest, data, result, report=report)
+    result.readme = write_outputs(plan, folder, manifest, data, result, report=report)
+    folder.finish()
     return result
 
 
@@ -258,7 +249,7 @@ def _measure(
         return
     if folder.exists() and (record is None or record.get("inputs") != inputs):
         log.info("%s: inputs changed since it was started; measuring again", piece.id)
-        shutil.rmtree(folder)
+        remove_output(folder)  # the old run's own files; anything else there is refused by the new run
     manifest.record(piece.id, status=RUNNING, inputs=inputs, path=piece.folder, started=_now())
     t0 = time.perf_counter()
     try:
@@ -268,7 +259,7 @@ def _measure(
             raise
         # same inputs, but the run fingerprint changed (e.g. a newer robfilt): start the piece afresh
         log.warning("%s: the partial run in %s is from another robfilt version; measuring again", piece.id, folder)
-        shutil.rmtree(folder)
+        remove_output(folder)
         run_measurement(piece, plan, ckpts, folder, progress)
     wall = time.perf_counter() - t0  # of the call that finished the piece
     manifest.record(piece.id, status=DONE, inputs=inputs, path=piece.folder, wall_s=round(wall, 1), finished=_now())
@@ -283,10 +274,13 @@ def collect(plan: StudyPlan, out: Path, manifest: Manifest | dict) -> StudyScore
     mcnemar: list[dict] = []
     checks: list[dict] = []
     baseline = plan.vision_models[0] if plan.vision_models else None
-    for piece in P.pieces(plan):
-        if piece.kind == P.TRAIN or pieces.get(piece.id, {}).get("status") != DONE:
-            continue
-        run = load_run(out / piece.folder)
+    runs = {
+        piece: load_run(out / piece.folder)
+        for piece in P.pieces(plan)
+        if piece.kind != P.TRAIN and pieces.get(piece.id, {}).get("status") == DONE
+    }
+    check_study(plan, pieces, runs)  # the runs are the plan's, for their seeds, and none stands in for another
+    for piece, run in runs.items():
         s, m = scores_from_run(piece.kind, run, piece.seed, baseline)
         scores += s
         mcnemar += m

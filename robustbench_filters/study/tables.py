@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 
 import pandas as pd
 
-from ..stats import mean_interval
+from ..stats import NONNEGATIVE, PROPORTION, UNBOUNDED, Domain, difference_domain, mean_interval
 
 Fmt = Callable[[float], str]
 
@@ -78,12 +78,36 @@ METRICS: dict[str, tuple[Fmt, Fmt, str]] = {
 }
 
 
-def interval_cell(values: Sequence[float], fmt: Fmt) -> str:
-    """'m [lo, hi]' across seeds; just 'm' for one seed; '-' for none."""
+#: the values each metric can take: its intervals across seeds stay inside (stats.mean_interval clips to it)
+DOMAINS: dict[str, Domain] = {
+    "acc": PROPORTION,
+    "acc_mean": PROPORTION,
+    "corruption_acc": PROPORTION,
+    "certified_acc": PROPORTION,
+    "mce": NONNEGATIVE,
+    "log_ppl": NONNEGATIVE,  # perplexity >= 1
+    "log_ppl_mean": NONNEGATIVE,
+    "lip_lower_mean": NONNEGATIVE,
+    "lip_lower_max": NONNEGATIVE,
+    "certified_radius_mean": NONNEGATIVE,
+    "lip_layer_lower_mean": NONNEGATIVE,
+    "seqlen_gain": NONNEGATIVE,
+    "seqlen_perturbation": NONNEGATIVE,
+}
+
+
+def domain(metric: str, difference: bool = False) -> Domain:
+    """The domain of ``metric`` (or of a paired difference of it); unbounded for log10 bounds and slopes."""
+    d = DOMAINS.get(metric, UNBOUNDED)
+    return difference_domain(d) if difference else d
+
+
+def interval_cell(values: Sequence[float], fmt: Fmt, within: Domain = UNBOUNDED) -> str:
+    """'m [lo, hi]' across seeds (the t-interval clipped to ``within``); just 'm' for one seed; '-' for none."""
     values = [v for v in values if v is not None and math.isfinite(v)]
     if not values:
         return "-"
-    mean, lo, hi = mean_interval(values)
+    mean, lo, hi = mean_interval(values, within)
     if len(values) < 2:
         return fmt(mean)
     return f"{fmt(mean)} [{fmt(lo)}, {fmt(hi)}]"
@@ -107,7 +131,7 @@ def seed_table(
     rows = []
     for cond in pd.unique(sel["condition"]):
         c = sel[sel["condition"] == cond]
-        rows.append([cond, *[interval_cell(list(c[c["model"] == m]["value"]), fmt) for m in models]])
+        rows.append([cond, *[interval_cell(list(c[c["model"] == m]["value"]), fmt, domain(metric)) for m in models]])
     return pd.DataFrame(rows, columns=[label, *models])
 
 
@@ -129,7 +153,8 @@ def paired_table(
             if not seeds:
                 continue
             diffs = [float(var[s] - base[s]) for s in seeds]
-            rows.append([variant, cond, interval_cell(diffs, fmt), ", ".join(fmt(d) for d in diffs), len(seeds)])
+            cell = interval_cell(diffs, fmt, domain(metric, difference=True))
+            rows.append([variant, cond, cell, ", ".join(fmt(d) for d in diffs), len(seeds)])
     return pd.DataFrame(rows, columns=["variant", "condition", f"diff vs {baseline}", "per seed", "seeds"])
 
 

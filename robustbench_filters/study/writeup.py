@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..io import atomic_write_json, atomic_write_text
+from ..runs.outfolder import OutputFolder
 from . import plan as P
 from .claims import ClaimResult
 from .plan import StudyPlan
@@ -53,12 +54,13 @@ def _build_figures(plan: StudyPlan, out: Path, manifest: dict) -> tuple[list[tup
 
 
 def _study_figures(
-    plan: StudyPlan, out: Path, manifest: dict, data: StudyScores, claims: list[ClaimResult]
+    plan: StudyPlan, folder: OutputFolder, manifest: dict, data: StudyScores, claims: list[ClaimResult]
 ) -> tuple[list[tuple[str, str]], list[str]]:
     """The all-seed figures (forest plot first); a failure is a note, never a lost write-up."""
     from .figures import study_figures
 
-    return study_figures(plan, data, claims, out, str(manifest.get("plan_fingerprint", "")))
+    fingerprint = str(manifest.get("plan_fingerprint", ""))
+    return study_figures(plan, data, claims, folder.out, fingerprint, claim=folder.paths)
 
 
 def _json_safe(value: Any) -> Any:
@@ -71,11 +73,19 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
-def write_outputs(plan: StudyPlan, out: Path, manifest: dict, data: StudyScores, result: Any, report: bool) -> Path:
-    """Write results.json, scores.csv, the figures (optional: the study's own and the reporter's) and README.md."""
-    atomic_write_text(out / "scores.csv", data.scores.to_csv(index=False))
+def write_outputs(
+    plan: StudyPlan, folder: OutputFolder | Path, manifest: dict, data: StudyScores, result: Any, report: bool
+) -> Path:
+    """Write results.json, scores.csv, the figures (optional: the study's own and the reporter's) and README.md,
+    each claimed in the study folder's ledger first (a file robfilt did not write is never replaced)."""
+    if not isinstance(folder, OutputFolder):
+        from .folder import open_write_up
+
+        folder = open_write_up(Path(folder))
+    out = folder.out
+    atomic_write_text(folder.path("scores.csv"), data.scores.to_csv(index=False))
     atomic_write_json(
-        out / "results.json",
+        folder.path("results.json"),
         _json_safe(
             {
                 "plan": plan.to_dict(),
@@ -87,10 +97,11 @@ def write_outputs(plan: StudyPlan, out: Path, manifest: dict, data: StudyScores,
         ),
     )
     if report:
-        figures, notes = _study_figures(plan, out, manifest, data, result.claims)
+        figures, notes = _study_figures(plan, folder, manifest, data, result.claims)
         report_figures, report_notes = _build_figures(plan, out, manifest)
         notes += report_notes
-    else:
+    else:  # the figures of an earlier write-up stay as they are (the README does not link them)
+        folder.keep(f for f in sorted(folder.listed) if f.startswith("figures/"))
         figures, report_figures, notes = [], [], ["figures not requested"]
     text = render_readme(plan, manifest, data, result.claims, figures, notes, report_figures)
-    return atomic_write_text(out / "README.md", text)
+    return atomic_write_text(folder.path("README.md"), text)

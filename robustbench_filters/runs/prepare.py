@@ -1,0 +1,132 @@
+"""Before a run or a training writes into ``--out``: the folder is writable, and holds nothing robfilt may not
+touch (the rule of :mod:`.outfolder`: files robfilt did not write are refused unless ``--overwrite``, kept even
+then, and never replaced). Checked before a single file is written or removed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from .. import io as _io
+from ..errors import RunStateError
+from .lock import LOCK
+from .outfolder import TRAINING_FILES, foreign_files, output_kind, run_folder_files, training_folder_files
+
+MANIFEST, SUMMARY, ROWS, PARTS = "manifest.json", "summary.json", "rows.parquet", "parts"
+TRAINING_OUTPUTS = tuple(f for f in TRAINING_FILES if not f.endswith(".tmp"))  # what training writes into --out
+
+
+def prepare_out(out: Path, kind: str, resume: bool, overwrite: bool) -> None:
+    """Refuse an output folder that holds anything but a run of this kind that we may continue or replace.
+
+    Runs before a single file is touched. Files robfilt did not write (by the run's manifest, see
+    :mod:`.outfolder`) are refused unless ``overwrite``; even then they are kept, and one that the run would
+    replace (a ``rows.parquet`` of the user's, anything in ``parts/``) is refused.
+    """
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise RunStateError(f"--out {out} is a file; pass a folder path.")
+    # the lock and the temp file of a first manifest write killed before its rename do not make a run folder
+    entries = [p for p in out.iterdir() if p.name != LOCK and not _io.is_temp_of(p.name, MANIFEST)]
+    if not entries:
+        return
+    if (out / MANIFEST).is_file() and run_folder_files(out) is None:
+        raise RunStateError(
+            f"{out / MANIFEST} is not a robfilt run manifest (corrupted, or a file of yours), so robfilt cannot tell "
+            "which files there it wrote (it removes only those): pick another --out, or clear the folder yourself."
+        )
+    other = output_kind(out)
+    if other not in (None, "run"):
+        raise RunStateError(f"--out {out} holds a robfilt {other} output; pass another --out (nothing was changed).")
+    listed = run_folder_files(out)
+    # parts/ is judged by the run itself on --resume (its messages name the unit); --overwrite must empty it
+    foreign = [f for f in foreign_files(out, listed or set()) if overwrite or not f.startswith(f"{PARTS}/")]
+    if listed is None:
+        if not overwrite:
+            raise RunStateError(
+                f"--out {out} is not a robfilt run folder (it holds {(foreign or [entries[0].name])[0]!r}); robfilt "
+                "never writes into other files: pass a new or empty --out, or --overwrite to write the run beside them (they are kept)."
+            )
+    elif foreign and not overwrite:
+        raise RunStateError(
+            f"--out {out} holds {foreign[0]!r}, which robfilt did not write; move it away, or pass --overwrite to "
+            "replace the run beside it (it is kept)."
+        )
+    blocking = [f for f in foreign if f in (MANIFEST, ROWS, SUMMARY) or f.startswith(f"{PARTS}/") or f == PARTS]
+    if blocking:
+        raise RunStateError(
+            f"--out {out} holds {blocking[0]!r}, which robfilt did not write and the run would replace; move it "
+            "away or pick another --out (nothing was changed)."
+        )
+    if listed is None:
+        return
+    if not (resume or overwrite):
+        raise RunStateError(
+            f"--out {out} already holds a run; pass --resume to continue it, --overwrite, or another --out."
+        )
+    try:
+        old = json.loads((out / MANIFEST).read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        raise RunStateError(f"{out / MANIFEST} is corrupted; use --overwrite or another --out.") from None
+    old_kind = old.get("kind") if isinstance(old, dict) else None
+    if old_kind != kind:
+        raise RunStateError(
+            f"--out {out} holds a {old_kind!r} run, not a {kind!r} run; pass another --out (nothing was changed)."
+        )
+
+
+def check_writable(out: Path) -> None:
+    """Fail before any work if the output folder cannot be created or written."""
+    probe = out
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir():
+        raise RunStateError(f"--out {out}: {probe} is a file, not a folder; pick a folder path.")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise RunStateError(f"--out {out} is not writable ({probe} denies writes); pick a folder you can write.")
+
+
+def prepare_training_out(out: Path, resume: bool, overwrite: bool, state_dir: str = "train_state") -> set[str]:
+    """Refuse an --out that holds someone else's files before anything is written or deleted; returns the files
+    of an earlier training that --overwrite replaces (only those are removed: see :mod:`.outfolder`)."""
+    check_writable(out)
+    entries = [p for p in out.iterdir() if p.name != ".lock"] if out.is_dir() else []
+    if entries:
+        kind = output_kind(out)
+        if kind not in (None, "training"):
+            raise RunStateError(f"--out {out} holds a robfilt {kind} output; pick another --out (nothing was changed).")
+        listed = training_folder_files(out)
+        foreign = foreign_files(out, listed or set())
+        if listed is None and not overwrite:
+            raise RunStateError(
+                f"--out {out} is not a robfilt training folder (it holds {(foreign or [entries[0].name])[0]!r}); "
+                "robfilt never writes into other files: pick another --out, or pass --overwrite to train beside "
+                "them (they are kept)."
+            )
+        if foreign and not overwrite:
+            raise RunStateError(
+                f"--out {out} holds {foreign[0]!r}, which robfilt did not write; move it away, or pass --overwrite "
+                "to train beside it (it is kept)."
+            )
+        blocking = [
+            f
+            for f in foreign
+            if f.split("/")[0] in (*TRAINING_OUTPUTS, state_dir, state_dir + ".old", state_dir + ".tmp")
+        ]
+        if blocking:
+            raise RunStateError(
+                f"--out {out} holds {blocking[0]!r}, which robfilt did not write and training would replace; move it "
+                "away or pick another --out (nothing was changed)."
+            )
+        if listed is not None and not (resume or overwrite):
+            raise RunStateError(
+                f"--out {out} already holds a run; pass --resume to continue it, --overwrite, or another --out."
+            )
+        if overwrite and not resume and listed is not None:
+            out.mkdir(parents=True, exist_ok=True)
+            return listed - {".lock"}
+    out.mkdir(parents=True, exist_ok=True)
+    return set()
