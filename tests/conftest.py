@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import torch
@@ -23,6 +24,20 @@ def _library_logging() -> Iterator[None]:
     saved = (list(log.handlers), log.level, log.propagate)
     yield
     log.handlers, log.level, log.propagate = saved[0], saved[1], saved[2]
+
+
+@pytest.fixture
+def gate_in_process(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """``run(["check", ...])`` evaluates the gate in this process instead of in a supervised child (each child pays
+    ~10 s of imports). The test's process poses as that child: it has the child's environment marker, and the gate
+    writes its result record (returned here) as the child would. The exit codes and stderr lines are the child's own,
+    which the supervisor passes on unchanged; the supervisor itself is tested with real children in
+    tests/test_exit_codes.py and tests/test_gate_check.py::test_json_output_shape."""
+    from robustbench_filters.cli.check import CHILD_ENV
+
+    record = tmp_path_factory.mktemp("gate-record") / "result.json"
+    monkeypatch.setenv(CHILD_ENV, f"in-process:{record}")
+    return record
 
 
 @pytest.fixture

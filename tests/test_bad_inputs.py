@@ -199,6 +199,7 @@ def _snapshot(folder: Path) -> dict[str, bytes]:
     )
 
 
+@pytest.mark.usefixtures("gate_in_process")  # `check` evaluated here, not in a child
 @pytest.mark.parametrize("case,argv,needle,code", CASES, ids=[c[0] for c in CASES])
 def test_bad_input(world, tmp_path, capfd, case, argv, needle, code):
     out = tmp_path / "out"

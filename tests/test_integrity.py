@@ -94,6 +94,7 @@ def test_edited_part_is_refused_on_resume_and_by_readers(reference, tmp_path, ca
     assert not (tmp_path / "rep").exists()
 
 
+@pytest.mark.usefixtures("gate_in_process")  # `check` evaluated here, not in a child
 def test_edited_rows_or_summary_is_refused_by_report_check_and_verify(reference, tmp_path, capfd) -> None:
     out = _copy(reference, tmp_path)
     rows = pd.read_parquet(out / "rows.parquet")
@@ -288,6 +289,7 @@ def test_errors_inside_a_users_model_are_one_line_and_resumable(tmp_path, capfd,
     assert run([*argv, "--resume"]) == 0
 
 
+@pytest.mark.usefixtures("gate_in_process")  # `check` evaluated here, not in a child
 def test_spec_naming_code_needs_allow_code_and_paths_stay_inside(tmp_path, capfd) -> None:
     project = tmp_path / "project"
     (project / "ci").mkdir(parents=True)
