@@ -1,7 +1,7 @@
-"""Helpers for the crash tests: start the CLI in a child process, stop it at a part count, compare finished runs.
+"""Helpers for the crash tests: start the CLI in a child process, stop it at a point it reports, compare finished runs.
 
-Shared by tests/test_crash_safety.py and tests/test_crash_resume_kinds.py, so every kind of run is killed,
-interrupted, resumed and compared the same way.
+Shared by tests/test_crash_safety.py, tests/test_crash_resume_kinds.py and tests/test_integrity.py, so every kind of
+run is killed, interrupted, resumed and compared the same way.
 """
 
 from __future__ import annotations
@@ -32,25 +32,6 @@ def default_sigint() -> None:
     """In the child before exec: Ctrl-C delivered as a terminal delivers it. A test runner started in the background
     (``make test &``) has SIGINT ignored, children inherit that, and Python then never raises KeyboardInterrupt."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
-def cli(args: list[str]) -> subprocess.Popen:
-    """``robfilt ARGS`` in a child process (one thread), stdout and stderr captured as text."""
-    return subprocess.Popen(
-        [sys.executable, "-m", "robustbench_filters.cli", *args],
-        env=ENV,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=default_sigint,
-    )
-
-
-def finish(args: list[str], timeout: float = 600) -> None:
-    """Run ``robfilt ARGS`` in a child process to the end; it must exit 0."""
-    proc = cli(args)
-    _, err = proc.communicate(timeout=timeout)
-    assert proc.returncode == 0, err
 
 
 @contextlib.contextmanager

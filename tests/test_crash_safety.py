@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import finished
 import pandas as pd
 import pytest
 import safetensors.torch
@@ -102,18 +103,17 @@ def _snapshot(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-def test_second_writer_on_the_same_out_is_locked_out(tmp_path):
+def test_second_writer_on_the_same_out_is_locked_out(finished_run_copy):
     """While this process holds a run folder's lock, another robfilt process that would write there (--resume) is
     refused in one line, exit 2, and changes nothing; so is --overwrite. Once the lock is released it runs."""
     from robustbench_filters.cli import run
     from robustbench_filters.runs.lock import RunLock
 
-    out = tmp_path / "run"
-    finish_here(TINY + ["--out", str(out)])
+    out, args = finished_run_copy, finished.ARGS
     with RunLock(out):  # the test itself is the live writer: no race with a run that might finish first
         before = _snapshot(out)
         second = subprocess.run(
-            [sys.executable, "-m", "robustbench_filters.cli", *TINY, "--out", str(out), "--resume"],
+            [sys.executable, "-m", "robustbench_filters.cli", *args, "--out", str(out), "--resume"],
             env=ENV,
             capture_output=True,
             text=True,
@@ -122,9 +122,9 @@ def test_second_writer_on_the_same_out_is_locked_out(tmp_path):
         err = second.stderr.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("error:") and "being written by another robfilt process" in err[0]
         assert _snapshot(out) == before
-        assert run(TINY + ["--out", str(out), "--overwrite"]) == 2  # not even --overwrite removes a live run
+        assert run([*args, "--out", str(out), "--overwrite"]) == 2  # not even --overwrite removes a live run
         assert _snapshot(out) == before
-    finish_here(TINY + ["--out", str(out), "--resume"])  # the refusals were the lock's: free, it runs
+    finish_here([*args, "--out", str(out), "--resume"])  # the refusals were the lock's: free, it runs
     assert load_run(out).manifest["status"] == "complete"
 
 

@@ -8,6 +8,7 @@ import shutil
 import signal
 from pathlib import Path
 
+import finished
 import pandas as pd
 import pytest
 from crash_kill import paused_at
@@ -18,22 +19,7 @@ from robustbench_filters.cli import run
 from robustbench_filters.runs.folder import load_run, verify_run
 from robustbench_filters.runs.lock import RunLock
 
-BASE = [
-    "attack",
-    "--model",
-    "deit",
-    "--attack",
-    "fgsm",
-    "--eps",
-    "0.02",
-    "--checkpoint",
-    "none",
-    "--n-examples",
-    "12",
-    "--batch-size",
-    "3",
-    "-q",
-]  # fmt: skip  (8 units: 4 fgsm + 4 clean)
+BASE = finished.ARGS  # the session's finished run (tests/finished.py): 8 units, 4 fgsm + 4 clean
 
 
 def _snapshot(folder: Path) -> dict[str, bytes]:
@@ -51,11 +37,10 @@ def _refused(capfd, argv: list[str], needle: str, folder: Path | None = None) ->
         assert _snapshot(folder) == before
 
 
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("ref") / "run"
-    assert run([*BASE, "--out", str(out)]) == 0
-    return out
+@pytest.fixture
+def reference(finished_run: Path) -> Path:
+    """The session's finished run of BASE (read only: tests tamper with copies)."""
+    return finished_run
 
 
 def _copy(reference: Path, tmp_path: Path) -> Path:
