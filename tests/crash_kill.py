@@ -115,8 +115,8 @@ class Paused:
 def paused_at(args: list[str], out: Path, pattern: str, n: int) -> Iterator[Paused]:
     """Start ``robfilt ARGS`` and return once the ``n``-th path matching ``pattern`` (relative to ``out``: a part
     ``parts/*.parquet``, its record ``parts/*.json``, a finished temp file ``parts/.*.tmp`` about to replace one) has
-    landed in it; the child waits there until the test signals it. It fails the test if the
-    child ends before that point. stdout and stderr go to files, so the child can never block on a full pipe."""
+    landed in it; the child waits there until the test signals it. It fails the test if the child ends before that
+    point. Its stderr goes to a file (stdout is dropped), so it can never block on a full pipe while the test waits."""
     report_r, report_w = os.pipe()
     hold_r, hold_w = os.pipe()
     with tempfile.TemporaryFile("w+") as err:

@@ -1,4 +1,5 @@
-"""Crash safety with real process kills: kill -9 at a random point, then --resume gives identical results.
+"""Crash safety with real process kills: kill -9 at a seeded point the child reports (tests/crash_kill.py), then
+--resume gives identical results.
 
 A reader must refuse the unfinished run in between, and a second writer must be locked out while a run is live.
 The other kinds of run (LM, corruption, Lipschitz, certify) and Ctrl-C are in tests/test_crash_resume_kinds.py.
