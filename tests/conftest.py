@@ -1,9 +1,12 @@
-"""Shared fixtures: deterministic seeds and tiny inputs for the model tests."""
+"""Shared fixtures: deterministic seeds, tiny inputs for the model tests, one finished run folder for the session,
+and the gate evaluated in this process."""
 
 from __future__ import annotations
 
 import logging
+import shutil
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import torch
@@ -23,6 +26,48 @@ def _library_logging() -> Iterator[None]:
     saved = (list(log.handlers), log.level, log.propagate)
     yield
     log.handlers, log.level, log.propagate = saved[0], saved[1], saved[2]
+
+
+@pytest.fixture(scope="session")
+def finished_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A finished run folder (``finished.ARGS``), made once per session in this process: read it, never change it
+    (use ``finished_run_copy``). The session fails if a test changed it, so one test cannot skew another."""
+    import finished
+
+    from robustbench_filters.cli import run
+
+    out = tmp_path_factory.mktemp("finished") / "run"
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)  # as in a child process (OMP_NUM_THREADS=1): its numbers equal a child's
+    try:
+        assert run([*finished.ARGS, "--out", str(out)]) == 0
+    finally:
+        torch.set_num_threads(before)
+    made = finished.digest(out)
+    yield out
+    assert finished.digest(out) == made, f"a test changed the shared finished run {out}; work on a copy"
+
+
+@pytest.fixture
+def finished_run_copy(finished_run: Path, tmp_path: Path) -> Path:
+    """This test's own copy of :func:`finished_run`, at ``tmp_path/run``: tamper with it, resume it, lock it."""
+    out = tmp_path / "run"
+    shutil.copytree(finished_run, out)
+    return out
+
+
+@pytest.fixture
+def gate_in_process(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """``run(["check", ...])`` evaluates the gate in this process instead of in a supervised child (each child pays
+    ~10 s of imports). The test's process poses as that child: it has the child's environment marker, and the gate
+    writes its result record (returned here) as the child would. The exit codes and stderr lines are the child's own,
+    which the supervisor passes on unchanged; the supervisor itself is tested with real children in
+    tests/test_exit_codes.py and tests/test_gate_check.py::test_json_output_shape."""
+    from robustbench_filters.cli.check import CHILD_ENV
+
+    record = tmp_path_factory.mktemp("gate-record") / "result.json"
+    monkeypatch.setenv(CHILD_ENV, f"in-process:{record}")
+    return record
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
-"""Helpers for the crash tests: start the CLI in a child process, stop it at a part count, compare finished runs.
+"""Helpers for the crash tests: start the CLI in a child process, stop it at a point it reports, compare finished runs.
 
-Shared by tests/test_crash_safety.py and tests/test_crash_resume_kinds.py, so every kind of run is killed,
-interrupted, resumed and compared the same way.
+Shared by tests/test_crash_safety.py, tests/test_crash_resume_kinds.py and tests/test_integrity.py, so every kind of
+run is killed, interrupted, resumed and compared the same way.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pandas as pd
 import pytest
@@ -32,25 +32,6 @@ def default_sigint() -> None:
     """In the child before exec: Ctrl-C delivered as a terminal delivers it. A test runner started in the background
     (``make test &``) has SIGINT ignored, children inherit that, and Python then never raises KeyboardInterrupt."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
-def cli(args: list[str]) -> subprocess.Popen:
-    """``robfilt ARGS`` in a child process (one thread), stdout and stderr captured as text."""
-    return subprocess.Popen(
-        [sys.executable, "-m", "robustbench_filters.cli", *args],
-        env=ENV,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=default_sigint,
-    )
-
-
-def finish(args: list[str], timeout: float = 600) -> None:
-    """Run ``robfilt ARGS`` in a child process to the end; it must exit 0."""
-    proc = cli(args)
-    _, err = proc.communicate(timeout=timeout)
-    assert proc.returncode == 0, err
 
 
 @contextlib.contextmanager
@@ -78,29 +59,92 @@ def parts(out: Path) -> int:
     return len([p for p in folder.glob("*.parquet") if not p.name.startswith(".")]) if folder.exists() else 0
 
 
-def wait_for(proc: subprocess.Popen, ready: Callable[[], bool], timeout: float = 300) -> None:
-    """Poll until ``ready()``; fail if the process ends first or the point never comes."""
-    start = time.monotonic()
-    while not ready():
-        if proc.poll() is not None:
-            pytest.fail(f"process ended before the stop point (exit {proc.returncode}): {proc.stderr.read()}")
-        if time.monotonic() - start > timeout:
-            proc.kill()
-            proc.wait()
-            pytest.fail("stop point never reached")
-        time.sleep(0.02)
+# Runs in the child instead of ``python -m robustbench_filters.cli``: the CLI with os.chmod, os.replace and os.rename
+# watched (the library's atomic write makes a temp file, chmods it, then replaces the target with it; a training state
+# lands by a rename). Right after the n-th call on a path matching PATTERN (relative to OUT; the target of a replace
+# or rename, the file of a chmod), the child writes a byte to the REPORT pipe and blocks reading the HOLD pipe: the
+# test then signals it at exactly that point, on a machine of any speed, with no polling and no sleep.
+_PAUSE_CHILD = r"""
+import fnmatch, os, sys
+
+report, hold, out, pattern, n = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5])
+seen = 0
 
 
-def wait_for_parts(proc: subprocess.Popen, out: Path, n: int = 1, timeout: float = 300) -> None:
-    """Poll until ``out/parts`` holds at least ``n`` finished parts."""
-    wait_for(proc, lambda: parts(out) >= n, timeout)
+def watched(call, which):
+    def wrapper(*args, **kwargs):
+        global seen
+        result = call(*args, **kwargs)
+        if fnmatch.fnmatchcase(os.path.relpath(os.fspath(args[which]), out), pattern):
+            seen += 1
+            if seen == n:
+                os.write(report, b"!")
+                os.read(hold, 1)  # the test signals us here (or closes the pipe to let us go on)
+        return result
+
+    return wrapper
 
 
-def stop(proc: subprocess.Popen, sig: signal.Signals, timeout: float = 120) -> tuple[int, str]:
-    """Send ``sig`` and wait for the process to end; its exit code and stderr."""
-    os.kill(proc.pid, sig)
-    _, err = proc.communicate(timeout=timeout)
-    return proc.returncode, err
+os.chmod, os.replace, os.rename = watched(os.chmod, 0), watched(os.replace, 1), watched(os.rename, 1)
+sys.argv = ["robfilt", *sys.argv[6:]]
+from robustbench_filters.cli import main
+
+main()
+"""
+
+
+class Paused:
+    """A ``robfilt`` child held still at a point it reported; :meth:`stop` signals it there."""
+
+    def __init__(self, proc: subprocess.Popen, hold: int, err: IO[str]) -> None:
+        self.proc, self._hold, self._err = proc, hold, err
+
+    def stop(self, sig: signal.Signals) -> tuple[int, str]:
+        """Send ``sig`` while the child waits, then wait for it to end; its exit code and stderr."""
+        self.proc.send_signal(sig)
+        return self._end()
+
+    def _end(self) -> tuple[int, str]:
+        code = self.proc.wait()
+        os.close(self._hold)  # only now: closing it earlier would let the child run on before the signal lands
+        self._err.seek(0)
+        return code, self._err.read()
+
+
+@contextlib.contextmanager
+def paused_at(args: list[str], out: Path, pattern: str, n: int) -> Iterator[Paused]:
+    """Start ``robfilt ARGS`` and return once the ``n``-th path matching ``pattern`` (relative to ``out``: a part
+    ``parts/*.parquet``, its record ``parts/*.json``, a finished temp file ``parts/.*.tmp`` about to replace one) has
+    landed in it; the child waits there until the test signals it. It fails the test if the child ends before that
+    point. Its stderr goes to a file (stdout is dropped), so it can never block on a full pipe while the test waits."""
+    report_r, report_w = os.pipe()
+    hold_r, hold_w = os.pipe()
+    with tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _PAUSE_CHILD, str(report_w), str(hold_r), str(out), pattern, str(n), *args],
+            env=ENV,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            text=True,
+            pass_fds=(report_w, hold_r),
+            preexec_fn=default_sigint,
+        )
+        os.close(report_w)
+        os.close(hold_r)
+        child = Paused(proc, hold_w, err)
+        try:
+            try:
+                reached = os.read(report_r, 1)  # blocks until the child is there, or b"" once it has ended
+            finally:
+                os.close(report_r)
+            if not reached:
+                code, text = child._end()
+                pytest.fail(f"the child ended (exit {code}) before {n} x {pattern} landed in {out}: {text[-2000:]}")
+            yield child
+        finally:
+            if proc.returncode is None:  # the test failed before stopping it
+                proc.kill()
+                child._end()
 
 
 def stable(summary: Any) -> Any:

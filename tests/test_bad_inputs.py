@@ -11,21 +11,20 @@ import json
 import shutil
 from pathlib import Path
 
+import finished
 import pytest
 import torch
 
-from robustbench_filters.api import evaluate
 from robustbench_filters.cli import run
 from robustbench_filters.models import create_model, save_checkpoint
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory) -> dict[str, Path]:
+def world(tmp_path_factory, finished_run) -> dict[str, Path]:
     """Runs, checkpoints and files that the bad-input cases point at (built once)."""
     root = tmp_path_factory.mktemp("world")
-    common = dict(eps=[0.01], n_examples=6, steps=2, checkpoint="none")
-    evaluate(["deit"], ["fgsm"], seed=0, out=root / "run-a", **common)
-    evaluate(["deit"], ["fgsm"], seed=1, out=root / "run-b", **common)  # other examples
+    shutil.copytree(finished_run, root / "run-a")  # the session's finished run (tests/finished.py)
+    assert run([*finished.ARGS, "--seed", "1", "--out", str(root / "run-b")]) == 0  # the same on other examples
     unfinished = root / "unfinished"
     shutil.copytree(root / "run-a", unfinished)
     (unfinished / "summary.json").unlink()
@@ -204,6 +203,7 @@ def _snapshot(folder: Path) -> dict[str, bytes]:
     )
 
 
+@pytest.mark.usefixtures("gate_in_process")  # `check` evaluated here, not in a child
 @pytest.mark.parametrize("case,argv,needle,code", CASES, ids=[c[0] for c in CASES])
 def test_bad_input(world, tmp_path, capfd, case, argv, needle, code):
     out = tmp_path / "out"

@@ -28,10 +28,24 @@ def test_b8_smoke_writes_results(monkeypatch: pytest.MonkeyPatch, tmp_path: Path
     assert "(smoke)" in (tmp_path / "b8_certify_throughput.md").read_text()
 
 
-def test_b8_command_line(tmp_path: Path) -> None:
+def test_b8_command_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys) -> None:
+    """The shared benchmark command line (benchmarks/_common.py:cli), called here as `python -m` calls it."""
+    monkeypatch.syspath_prepend(str(REPO))
+    from benchmarks import _common
+
+    bench = importlib.import_module("benchmarks.b8_certify_throughput")
+    monkeypatch.setattr(sys, "argv", ["b8_certify_throughput", "--smoke", "--out", str(tmp_path)])
+    with pytest.raises(SystemExit) as done:
+        _common.cli(bench.run)
+    assert done.value.code == 0
+    assert "time ratio robfilt/bare" in capsys.readouterr().out
+
+
+@pytest.mark.slow  # the same through `python -m` in a fresh process (what `make bench` does)
+def test_b8_python_dash_m(tmp_path: Path) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "benchmarks.b8_certify_throughput", "--smoke", "--out", str(tmp_path)]
-    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "time ratio robfilt/bare" in done.stdout
 

@@ -33,10 +33,24 @@ def test_benchmark_smoke(name: str, bench, tmp_path: Path) -> None:
     assert markdown.startswith("# ") and "(smoke)" in markdown
 
 
-def test_benchmark_command_line(tmp_path: Path) -> None:
+def test_benchmark_command_line(bench, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """The command line every benchmark shares (benchmarks/_common.py:cli), called here as `python -m` calls it."""
+    from benchmarks import _common
+
+    b2 = bench("b2_engine_overhead")
+    monkeypatch.setattr(sys, "argv", ["b2_engine_overhead", "--smoke", "--out", str(tmp_path)])
+    with pytest.raises(SystemExit) as done:
+        _common.cli(b2.run)
+    assert done.value.code == 0
+    assert "time ratio robfilt/bare" in capsys.readouterr().out
+    assert (tmp_path / "b2_engine_overhead.json").exists()
+
+
+@pytest.mark.slow  # the same through `python -m` in a fresh process (what `make bench` does)
+def test_benchmark_python_dash_m(tmp_path: Path) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "benchmarks.b2_engine_overhead", "--smoke", "--out", str(tmp_path)]
-    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "time ratio robfilt/bare" in done.stdout
     assert (tmp_path / "b2_engine_overhead.json").exists()

@@ -18,6 +18,9 @@ from robustbench_filters.report.metrics import Metric
 from robustbench_filters.runs.folder import RunWriter
 from robustbench_filters.spec import load_spec
 
+# `robfilt check` is evaluated in this process (tests/conftest.py::gate_in_process), not in a supervised child
+pytestmark = pytest.mark.usefixtures("gate_in_process")
+
 
 def write_run(out: Path, kind: str, rows: pd.DataFrame, config: dict, family: str | None = None) -> Path:
     extra = {"family": family} if family else None

@@ -75,7 +75,6 @@ def test_python_dash_m_entry_point() -> None:
         capture_output=True,
         text=True,
         cwd=REPO,
-        timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
     assert [r["name"] for r in json.loads(proc.stdout)] == ALL_VARIANTS

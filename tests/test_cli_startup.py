@@ -42,7 +42,7 @@ sys.exit(code)
 
 def _probe(*argv: str) -> tuple[int, str, list[str]]:
     """(exit code, stdout, heavy modules imported) of ``robfilt ARGV`` in a fresh interpreter."""
-    done = subprocess.run([sys.executable, "-c", PROBE, *argv], cwd=REPO, capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-c", PROBE, *argv], cwd=REPO, capture_output=True, text=True)
     line = next((x for x in done.stderr.splitlines() if x.startswith(MARK)), None)
     assert line is not None, done.stderr[-2000:]
     return done.returncode, done.stdout, json.loads(line[len(MARK) :])
@@ -50,7 +50,7 @@ def _probe(*argv: str) -> tuple[int, str, list[str]]:
 
 def test_importing_the_cli_imports_no_heavy_library() -> None:
     code = f"import json, sys, robustbench_filters.cli; print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))"
-    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout) == []
 

@@ -165,7 +165,7 @@ def test_output_into_a_closed_pipe_ends_quietly_with_141(argv: list[str]) -> Non
     os.close(read)  # the reader is gone before robfilt writes a byte: `robfilt ... | head -0`
     try:
         done = subprocess.run([sys.executable, "-m", "robustbench_filters.cli", *argv], stdout=write,
-                              stderr=subprocess.PIPE, text=True, timeout=120)  # fmt: skip
+                              stderr=subprocess.PIPE, text=True)  # fmt: skip
     finally:
         os.close(write)
     assert (done.returncode, done.stderr) == (141, "")

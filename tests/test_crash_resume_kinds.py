@@ -1,12 +1,13 @@
 """kill -9 and Ctrl-C in every kind of run, then --resume: rows, parts and summary equal an uninterrupted run.
 
 Each kind (LM attack with an embedding attack and word swap, image corruptions, Lipschitz, randomized-smoothing
-certification, image attack) runs as ``robfilt`` in a child process with small batches, so it has many units. Once
-a seeded number of parts exist it gets SIGKILL (the lock file stays, but the kernel dropped the lock) or SIGINT
-(exit 130, the one line "interrupted; continue with --resume", lock file removed). In between, readers refuse the
-folder as unfinished. The same command with ``--resume`` (in the test's process, like the reference, to save a
-start-up) then finishes a folder that ``robfilt verify`` accepts and whose parts, rows and summary equal the
-reference run's: the parts the killed process wrote are bit-identical to those computed in another process.
+certification, image attack) runs as ``robfilt`` in a child process with small batches, so it has many units. Right
+after it recorded a seeded number of parts, while it waits at that point (tests/crash_kill.py), it gets SIGKILL
+(the lock file stays, but the kernel dropped the lock) or SIGINT (exit 130, the one line "interrupted; continue
+with --resume", lock file removed). In between, readers refuse the folder as unfinished. The same command with
+``--resume`` (in the test's process, like the reference, to save a start-up) then finishes a folder that
+``robfilt verify`` accepts and whose parts, rows and summary equal the reference run's: the parts the killed
+process wrote are bit-identical to those computed in another process.
 The image attack under kill -9 is in tests/test_crash_safety.py. One case runs by default, the rest are slow.
 """
 
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from crash_kill import INTERRUPTED, assert_same_run, cli, finish_here, parts, stop, wait_for_parts
+from crash_kill import INTERRUPTED, assert_same_run, finish_here, parts, paused_at
 
 from robustbench_filters.cli import run
 from robustbench_filters.errors import RunStateError
@@ -92,9 +93,8 @@ def test_stopped_run_resumes_to_identical_rows_and_summary(references, tmp_path,
     assert len(load_run(reference).manifest["units"]) == spec.units
     out = tmp_path / "stopped"
     stop_after = random.Random(f"{kind}/{sig.name}").randint(1, spec.stop_by)
-    proc = cli([*spec.args, "--out", str(out)])
-    wait_for_parts(proc, out, stop_after)
-    code, err = stop(proc, sig)
+    with paused_at([*spec.args, "--out", str(out)], out, "parts/*.json", stop_after) as child:
+        code, err = child.stop(sig)  # right after the child recorded its stop_after-th unit, while it waits there
     if sig is signal.SIGKILL:
         assert code == -signal.SIGKILL, err
         assert (out / ".lock").exists()  # the dead process's lock file stays behind ...
@@ -103,7 +103,7 @@ def test_stopped_run_resumes_to_identical_rows_and_summary(references, tmp_path,
         assert err.strip().splitlines() == [INTERRUPTED]
         assert not (out / ".lock").exists()  # Ctrl-C releases the lock on the way out
     assert not is_locked(out)  # ... but nobody holds it
-    assert stop_after <= parts(out) < spec.units
+    assert parts(out) == stop_after < spec.units
     with pytest.raises(RunStateError, match="unfinished"):
         load_run(out)
     finish_here([*spec.args, "--out", str(out), "--resume"])  # not the killed process: parts must match across them

@@ -1,4 +1,5 @@
-"""Crash safety with real process kills: kill -9 at a random point, then --resume gives identical results.
+"""Crash safety with real process kills: kill -9 at a seeded point the child reports (tests/crash_kill.py), then
+--resume gives identical results.
 
 A reader must refuse the unfinished run in between, and a second writer must be locked out while a run is live.
 The other kinds of run (LM, corruption, Lipschitz, certify) and Ctrl-C are in tests/test_crash_resume_kinds.py.
@@ -12,11 +13,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import finished
 import pandas as pd
 import pytest
 import safetensors.torch
 import torch
-from crash_kill import ENV, assert_same_run, cli, finish, stop, wait_for, wait_for_parts
+from crash_kill import ENV, assert_same_run, finish_here, parts, paused_at
 
 from robustbench_filters.errors import RunStateError
 from robustbench_filters.runs.folder import load_run
@@ -42,18 +44,27 @@ ATTACK = [
 TRAIN = ["train", "--model", "deit-grc", "--steps", "24", "--batch-size", "16", "--ckpt-every", "4", "-q"]
 
 
+# Where a kill -9 can leave a unit, each a point the child reports: its finished temp file not yet renamed, its
+# parquet renamed but its hash record not yet written, or both written.
+KILL_POINTS = {"temp file": "parts/.*.parquet.*.tmp", "parquet only": "parts/*.parquet", "recorded": "parts/*.json"}
+
+
 def _kill_and_resume_attack(tmp_path: Path, seed: int) -> None:
+    """kill -9 at a seeded unit and point of its write, then --resume: the same run as one never killed."""
     reference = tmp_path / "reference"
-    finish(ATTACK + ["--out", str(reference)])
+    finish_here(ATTACK + ["--out", str(reference)])
     killed = tmp_path / "killed"
-    proc = cli(ATTACK + ["--out", str(killed)])
-    wait_for_parts(proc, killed, random.Random(seed).randint(1, 15))
-    assert stop(proc, signal.SIGKILL)[0] == -signal.SIGKILL
+    rng = random.Random(seed)
+    at, point = rng.randint(1, 15), rng.choice(sorted(KILL_POINTS))
+    with paused_at(ATTACK + ["--out", str(killed)], killed, KILL_POINTS[point], at) as child:
+        assert parts(killed) == (at - 1 if point == "temp file" else at)
+        assert child.stop(signal.SIGKILL)[0] == -signal.SIGKILL
     assert (killed / ".lock").exists()  # the dead process left its lock behind
     with pytest.raises(RunStateError, match="unfinished"):
         load_run(killed)
-    finish(ATTACK + ["--out", str(killed), "--resume"])  # reclaims the stale lock
+    finish_here(ATTACK + ["--out", str(killed), "--resume"])  # reclaims the stale lock
     assert_same_run(reference, killed)
+    assert not list(killed.rglob("*.tmp"))  # the dead write's temp file is swept
 
 
 def test_kill9_attack_then_resume_is_identical(tmp_path):
@@ -69,43 +80,53 @@ def test_kill9_attack_at_random_points(tmp_path, seed):
 def _train_step(out: Path) -> int:
     import json
 
-    state = out / "train_state" / "state.json"
-    try:
-        return json.loads(state.read_text())["step"]
-    except (OSError, ValueError):
-        return 0
+    return json.loads((out / "train_state" / "state.json").read_text())["step"]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1])
 def test_kill9_training_then_resume_reaches_the_same_weights(tmp_path, seed):
     reference = tmp_path / "reference"
-    finish(TRAIN + ["--out", str(reference)])
+    finish_here(TRAIN + ["--out", str(reference)])
     killed = tmp_path / "killed"
     kill_at = random.Random(seed).choice([4, 8, 12, 16])
-    proc = cli(TRAIN + ["--out", str(killed)])
-    wait_for(proc, lambda: _train_step(killed) >= kill_at)
-    stop(proc, signal.SIGKILL)
-    finish(TRAIN + ["--out", str(killed), "--resume"])
+    # the state folder lands by a rename every 4 steps (--ckpt-every 4): stop right after the one of step kill_at
+    with paused_at(TRAIN + ["--out", str(killed)], killed, "train_state", kill_at // 4) as child:
+        assert _train_step(killed) == kill_at
+        assert child.stop(signal.SIGKILL)[0] == -signal.SIGKILL
+    finish_here(TRAIN + ["--out", str(killed), "--resume"])
     a = safetensors.torch.load_file(str(reference / "model.safetensors"))
     b = safetensors.torch.load_file(str(killed / "model.safetensors"))
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
-def test_second_writer_on_the_same_out_is_locked_out(tmp_path):
-    out = tmp_path / "run"
-    long_run = [a if a != "40" else "400" for a in ATTACK]
-    first = cli(long_run + ["--out", str(out)])
-    try:
-        wait_for_parts(first, out, 1, timeout=120)
-        second = cli(long_run + ["--out", str(out), "--resume"])
-        _, err = second.communicate(timeout=300)
-        assert first.poll() is None, "first run ended too early for the test to mean anything"
-        assert second.returncode == 2
-        assert "being written by another robfilt process" in err and len(err.strip().splitlines()) == 1
-    finally:
-        first.kill()
-        first.wait()
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_second_writer_on_the_same_out_is_locked_out(finished_run_copy):
+    """While this process holds a run folder's lock, another robfilt process that would write there (--resume) is
+    refused in one line, exit 2, and changes nothing; so is --overwrite. Once the lock is released it runs."""
+    from robustbench_filters.cli import run
+    from robustbench_filters.runs.lock import RunLock
+
+    out, args = finished_run_copy, finished.ARGS
+    with RunLock(out):  # the test itself is the live writer: no race with a run that might finish first
+        before = _snapshot(out)
+        second = subprocess.run(
+            [sys.executable, "-m", "robustbench_filters.cli", *args, "--out", str(out), "--resume"],
+            env=ENV,
+            capture_output=True,
+            text=True,
+        )
+        assert second.returncode == 2, second.stderr
+        err = second.stderr.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("error:") and "being written by another robfilt process" in err[0]
+        assert _snapshot(out) == before
+        assert run([*args, "--out", str(out), "--overwrite"]) == 2  # not even --overwrite removes a live run
+        assert _snapshot(out) == before
+    finish_here([*args, "--out", str(out), "--resume"])  # the refusals were the lock's: free, it runs
+    assert load_run(out).manifest["status"] == "complete"
 
 
 @pytest.mark.parametrize("error", ["ENOSPC", "EACCES"])
@@ -202,7 +223,7 @@ def test_kill9_in_the_first_manifest_write_then_resume(tmp_path):
     assert died.returncode == -signal.SIGKILL
     left = sorted(p.name for p in out.iterdir())
     assert len(left) == 2 and left[0] == ".lock" and left[1].startswith(".manifest.json."), left
-    finish(TINY + ["--out", str(out), "--resume"])
+    finish_here(TINY + ["--out", str(out), "--resume"])
     assert load_run(out).manifest["status"] == "complete"
     assert not list(out.rglob("*.tmp"))
 

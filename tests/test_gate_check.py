@@ -64,6 +64,7 @@ def project(tmp_path: Path, text: str) -> Path:
     return root / "robustness.toml"
 
 
+@pytest.mark.usefixtures("gate_in_process")  # `check` evaluated here, not in a child
 def test_paired_gate_catches_a_3_point_drop_that_the_interval_rule_misses(tmp_path: Path) -> None:
     base_c, fresh_c = drop()  # 60.0% -> 57.0% on the same 500 examples: 25 lost, 10 gained
     base = image_run(tmp_path / "base", {("pgd", 0.01): base_c})
@@ -135,6 +136,7 @@ def test_holm_keeps_two_borderline_checks_from_failing(tmp_path: Path) -> None:
     assert [o.status for o in none.outcomes if o.kind == "baseline"] == ["fail", "fail"]
 
 
+@pytest.mark.usefixtures("gate_in_process")  # `check` evaluated here, not in a child
 def test_different_examples_are_refused_in_one_line(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     base_c, fresh_c = drop()
     selection = {"examples": {"ids": "ids0", "data": "d1"}}

@@ -2,35 +2,63 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
 
+from robustbench_filters.gating import junit
 from robustbench_filters.gating.junit import RunTime, Stopwatch, TimedCase, junit_xml, run_wall_seconds, timed
+from robustbench_filters.runs import folder as run_folder
 from robustbench_filters.runs.folder import RunWriter, load_run
 
 
-def test_stopwatch_and_timed_measure_wall_time() -> None:
+class _Clock:
+    """A perf_counter that advances by fixed ticks, so a measured time is exact on a machine of any speed."""
+
+    def __init__(self, *ticks: float) -> None:
+        self.now, self.ticks = 100.0, list(ticks)
+
+    def perf_counter(self) -> float:
+        self.now += self.ticks.pop(0)
+        return self.now
+
+
+def test_stopwatch_and_timed_measure_the_monotonic_clock(monkeypatch: pytest.MonkeyPatch) -> None:
     with Stopwatch() as w:
         time.sleep(0.05)
-    assert 0.04 <= w.seconds < 1.0
-    result, seconds = timed(lambda x: (time.sleep(0.02), x * 2)[1], 21)
-    assert result == 42 and 0.015 <= seconds < 1.0
+    assert w.seconds >= 0.049  # a real sleep is never shorter than asked (no upper bound: a busy machine is slow)
+    monkeypatch.setattr(junit, "time", _Clock(0.0, 0.25, 0.0, 1.5))
+    with Stopwatch() as w:
+        pass
+    assert w.seconds == 0.25
+    assert timed(lambda x: x * 2, 21) == (42, 1.5)
 
 
-def test_run_wall_seconds_from_manifest(tmp_path: Path) -> None:
+def test_run_wall_seconds_from_manifest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert run_wall_seconds({"created": "2026-12-01T10:00:00+00:00", "finished": "2026-12-01T10:01:05+00:00"}) == 65
     assert run_wall_seconds({"created": "2026-12-01T10:00:00+00:00"}) is None
     assert run_wall_seconds({"created": "yesterday", "finished": "today"}) is None
+
+    stamps = iter([dt.datetime(2026, 12, 1, 10, 0, 0, 700000, tzinfo=dt.UTC), dt.datetime(2026, 12, 1, 10, 0, 42)])
+
+    class Stamps(dt.datetime):
+        """The run writer's clock: its created, then its finished stamp."""
+
+        @classmethod
+        def now(cls, tz: dt.tzinfo | None = None) -> dt.datetime:  # type: ignore[override]
+            return next(stamps).replace(tzinfo=tz)
+
+    monkeypatch.setattr(run_folder, "_dt", SimpleNamespace(datetime=Stamps, UTC=dt.UTC))
     rows = pd.DataFrame({"model": ["m"], "example_id": [0], "attack": ["clean"], "eps": [0.0], "correct": [True]})
     with RunWriter(tmp_path / "run", "attack", {"x": 1}, seed=0) as w:
         w.write_part("all", rows)
         w.finish(rows, {"kind": "attack"})
-    seconds = run_wall_seconds(load_run(tmp_path / "run").manifest)
-    assert seconds is not None and 0 <= seconds < 60
+    assert run_wall_seconds(load_run(tmp_path / "run").manifest) == 42  # stamps at second resolution
 
 
 def test_junit_xml_parses_with_times_failures_and_warnings() -> None:

@@ -4,17 +4,14 @@ an untouched run or a one-line refusal (exit 2) that changes nothing on disk."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
+import finished
 import pandas as pd
 import pytest
-from crash_kill import default_sigint
+from crash_kill import paused_at
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -22,23 +19,7 @@ from robustbench_filters.cli import run
 from robustbench_filters.runs.folder import load_run, verify_run
 from robustbench_filters.runs.lock import RunLock
 
-BASE = [
-    "attack",
-    "--model",
-    "deit",
-    "--attack",
-    "fgsm",
-    "--eps",
-    "0.02",
-    "--checkpoint",
-    "none",
-    "--n-examples",
-    "12",
-    "--batch-size",
-    "3",
-    "-q",
-]  # fmt: skip  (8 units: 4 fgsm + 4 clean)
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0"}
+BASE = finished.ARGS  # the session's finished run (tests/finished.py): 8 units, 4 fgsm + 4 clean
 
 
 def _snapshot(folder: Path) -> dict[str, bytes]:
@@ -56,11 +37,10 @@ def _refused(capfd, argv: list[str], needle: str, folder: Path | None = None) ->
         assert _snapshot(folder) == before
 
 
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("ref") / "run"
-    assert run([*BASE, "--out", str(out)]) == 0
-    return out
+@pytest.fixture
+def reference(finished_run: Path) -> Path:
+    """The session's finished run of BASE (read only: tests tamper with copies)."""
+    return finished_run
 
 
 def _copy(reference: Path, tmp_path: Path) -> Path:
@@ -99,6 +79,7 @@ def test_edited_part_is_refused_on_resume_and_by_readers(reference, tmp_path, ca
     assert not (tmp_path / "rep").exists()
 
 
+@pytest.mark.usefixtures("gate_in_process")  # `check` evaluated here, not in a child
 def test_edited_rows_or_summary_is_refused_by_report_check_and_verify(reference, tmp_path, capfd) -> None:
     out = _copy(reference, tmp_path)
     rows = pd.read_parquet(out / "rows.parquet")
@@ -293,6 +274,7 @@ def test_errors_inside_a_users_model_are_one_line_and_resumable(tmp_path, capfd,
     assert run([*argv, "--resume"]) == 0
 
 
+@pytest.mark.usefixtures("gate_in_process")  # `check` evaluated here, not in a child
 def test_spec_naming_code_needs_allow_code_and_paths_stay_inside(tmp_path, capfd) -> None:
     project = tmp_path / "project"
     (project / "ci").mkdir(parents=True)
@@ -350,24 +332,13 @@ def test_two_holders_cannot_share_a_lock(tmp_path) -> None:
 
 
 def test_ctrl_c_ends_with_one_line_130_and_resumes_identically(reference, tmp_path) -> None:
-    # 60 batches of 2 (120 units): the run must still be going when SIGINT arrives, on any machine speed
-    args = [{"12": "120", "3": "2"}.get(a, a) for a in BASE]
-    full = tmp_path / "full"
-    assert (
-        subprocess.run([sys.executable, "-m", "robustbench_filters.cli", *args, "--out", str(full)], env=ENV).returncode
-        == 0
-    )
     out = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "robustbench_filters.cli", *args, "--out", str(out)], env=ENV,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)  # fmt: skip
-    deadline = time.monotonic() + 300
-    while not (out / "parts").exists() or len(list((out / "parts").glob("*.json"))) < 2:
-        assert proc.poll() is None and time.monotonic() < deadline
-        time.sleep(0.02)
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, err
+    # Ctrl-C while the child waits right after its 2nd of 8 units was recorded (a point it reports, not a race)
+    with paused_at([*BASE, "--out", str(out)], out, "parts/*.json", 2) as child:
+        code, err = child.stop(signal.SIGINT)
+    assert code == 130, err
     assert err.strip().splitlines() == ["interrupted; continue with --resume"]
     assert not (out / ".lock").exists()
-    assert run([*args, "--out", str(out), "--resume"]) == 0
-    _same(full, out)
+    assert len(list((out / "parts").glob("*.json"))) == 2
+    assert run([*BASE, "--out", str(out), "--resume"]) == 0
+    _same(reference, out)
