@@ -36,6 +36,14 @@ def report_cmd(
         bool,
         typer.Option("--html", help="Also write index.html: one self-contained page, figures inline, sortable tables."),
     ] = False,
+    paper: Annotated[
+        bool,
+        typer.Option(
+            "--paper",
+            help="Figures for a two-column paper: 3.3 or 6.9 in wide, no setting or source line inside them (both "
+            "stay in index.md/html and figures/provenance.json).",
+        ),
+    ] = False,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
@@ -56,6 +64,7 @@ def report_cmd(
         allow_mixed=allow_mixed,
         baseline=baseline,
         html=html,
+        paper=paper,
     )
     if json_out:
         print_json(result.to_dict())
