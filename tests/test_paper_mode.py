@@ -27,7 +27,7 @@ from robustbench_filters.report.format import eps_key, eps_text
 from robustbench_filters.report.lipschitz_gap import lipschitz_gap_figure
 from robustbench_filters.report.metrics import same_eps
 from robustbench_filters.report.provenance import PROVENANCE
-from robustbench_filters.report.style import ONE_COLUMN, TWO_COLUMN
+from robustbench_filters.report.style import CHROME_IN, ONE_COLUMN, TWO_COLUMN
 from robustbench_filters.runs.folder import load_run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -304,3 +304,18 @@ def test_every_savefig_goes_through_the_one_dpi_constant() -> None:
         for path in (ROOT / folder).rglob("*.py"):
             calls += [(path.name, m) for m in re.findall(r"\.savefig\([^\n]*", path.read_text())]
     assert calls and all("dpi=DPI" in call for _, call in calls), calls
+
+
+def test_cli_report_paper_flag(tmp_path: Path) -> None:
+    from robustbench_filters.cli import run
+    from robustbench_filters.report import write_seqlen_run
+
+    study = pd.DataFrame({"kind": ["softmax"] * 2, "n": [16, 64], "mean_perturbation": [1e-4, 5e-5], "trials": 2})
+    seq = write_seqlen_run(tmp_path / "seq", study, {"ns": [16, 64]})
+    for flag, paper in (("--paper", True), (None, False)):
+        out = tmp_path / f"rep-{paper}"
+        assert run(["report", str(seq), "--out", str(out), "--figures", "pdf", "--format", "md", "-q",
+                    *([flag] if flag else [])]) == 0  # fmt: skip
+        entry = json.loads((out / "figures" / PROVENANCE).read_text())["figures"]["perturbation_vs_seqlen"]
+        assert entry["paper"] is paper and entry["width_in"] == ONE_COLUMN
+        assert entry["height_in"] == pytest.approx(2.55 - (CHROME_IN if paper else 0.0))  # one-line footer
