@@ -60,10 +60,12 @@ BENCH := b1_eps_sweep b2_engine_overhead b3_attention_cost b4_lipschitz_throughp
 bench: $(STAMP)
 	for b in $(BENCH); do OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m benchmarks.$$b $(BENCH_FLAGS) || exit 1; done
 
-# reports/vision, lm, lipschitz, certified from fresh runs; then the study's write-up (forest plot, all-seed curves,
-# tables) redrawn from its committed run folders (make study remeasures it).
+# reports/vision, lm, lipschitz, certified from fresh runs, with paper figures (--paper: column widths, no setting or
+# source line inside them; index.md/html and figures/provenance.json keep both); then the study's write-up (forest
+# plot, all-seed curves, tables) redrawn from its committed run folders (make study remeasures it), whose README
+# figures keep their setting and source lines.
 reports: $(STAMP)
-	$(BIN)/python scripts/make_reports.py --runs runs --reports reports --n-examples 500
+	$(BIN)/python scripts/make_reports.py --runs runs --reports reports --n-examples 500 --paper
 	$(BIN)/robfilt study --write-up --out reports/study --quiet
 
 lint: $(STAMP)

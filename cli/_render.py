@@ -6,6 +6,8 @@ import math
 
 from rich.table import Table
 
+from robustbench_filters.report.format import eps_text
+
 from ._common import console
 
 STATUS_STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red"}
@@ -35,7 +37,7 @@ def render_summary(summary: dict) -> None:
     cells = {label: {(r["attack"], r["eps"]): r for r in m["robust"]} for label, m in models.items()}
     for attack, eps in cols:
         row = [_pct(cells[label][(attack, eps)]) if (attack, eps) in cells[label] else "-" for label in models]
-        table.add_row(attack, f"{eps:.4g}", *row)
+        table.add_row(attack, eps_text(eps), *row)
     out.print(table)
     render_checks(summary["checks"], summary["checks_summary"])
 
@@ -78,7 +80,7 @@ def _ppl_cell(entry: dict, clean_ppl: float | None = None) -> str:
 def _setting(entry: dict) -> str:
     if entry.get("kind") == "contamination":
         return f"{entry['attack']} rate={entry['eps']:g}"
-    return f"{entry['attack']} eps={entry['eps']:g}"
+    return f"{entry['attack']} eps={eps_text(entry['eps'])}"
 
 
 def render_lm_summary(summary: dict) -> None:

@@ -43,6 +43,14 @@ def report_cmd(
             help="Write into a folder that holds other files too (they are kept: robfilt removes only its own).",
         ),
     ] = False,
+    paper: Annotated[
+        bool,
+        typer.Option(
+            "--paper",
+            help="Figures for a two-column paper: 3.3 or 6.9 in wide, no setting or source line inside them (both "
+            "stay in index.md/html and figures/provenance.json).",
+        ),
+    ] = False,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
@@ -64,6 +72,7 @@ def report_cmd(
         baseline=baseline,
         html=html,
         overwrite=overwrite,
+        paper=paper,
     )
     if json_out:
         print_json(result.to_dict())

@@ -27,6 +27,7 @@ from robustbench_filters.io import atomic_write_text
 from robustbench_filters.lipschitz import make_target, trace_bounds
 from robustbench_filters.lipschitz.research import LocalOptions, gap_rows, gap_summary, local_bounds
 from robustbench_filters.models import create_model
+from robustbench_filters.report.figures import save_figure
 from robustbench_filters.report.lipschitz_gap import lipschitz_gap_figure
 from robustbench_filters.runs.outfolder import OutputFolder
 
@@ -149,7 +150,7 @@ def write_summary(folder: OutputFolder, source: str) -> None:
     rows = pd.read_csv(out / "rows.csv")
     ablation = pd.read_csv(out / "ablation.csv").drop(columns="seconds_per_example")
     crossover = pd.read_csv(out / "crossover.csv")
-    lipschitz_gap_figure(rows, sources=[source]).savefig(gap_png, dpi=200)
+    save_figure(lipschitz_gap_figure(rows, sources=[source]), out, "gap", ("png",))  # 300 dpi, the report style
     summary = gap_summary(rows)
     crossover["local_minus_exact"] = crossover["log10_local"] - crossover["log10_exact"]
     cross = crossover.pivot_table(index="rho", columns=["model", "dense"], values="local_minus_exact", aggfunc="median")

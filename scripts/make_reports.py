@@ -23,7 +23,10 @@ What it does:
 4. certified: randomized-smoothing certificates of the noise-trained zoo (sigma 0.25) and L2 PGD on the same
    weights and examples -> ``runs/certify``, ``runs/certify-l2-pgd`` -> ``reports/certified``.
 
-Every report also gets a self-contained ``index.html``.
+Every report also gets a self-contained ``index.html``. The figures are drawn in paper mode (``robfilt report
+--paper``): one- or two-column widths and no setting or source line inside them, so a paper can include them as
+they are; ``index.md``/``index.html`` state each figure's setting and sources under it, and
+``figures/provenance.json`` names its runs and their hashes. ``--no-paper`` puts both lines back into the figures.
 
 Models without zoo weights are left out (and listed in the log); a part with no model left is skipped.
 Runs are made from scratch unless ``--reuse`` is given (a cached run would not notice retrained weights).
@@ -66,7 +69,9 @@ def _finished(folder: Path) -> bool:
     return True
 
 
-def vision(runs: Path, reports: Path, n_examples: int, steps: int, device: str, reuse: bool) -> Path | None:
+def vision(
+    runs: Path, reports: Path, n_examples: int, steps: int, device: str, reuse: bool, paper: bool
+) -> Path | None:
     from robustbench_filters.api import evaluate
 
     models = zoo_models(DEIT)
@@ -81,10 +86,10 @@ def vision(runs: Path, reports: Path, n_examples: int, steps: int, device: str, 
     if not (reuse and _finished(corr)):
         evaluate(models, ["corruption"], None, n_examples=n_examples, device=device, out=corr, overwrite=True)
     folders = [out, corr]
-    return build_report(folders, reports / "vision", html=True).index
+    return build_report(folders, reports / "vision", html=True, paper=paper).index
 
 
-def lm(runs: Path, reports: Path, n_examples: int, device: str, reuse: bool) -> Path | None:
+def lm(runs: Path, reports: Path, n_examples: int, device: str, reuse: bool, paper: bool) -> Path | None:
     from robustbench_filters.api import evaluate
 
     models = zoo_models(LM)
@@ -95,10 +100,10 @@ def lm(runs: Path, reports: Path, n_examples: int, device: str, reuse: bool) -> 
     if not (reuse and _finished(out)):
         evaluate(models, ["wordswap"], None, n_examples=n_examples, out=out, overwrite=True, device=device,
                  rates=[0.05, 0.1, 0.2, 0.3])  # fmt: skip
-    return build_report([out], reports / "lm", html=True).index
+    return build_report([out], reports / "lm", html=True, paper=paper).index
 
 
-def lipschitz(runs: Path, reports: Path, n_examples: int, device: str, reuse: bool) -> Path | None:
+def lipschitz(runs: Path, reports: Path, n_examples: int, device: str, reuse: bool, paper: bool) -> Path | None:
     from robustbench_filters.api import estimate_lipschitz
     from robustbench_filters.lipschitz import sequence_length_study
 
@@ -125,10 +130,10 @@ def lipschitz(runs: Path, reports: Path, n_examples: int, device: str, reuse: bo
     folders.append(seq)
     # The gap run measures 4 of the examples (exact Jacobians at two radii): the Lipschitz report pairs nothing across
     # runs, so runs on different example sets are fine here, and each table states its own n.
-    return build_report(folders, reports / "lipschitz", html=True, allow_mixed=True).index
+    return build_report(folders, reports / "lipschitz", html=True, allow_mixed=True, paper=paper).index
 
 
-def certified(runs: Path, reports: Path, n_examples: int, device: str, reuse: bool) -> Path | None:
+def certified(runs: Path, reports: Path, n_examples: int, device: str, reuse: bool, paper: bool) -> Path | None:
     """Randomized smoothing of the noise-trained zoo, beside L2 PGD on the same weights and examples."""
     from robustbench_filters.api import certify, evaluate
 
@@ -142,7 +147,7 @@ def certified(runs: Path, reports: Path, n_examples: int, device: str, reuse: bo
     if not (reuse and _finished(l2)):
         evaluate(models, ["pgd-l2"], [0.25, 0.5, 0.75, 1.0], n_examples=n_examples, checkpoint="zoo:sigma0.25",
                  out=l2, overwrite=True, device=device)  # fmt: skip
-    return build_report([cert, l2], reports / "certified", html=True).index
+    return build_report([cert, l2], reports / "certified", html=True, paper=paper).index
 
 
 def main(
@@ -156,6 +161,9 @@ def main(
     lipschitz_examples: Annotated[int, typer.Option("--lipschitz-examples", help="Examples per model.")] = 32,
     device: Annotated[str, typer.Option("--device", help="cpu or cuda.")] = "cpu",
     reuse: Annotated[bool, typer.Option("--reuse", help="Reuse finished run folders instead of re-running.")] = False,
+    paper: Annotated[
+        bool, typer.Option("--paper/--no-paper", help="Paper figures (no setting or source line inside them).")
+    ] = True,
 ) -> None:
     """Run the zoo evaluations into --runs and write the reports into --reports."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
@@ -166,13 +174,13 @@ def main(
     written = {}
     try:
         if "vision" in parts:
-            written["vision"] = vision(runs, reports, n_examples, steps, device, reuse)
+            written["vision"] = vision(runs, reports, n_examples, steps, device, reuse, paper)
         if "lm" in parts:
-            written["lm"] = lm(runs, reports, lm_examples, device, reuse)
+            written["lm"] = lm(runs, reports, lm_examples, device, reuse, paper)
         if "lipschitz" in parts:
-            written["lipschitz"] = lipschitz(runs, reports, lipschitz_examples, device, reuse)
+            written["lipschitz"] = lipschitz(runs, reports, lipschitz_examples, device, reuse, paper)
         if "certified" in parts:
-            written["certified"] = certified(runs, reports, certify_examples, device, reuse)
+            written["certified"] = certified(runs, reports, certify_examples, device, reuse, paper)
     except RobfiltError as exc:
         log.error("%s", exc)
         raise typer.Exit(exc.exit_code) from None

@@ -3,22 +3,28 @@
 Everything is recomputed from the per-example rows, so a report never disagrees with the runs it names, and
 tables from several runs line up example by example. Items whose inputs are missing (no LM run, no per-layer
 Lipschitz rows, ...) are skipped and listed in ``index.md`` with the reason, rather than failing the report.
+
+With ``paper=True`` the figures carry no setting line and no source line (a paper's caption states them); both
+stay in ``index.md``/``index.html`` and in ``figures/provenance.json``, which names every figure's runs and hashes.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
 from .. import vacuity
 from ..errors import RobfiltError, unknown
+from ..runs.folder import Run
 from ..runs.outfolder import OutputFolder, legacy_report_files
 from . import context as C
 from . import figures as F
 from . import index as I
+from . import provenance as PV
 from . import render as R
 from . import tables as T
 from .index import ReportResult
@@ -49,12 +55,18 @@ def _vacuous_note(table: pd.DataFrame) -> str:
 
 class _Builder:
     def __init__(
-        self, runset: RunSet, folder: OutputFolder, formats: tuple[str, ...], fig_formats: tuple[str, ...],
+        self,
+        runset: RunSet,
+        folder: OutputFolder,
+        formats: tuple[str, ...],
+        fig_formats: tuple[str, ...],
         html: bool = False,
-    ) -> None:  # fmt: skip
+        paper: bool = False,
+    ) -> None:
         out = folder.out
-        self.rs, self.folder, self.out, self.html = runset, folder, out, html
+        self.rs, self.folder, self.out, self.html, self.paper = runset, folder, out, html, paper
         self.formats, self.fig_formats = formats, fig_formats
+        self.provenance: dict[str, dict[str, Any]] = {}
         self.result = ReportResult(out=out, index=out / "index.md", runs=runset.ids(), notes=list(runset.notes))
         self.sections: list[I.Section] = []
 
@@ -67,15 +79,34 @@ class _Builder:
         self.result.tables[name] = paths
         self.sections.append(I.Section(title, caption, table=name, inline=R.markdown(layout), layout=layout))
 
-    def figure(self, name: str, title: str, caption: str, make) -> None:
+    def figure(
+        self,
+        name: str,
+        title: str,
+        caption: str | Callable[[Any], str],
+        make: Callable[[bool], Any],
+        sources: Sequence[str],
+        subtitle: str,
+        runs: Sequence[Run],
+    ) -> None:
+        """Draw ``make(paper)``; a callable ``caption`` reads the drawn figure, so it names only what is there.
+
+        The setting (``subtitle``) and ``sources`` go to the index pages and ``figures/provenance.json`` in both
+        modes, since a paper figure does not show them.
+        """
         if not self.fig_formats and not self.html:
             return
-        fig = make()
+        fig = make(self.paper)
+        text = caption(fig) if callable(caption) else caption
+        files: list = []
         if self.fig_formats:
             self.folder.paths(f"figures/{name}.{fmt}" for fmt in self.fig_formats)
-            self.result.figures[name] = F.save_figure(fig, self.out / "figures", name, self.fig_formats)
+            files = F.save_figure(fig, self.out / "figures", name, self.fig_formats)
+        if files:
+            self.result.figures[name] = files
+        self.provenance[name] = PV.provenance_entry(fig, title, text, subtitle, sources, runs, files, self.paper)
         svg = F.figure_bytes(fig, "svg") if self.html else None
-        self.sections.append(I.Section(title, caption, figure=name, svg=svg))
+        self.sections.append(I.Section(title, text, figure=name, svg=svg, setting=subtitle, sources=list(sources)))
 
     def skip(self, what: str, why: str) -> None:
         log.info("report: skipping %s (%s)", what, why)
@@ -105,11 +136,15 @@ class _Builder:
                 IMAGE,
             )
             if (acc["attack"] != T.CLEAN).any():
+                sub = C.image_subtitle(self.rs.families[IMAGE], rows, n)
                 self.figure(
                     "robust_accuracy_vs_eps",
                     "Robust accuracy vs eps",
-                    "Accuracy vs perturbation budget per attack (eps 0 = clean); bands: 95% Wilson intervals.",
-                    lambda: F.robust_accuracy_figure(acc, src, C.image_subtitle(self.rs.families[IMAGE], rows, n)),
+                    F.robust_accuracy_caption,
+                    lambda paper: F.robust_accuracy_figure(acc, src, sub, paper=paper),
+                    src,
+                    sub,
+                    self.rs.families[IMAGE],
                 )
             else:
                 self.skip("robust accuracy figure", "only clean rows")
@@ -187,11 +222,15 @@ class _Builder:
             return
         example = run.summary["attention"].get("_example_id")
         sources = [m.source for m in maps] + [f"image: {run.summary.get('data')} test[{example}]"]
+        grid = "x".join(str(d) for d in maps[0].maps.shape[1:])
         self.figure(
             "attention_maps",
             "Attention maps: softmax vs BSA",
-            "CLS-token attention per layer (mean over heads) on the 7x7 patch grid, for one bundled test image.",
-            lambda: F.attention_figure(maps, image, sources),
+            f"CLS-token attention per layer (mean over heads) on the {grid} patch grid, for one bundled test image.",
+            lambda paper: F.attention_figure(maps, image, sources, F.ATTENTION_SUBTITLE, paper=paper),
+            sources,
+            F.ATTENTION_SUBTITLE,
+            [run],
         )
 
     def lm(self) -> None:
@@ -231,8 +270,11 @@ class _Builder:
                 self.figure(
                     "perplexity_vs_rate",
                     "Perplexity vs contamination rate",
-                    "Perplexity vs contamination rate (or embedding eps) per attack; bands: 95% bootstrap intervals.",
-                    lambda: F.perplexity_figure(table, src, sub),
+                    F.perplexity_caption,
+                    lambda paper: F.perplexity_figure(table, src, sub, paper=paper),
+                    src,
+                    sub,
+                    self.rs.families[LM],
                 )
             else:
                 self.skip("perplexity figure", "only clean rows")
@@ -266,13 +308,15 @@ class _Builder:
                     R.lipschitz_layer_layout(layers),
                     LIPSCHITZ,
                 )
-                src = self.rs.ids(LIPSCHITZ)
+                src, sub = self.rs.ids(LIPSCHITZ), C.lipschitz_subtitle(rows)
                 self.figure(
                     "lipschitz_profile",
                     "Per-layer Lipschitz profile",
-                    "Per block: empirical gain (mean over examples) and certified local constant (median); "
-                    "colour and marker: variant; solid and filled: DeiT, dashed and hollow: LM.",
-                    lambda: F.lipschitz_profile_figure(layers, src, C.lipschitz_subtitle(rows)),
+                    F.lipschitz_profile_caption,
+                    lambda paper: F.lipschitz_profile_figure(layers, src, sub, paper=paper),
+                    src,
+                    sub,
+                    self.rs.families[LIPSCHITZ],
                 )
             self._lipschitz_gap(rows)
         rows = self.rs.rows.get(SEQLEN)
@@ -288,12 +332,15 @@ class _Builder:
             R.seqlen_layout(study),
             SEQLEN,
         )
-        src = self.rs.ids(SEQLEN)
+        src, sub = self.rs.ids(SEQLEN), C.seqlen_subtitle(study)
         self.figure(
             "perturbation_vs_seqlen",
             "Perturbation vs sequence length (figure)",
-            "Output change of one attention sublayer vs sequence length (mean +- 1 sd over trials).",
-            lambda: F.seqlen_figure(study, src, C.seqlen_subtitle(study)),
+            F.seqlen_caption,
+            lambda paper: F.seqlen_figure(study, src, sub, paper=paper),
+            src,
+            sub,
+            self.rs.families[SEQLEN],
         )
 
     def _lipschitz_gap(self, rows: pd.DataFrame) -> None:
@@ -314,12 +361,16 @@ class _Builder:
             caption += " vacuous = a certified median more than 6 decades (1e6 ×) above the empirical one."
         self.table("lipschitz_gap", "Where the certified Lipschitz bounds lose", caption, table, G.gap_layout(table),
                    LIPSCHITZ)  # fmt: skip
-        src = self.rs.ids(LIPSCHITZ)
+        src, sub = self.rs.ids(LIPSCHITZ), G.gap_subtitle(gap)
         self.figure(
             "lipschitz_gap",
             "Where the certified Lipschitz bounds lose (figure)",
-            "Per block and for the whole model (medians, log axis): the vertical segments are the losses.",
-            lambda: G.lipschitz_gap_figure(gap, sources=src),
+            "Per block and for the whole model (medians over examples, log axis): the vertical segments are the "
+            "losses.",
+            lambda paper: G.lipschitz_gap_figure(gap, sources=src, subtitle=sub, paper=paper),
+            src,
+            sub,
+            self.rs.families[LIPSCHITZ],
         )
 
     def certify(self) -> None:
@@ -330,14 +381,15 @@ class _Builder:
         if not runs or rows is None:
             self.skip("certified accuracy", "no certify run given")
             return
-        table = CT.certified_table(rows)
+        table, largest = CT.certified_table(rows), CT.largest_certified_radius(rows)
         self.table(
             "certified_accuracy",
             "Certified accuracy of the smoothed classifiers",
             "Fraction of examples whose true class is certified at L2 radius r by randomized smoothing (Cohen et "
-            "al. 2019), with exact 95% Clopper-Pearson intervals over examples; abstain = CERTIFY abstained.",
+            "al. 2019), with exact 95% Clopper-Pearson intervals over examples; abstain = CERTIFY abstained."
+            + CT.beyond_note(table, largest),
             table,
-            CT.certified_layout(table),
+            CT.certified_layout(table, largest),
             CERTIFY,
         )
         curve, smoothed = CT.certified_curve(rows), CT.smoothed_attack_table(rows)
@@ -348,16 +400,24 @@ class _Builder:
             f"α = {c.get('alpha')} · empirical: SmoothAdv PGD on the smoothed classifier"
             + (" and L2 PGD on the base model" if len(base) else "")
         )
-        src = self.rs.ids(CERTIFY) + (
-            [f"{len(base['model'].unique())} base model(s) from image runs"] if len(base) else []
-        )
+        base_runs = [r for r in self.rs.families.get(IMAGE, []) if len(base) and r.run_id in set(base["run"])]
+        src = self.rs.ids(CERTIFY) + [r.run_id for r in base_runs]
         self.figure(
             "certified_accuracy_vs_radius",
             "Certified vs empirical robust accuracy",
-            "Certified accuracy (solid) must lie below the empirical robust accuracy of the smoothed classifier under "
-            "SmoothAdv PGD (points) and, when measured on the same weights, of the base model under L2 PGD (dashed).",
-            lambda: CT.certified_figure(curve, smoothed, base, src, subtitle),
+            CT.certified_caption,
+            lambda paper: CT.certified_figure(curve, smoothed, base, src, subtitle, paper=paper),
+            src,
+            subtitle,
+            [*runs, *base_runs],
         )
+
+    def write_provenance(self) -> None:
+        """``figures/provenance.json``: each figure's setting, sources and runs (with hashes), whatever the mode.
+        Without figures none is written, and the folder's finish removes an earlier report's."""
+        if self.result.figures:
+            self.folder.path(f"figures/{PV.PROVENANCE}")
+            PV.write_provenance(self.out / "figures", self.provenance, True)
 
     def remove_stale(self) -> None:
         """Remove the files an earlier report listed and this one did not write, so index.md and the folder
@@ -397,6 +457,7 @@ def build_report(
     attention: bool | None = None,
     html: bool = False,
     overwrite: bool = False,
+    paper: bool = False,
 ) -> ReportResult:
     """Write tables, figures and ``index.md`` for the given run folders into ``out``.
 
@@ -411,17 +472,20 @@ def build_report(
         attention: draw softmax-vs-BSA attention maps (default: when the image runs hold deit and deit-bsa).
         html: also write ``index.html``, one self-contained page with the figures inline and sortable tables.
         overwrite: write into a folder of other files too; they are kept (robfilt removes only files it wrote).
+        paper: figures for a two-column paper: no setting or source line inside them (both stay in the index
+            pages and ``figures/provenance.json``), one-column (3.3 in) or two-column (6.9 in) wide.
     """
     formats = _check_formats(formats, R.FORMATS, "table format")
     fig_formats = _check_formats(figures, ("pdf", "png", "svg"), "figure format")
     runset = load_runs(run_dirs, allow_mixed=allow_mixed)
     folder = OutputFolder(out, "report", overwrite=overwrite, legacy=legacy_report_files).open()
-    builder = _Builder(runset, folder, formats, fig_formats, html=html)
+    builder = _Builder(runset, folder, formats, fig_formats, html=html, paper=paper)
     builder.image(baseline, attention)
     builder.lm()
     builder.lipschitz()
     builder.certify()
     builder.checks_notes()
+    builder.write_provenance()
     builder.index()
     if html:
         builder.index_html()

@@ -111,6 +111,8 @@ class HtmlSection:
     table: pd.DataFrame | None = None
     svg: bytes | None = None
     files: list[str] = field(default_factory=list)  # paths relative to the page
+    setting: str = ""  # a figure's n and threat model
+    sources: list[str] = field(default_factory=list)  # the runs a figure was drawn from
 
 
 @dataclass
@@ -198,6 +200,10 @@ def _section_html(s: HtmlSection) -> str:
             f'<figure><img alt="{_e(s.title)}" style="width:{_display_width(s.svg)}px" '
             f'src="data:image/svg+xml;base64,{data}"></figure>'
         )
+    if s.setting:
+        parts.append(f'<p class="files">Setting: {_e(s.setting)}</p>')
+    if s.sources:
+        parts.append(f'<p class="files">Sources: {"; ".join(f"<code>{_e(x)}</code>" for x in s.sources)}</p>')
     if s.table is not None:
         parts.append(table_html(s.table, s.table_id or "table"))
     if s.files:

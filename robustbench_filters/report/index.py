@@ -60,6 +60,8 @@ class Section:
     inline: str = ""  # Markdown layout shown in index.md
     layout: pd.DataFrame | None = None  # the same layout, for index.html
     svg: bytes | None = None  # the figure, for index.html
+    setting: str = ""  # a figure's n and threat model (in the figure too, unless it is drawn for a paper)
+    sources: list[str] = field(default_factory=list)  # the runs a figure was drawn from
 
 
 def runs_frame(runs: Sequence[Run]) -> pd.DataFrame:
@@ -99,9 +101,19 @@ def write_markdown(result: ReportResult, runs: Sequence[Run], sections: Sequence
                 lines.append(f"![{s.title}](figures/{png.name})")
             links = ", ".join(f"[{p.suffix[1:]}](figures/{p.name})" for p in paths)
             lines += ["", f"Files: {links}"]
+        if s.figure and (s.setting or s.sources):
+            lines += ["", *provenance_lines(s.setting, s.sources)]
     if result.skipped:
         lines += ["", "## Not included", ""] + [f"- {s}" for s in result.skipped]
     return atomic_write_text(result.index, "\n".join(lines) + "\n")
+
+
+def provenance_lines(setting: str, sources: Sequence[str]) -> list[str]:
+    """'Setting: ...' and 'Sources: ...' under a figure (Markdown line breaks keep them on two lines)."""
+    lines = [f"Setting: {setting}  "] if setting else []
+    if sources:
+        lines.append("Sources: " + "; ".join(f"`{s}`" for s in sources))
+    return lines
 
 
 def write_html(result: ReportResult, runs: Sequence[Run], sections: Sequence[Section]) -> Path:
@@ -111,7 +123,9 @@ def write_html(result: ReportResult, runs: Sequence[Run], sections: Sequence[Sec
         paths = result.tables.get(s.table, []) if s.table else result.figures.get(s.figure or "", [])
         files = [str(p.relative_to(result.out)) for p in paths]
         table_id = f"t-{s.table}" if s.table else None
-        page_sections.append(H.HtmlSection(s.title, s.caption, table_id, s.layout, s.svg, files))
+        page_sections.append(
+            H.HtmlSection(s.title, s.caption, table_id, s.layout, s.svg, files, setting=s.setting, sources=s.sources)
+        )
     page = H.HtmlPage(runs_frame(runs), H.checks_frame(runs), page_sections, result.notes, result.skipped)
     result.html = H.write_page(result.out / "index.html", page)
     return result.html

@@ -47,6 +47,7 @@ _UNICODE: dict[str, str] = {
     "\u2018": "`",
     "\u2019": "'",
     "\u2265": r"$\geq$",
+    "\u2020": r"\textdagger{}",  # a column beyond every certified radius
 }
 _SPECIAL_RE = re.compile("|".join(re.escape(c) for c in _SPECIAL))
 # A number standing on its own: after the start, a space, a bracket, a separator or '=' / '@'. Optional '<'/'>'

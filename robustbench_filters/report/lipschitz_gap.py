@@ -10,7 +10,9 @@ For every layer (each block, then the whole model) one column of markers on a lo
   constants, layerwise -> certified local to the layer bounds themselves (and to the radius they propagate),
   local -> global to the domain.
 
-Pure matplotlib OO API (Agg canvas), no pyplot; the caller saves the figure.
+Pure matplotlib OO API, no pyplot, in the reporter's style (:mod:`.style`: column widths, print fonts, the
+setting and source lines unless ``paper``); the caller saves the figure (:func:`.figures.save_figure`, 300 dpi).
+The legend lists only the kinds of marker the panels hold.
 """
 
 from __future__ import annotations
@@ -19,18 +21,19 @@ from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from .. import vacuity
 from ..errors import RobfiltError
+from .style import ONE_COLUMN, TWO_COLUMN, drawn, label_figure, legend_below, mark, new_figure, paper_style
 from .tables import GAP_PREFIX
 
 REQUIRED = ("model", "layer", "rho", "empirical", "layerwise_estimate", "local_upper", "global_upper")
 COMPOSITION = "#d95f02"
 LAYER_BOUNDS = "#7570b3"
 DOMAIN = "#999999"
+TAYLOR = "#e7298a"
 MARKERS = {"empirical": ("o", "#1b9e77"), "layerwise_estimate": ("s", COMPOSITION), "global_upper": ("_", "#333333")}
 
 
@@ -44,9 +47,9 @@ def _medians(rows: pd.DataFrame) -> pd.DataFrame:
     return rows.groupby(["model", "layer", "rho"], sort=False)[cols].median().reset_index()
 
 
-def _segment(ax, x: float, lo: float, hi: float, color: str) -> None:
+def _segment(ax, x: float, lo: float, hi: float, color: str, what: str) -> None:
     if np.isfinite(lo) and np.isfinite(hi) and hi > lo > 0:
-        ax.plot([x, x], [lo, hi], color=color, lw=3.0, alpha=0.55, solid_capstyle="butt", zorder=1)
+        mark(ax.plot([x, x], [lo, hi], color=color, lw=3.0, alpha=0.55, solid_capstyle="butt", zorder=1)[0], what)
 
 
 def _rho_colors(n: int) -> list[tuple[float, float, float]]:
@@ -63,31 +66,36 @@ def _panel(ax, med: pd.DataFrame, rhos: list[float], title: str) -> None:
         first = mine.iloc[0]
         emp, lw, glob = (float(first[c]) for c in ("empirical", "layerwise_estimate", "global_upper"))
         locs = [float(mine[mine["rho"] == r]["local_upper"].iloc[0]) for r in rhos]
-        _segment(ax, xi - 0.12, emp, lw, COMPOSITION)
-        _segment(ax, xi, lw, min(locs), LAYER_BOUNDS)
-        _segment(ax, xi + 0.12, max(locs), glob, DOMAIN)
+        _segment(ax, xi - 0.12, emp, lw, COMPOSITION, "lost composition")
+        _segment(ax, xi, lw, min(locs), LAYER_BOUNDS, "lost layer bounds")
+        _segment(ax, xi + 0.12, max(locs), glob, DOMAIN, "lost domain")
         for key in ("empirical", "layerwise_estimate", "global_upper"):
             marker, color = MARKERS[key]
             value = float(first[key])
             if np.isfinite(value) and value > 0:
-                ax.plot([xi], [value], marker=marker, color=color, ms=5 if key != "global_upper" else 12, mew=1.5,
-                        ls="none", zorder=3)  # fmt: skip
-        for shade, value in zip(shades, locs, strict=True):
+                ax.plot([xi], [value], marker=marker, color=color, ms=4 if key != "global_upper" else 9, mew=1.2,
+                        ls="none", zorder=3, gid=key)  # fmt: skip
+        for k, (shade, value) in enumerate(zip(shades, locs, strict=True)):
             if np.isfinite(value) and value > 0:
-                ax.plot([xi + 0.06], [value], marker="v", color=shade, ms=5, ls="none", zorder=3)
+                ax.plot([xi + 0.06], [value], marker="v", color=shade, ms=4, ls="none", zorder=3, gid=f"local {k}")
         if "local_taylor" in mine and layer == "model":
             for value in mine.set_index("rho").reindex(rhos)["local_taylor"]:
                 if np.isfinite(value) and 0 < value < glob:
-                    ax.plot([xi + 0.18], [value], marker="D", color="#e7298a", ms=3.5, ls="none", zorder=3)
+                    ax.plot([xi + 0.18], [value], marker="D", color=TAYLOR, ms=3, ls="none", zorder=3, gid="taylor")
     ax.set_yscale("log")
-    ax.set_xticks(range(len(layers)), [s.replace("blocks.", "block ") for s in layers], rotation=30, fontsize=7)
-    ax.set_title(title, fontsize=8)
-    ax.tick_params(axis="y", labelsize=7)
+    ax.set_xticks(range(len(layers)), [s.replace("blocks.", "block ") for s in layers], rotation=30, ha="right",
+                  rotation_mode="anchor")  # fmt: skip
+    ax.set_title(title)
     ax.grid(axis="y", alpha=0.3, lw=0.5)
 
 
 def lipschitz_gap_figure(
-    rows: pd.DataFrame, rhos: Sequence[float] | None = None, sources: Sequence[str] = ()
+    rows: pd.DataFrame,
+    rhos: Sequence[float] | None = None,
+    sources: Sequence[str] = (),
+    subtitle: str | None = None,
+    *,
+    paper: bool = False,
 ) -> Figure:
     """One panel per model: empirical, layerwise estimate, certified local (each rho) and global per layer."""
     missing = [c for c in REQUIRED if c not in rows.columns]
@@ -99,29 +107,43 @@ def lipschitz_gap_figure(
     rows = rows[rows["rho"].astype(float).isin(rhos)]
     med = _medians(rows)
     models = list(dict.fromkeys(med["model"]))
-    fig = Figure(figsize=(max(3.6, 2.6 * len(models)), 3.6), layout="constrained")
-    FigureCanvasAgg(fig)
-    axes = fig.subplots(1, len(models), sharey=True, squeeze=False)[0]
-    for ax, model in zip(axes, models, strict=True):
-        _panel(ax, med[med["model"] == model], rhos, model)
-    axes[0].set_ylabel("Lipschitz constant (l2, log scale)", fontsize=8)
-    handles = [
-        Line2D([], [], marker="o", color=MARKERS["empirical"][1], ls="none", label="empirical (lower bound)"),
-        Line2D([], [], marker="s", color=COMPOSITION, ls="none", label="layerwise estimate (not certified)"),
-        *[
-            Line2D([], [], marker="v", color=c, ls="none", label=f"certified local, rho={r:g}")
-            for r, c in zip(rhos, _rho_colors(len(rhos)), strict=True)
-        ],  # fmt: skip
-        Line2D([], [], marker="_", color="#333333", ls="none", ms=10, label="certified global"),
-        Line2D([], [], color=COMPOSITION, lw=3, alpha=0.55, label="lost to composition"),
-        Line2D([], [], color=LAYER_BOUNDS, lw=3, alpha=0.55, label="lost to layer bounds and radii"),
-        Line2D([], [], marker="D", color="#e7298a", ls="none", ms=3.5, label="second-order bound (model)"),
-    ]
-    fig.legend(handles=handles, loc="outside lower center", ncol=2 if len(models) == 1 else 3, fontsize=6,
-               frameon=False)  # fmt: skip
-    if sources:
-        fig.text(0.005, 0.004, "source: " + "; ".join(sources), fontsize=4.5, color="0.45", ha="left", va="bottom")
+    subtitle = gap_subtitle(rows) if subtitle is None else subtitle
+    with paper_style():
+        fig = new_figure(ONE_COLUMN if len(models) == 1 else TWO_COLUMN, 3.8 if len(models) == 1 else 3.3, paper=paper)
+        axes = fig.subplots(1, len(models), sharey=True, squeeze=False)[0]
+        for ax, model in zip(axes, models, strict=True):
+            _panel(ax, med[med["model"] == model], rhos, model)
+        axes[0].set_ylabel("Lipschitz constant (l2, log scale)")
+        label_figure(fig, subtitle, sources, paper=paper)
+        legend_below(fig, _legend_handles(fig, rhos))
     return fig
+
+
+def gap_subtitle(rows: pd.DataFrame) -> str:
+    """'n = 4 examples per model · no attack: l2 Lipschitz constants of the logits, medians over examples'."""
+    counts = rows.groupby(["model", "layer", "rho"])["empirical"].count()
+    n = int(counts.min()) if len(counts) else 0
+    head = f"n = {n} examples per model" if n else "n not recorded"
+    return f"{head} \u00b7 no attack: l2 Lipschitz constants of the logits, medians over examples"
+
+
+def _legend_handles(fig: Figure, rhos: Sequence[float]) -> list[Line2D]:
+    """A key for each kind of marker or segment the panels hold, in reading order."""
+    tags = drawn(fig)
+    keys = [
+        ("empirical", Line2D([], [], marker="o", color=MARKERS["empirical"][1], ls="none", label="empirical (lower bound)")),
+        ("layerwise_estimate", Line2D([], [], marker="s", color=COMPOSITION, ls="none",
+                                      label="layerwise estimate (not certified)")),
+        *[(f"local {k}", Line2D([], [], marker="v", color=c, ls="none", label=f"certified local, \u03c1 = {r:g}"))
+          for k, (r, c) in enumerate(zip(rhos, _rho_colors(len(rhos)), strict=True))],
+        ("global_upper", Line2D([], [], marker="_", color="#333333", ls="none", ms=9, label="certified global")),
+        ("lost composition", Line2D([], [], color=COMPOSITION, lw=3, alpha=0.55, label="lost to composition")),
+        ("lost layer bounds", Line2D([], [], color=LAYER_BOUNDS, lw=3, alpha=0.55,
+                                     label="lost to layer bounds, radii")),
+        ("lost domain", Line2D([], [], color=DOMAIN, lw=3, alpha=0.55, label="lost to the domain")),
+        ("taylor", Line2D([], [], marker="D", color=TAYLOR, ls="none", ms=3, label="second-order bound (model)")),
+    ]  # fmt: skip
+    return [handle for tag, handle in keys if tag in tags]
 
 
 def gap_rows_of(rows: pd.DataFrame) -> pd.DataFrame:

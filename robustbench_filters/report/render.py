@@ -17,8 +17,9 @@ import pandas as pd
 
 from .. import vacuity
 from ..io import atomic_write_text
+from .format import eps_text
 from .latex import format_number, label_for, latex_table
-from .tables import CLEAN, eps_label, model_order
+from .tables import CLEAN, model_order
 
 FORMATS: tuple[str, ...] = ("md", "csv", "tex")
 
@@ -43,17 +44,23 @@ def pvalue(p: float) -> str:
 
 
 def _condition(attack: str, eps: float) -> tuple[str, str]:
-    return (attack, "-" if attack == CLEAN else eps_label(eps))
+    return (attack, "-" if attack == CLEAN else eps_text(eps))
+
+
+def _by_condition(table: pd.DataFrame, cell) -> tuple[list[str], list[list[str]]]:
+    """Rows keyed by (attack, eps value), so two budgets that print alike (3 digits) never share a row."""
+    models = model_order(table)
+    conds = list(dict.fromkeys((a, float(e)) for a, e in table[["attack", "eps"]].itertuples(index=False)))
+    cells = {(r.model, r.attack, float(r.eps)): cell(r) for r in table.itertuples()}
+    data = [[*_condition(a, e), *[cells.get((m, a, e), "-") for m in models]] for a, e in conds]
+    return models, data
 
 
 def accuracy_layout(table: pd.DataFrame) -> pd.DataFrame:
     """Rows (attack, eps), one column per model, accuracy % [95% CI]."""
     if table.empty:
         return pd.DataFrame()
-    models = model_order(table)
-    conds = list(dict.fromkeys(_condition(a, e) for a, e in table[["attack", "eps"]].itertuples(index=False)))
-    cells = {(r.model, _condition(r.attack, r.eps)): pct(r.acc, r.lo, r.hi) for r in table.itertuples()}
-    data = [[a, e, *[cells.get((m, (a, e)), "-") for m in models]] for a, e in conds]
+    models, data = _by_condition(table, lambda r: pct(r.acc, r.lo, r.hi))
     return pd.DataFrame(data, columns=["attack", "eps", *models])
 
 
@@ -81,14 +88,10 @@ def perplexity_layout(table: pd.DataFrame) -> pd.DataFrame:
     """Rows (attack, eps or rate), one column per model: perplexity [95% bootstrap CI]."""
     if table.empty:
         return pd.DataFrame()
-    models = model_order(table)
-    conds = list(dict.fromkeys(_condition(a, e) for a, e in table[["attack", "eps"]].itertuples(index=False)))
-    cells = {
-        (r.model, _condition(r.attack, r.eps)): f"{r.ppl:.2f}"
-        + (f" [{r.ppl_lo:.2f}, {r.ppl_hi:.2f}]" if math.isfinite(r.ppl_lo) else "")
-        for r in table.itertuples()
-    }
-    data = [[a, e, *[cells.get((m, (a, e)), "-") for m in models]] for a, e in conds]
+    models, data = _by_condition(
+        table,
+        lambda r: f"{r.ppl:.2f}" + (f" [{r.ppl_lo:.2f}, {r.ppl_hi:.2f}]" if math.isfinite(r.ppl_lo) else ""),
+    )
     return pd.DataFrame(data, columns=["attack", "eps / rate", *models])
 
 

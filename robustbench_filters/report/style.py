@@ -10,6 +10,11 @@ Figures are built with matplotlib's object API on a bare :class:`~matplotlib.fig
 global state, and saving renders through Agg (PNG) or the PDF backend without touching the user's display
 backend. They are sized for a one-column (3.3 in) or two-column (6.9 in) paper layout. :data:`RC` must be
 active while *saving* too (:func:`paper_style`): ``pdf.fonttype`` and ``savefig.dpi`` are read at save time.
+
+Two modes: by default a figure states its setting (n, threat model) above the panels and its sources (run ids)
+below them, so a PNG shown alone still says what it is. In *paper* mode (``paper=True``) both lines are left
+out, since a paper's caption says them, and the figure keeps only the plot at its column width; the builder
+writes the setting and sources next to it instead (``index.md``, ``index.html``, ``figures/provenance.json``).
 """
 
 from __future__ import annotations
@@ -23,7 +28,9 @@ from typing import Any
 import matplotlib
 import numpy as np
 from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.legend import Legend
 from matplotlib.ticker import LogFormatter
 
 # Okabe & Ito (2008), "Color Universal Design".
@@ -60,18 +67,20 @@ SEQLEN_STYLE: dict[str, dict[str, Any]] = {
 
 ONE_COLUMN = 3.3  # inches, e.g. NeurIPS/ICML single column
 TWO_COLUMN = 6.9  # inches, full text width
-DPI = 300  # raster output; print needs >= 300
+DPI = 300  # every raster figure robfilt writes; print needs >= 300
 FOOTER_PT = 5.5  # source line: small, but legible when printed
 FOOTER_LINE_IN = FOOTER_PT * 1.3 / 72  # one footer line, in inches
+CHROME_IN = 0.3  # what a one-line subtitle and the footer take; a paper figure is this much shorter
+MIN_PT = 6.0  # the smallest text in a figure: 6 pt is the usual floor for print
 LOG_RATIO = 30.0  # a positive series whose max/min exceeds this is drawn on a log axis
 RC: dict[str, Any] = {
     "font.size": 7,
     "axes.titlesize": 7,
     "axes.labelsize": 7,
     "figure.titlesize": 6.5,
-    "legend.fontsize": 6,
-    "xtick.labelsize": 6,
-    "ytick.labelsize": 6,
+    "legend.fontsize": MIN_PT,
+    "xtick.labelsize": MIN_PT,
+    "ytick.labelsize": MIN_PT,
     "axes.linewidth": 0.6,
     "lines.linewidth": 1.1,
     "lines.markersize": 3.2,
@@ -150,12 +159,26 @@ def paper_style() -> Iterator[None]:
         yield
 
 
-def new_figure(width: float, height: float, footer: bool = True) -> Figure:
-    """A bare Figure with constrained layout; the bottom strip stays free for :func:`add_footer`."""
-    fig = Figure(figsize=(width, height), layout="constrained")
-    if footer:
+def new_figure(width: float, height: float, footer: bool = True, *, paper: bool = False) -> Figure:
+    """A bare Figure with constrained layout; the bottom strip stays free for :func:`add_footer`.
+
+    ``height`` is the figure's height with its subtitle and footer; a paper figure (``paper=True``) has neither,
+    so it is :data:`CHROME_IN` shorter and reserves no strip.
+    """
+    if width not in (ONE_COLUMN, TWO_COLUMN):
+        raise ValueError(f"figure width {width} in is neither one column ({ONE_COLUMN}) nor two ({TWO_COLUMN})")
+    fig = Figure(figsize=(width, height - CHROME_IN if paper else height), layout="constrained")
+    if footer and not paper:
         _reserve_footer(fig, 1)
     return fig
+
+
+def label_figure(fig: Figure, subtitle: str, sources: Sequence[str], *, paper: bool = False) -> None:
+    """The setting line above the panels and the source line below, unless the figure is for a paper."""
+    if paper:
+        return
+    add_subtitle(fig, subtitle)
+    add_footer(fig, sources)
 
 
 def _reserve_footer(fig: Figure, lines: int) -> None:
@@ -178,6 +201,33 @@ def add_footer(fig: Figure, sources: Sequence[str]) -> None:
              linespacing=1.15)  # fmt: skip
 
 
+def legend_below(fig: Figure, handles: Sequence[Any] | None = None, ncol: int | None = None, **kwargs: Any) -> Legend:
+    """A figure legend under the panels, off the data and above the footer: the panels give up its exact height.
+
+    ``handles``: default, every labelled artist of the figure's axes, once per label. ``ncol``: default, the
+    most columns whose rendered width fits the figure. Call after :func:`label_figure` (the footer may grow the
+    figure): matplotlib's own "outside" legends sit at the figure's edge, on top of a footer, hence measuring.
+    """
+    if handles is None:
+        seen: dict[str, Any] = {}
+        for ax in fig.axes:
+            for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+                seen.setdefault(label, handle)
+        handles = list(seen.values())
+    engine = fig.get_layout_engine()
+    x0, y0, w, h = engine.get()["rect"]
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    for n in [ncol] if ncol else range(max(1, len(handles)), 0, -1):
+        legend = fig.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, y0), ncol=n, frameon=False,
+                            borderaxespad=0.2, **kwargs)  # fmt: skip
+        if ncol or n == 1 or legend.get_window_extent(renderer).width <= 0.98 * fig.bbox.width:
+            break
+        legend.remove()
+    lift = legend.get_window_extent(renderer).height / fig.dpi / fig.get_figheight()
+    engine.set(rect=(x0, y0 + lift, w, h - lift))
+    return legend
+
+
 def _wrap(text: str, fig: Figure, size_pt: float) -> str:
     chars = max(30, int(fig.get_figwidth() * 72 / (size_pt * 0.55)))  # ~0.55 em per character
     return "\n".join(textwrap.wrap(text, chars, break_on_hyphens=False)) or text
@@ -187,6 +237,25 @@ def add_subtitle(fig: Figure, text: str) -> None:
     """The figure's sample size and threat model above the panels (every figure states both), wrapped."""
     size = RC["figure.titlesize"]
     fig.suptitle(_wrap(text, fig, size), fontsize=size, color="0.15", linespacing=1.2)
+
+
+def mark(artist: Any, what: str) -> Any:
+    """Tag a drawn artist with what it shows (its gid), so a caption can name exactly what the figure holds."""
+    artist.set_gid(what)
+    return artist
+
+
+def drawn(fig: Figure) -> set[str]:
+    """The tags (:func:`mark`) of every artist in the figure's visible axes: what a caption may mention."""
+    found: set[str] = set()
+    for ax in fig.axes:
+        if not ax.get_visible():
+            continue
+        for artist in ax.get_children():
+            gid = artist.get_gid()
+            if gid:
+                found.add(gid)
+    return found
 
 
 class PlainLogFormatter(LogFormatter):

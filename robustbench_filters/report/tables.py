@@ -24,6 +24,7 @@ import pandas as pd
 
 from .. import vacuity
 from ..stats import mcnemar_exact, wilson_interval
+from .format import eps_key
 
 CLEAN = "clean"
 CORRUPTION_PREFIX = "corruption:"
@@ -34,15 +35,11 @@ BASELINES: tuple[str, ...] = ("deit", "lm")
 
 
 def eps_label(eps: float) -> str:
-    """Budgets that are k/255 print as such (how papers state them); others as plain numbers."""
-    if eps == 0:
-        return "0"
-    k = eps * 255
-    if round(eps, 4) == eps:  # a plain decimal (0.2, 0.05) stays one, even when it happens to be k/255
-        return f"{eps:.8g}"
-    if abs(k - round(k)) < 1e-6 and eps < 1:
-        return f"{round(k)}/255"
-    return f"{eps:.8g}"
+    """A budget in a condition key ('pgd@8/255'): every digit needed to parse it back (:func:`.format.eps_key`).
+
+    Tables, axes and terminal lines show budgets with :func:`.format.eps_text` (k/255 or 3 significant digits).
+    """
+    return eps_key(eps)
 
 
 def model_order(rows: pd.DataFrame) -> list[str]:

@@ -137,7 +137,9 @@ def legacy_report_files(folder: Path) -> set[str] | None:
         return None
     html = folder / "index.html"
     page = html.read_text(encoding="utf-8", errors="replace") if html.is_file() else ""
-    return {"index.md", *_REPORT_LINK.findall(text), *(["index.html"] if "robfilt report" in page else [])}
+    links = _REPORT_LINK.findall(text)
+    provenance = ["figures/provenance.json"] if any(f.startswith("figures/") for f in links) else []
+    return {"index.md", *_REPORT_LINK.findall(text), *(["index.html"] if "robfilt report" in page else []), *provenance}
 
 
 def robfilt_files(folder: Path) -> set[str] | None:

@@ -24,8 +24,8 @@ from ..report.style import (
     SEQLEN_STYLE,
     TWO_COLUMN,
     Palette,
-    add_footer,
-    add_subtitle,
+    label_figure,
+    legend_below,
     new_figure,
     paper_style,
     tidy_grid,
@@ -73,7 +73,7 @@ def _attacks(sel: pd.DataFrame) -> list[str]:
 
 
 def accuracy_seeds_figure(
-    scores: pd.DataFrame, models: Sequence[str], sources: Sequence[str], subtitle: str
+    scores: pd.DataFrame, models: Sequence[str], sources: Sequence[str], subtitle: str, *, paper: bool = False
 ) -> Figure | None:
     """Clean and robust accuracy vs eps per attack, mean over seeds with each seed's curve."""
     sel = _select(scores, "image", "acc")
@@ -82,7 +82,7 @@ def accuracy_seeds_figure(
         return None
     pal = Palette()
     with paper_style():
-        fig = new_figure(TWO_COLUMN if len(attacks) > 1 else ONE_COLUMN, 2.7)
+        fig = new_figure(TWO_COLUMN if len(attacks) > 1 else ONE_COLUMN, 2.7, paper=paper)
         axes = fig.subplots(1, len(attacks), squeeze=False, sharey=True)[0]
         for ax, attack in zip(axes, attacks, strict=True):
             points = _attack_points(sel, attack, "clean")
@@ -92,14 +92,13 @@ def accuracy_seeds_figure(
             ax.set_ylim(0, 100)
             tidy_grid(ax, False)
         axes[0].set_ylabel("accuracy (%)")
-        axes[0].legend(frameon=False, loc="upper right")
-        add_subtitle(fig, subtitle)
-        add_footer(fig, sources)
+        label_figure(fig, subtitle, sources, paper=paper)
+        legend_below(fig)
     return fig
 
 
 def perplexity_seeds_figure(
-    scores: pd.DataFrame, models: Sequence[str], sources: Sequence[str], subtitle: str
+    scores: pd.DataFrame, models: Sequence[str], sources: Sequence[str], subtitle: str, *, paper: bool = False
 ) -> Figure | None:
     """Perplexity vs eps (embedding attacks) or contamination rate (word swap): geometric mean and each seed."""
     sel = _select(scores, "lm", "log_ppl")
@@ -108,7 +107,7 @@ def perplexity_seeds_figure(
         return None
     pal = Palette()
     with paper_style():
-        fig = new_figure(TWO_COLUMN, 2.7)
+        fig = new_figure(TWO_COLUMN, 2.7, paper=paper)
         axes = fig.subplots(1, len(attacks), squeeze=False)[0]
         for ax, attack in zip(axes, attacks, strict=True):
             points = _attack_points(sel, attack, "clean")
@@ -121,9 +120,8 @@ def perplexity_seeds_figure(
             log = log_if_spread(ax, means)
             ax.set_ylabel("perplexity" + (" (log scale)" if log else ""))
             tidy_grid(ax, log)
-        axes[0].legend(frameon=False, loc="upper left")
-        add_subtitle(fig, subtitle)
-        add_footer(fig, sources)
+        label_figure(fig, subtitle, sources, paper=paper)
+        legend_below(fig)
     return fig
 
 
@@ -139,7 +137,7 @@ LIPSCHITZ_CURVES: tuple[tuple[str, str, Callable], ...] = (
 
 
 def lipschitz_seeds_figure(
-    scores: pd.DataFrame, models: Sequence[str], sources: Sequence[str], subtitle: str
+    scores: pd.DataFrame, models: Sequence[str], sources: Sequence[str], subtitle: str, *, paper: bool = False
 ) -> Figure | None:
     """Per block: empirical gain and certified block constant, both families, geometric mean and each seed."""
     panels = [(m, t, f) for m, t, f in LIPSCHITZ_CURVES if not scores[scores["metric"] == m].empty]
@@ -147,7 +145,7 @@ def lipschitz_seeds_figure(
         return None
     pal = Palette()
     with paper_style():
-        fig = new_figure(TWO_COLUMN, 2.7)
+        fig = new_figure(TWO_COLUMN, 2.7, paper=paper)
         axes = fig.subplots(1, len(panels), squeeze=False)[0]
         for ax, (metric, title, to_log) in zip(axes, panels, strict=True):
             sel = scores[(scores["metric"] == metric) & scores["family"].isin(["image", "lm"])]
@@ -160,9 +158,8 @@ def lipschitz_seeds_figure(
             ax.set_xticks(sorted(points["x"].unique()))
             ax.set_ylabel("Lipschitz constant (l2" + (", log scale)" if log else ")"))
             tidy_grid(ax, log)
-        axes[0].legend(frameon=False, ncol=2 if len(models) > 4 else 1, fontsize=5.5)
-        add_subtitle(fig, subtitle)
-        add_footer(fig, sources)
+        label_figure(fig, subtitle, sources, paper=paper)
+        legend_below(fig)
     return fig
 
 
@@ -178,7 +175,7 @@ def geo(values) -> np.ndarray:
 
 
 def seqlen_seeds_figure(
-    scores: pd.DataFrame, models: Sequence[str], sources: Sequence[str], subtitle: str
+    scores: pd.DataFrame, models: Sequence[str], sources: Sequence[str], subtitle: str, *, paper: bool = False
 ) -> Figure | None:
     """Perturbation vs N (log-log: the slope is the growth exponent): trained LMs, and one attention layer."""
     lm = _n_points(_select(scores, "lm", "seqlen_gain"))
@@ -188,7 +185,7 @@ def seqlen_seeds_figure(
         return None
     pal = Palette()
     with paper_style():
-        fig = new_figure(TWO_COLUMN if len(panels) > 1 else ONE_COLUMN, 2.7)
+        fig = new_figure(TWO_COLUMN if len(panels) > 1 else ONE_COLUMN, 2.7, paper=paper)
         axes = fig.subplots(1, len(panels), squeeze=False)[0]
         for ax, (title, points) in zip(axes, panels, strict=True):
             if points is layer:
@@ -210,7 +207,6 @@ def seqlen_seeds_figure(
             ax.set_xlabel("sequence length N (log scale)")
             ax.set_ylabel("output change (log scale)")
             tidy_grid(ax, True)
-            ax.legend(frameon=False, fontsize=5.5)
-        add_subtitle(fig, subtitle)
-        add_footer(fig, sources)
+        label_figure(fig, subtitle, sources, paper=paper)
+        legend_below(fig)
     return fig

@@ -3,7 +3,9 @@
 :func:`study_figures` writes them under ``<study>/figures/`` (PDF and 300 dpi PNG) and returns the PNGs for
 the README. The numbers are the ones the README's tables and verdicts use (the per-seed scores and the claims),
 so a figure cannot disagree with the text next to it. Each figure states n and the threat model above the
-panels and names its sources (the study's plan fingerprint and the run ids) below them.
+panels and names its sources (the study's plan fingerprint and the run ids) below them; with ``paper=True`` it
+leaves both out, as the reporter's paper mode does. Either way ``figures/provenance.json`` records each figure's
+setting and sources.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 from matplotlib.figure import Figure
 
 from ..report.figures import save_figure
+from ..report.provenance import PROVENANCE, write_provenance
 from . import plan as P
 from .claims import ClaimResult
 from .curves import accuracy_seeds_figure, lipschitz_seeds_figure, perplexity_seeds_figure, seqlen_seeds_figure
@@ -74,23 +77,28 @@ def subtitles(plan: StudyPlan) -> dict[str, str]:
     }  # fmt: skip
 
 
-def _plans(plan: StudyPlan, data: StudyScores, claims: Sequence[ClaimResult], out: Path, fingerprint: str):
+def _plans(plan: StudyPlan, data: StudyScores, claims: Sequence[ClaimResult], out: Path, fingerprint: str,
+           paper: bool):  # fmt: skip
+    """(stem, title, subtitle, sources, draw) per figure."""
     s, seeds, sub = data.scores, plan.seeds, subtitles(plan)
     models = [*plan.vision_models, *plan.lm_models]
     study_src = [f"study {plan.name} {fingerprint}".strip(), "scores.csv", "results.json"]
+    vision, lm = run_ids(out, [P.VISION_ATTACK], seeds), run_ids(out, [P.LM_ATTACK], seeds)
+    lip, seq = (
+        run_ids(out, [P.LIPSCHITZ_VISION, P.LIPSCHITZ_LM], seeds),
+        run_ids(out, [P.SEQLEN_LM, P.SEQLEN_LAYER], seeds),
+    )
     return [
-        ("claims_forest", "Every claim: per-seed paired differences and 95% intervals",
-         lambda: forest_figure(claims_frame(claims), study_src, sub["claims"])),
-        ("accuracy_seeds", "Robust accuracy vs eps, all seeds",
-         lambda: accuracy_seeds_figure(s, plan.vision_models, run_ids(out, [P.VISION_ATTACK], seeds), sub["accuracy"])),
-        ("perplexity_seeds", "Perplexity vs eps and contamination rate, all seeds",
-         lambda: perplexity_seeds_figure(s, plan.lm_models, run_ids(out, [P.LM_ATTACK], seeds), sub["perplexity"])),
-        ("lipschitz_seeds", "Per-block Lipschitz profile, all seeds",
-         lambda: lipschitz_seeds_figure(s, models, run_ids(out, [P.LIPSCHITZ_VISION, P.LIPSCHITZ_LM], seeds),
-                                        sub["lipschitz"])),
-        ("seqlen_seeds", "Perturbation vs sequence length, all seeds",
-         lambda: seqlen_seeds_figure(s, plan.lm_models, run_ids(out, [P.SEQLEN_LM, P.SEQLEN_LAYER], seeds),
-                                     sub["seqlen"])),
+        ("claims_forest", "Every claim: per-seed paired differences and 95% intervals", sub["claims"], study_src,
+         lambda: forest_figure(claims_frame(claims), study_src, sub["claims"], paper=paper)),
+        ("accuracy_seeds", "Robust accuracy vs eps, all seeds", sub["accuracy"], vision,
+         lambda: accuracy_seeds_figure(s, plan.vision_models, vision, sub["accuracy"], paper=paper)),
+        ("perplexity_seeds", "Perplexity vs eps and contamination rate, all seeds", sub["perplexity"], lm,
+         lambda: perplexity_seeds_figure(s, plan.lm_models, lm, sub["perplexity"], paper=paper)),
+        ("lipschitz_seeds", "Per-block Lipschitz profile, all seeds", sub["lipschitz"], lip,
+         lambda: lipschitz_seeds_figure(s, models, lip, sub["lipschitz"], paper=paper)),
+        ("seqlen_seeds", "Perturbation vs sequence length, all seeds", sub["seqlen"], seq,
+         lambda: seqlen_seeds_figure(s, plan.lm_models, seq, sub["seqlen"], paper=paper)),
     ]  # fmt: skip
 
 
@@ -102,24 +110,34 @@ def study_figures(
     fingerprint: str = "",
     formats: Sequence[str] = FORMATS,
     claim: Callable[[list[str]], object] | None = None,
+    paper: bool = False,
 ) -> tuple[list[tuple[str, str]], list[str]]:
     """Write the study figures; returns (title, PNG path relative to ``out``) pairs and notes on what was left out.
 
     ``claim`` is called with each figure's relative paths before they are written (the study folder's
     :meth:`~robustbench_filters.runs.outfolder.OutputFolder.paths`); a figure that is not drawn is not claimed,
-    so the folder's ``finish`` removes an earlier write-up's version, which would contradict the README."""
+    so the folder's ``finish`` removes an earlier write-up's version, which would contradict the README.
+    ``paper``: no setting or source line inside the figures (``figures/provenance.json`` keeps both).
+    """
     figs: list[tuple[str, str]] = []
     notes: list[str] = []
     folder = out / FIGURE_DIR
-    for stem, title, make in _plans(plan, data, claims, out, fingerprint):
+    provenance: dict[str, dict] = {}
+    for stem, title, subtitle, sources, make in _plans(plan, data, claims, out, fingerprint, paper):
         fig: Figure | None = _safe(make, stem, notes)
         if fig is None:
             continue
         if claim is not None:
             claim([f"{FIGURE_DIR}/{stem}.{fmt}" for fmt in formats])
         paths = save_figure(fig, folder, stem, formats)
+        provenance[stem] = {"title": title, "files": [p.name for p in paths], "paper": paper,
+                            "width_in": fig.get_figwidth(), "height_in": round(fig.get_figheight(), 4),
+                            "setting": subtitle, "sources": list(sources)}  # fmt: skip
         png = next((p for p in paths if p.suffix == ".png"), paths[0])
         figs.append((title, str(png.relative_to(out))))
+    if provenance and claim is not None:
+        claim([f"{FIGURE_DIR}/{PROVENANCE}"])
+    write_provenance(folder, provenance, bool(provenance))
     return figs, notes
 
 

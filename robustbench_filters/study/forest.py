@@ -20,7 +20,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from ..report.style import OKABE_ITO, TWO_COLUMN, add_footer, add_subtitle, new_figure, paper_style
+from ..report.style import MIN_PT, OKABE_ITO, TWO_COLUMN, label_figure, legend_below, new_figure, paper_style
 from .claims import ClaimResult, Verdict
 
 # metric -> (scale applied to the difference, unit group shown as the panel's x label)
@@ -101,17 +101,17 @@ def _draw_row(ax, y: float, rows: pd.DataFrame) -> None:
         ax.plot([first["mean"]], [y], marker=style["marker"], ms=4.5, mfc=face, mec=color, mew=0.9, zorder=4,
                 linestyle="none")  # fmt: skip
     else:
-        ax.text(0, y, "not measured", fontsize=5.5, color="0.4", va="center", ha="left")
+        ax.text(0, y, "not measured", fontsize=MIN_PT, color="0.4", va="center", ha="left")
 
 
-def forest_figure(frame: pd.DataFrame, sources: Sequence[str], subtitle: str) -> Figure:
+def forest_figure(frame: pd.DataFrame, sources: Sequence[str], subtitle: str, *, paper: bool = False) -> Figure:
     """Per unit a panel; per comparison a row: seeds (dots), 95% interval (bar), mean (diamond), zero line."""
     units = list(dict.fromkeys(frame["unit"]))
     rows_per_unit = [list(dict.fromkeys(frame.loc[frame["unit"] == u, "row"])) for u in units]
     height = 0.9 + sum(0.3 * len(r) + 0.45 for r in rows_per_unit)
     per_claim = frame.drop_duplicates("row").groupby(frame["row"].str.split(":").str[0]).size()
     with paper_style():
-        fig = new_figure(TWO_COLUMN, height)
+        fig = new_figure(TWO_COLUMN, height, paper=paper)
         axes = fig.subplots(len(units), 1, squeeze=False, height_ratios=[len(r) + 1.3 for r in rows_per_unit])[:, 0]
         for ax, unit, rows in zip(axes, units, rows_per_unit, strict=True):
             labels = []
@@ -119,7 +119,7 @@ def forest_figure(frame: pd.DataFrame, sources: Sequence[str], subtitle: str) ->
                 sub = frame[frame["row"] == row_id]
                 _draw_row(ax, -i, sub)
                 labels.append(_label(sub.iloc[0], per_claim[row_id.split(":")[0]] > 1))
-            ax.set_yticks([-i for i in range(len(rows))], labels, fontsize=5.5)
+            ax.set_yticks([-i for i in range(len(rows))], labels, fontsize=MIN_PT)
             for tick, row_id in zip(ax.get_yticklabels(), rows, strict=True):
                 if not frame.loc[frame["row"] == row_id, "primary"].iloc[0]:
                     tick.set_color("0.4")
@@ -139,13 +139,6 @@ def forest_figure(frame: pd.DataFrame, sources: Sequence[str], subtitle: str) ->
             Line2D([], [], color="0.3", marker="o", ms=2.5, lw=0, label="one training seed"),
             Line2D([], [], color="0.4", lw=0.6, linestyle=":", label="\u03b4 (smallest effect that matters)"),
         ]  # fmt: skip
-        add_subtitle(fig, subtitle)
-        add_footer(fig, sources)
-        # the legend sits between the panels and the source line: lift the panels' area by its height
-        engine = fig.get_layout_engine()
-        x0, y0, w, h = engine.get()["rect"]
-        lift = 0.22 / fig.get_figheight()
-        engine.set(rect=(x0, y0 + lift, w, h - lift))
-        fig.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, y0), ncol=5, frameon=False,
-                   fontsize=5.5)  # fmt: skip
+        label_figure(fig, subtitle, sources, paper=paper)
+        legend_below(fig, handles)
     return fig
