@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 TORCH_PINS ?= torch==2.14.1 torchvision==0.29.1
 export PYTHONHASHSEED := 0
 
-.PHONY: demo test test-slow check ci-gate lint format zoo reports bench study clean-venv
+.PHONY: demo test test-slow check ci-gate lint format zoo reports bench study wheel clean-venv
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -67,6 +67,11 @@ bench: $(STAMP)
 reports: $(STAMP)
 	$(BIN)/python scripts/make_reports.py --runs runs --reports reports --n-examples 500 --paper
 	$(BIN)/robfilt study --write-up --out reports/study --quiet
+
+# The wheel, built from a copy of the tracked files in a temporary folder (setuptools writes build/ and *.egg-info
+# next to the sources it builds), into dist/.
+wheel: $(STAMP)
+	$(BIN)/python scripts/build_wheel.py --out dist
 
 lint: $(STAMP)
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
