@@ -16,7 +16,7 @@ from torch import nn
 
 from ..checks.logits import require_logits
 from ..configs import data_label, model_label
-from ..data.labels import check_labels_fit, check_positions_are_classes, pool_labels
+from ..data.labels import check_labels_fit, pool_labels
 from ..errors import RobfiltError
 from ..models.resolve import LoadedModel, load_model
 from ..runs.measurement import Measurement, PrepareContext
@@ -41,7 +41,7 @@ def open_images(config: Any, models: list[LoadedModel]) -> Any:
     columns = {k: v for k, v in (("image_column", config.image_column), ("label_column", config.label_column)) if v}
     return open_image_source(
         config.data, "test", config.data_root, img_size=config.img_size, preprocess=models[0],
-        num_workers=config.num_workers, **columns,
+        num_workers=config.num_workers, class_map=config.class_map, **columns,
     )  # fmt: skip
 
 
@@ -60,16 +60,21 @@ def check_fits(lm: LoadedModel, x: torch.Tensor, data: str) -> int:
     return require_logits(out, len(x), model=lm.label, where=f"{data}'s first selected examples")
 
 
-def check_labels(source: Any, ids: torch.Tensor, models: list[LoadedModel], classes: list[int], data: str) -> None:
-    """The data's labels must be class indices of every model: in [0, classes), and a folder's by name too."""
+def check_labels(
+    source: Any, ids: torch.Tensor, models: list[LoadedModel], classes: list[int], data: str
+) -> dict[str, str] | None:
+    """The data's labels must be class indices of every model: in [0, classes). A folder's labels are settled
+    here, once the class counts are known (positions, a class map, or ImageNet-1k indices for wnid folders);
+    returns the record of the class map used (None: none)."""
+    from ..data.class_map import settle_folder_labels
     from ..data.folder import FolderSource
 
-    names = source.classes if isinstance(source, FolderSource) else None
+    if isinstance(source, FolderSource):
+        return settle_folder_labels(source, classes, [lm.label for lm in models], data)
     labels = pool_labels(source, ids)
     for lm, k in zip(models, classes, strict=True):
-        check_labels_fit(labels, k, model=lm.label, data=data, names=names)
-        if names is not None:
-            check_positions_are_classes(names, k, model=lm.label, data=data)
+        check_labels_fit(labels, k, model=lm.label, data=data)
+    return None
 
 
 @contextlib.contextmanager
@@ -92,7 +97,7 @@ def frozen(modules: list[nn.Module]) -> Iterator[None]:
 class ImageModelsMeasurement(Measurement):
     """Base of the measurements over image models: ``open_examples`` sets ``loaded``, ``source``, ``ids``,
     ``batches`` and ``classes`` (each model's class count, from its logits) and records the selection's digest
-    in the run's fingerprint."""
+    (images and labels) in the run's fingerprint, with the class map that gave a folder its labels."""
 
     loaded: list[LoadedModel]
     classes: list[int]
@@ -103,11 +108,13 @@ class ImageModelsMeasurement(Measurement):
         self.loaded = load_image_models(c)
         self.source = open_images(c, self.loaded)
         self.ids = ctx.select(len(self.source), c.n_examples)
-        ctx.record_data("examples", self.source.digest(self.ids))
         probe, _ = self.source.take(self.ids[:2])
         data = data_label(c.data)
         self.classes = [check_fits(lm, probe, data) for lm in self.loaded]
-        check_labels(self.source, self.ids, self.loaded, self.classes, data)
+        self.class_map = check_labels(self.source, self.ids, self.loaded, self.classes, data)
+        ctx.record_data("examples", self.source.digest(self.ids))  # after the labels are settled
+        if self.class_map is not None:
+            ctx.examples["examples"]["labels"] = self.class_map
         self.batches = batch_slices(len(self.ids), c.batch_size)
 
     @property

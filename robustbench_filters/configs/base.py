@@ -230,10 +230,20 @@ class RunConfig(Declared):
 
 
 def _check_image_data(config: Any) -> None:
-    """Image data options: a positive image size and worker count (0 workers decodes in this process)."""
+    """Image data options: a positive image size and worker count (0 workers decodes in this process), and a
+    class map only for image folders, read now so a bad map is refused before any model is built."""
     _positive(config.img_size, "img_size")
     if config.num_workers is not None and (isinstance(config.num_workers, bool) or int(config.num_workers) < 0):
         raise RobfiltError(f"{flag('num_workers')} must be 0 or more, got {config.num_workers}.")
+    if config.class_map is not None:
+        if not (isinstance(config.data, str) and config.data.strip().startswith("imagefolder:")):
+            raise RobfiltError(
+                f"{flag('class_map')} applies to imagefolder: data (it maps class folder names to class indices); "
+                f"{data_label(config.data)} carries its labels already."
+            )
+        from ..data.class_map import read_class_map
+
+        read_class_map(config.class_map)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -253,6 +263,13 @@ class ImageDataConfig(RunConfig):
     )
     image_column: str | None = option(None, help="hf-disk data: the image column.", panel="Data")
     label_column: str | None = option(None, help="hf-disk data: the label column.", panel="Data")
+    class_map: str | None = option(
+        None,
+        help="imagefolder data: class folder name -> class index, a .json object or .csv/.tsv rows (default: "
+        "folder positions; ImageNet wnid folders get ImageNet-1k indices for 1000-class models).",
+        value=Text(path=True),
+        panel="Data",
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -68,6 +69,8 @@ class Text(Value):
         self.path = path
 
     def from_python(self, value: Any, name: str) -> Any:
+        if self.path and isinstance(value, os.PathLike):
+            return os.fspath(value)
         if not isinstance(value, str):
             raise _bad(name, "a string", value)
         return value

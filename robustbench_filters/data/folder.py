@@ -22,6 +22,10 @@ indexed at most once.
 - A broken link with an image extension is refused in one line.
 
 Class folders may themselves be links, and links may point outside the data root.
+
+Labels are the positions of the sorted class folders unless a class map says otherwise (:mod:`.class_map`: a
+file given as ``class_map``, or ImageNet-1k's indices for wnid folders, applied once the model's class count is
+known with :meth:`FolderSource.apply_class_map`).
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from ..errors import RobfiltError
+from .class_map import ClassMap, read_class_map
 from .preprocess import InputSpec, pil_transform, resolve_input_spec
 
 log = logging.getLogger(__name__)
@@ -194,15 +199,17 @@ class FolderSource:
         split: str = "test",
         spec: InputSpec | None = None,
         num_workers: int | None = None,
+        class_map: ClassMap | str | os.PathLike[str] | None = None,
     ) -> None:
-
         base = Path(path).expanduser()
         if not str(path) or not base.is_dir():
             raise RobfiltError(
                 f"image folder {str(path)!r} does not exist; pass imagefolder:<folder with one sub-folder per class>"
             )
         self.root = split_folder(base, split)
-        self.files, self.labels, self.classes = index_folder(self.root)
+        self.files, self.positions, self.classes = index_folder(self.root)
+        self.labels = self.positions
+        self.class_map: ClassMap | None = None
         self.spec = spec if spec is not None else resolve_input_spec()
         self.num_workers = default_workers() if num_workers is None else int(num_workers)
         if self.num_workers < 0:
@@ -210,6 +217,8 @@ class FolderSource:
         self.name = f"{IMAGEFOLDER}{base}"
         self.split = split
         self._checksum = ""
+        if class_map is not None:
+            self.apply_class_map(class_map if isinstance(class_map, ClassMap) else read_class_map(class_map))
         log.info(
             "indexed %s: %d files, %d classes, images %s", self.root, len(self), len(self.classes), self.image_shape
         )
@@ -221,6 +230,23 @@ class FolderSource:
     def num_classes(self) -> int:
         return len(self.classes)
 
+    def apply_class_map(self, class_map: ClassMap) -> None:
+        """Label each class folder's files with the map's index for that folder (every folder needs one)."""
+        per_folder = np.asarray(class_map.labels_of(self.classes, str(self.root)), dtype=np.int64)
+        self.labels = per_folder[self.positions]
+        self.class_map = class_map
+        self._checksum = ""
+        log.info("labels of %s from %s", self.root, class_map.origin)
+
+    @property
+    def folder_of_label(self) -> dict[int, str]:
+        """label -> the (first) class folder that holds it, to name a folder in messages."""
+        labels = self.class_map.labels_of(self.classes, str(self.root)) if self.class_map else range(self.num_classes)
+        out: dict[int, str] = {}
+        for name, label in zip(self.classes, labels, strict=True):
+            out.setdefault(int(label), name)
+        return out
+
     @property
     def y(self) -> torch.Tensor:
         """Every example's label (known from the folder names, nothing decoded)."""
@@ -231,7 +257,10 @@ class FolderSource:
         return self.spec.image_shape
 
     def _settings(self) -> bytes:
-        return json.dumps({"classes": self.classes, "preprocess": self.spec.settings()}, sort_keys=True).encode()
+        settings: dict[str, Any] = {"classes": self.classes, "preprocess": self.spec.settings()}
+        if self.class_map is not None:  # positions add nothing, so unmapped folders keep their digests
+            settings["class_map"] = self.class_map.record()
+        return json.dumps(settings, sort_keys=True).encode()
 
     @property
     def checksum(self) -> str:

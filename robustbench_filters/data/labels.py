@@ -14,13 +14,14 @@ Two steps, because they happen at different times:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
 from ..errors import RobfiltError
+from ..surface import flag
 
 
 def _refuse(what: str, detail: str) -> RobfiltError:
@@ -95,9 +96,10 @@ def check_labels_fit(
     *,
     model: str,
     data: str,
-    names: Sequence[str] | None = None,
+    names: Sequence[str] | Mapping[int, str] | None = None,
 ) -> None:
-    """Refuse a label the model has no logit for; ``names`` (a folder's class names) says where it came from."""
+    """Refuse a label the model has no logit for; ``names`` (a folder's class names by label) says where it came
+    from."""
     arr = labels.detach().cpu().numpy() if isinstance(labels, torch.Tensor) else np.asarray(labels)
     if not arr.size:
         return
@@ -105,7 +107,12 @@ def check_labels_fit(
     if low < 0:
         raise _refuse(f"the labels of {data}", f"contain {low}")
     if top >= classes:
-        where = f" (class folder {names[top]!r})" if names is not None and top < len(names) else ""
+        name = None
+        if isinstance(names, Mapping):
+            name = names.get(top)
+        elif names is not None and top < len(names):
+            name = names[top]
+        where = f" (class folder {name!r})" if name is not None else ""
         raise RobfiltError(
             f"the labels of {data} include {top}{where}, but model {model} returns {classes} classes, so its class "
             f"indices are 0..{classes - 1}; drop those examples or use data labelled for this model."
@@ -128,15 +135,16 @@ def check_positions_are_classes(names: Sequence[str], classes: int, *, model: st
 
     With a folder per class of the model, that is the usual contract. With fewer folders than classes (a subset)
     the positions are class indices only when the folder names say so (``0``, ``1``, ..., ``k-1``); anything
-    else (``cat``, ``n01440764``, or ``0``, ``3``, ``7``) would silently mislabel every image, so it is refused.
+    else (``cat``, ``n01440764``, or ``0``, ``3``, ``7``) would silently mislabel every image, so it is refused
+    (a class map gives such a folder its labels: :mod:`.class_map`).
     """
     if len(names) >= classes or list(names) == [str(i) for i in range(len(names))]:
         return
     shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
     raise RobfiltError(
         f"{data} has {len(names)} class folders ({shown}) but model {model} returns {classes} classes, so a folder's "
-        f"position is not its class index; name the folders by class index (0, 1, ..., {len(names) - 1}) or give "
-        "one folder per class of the model."
+        f"position is not its class index; pass {flag('class_map')} FILE (folder name -> class index), name the "
+        f"folders by class index (0, 1, ..., {len(names) - 1}) or give one folder per class of the model."
     )
 
 

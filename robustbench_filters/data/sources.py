@@ -19,6 +19,7 @@ import torch
 from torch.utils.data import Dataset
 
 from ..errors import RobfiltError
+from ..surface import flag
 from .adapters import DatasetSource, TensorSource
 from .folder import IMAGEFOLDER, FolderSource
 from .hf import HF_DISK, HFImageSource
@@ -52,18 +53,26 @@ def open_image_source(
     label_column: str = "label",
     classes: Sequence[str] | None = None,
     download: bool = False,
+    class_map: str | os.PathLike[str] | None = None,
 ) -> ImageSource:
     """An ImageSource for ``data``; nothing is decoded until examples are taken (folders, HF, Datasets).
 
     ``preprocess``: a loaded model / module (its InputSpec), an InputSpec, a timm data config or model name.
     ``num_workers``: decoding processes for folders, HF datasets and Datasets (folders/HF default min(4, CPUs);
-    0 decodes in this process). ``classes`` names the labels of tensor data and Datasets.
+    0 decodes in this process). ``classes`` names the labels of tensor data and Datasets. ``class_map``: a file
+    of folder name -> class index for ``imagefolder:`` data (:mod:`.class_map`).
     """
+    folder = isinstance(data, str) and data.strip().startswith(IMAGEFOLDER)
+    if class_map is not None and not folder:
+        raise RobfiltError(
+            f"{flag('class_map')} applies to imagefolder: data (it maps class folder names to class indices); "
+            "other data carry their labels already."
+        )
     if isinstance(data, str):
         spec = data.strip()
-        if spec.startswith(IMAGEFOLDER):
+        if folder:
             return FolderSource(spec[len(IMAGEFOLDER) :], split, resolve_input_spec(preprocess, img_size, in_chans),
-                                num_workers)  # fmt: skip
+                                num_workers, class_map)  # fmt: skip
         if spec.startswith(HF_DISK):
             path = spec[len(HF_DISK) :]
             source = HFImageSource(path, split, image_column, label_column, None, num_workers)

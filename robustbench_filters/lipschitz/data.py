@@ -27,11 +27,26 @@ DEFAULT_DATA: dict[Family, str] = {Family.IMAGE: "fashion-mnist", Family.LM: "au
 
 @dataclass
 class Inputs:
-    """Raw inputs (images in [0, 1] or token ids), optional labels, and their ids in the source split."""
+    """Raw inputs (images in [0, 1] or token ids), optional labels, and their ids in the source split.
+
+    ``folder``: the image folder they came from, whose labels are settled once the model's class count is known
+    (:meth:`settle_labels`); ``class_map`` then records the class map that gave them (None: none).
+    """
 
     x: torch.Tensor
     y: torch.Tensor | None
     ids: torch.Tensor
+    folder: Any = None
+    class_map: dict[str, str] | None = None
+
+    def settle_labels(self, classes: int, model: str, data: str) -> None:
+        """A folder's labels for a model of ``classes`` classes (a class map, ImageNet-1k wnids or positions)."""
+        if self.folder is None:
+            return
+        from ..data.class_map import settle_folder_labels
+
+        self.class_map = settle_folder_labels(self.folder, [classes], [model], data)
+        self.y = self.folder.y[self.ids]
 
 
 Selector = Callable[[int, int], torch.Tensor]  # (pool size, n) -> n seeded example ids (the runner's selection)
@@ -57,17 +72,19 @@ def _synthetic(target: Target, n: int, seed: int, seq_len: int) -> Inputs:
 
 
 def _images(name: str, target: Target, config: Any, select: Selector) -> Inputs:
-    """Seeded test images read with the run's image-data options (root, size, workers, hf-disk columns)."""
+    """Seeded test images read with the run's image-data options (root, size, workers, hf-disk columns, class map)."""
+    from ..data.folder import FolderSource
     from ..data.sources import open_image_source
 
     columns = {k: v for k in ("image_column", "label_column") if (v := getattr(config, k, None))}
     data = open_image_source(
         name, "test", getattr(config, "data_root", None), img_size=getattr(config, "img_size", None),
-        preprocess=target.model, num_workers=getattr(config, "num_workers", None), **columns,
+        preprocess=target.model, num_workers=getattr(config, "num_workers", None),
+        class_map=getattr(config, "class_map", None), **columns,
     )  # fmt: skip
     idx = select(len(data), config.n_examples)
     x, y = data.take(idx)
-    return Inputs(x=x.float(), y=y, ids=idx)
+    return Inputs(x=x.float(), y=y, ids=idx, folder=data if isinstance(data, FolderSource) else None)
 
 
 def _text(name: str, target: Target, config: Any, select: Selector) -> Inputs:

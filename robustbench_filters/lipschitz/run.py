@@ -148,6 +148,7 @@ def _check_outputs(target: Target, inputs: Inputs, data: str) -> int:
         raise UserCodeError.wrap(target.name, "its first forward pass", exc, "fix it, then rerun") from None
     rank = 3 if target.family is Family.LM else 2
     width = require_logits(out, len(x), model=target.name, rank=rank, min_classes=1, where="the first examples")
+    inputs.settle_labels(width, target.name, data)  # an image folder's labels depend on the class count
     if inputs.y is not None:
         check_labels_fit(inputs.y, width, model=target.name, data=data)
     return width
@@ -262,6 +263,8 @@ class Lipschitz(Measurement):
             ctx.record_data(t.name, _tensor_hash(inp.x))
             data = "the inputs" if c.inputs is not None else c.data or DEFAULT_DATA.get(t.family, "the data")
             self.outputs.append(_check_outputs(t, inp, data))
+            if inp.class_map is not None:  # the labels a class map gave enter the fingerprint, with the map
+                ctx.examples[t.name]["labels"] = {**inp.class_map, "labels_sha256": _tensor_hash(inp.y)}
             self.inputs.append(inp)
         self.factors: dict[str, list[dict]] = {}
         if self.settings.bounds or self.settings.per_layer:
