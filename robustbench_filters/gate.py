@@ -33,6 +33,7 @@ from .runs.folder import Run, load_run
 from .runs.outfolder import OutputFolder
 from .runs.runner import run
 from .spec import Spec, load_spec
+from .surface import Surface, surface
 
 log = logging.getLogger(__name__)
 PlanHook = Callable[[list[PlannedCheck]], None]
@@ -138,7 +139,8 @@ def produce_runs(spec: Spec, out: Path, progress: ProgressHook | None = None) ->
     for fam, section in spec.sections.items():
         folder = out / fam
         log.info("check: making the fresh %s run in %s", fam, folder)
-        run(measurement_for(section.config), out=folder, overwrite=True, progress=progress)
+        with surface(Surface.SPEC):  # a problem found while running names the spec's key, not a command-line flag
+            run(measurement_for(section.config), out=folder, overwrite=True, progress=progress)
         runs.append(load_run(folder))
     return runs
 

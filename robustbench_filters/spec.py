@@ -378,7 +378,7 @@ def _config(spec: Path, fam: str, settings: dict[str, Any], device: Any) -> CF.R
     try:
         with surface(Surface.SPEC):
             if fam == IMAGE:
-                cls = CF.attack_config_class(options["models"], options.get("attacks", ()))
+                cls = CF.attack_config_class(options["models"], options.get("attacks", ()), options.get("base_dir"))
             else:
                 cls = SECTION_CONFIGS[fam][0]
             return CF.build(cls, options)

@@ -142,3 +142,16 @@ def test_user_code_failures_are_one_line_naming_the_model(project: Path, ref: st
 def test_ctrl_c_in_a_factory_still_stops(project: Path) -> None:
     with pytest.raises(KeyboardInterrupt):
         load_model("models.py:interrupted", base_dir=project)
+
+
+def test_a_spec_names_a_factory_file_relative_to_its_own_folder(project: Path, tmp_path: Path, monkeypatch) -> None:
+    """The light check of a reference (before any heavy import) looks for the file from the spec's folder too."""
+    from robustbench_filters.spec import load_spec
+
+    (project / "pyproject.toml").write_text("")
+    spec = project / "specs" / "gate.toml"
+    spec.write_text('allow_code = true\n[image]\nmodels = ["../models.py:build"]\nattacks = ["fgsm"]\neps = [0.1]\n')
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert load_spec(spec).sections["image"].config.models == ("../models.py:build",)

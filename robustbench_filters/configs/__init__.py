@@ -48,9 +48,12 @@ def build(cls: type[RunConfig], options: Mapping[str, Any]) -> RunConfig:
     return cls(**options)
 
 
-def attack_config_class(models: Sequence[ModelLike], attacks: Sequence[str]) -> type[RunConfig]:
-    """Which kind of attack run ``models`` x ``attacks`` is: image, language model or corruption."""
-    families = {model_family(m) for m in models} or {Family.IMAGE}
+def attack_config_class(
+    models: Sequence[ModelLike], attacks: Sequence[str], base_dir: str | None = None
+) -> type[RunConfig]:
+    """Which kind of attack run ``models`` x ``attacks`` is: image, language model or corruption (factory files
+    relative to ``base_dir`` too, a spec's folder)."""
+    families = {model_family(m, base_dir) for m in models} or {Family.IMAGE}
     if len(families) > 1:
         raise RobfiltError("cannot mix image and language models in one run; run them separately.")
     if families == {Family.LM}:

@@ -57,12 +57,13 @@ def model_label(model: ModelLike, index: int) -> str:
     return getattr(getattr(model, "robfilt_spec", None), "name", f"model{index}")
 
 
-def model_family(model: ModelLike) -> Family:
-    """A reference's or module's family, checked without loading anything."""
+def model_family(model: ModelLike, base_dir: str | None = None) -> Family:
+    """A reference's or module's family, checked without loading anything (factory files relative to ``base_dir``
+    too, a spec's folder)."""
     if isinstance(model, str):
         from ..models.ref import model_kind
 
-        return Family.LM if model_kind(model) == "lm" else Family.IMAGE
+        return Family.LM if model_kind(model, base_dir) == "lm" else Family.IMAGE
     spec = getattr(model, "robfilt_spec", None)
     if spec is not None:
         return spec.family
@@ -190,7 +191,7 @@ class RunConfig(Declared):
         twice = next((i for k, i in enumerate(modules) if any(models[j] is models[i] for j in modules[:k])), None)
         if twice is not None:  # distinct labels (model0, model1), one module: a comparison of a model with itself
             raise RobfiltError(f"the same model object is given twice (as {self.labels[twice]}); give each model once.")
-        families = [model_family(m) for m in models]  # also checks every reference's syntax and registry name
+        families = [model_family(m, self.base_dir) for m in models]  # checks every reference's syntax and name
         if self.FAMILY is not None:
             for m, fam in zip(models, families, strict=True):
                 if fam is not self.FAMILY:

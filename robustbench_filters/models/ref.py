@@ -271,12 +271,13 @@ def split_model_list(text: str) -> list[str]:
     return parts
 
 
-def model_kind(ref: str | ModelRef) -> str:
+def model_kind(ref: str | ModelRef, base_dir: str | Path | None = None) -> str:
     """Check a reference without importing anything heavy; returns ``image``, ``lm``, ``timm`` or ``custom``
     (``hf:`` references are ``lm``).
 
     Registry names are checked against the vocabulary (with suggestions) and a factory's ``.py`` file must exist,
-    so run configs refuse a bad name or file before the heavy imports. A timm architecture needs timm itself
+    so run configs refuse a bad name or file before the heavy imports (a relative file from ``base_dir`` too: a spec's
+    folder). A timm architecture needs timm itself
     (:func:`.resolve.validate_model_ref`, and loading, check it); a factory's callable is checked when the model is
     loaded (that runs the user's code).
     """
@@ -287,7 +288,10 @@ def model_kind(ref: str | ModelRef) -> str:
         return "timm"
     if mref.kind is ModelKind.FACTORY:
         module, _ = mref.factory_parts
-        if is_file_module(module) and not Path(module).expanduser().is_file():
+        path = Path(module).expanduser()
+        if is_file_module(module) and not (
+            path.is_file() or (base_dir is not None and (Path(base_dir) / path).is_file())
+        ):
             raise RobfiltError(
                 f"model file {module!r} does not exist; give a path to a .py file, e.g. models.py:build."
             )
