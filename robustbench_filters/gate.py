@@ -27,7 +27,7 @@ from .gating.output import write_junit, write_markdown
 from .gating.plan import plan_baseline, plan_thresholds
 from .progress import ProgressHook
 from .report.metrics import metrics_from_run, same_eps
-from .report.runs import example_key, family_of
+from .report.runs import CERTIFY, example_key, family_of
 from .runs.crosscheck import refuse_copies, refuse_label_conflicts
 from .runs.folder import Run, load_run
 from .runs.outfolder import OutputFolder
@@ -61,8 +61,13 @@ def _claim(folder: OutputFolder | None, name: str) -> Path:
 
 
 def check_runnable(spec: Spec) -> None:
-    """Every requirement must name an attack and eps its section actually runs (caught before a long run)."""
+    """Every requirement must name an attack and eps its section actually runs (caught before a long run).
+
+    Certify requirements were checked against their section when the spec was loaded (their sigma and radius
+    must be among its sigmas and radii, and certifiable at its n and alpha)."""
     for fam, section in spec.sections.items():
+        if fam == CERTIFY:
+            continue
         config = section.config
         attacks = list(getattr(config, "attacks", ()) or ())
         grid = list(getattr(config, "eps", None) or ()) + list(getattr(config, "rates", None) or ())
@@ -81,8 +86,9 @@ def check_runnable(spec: Spec) -> None:
                 )
 
 
-#: section settings a given run must match when the spec sets them (the run is then the one the spec describes)
-SPEC_MATCHED = ("seed", "n_examples")
+#: section settings a given run must match when the spec sets them (the run is then the one the spec describes);
+#: n, n0 and alpha are certify's: they decide how strong each certificate is (and the largest certifiable radius)
+SPEC_MATCHED = ("seed", "n_examples", "n", "n0", "alpha")
 
 
 def check_given_runs(runs: Sequence[Run], spec: Spec | None, baseline: Path | None) -> None:
@@ -91,8 +97,8 @@ def check_given_runs(runs: Sequence[Run], spec: Spec | None, baseline: Path | No
     - no folder twice, no copy of another (a copy would answer a requirement twice);
     - per family one example set and one model per name, no model under two names (the requirements of a family
       are looked up across its runs, so the runs must measure the same models on the same examples);
-    - the settings the spec's section sets (seed, n_examples) are the run's: the spec's thresholds were sized
-      for those;
+    - the settings the spec's section sets (seed, n_examples; certify's n, n0 and alpha) are the run's: the
+      spec's thresholds were sized for those;
     - the baseline, when it is a run folder, is not one of the runs judged against it.
     """
     paths = [r.path.resolve() for r in runs]

@@ -38,6 +38,24 @@ Layout (every key optional unless marked)::
                                   # max_byte_perplexity, max_bits_per_byte (lm-eval's metrics)
     [lipschitz] / [[lipschitz.require]]  # max_lipschitz_upper, max_lipschitz_local_upper, max_lipschitz_lower, min_radius
 
+    [certify]                     # randomized-smoothing certification; keys mirror `robfilt certify`
+    models = ["deit"]             # required
+    sigmas = [0.12, 0.25]
+    n = 1000                      # noise draws per certificate (n0 pick the class)
+    radii = [0.0, 0.25, 0.5]      # the radii certified accuracy is measured at
+
+    [[certify.require]]
+    models = ["deit"]             # default: all models of the section
+    sigma = 0.25                  # which smoothed classifier(s); required when the section runs several sigmas
+    radius = [0.25, 0.5]          # required; each one of the section's radii and certifiable at its n and alpha
+    min_certified_acc = 0.40      # certified accuracy: true class certified within the radius (abstaining = not)
+    mode = "interval"             # interval (Wilson over examples) | point; against a baseline, paired = McNemar
+
+Certified accuracy at radius r is the share of examples whose true class the smoothed classifier certifies within r
+(metric ``certified_acc``, condition ``certified:sigma0.25@0.5``); a radius no certificate can reach at the section's
+n and alpha is refused, and a certified accuracy with nothing behind it (every example abstained) warns instead of
+passing. A failed soundness check of the run (certified above the SmoothAdv attack's accuracy) follows ``sanity``.
+
 Unknown keys and wrong types are usage errors (exit 2) with close-match suggestions. Paths (``out``, ``baseline``,
 ``checkpoint``, ``data_root``, the path in ``data = "imagefolder:..."``/``"text:..."``/``"hf-disk:..."``, factory
 files and ``hf:`` model folders) are relative to the spec file and, after resolving symlinks, must stay inside the project folder (the
@@ -59,11 +77,12 @@ from .gating.modes import THRESHOLD_MODES, BaselinePolicy, Correction, Mode
 from .gating.outcome import Requirement
 from .models.checkpoint import is_zoo_ref
 from .parsing import parse_number
-from .report.metrics import same_eps
-from .report.runs import IMAGE, LIPSCHITZ, LM
+from .report.metrics import certified_attack, same_eps
+from .report.runs import CERTIFY, IMAGE, LIPSCHITZ, LM
+from .stats import max_certifiable_radius
 from .surface import Surface, surface
 
-SECTIONS: tuple[str, ...] = (IMAGE, LM, LIPSCHITZ)
+SECTIONS: tuple[str, ...] = (IMAGE, LM, LIPSCHITZ, CERTIFY)
 TOP_KEYS = frozenset({"version", "name", "out", "baseline", "tolerance", "sanity", "device", "allow_code", *SECTIONS})
 #: Data specs that carry a path; in a spec the path is relative to the spec's folder and must stay in the project.
 DATA_PATH_PREFIXES = ("imagefolder:", "text:", "hf-disk:")
@@ -80,6 +99,7 @@ SECTION_CONFIGS: dict[str, tuple[type[CF.RunConfig], ...]] = {
     IMAGE: (CF.ImageAttackConfig, CF.CorruptionConfig),
     LM: (CF.LMAttackConfig,),
     LIPSCHITZ: (CF.LipschitzConfig,),
+    CERTIFY: (CF.CertifyConfig,),
 }
 RUN_KEYS: dict[str, frozenset[str]] = {fam: _run_keys(*classes) for fam, classes in SECTION_CONFIGS.items()}
 # threshold key -> metric; "min_" keys are lower limits, "max_" keys upper limits
@@ -98,10 +118,15 @@ THRESHOLDS: dict[str, dict[str, str]] = {
         "max_lipschitz_lower": "lipschitz_lower",
         "min_radius": "radius",
     },
+    CERTIFY: {"min_certified_acc": "certified_acc"},
 }
+#: what selects a requirement's conditions: attack and eps, or for certify the smoothed classifier and the radius
+CONDITION_KEYS: dict[str, frozenset[str]] = {CERTIFY: frozenset({"sigma", "radius"})}
 REQUIRE_KEYS: dict[str, frozenset[str]] = {
-    fam: frozenset({"model", "models", "attack", "eps", "mode"} | set(t)) for fam, t in THRESHOLDS.items()
+    fam: frozenset({"model", "models", "mode"} | CONDITION_KEYS.get(fam, {"attack", "eps"}) | set(t))
+    for fam, t in THRESHOLDS.items()
 }
+Cond = tuple[str, float | None]  # (attack, eps) of one requirement; certify: ("certified:sigma<s>", radius)
 BASELINE_KEYS = frozenset({"path", "mode", "alpha", "correction", "interval_fallback", "discordance", "tolerance"})
 
 
@@ -270,7 +295,67 @@ def _settings(spec: Path, root: Path, fam: str, table: Mapping[str, Any], allow_
     return s
 
 
-def _requirements(spec: Path, fam: str, models: list[str], entries: Any) -> list[Requirement]:
+def _conditions(spec: Path, fam: str, entry: Mapping[str, Any], config: CF.RunConfig, where: str) -> list[Cond]:
+    """The (attack, eps) pairs one requirement checks: ``-`` for Lipschitz, clean or an attack's eps list for
+    accuracies and perplexities, and for certify every (sigma, radius) it names."""
+    if fam == CERTIFY:
+        assert isinstance(config, CF.CertifyConfig)
+        return _certified(spec, entry, config, where)
+    if fam == LIPSCHITZ:
+        if "attack" in entry or "eps" in entry:
+            raise _err(spec, f"{where}: Lipschitz requirements take no attack or eps.")
+        return [("-", None)]
+    attack = entry.get("attack", "clean")
+    if not isinstance(attack, str) or not attack:
+        raise _err(spec, f"{where} attack must be a name, got {attack!r}.")
+    if attack == "clean":
+        if "eps" in entry:
+            raise _err(spec, f"{where}: clean accuracy takes no eps.")
+        return [("clean", 0.0)]
+    if "eps" not in entry:
+        raise _err(spec, f"{where}: attack {attack!r} needs eps = [...].")
+    return [(attack, e) for e in _distinct(spec, _numbers(spec, entry["eps"], f"{where} eps"), f"{where} eps")]
+
+
+def _one_of(spec: Path, value: float, allowed: tuple[float, ...], what: str, section: str) -> float:
+    """``value`` as the section spells it (so conditions match the run's), or a one-line refusal."""
+    for a in allowed:
+        if same_eps(value, a):
+            return a
+    shown = ", ".join(f"{a:g}" for a in allowed)
+    raise _err(spec, f"{what} {value:g} is not in {section} = [{shown}]; add it there or require one of those.")
+
+
+def _certified(spec: Path, entry: Mapping[str, Any], config: CF.CertifyConfig, where: str) -> list[Cond]:
+    """A ``[[certify.require]]``'s (sigma, radius) pairs: each radius one of the section's radii, each sigma one of its
+    sigmas (named whenever the section runs several: a limit for one noise level is no limit for another), each
+    radius certifiable at the section's n and alpha (past that, certified accuracy is 0 by construction)."""
+    if "radius" not in entry:
+        shown = ", ".join(f"{r:g}" for r in config.radii)
+        raise _err(spec, f"{where} needs radius = [...]: the L2 radii its certified accuracy is checked at (one of "
+                         f"[certify] radii = [{shown}]).")  # fmt: skip
+    radii = _distinct(spec, _numbers(spec, entry["radius"], f"{where} radius"), f"{where} radius")
+    radii = [_one_of(spec, r, config.radii, f"{where} radius", "[certify] radii") for r in radii]
+    if "sigma" in entry:
+        sigmas = _distinct(spec, _numbers(spec, entry["sigma"], f"{where} sigma"), f"{where} sigma")
+        sigmas = [_one_of(spec, s, config.sigmas, f"{where} sigma", "[certify] sigmas") for s in sigmas]
+    elif len(config.sigmas) == 1:
+        sigmas = list(config.sigmas)
+    else:
+        shown = ", ".join(f"{s:g}" for s in config.sigmas)
+        raise _err(spec, f"{where} names no sigma, but [certify] runs sigmas = [{shown}]; add sigma = "
+                         f"{config.sigmas[0]:g} (or a list) to say which smoothed classifier it checks.")  # fmt: skip
+    for sigma in sigmas:
+        top = max_certifiable_radius(sigma, config.n, config.alpha)
+        for r in radii:
+            if r > top * (1 + 1e-9):
+                raise _err(spec, f"{where} radius {r:g} cannot be certified at sigma {sigma:g}: with n = {config.n} "
+                                 f"noise draws and alpha = {config.alpha:g} no radius past {top:.3g} can be; raise n in "
+                                 "[certify] or require a smaller radius.")  # fmt: skip
+    return [(certified_attack(sigma), r) for sigma in sigmas for r in radii]
+
+
+def _requirements(spec: Path, fam: str, models: list[str], entries: Any, config: CF.RunConfig) -> list[Requirement]:
     if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
         raise _err(spec, f"{fam}.require must be an array of tables ([[{fam}.require]]).")
     out = []
@@ -288,32 +373,20 @@ def _requirements(spec: Path, fam: str, models: list[str], entries: Any) -> list
         limits = {k: v for k, v in entry.items() if k in THRESHOLDS[fam]}
         if not limits:
             raise _err(spec, f"{where} sets no threshold; add one of {', '.join(sorted(THRESHOLDS[fam]))}.")
-        if fam == LIPSCHITZ:
-            if "attack" in entry or "eps" in entry:
-                raise _err(spec, f"{where}: Lipschitz requirements take no attack or eps.")
-            attack, eps_list = "-", [None]
-        else:
-            attack = entry.get("attack", "clean")
-            if not isinstance(attack, str) or not attack:
-                raise _err(spec, f"{where} attack must be a name, got {attack!r}.")
-            if attack == "clean":
-                if "eps" in entry:
-                    raise _err(spec, f"{where}: clean accuracy takes no eps.")
-                eps_list = [0.0]
-            else:
-                if "eps" not in entry:
-                    raise _err(spec, f"{where}: attack {attack!r} needs eps = [...].")
-                eps_list = _distinct(spec, _numbers(spec, entry["eps"], f"{where} eps"), f"{where} eps")
+        conditions = _conditions(spec, fam, entry, config, where)
         for key, value in limits.items():
             threshold = _num(spec, value, f"{where} {key}")
             metric = THRESHOLDS[fam][key]
             bound = "min" if key.startswith("min_") else "max"
+            if metric == "certified_acc" and not 0 <= threshold <= 1:
+                raise _err(spec, f"{where} {key} must be a share of examples in [0, 1], got {threshold:g}.")
             for name in names:
-                for eps in eps_list:
+                for attack, eps in conditions:
                     req = Requirement(fam, name, attack, eps, metric, bound, threshold, where, mode)
                     twice = next((r for r in out if _same_check(r, req)), None)
                     if twice is not None:
                         cond = attack if eps is None or attack == "clean" else f"{attack} eps {eps:g}"
+                        cond = req.condition if fam == CERTIFY else cond
                         raise _err(spec, f"{where} requires {key} of {name} under {cond} again ({twice.where} already "
                                          "does); state each requirement once.")  # fmt: skip
                     out.append(req)
@@ -418,9 +491,10 @@ def load_spec(path: str | Path) -> Spec:
             raise _err(path, f"{fam} must be a table ([{fam}]).")
         _check_keys(path, table, RUN_KEYS[fam], f"[{fam}]")
         settings = _settings(path, root, fam, table, allow_code)
-        labels = [CF.model_label(m, i) for i, m in enumerate(settings["models"])]
-        reqs = _requirements(path, fam, labels, table.get("require", []))
-        sections[fam] = Section(fam, settings, _config(path, fam, settings, data.get("device", "cpu")), reqs)
+        config = _config(path, fam, settings, data.get("device", "cpu"))
+        # requirements name models as the run will label them (references with model_args merged in)
+        reqs = _requirements(path, fam, config.labels, table.get("require", []), config)
+        sections[fam] = Section(fam, settings, config, reqs)
     if not sections:
         raise _err(path, f"defines no [{'], ['.join(SECTIONS)}] section; nothing to check.")
     name = data.get("name", path.stem)

@@ -199,3 +199,14 @@ def clopper_pearson(successes: int, n: int, level: float = 0.95) -> tuple[float,
     low = float(stats.beta.ppf(tail, successes, n - successes + 1)) if successes > 0 else 0.0
     high = float(stats.beta.ppf(1 - tail, successes + 1, n - successes)) if successes < n else 1.0
     return low, high
+
+
+def max_certifiable_radius(sigma: float, n: int, alpha: float) -> float:
+    """The largest L2 radius randomized-smoothing CERTIFY can return with ``n`` noise draws at failure probability
+    ``alpha``: all n draws hit the top class, so its one-sided Clopper-Pearson lower bound is alpha^(1/n) and the
+    radius sigma * Phi^-1(alpha^(1/n)) (Cohen et al. 2019). n = 1000, alpha = 0.001 give 2.46 sigma; larger radii
+    need more draws. (Here, not in smoothing/, because the gate judges certified accuracies from run folders.)
+    """
+    from scipy import stats
+
+    return float(sigma * stats.norm.ppf(alpha ** (1.0 / n)))

@@ -34,7 +34,7 @@ KINDS = {
     CorruptionConfig: ("attack", [api.evaluate], "image"),
     LMAttackConfig: ("attack", [api.evaluate], "lm"),
     LipschitzConfig: ("lipschitz", [api.estimate_lipschitz], "lipschitz"),
-    CertifyConfig: ("certify", [api.certify], None),
+    CertifyConfig: ("certify", [api.certify], "certify"),
     Recipe: ("train", [Recipe], None),
 }
 #: benchmark() is RobustBench's one call: one model, one attack, one eps, the norm from threat_model

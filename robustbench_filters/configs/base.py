@@ -48,12 +48,13 @@ def default_eps(data: str, norm: Norm) -> tuple[float, ...]:
     return DEFAULT_EPS[key][norm]
 
 
-def model_label(model: ModelLike, index: int) -> str:
-    """The name a model has in rows and tables: its display name or reference, its registry name, or ``model<i>``."""
+def model_label(model: ModelLike, index: int, model_args: dict[str, Any] | None = None) -> str:
+    """The name a model has in rows and tables: its display name or reference (with ``model_args`` merged in, as the
+    model is loaded), its registry name, or ``model<i>``."""
     if isinstance(model, str):
-        from ..models.ref import parse_model_ref
+        from ..models.ref import apply_model_args
 
-        return parse_model_ref(model).label
+        return apply_model_args(model, model_args).label
     return getattr(getattr(model, "robfilt_spec", None), "name", f"model{index}")
 
 
@@ -186,6 +187,8 @@ class RunConfig(Declared):
         for i, m in enumerate(models):
             _check_model_object(m, i)
         self._set("models", models)
+        self._set("model_args", tuple(self.model_args))
+        self.parsed_model_args  # noqa: B018 - validates key=value syntax before any model is built (labels use it)
         _unique(self.labels, "models")
         modules = [i for i, m in enumerate(models) if is_module(m)]
         twice = next((i for k, i in enumerate(modules) if any(models[j] is models[i] for j in modules[:k])), None)
@@ -205,8 +208,6 @@ class RunConfig(Declared):
             )
         _positive(self.n_examples, "n_examples")
         _positive(self.batch_size, "batch_size")
-        self._set("model_args", tuple(self.model_args))
-        self.parsed_model_args  # noqa: B018 - validates key=value syntax before any model is built
         if isinstance(self.seed, bool) or int(self.seed) != self.seed:
             raise RobfiltError(f"{flag('seed')} must be an integer, got {self.seed}.")
         _check_device(str(self.device))
@@ -223,7 +224,9 @@ class RunConfig(Declared):
 
     @property
     def labels(self) -> list[str]:
-        return [model_label(m, i) for i, m in enumerate(self.models)]
+        """The names the run gives its models in rows (``--model-arg`` merged into references, as loaded)."""
+        args = self.parsed_model_args
+        return [model_label(m, i, args) for i, m in enumerate(self.models)]
 
     @classmethod
     def options(cls) -> tuple[str, ...]:

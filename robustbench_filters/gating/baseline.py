@@ -14,9 +14,10 @@ Version 2 (``robfilt check --write-baseline``)::
                   {"examples": "lm", "model": "lm", "condition": "clean",
                    "nll_sum": [412.3, ...], "n_tokens": [255, ...], "correct_tokens": [101, ...]}]}
 
-Each outcome is aligned with its example set's ``ids`` (or carries its own ``"ids"`` when it covers other
-examples). ``correct`` is a string of 0/1 characters, one per example: compact, and a diff shows which
-examples flipped. Floats are written with ``repr`` precision, so a baseline written from a run and read back
+Certify runs store ``{"examples": "certify", "condition": "certified:sigma0.25@0.5", "correct": "0110..."}``:
+``1`` where the example's true class is certified within the radius. Each outcome is aligned with its example
+set's ``ids`` (or carries its own ``"ids"`` when it covers other examples). ``correct`` is a string of 0/1
+characters, one per example: compact, and a diff shows which examples flipped. Floats are written with ``repr`` precision, so a baseline written from a run and read back
 pairs bit-for-bit with the run it came from. About 1 KB per 1,000 image outcomes and 40 KB per 1,000 LM ones.
 
 Read also: version 1 documents, a run's ``summary.json`` (aggregates only: paired mode is unavailable, and
@@ -58,7 +59,7 @@ from .series import (
     find_series,
     pair_series,
     pair_token_accuracy,
-    series_from_rows,
+    series_of_run,
 )
 
 VERSION = 2
@@ -113,7 +114,7 @@ class Baseline:
         base = self.series_for(family, model, cond)
         if base is None:
             return None, f"baseline {self.source} stores no per-example outcomes for {model} {cond}"
-        new = find_series(series_from_rows(fresh.rows), model, cond)
+        new = find_series(series_of_run(fresh), model, cond)
         if new is None:
             return None, f"the fresh run {fresh.run_id} has no per-example rows for {model} {cond}"
         base_ident, fresh_ident = self.identity.get(family, {}), example_identity(fresh.manifest)
@@ -162,7 +163,7 @@ def baseline_document(runs: Sequence[Run]) -> dict[str, Any]:
     for run in runs:
         family = family_of(run)
         metrics += [_metric_entry(m, family) for m in metrics_from_run(run)]
-        series = series_from_rows(run.rows)
+        series = series_of_run(run)
         if not series:
             continue
         ident = example_identity(run.manifest)
@@ -285,7 +286,7 @@ def read_baseline(path: str | Path) -> Baseline:
     if path.is_dir():
         run = load_run(path)
         fam = family_of(run)
-        series = series_from_rows(run.rows)
+        series = series_of_run(run)
         return Baseline(source, "run folder", metrics_from_run(run), {fam: series} if series else {},
                         {fam: example_identity(run.manifest)})  # fmt: skip
     if not path.exists():

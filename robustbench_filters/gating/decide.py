@@ -18,7 +18,10 @@ A certified Lipschitz value that is vacuous (:mod:`robustbench_filters.vacuity`:
 rigorous lower bound, a radius below 1e-6 of the one the lower bound gives) certifies nothing about the model, so
 :func:`vacuous_decision` never lets it pass silently: a pass becomes a WARN that says the value is vacuous (the
 limit is met, but by a number that carries no information), and a FAIL keeps failing with the same note (the
-bound cannot show the limit; the model itself may well meet it).
+bound cannot show the limit; the model itself may well meet it). The same holds for a certified accuracy no
+certificate could reach (every example abstained, or the radius is past the largest one n draws can certify):
+certified accuracies are judged like accuracies (Wilson intervals, McNemar on the per-example certified
+outcomes against a baseline), but a vacuous one never passes silently, in any mode.
 """
 
 from __future__ import annotations
@@ -41,7 +44,9 @@ from .power import (
     minimum_detectable,
 )
 
-PERCENT_METRICS = frozenset({"acc", "token_acc"})
+PERCENT_METRICS = frozenset({"acc", "token_acc", "certified_acc"})
+#: metrics of correct/wrong outcomes per example: paired with exact McNemar (or the margin score test)
+BINARY_METRICS = frozenset({"acc", "certified_acc"})
 # Deterministic values (certified bounds, power-iteration estimates) agree to about 1e-6 relative across machines;
 # a baseline comparison allows 1e-4 so that a committed baseline does not fail on another CPU.
 FLOAT_RTOL = 1e-4
@@ -255,7 +260,7 @@ def decide_baseline(
     checked = baseline_check(base, fresh, mode=mode, tolerance=tolerance, alpha=alpha, pair=pair,
                              unpaired_reason=unpaired_reason, fallback=fallback, discordance=discordance,
                              n_perm=n_perm, seed=seed)  # fmt: skip
-    return paired_decision(checked) if isinstance(checked, PairedTest) else checked
+    return vacuous_decision(paired_decision(checked), fresh) if isinstance(checked, PairedTest) else checked
 
 
 def _consistent(base: Metric, fresh: Metric, pair: PairedBinary | PairedRatio) -> None:
@@ -302,7 +307,7 @@ def paired_test(
     """Run the one-sided paired test of one check (exact McNemar / margin score test / sign-flip)."""
     metric = fresh.metric
     _consistent(base, fresh, pair)
-    if metric == "acc":
+    if metric in BINARY_METRICS:
         if not isinstance(pair, PairedBinary):
             raise RobfiltError(f"{fresh.key}: accuracy needs paired correct/wrong outcomes, got {type(pair).__name__}.")
         p, p_better, test = _paired_binary(pair, tol, alpha)
@@ -364,12 +369,22 @@ __all__ = [
 ]
 
 
+#: why a vacuous value carries no information, per metric (the Lipschitz note for its bounds and radius)
+VACUOUS_NOTES = {
+    "certified_acc": "vacuous: no certificate was possible there (every example abstained at this sigma, or the "
+    "radius lies past the largest one the run's n noise draws can certify at its alpha)",
+}
+LIPSCHITZ_VACUOUS = (
+    "vacuous: it certifies nothing about the model (more than 1e6 × weaker than the measured lower bound)"
+)
+
+
 def vacuous_decision(decision: Decision, m: Metric) -> Decision:
     """``decision`` on ``m``, never silent about a vacuous certified value: a pass on one becomes a WARN, and both
     a pass and a fail say the value is vacuous (see the module docstring)."""
     if not m.vacuous:
         return decision
-    note = "vacuous: it certifies nothing about the model (more than 1e6 × weaker than the measured lower bound)"
+    note = VACUOUS_NOTES.get(m.metric, LIPSCHITZ_VACUOUS)
     if decision.status is Status.PASS:
         return replace(decision, status=Status.WARN, detail=f"{decision.detail}; met, but the value is {note}")
     return replace(decision, detail=f"{decision.detail}; the value is {note}")

@@ -23,7 +23,7 @@ from ..report.runs import family_of
 from ..runs.folder import Run
 from ..stats import holm
 from .baseline import Baseline
-from .decide import PairedTest, baseline_check, decide_threshold, fmt, paired_decision
+from .decide import PairedTest, baseline_check, decide_threshold, fmt, paired_decision, vacuous_decision
 from .junit import Stopwatch, TimedCase
 from .modes import DEFAULT_ALPHA, DEFAULT_DISCORDANCE, Correction, Decision, Mode
 from .outcome import Outcome, Requirement
@@ -163,6 +163,7 @@ def judge_baseline(
                 decision = (
                     paired_decision(result, p_holm, m) if correction is Correction.HOLM else paired_decision(result)
                 )
+                decision = vacuous_decision(decision, fresh)  # a vacuous certified accuracy never passes silently
         out.append(Judged(base, fresh, decision, run_id, seconds + watch.seconds, tolerance))
     if m > 1 and correction is Correction.HOLM:
         log.info("check: %d paired checks, p-values Holm-adjusted (family-wise alpha %g)", m, alpha)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RegressionError
-from ..report.tables import eps_label
+from ..report.metrics import condition
 from .modes import BaselinePolicy, Mode, Status
 
 PASS, WARN, FAIL = Status.PASS.value, Status.WARN.value, Status.FAIL.value
@@ -24,9 +24,10 @@ RULE = (
     "test, or a sign-flip test for perplexity) gives p < alpha after Holm's correction across paired checks, "
     "interval mode when the CIs widened by the tolerance no longer overlap, point mode on the values; a vacuous "
     "certified Lipschitz value (bound > 1e6 x lower bound, radius < 1e-6 x the lower bound's) never passes: a pass "
-    "on it is a warning."
+    "on it is a warning; certified accuracies (randomized smoothing) are judged like accuracies, and one no "
+    "certificate could reach (every example abstained, or a radius past what n draws certify) is vacuous too."
 )
-PERCENT = frozenset({"acc", "token_acc"})
+PERCENT = frozenset({"acc", "token_acc", "certified_acc"})
 RATIO = frozenset({"ppl", "word_perplexity", "byte_perplexity", "bits_per_byte"})
 
 
@@ -36,8 +37,8 @@ class Requirement:
 
     family: str
     model: str
-    attack: str  # "clean", an attack name, or "-" (Lipschitz)
-    eps: float | None
+    attack: str  # "clean", an attack name, "certified:sigma<s>" (certify) or "-" (Lipschitz)
+    eps: float | None  # the budget (the L2 radius of a certified accuracy)
     metric: str
     bound: str  # "min" or "max"
     threshold: float
@@ -48,7 +49,8 @@ class Requirement:
     def condition(self) -> str:
         if self.attack in ("clean", "-"):
             return self.attack
-        return f"{self.attack}@{eps_label(self.eps)}"
+        assert self.eps is not None
+        return condition(self.attack, self.eps)
 
     @property
     def label(self) -> str:
@@ -213,6 +215,7 @@ def ordered(outcomes: Sequence[Outcome]) -> list[Outcome]:
 __all__ = [
     "FAIL",
     "PASS",
+    "PERCENT",
     "RULE",
     "WARN",
     "GateResult",

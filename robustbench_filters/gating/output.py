@@ -16,7 +16,7 @@ from ..io import atomic_write_text
 from ..report.metrics import interval_note
 from .judge import junit_case
 from .junit import RunTime, junit_xml
-from .outcome import FAIL, PASS, WARN, GateResult, Outcome, footnotes, ordered
+from .outcome import FAIL, PASS, PERCENT, WARN, GateResult, Outcome, footnotes, ordered
 
 STATUS_WORD = {PASS: "PASS", WARN: "WARN", FAIL: "FAIL"}
 
@@ -25,7 +25,7 @@ def measured(o: Outcome) -> str:
     """The measured value with its 95% interval, as a table cell."""
     if o.value is None:
         return "-"
-    pct = o.metric in ("acc", "token_acc")
+    pct = o.metric in PERCENT
     text = f"{100 * o.value:.1f}%" if pct else f"{o.value:.4g}"
     if o.lo is not None and o.hi is not None and o.lo != o.hi:
         text += f" [{100 * o.lo:.1f}, {100 * o.hi:.1f}]" if pct else f" [{o.lo:.4g}, {o.hi:.4g}]"

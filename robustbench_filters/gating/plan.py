@@ -18,7 +18,7 @@ from .modes import BaselinePolicy, Correction, Mode
 from .outcome import PlannedCheck, Requirement
 from .power import DETERMINISTIC_METRICS, RATIO_LOG_METRICS, minimum_detectable
 
-PAIRED_METRICS = frozenset({"acc", "ppl", "token_acc"})
+PAIRED_METRICS = frozenset({"acc", "ppl", "token_acc", "certified_acc"})
 
 
 def _known_spread(known: Sequence[Metric], req: Requirement, n: int | None) -> float | None:

@@ -53,7 +53,7 @@ from .modes import DEFAULT_ALPHA, DEFAULT_DISCORDANCE, Mode
 # seeds 0 and 1), 0.94-0.95 between two seeds of one model. 0.85 sits below all of them.
 DEFAULT_CORRELATION = 0.85
 DEFAULT_POWER = 0.8
-ACCURACY_METRICS = frozenset({"acc"})
+ACCURACY_METRICS = frozenset({"acc", "certified_acc"})
 RATIO_LOG_METRICS = frozenset({"ppl", "word_perplexity", "byte_perplexity"})
 DETERMINISTIC_METRICS = frozenset({"lipschitz_upper", "lipschitz_local_upper", "lipschitz_lower", "radius"})
 

@@ -1,5 +1,8 @@
 """Per-example outcomes of one (model, condition), and pairing two runs' outcomes by example id.
 
+Certify runs give one binary series per (model, sigma, radius): is each example's true class certified within the
+radius (:func:`certified_series`)? They pair like accuracies.
+
 A paired test is only valid when both runs measured the very same examples. Two checks guard that:
 
 1. the recorded identity of the examples must agree on every key both runs recorded: the data set, its
@@ -17,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +29,17 @@ import pandas as pd
 
 from ..errors import RobfiltError
 from ..paired import PairedBinary, PairedRatio
-from ..report.metrics import condition, parse_condition, same_eps
+from ..report.metrics import (
+    certificate_rows,
+    certified_condition,
+    certified_outcomes,
+    condition,
+    parse_condition,
+    run_radii,
+    same_eps,
+)
+from ..report.runs import CERTIFY, family_of
+from ..runs.folder import Run
 
 # manifest keys (top level or under "config") that identify the examples a run measured
 IDENTITY_KEYS: tuple[str, ...] = ("data", "data_checksum", "example_ids_sha256", "examples_digest")
@@ -86,6 +99,30 @@ def series_from_rows(rows: pd.DataFrame) -> dict[SeriesKey, Series]:
     for (model, attack, eps), group in rows.groupby(["model", "attack", "eps"], sort=True):
         out[(str(model), condition(str(attack), float(eps)))] = _series(group)
     return out
+
+
+def certified_series(rows: pd.DataFrame, radii: Sequence[float]) -> dict[SeriesKey, Series]:
+    """A certify run's outcomes: per (model, sigma, radius), is each example's true class certified within the
+    radius (keyed ``certified:sigma<s>@<r>``, like the metric)? Paired tests on these are McNemar's, as for
+    accuracy: the same examples, certified in one run and not in the other."""
+    certs = certificate_rows(rows)
+    if certs.empty or not {"model", "example_id", "sigma", "certified_correct_radius"} <= set(certs.columns):
+        return {}
+    out: dict[SeriesKey, Series] = {}
+    for (model, sigma), group in certs.groupby(["model", "sigma"], sort=True):
+        group = group.sort_values("example_id", kind="stable")
+        ids = group["example_id"].to_numpy(np.int64)
+        for r in radii:
+            correct = certified_outcomes(group, float(r)).to_numpy(bool)
+            out[(str(model), certified_condition(float(sigma), float(r)))] = BinarySeries(ids, correct)
+    return out
+
+
+def series_of_run(run: Run) -> dict[SeriesKey, Series]:
+    """Every per-example series of a run: certified outcomes at its radii for certify runs, else its rows'."""
+    if family_of(run) == CERTIFY:
+        return certified_series(run.rows, run_radii(run))
+    return series_from_rows(run.rows)
 
 
 def find_series(series: Mapping[SeriesKey, Series], model: str, cond: str) -> Series | None:
@@ -176,6 +213,7 @@ __all__ = [
     "RatioSeries",
     "Series",
     "SeriesKey",
+    "certified_series",
     "check_same_examples",
     "example_identity",
     "examples_digest",
@@ -183,4 +221,5 @@ __all__ = [
     "pair_series",
     "pair_token_accuracy",
     "series_from_rows",
+    "series_of_run",
 ]

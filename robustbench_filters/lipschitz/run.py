@@ -33,7 +33,7 @@ from torch import nn
 from ..checks import Check
 from ..checks import summarize as summarize_checks
 from ..checks.logits import check_finite_rows, require_logits
-from ..configs import LipschitzConfig, model_label
+from ..configs import LipschitzConfig
 from ..data.labels import check_labels_fit, label_indices
 from ..errors import RobfiltError, UserCodeError
 from ..family import Family
@@ -233,8 +233,9 @@ class Lipschitz(Measurement):
                                   int(c.power_iters), float(c.tol), int(c.ratio_steps), int(c.batch_size), int(c.seed))  # fmt: skip
         self.settings.rhos = [c.rho * 10 ** (-k / 2) for k in range(2 * RHO_GRID_DECADES + 1)]
         self.built = [_load_model(m, c) if isinstance(m, str) else m for m in c.models]
-        # a reference's label (its display name or the reference itself) names it, as in attack runs
-        names_given = [model_label(m, i) if isinstance(m, str) else None for i, m in enumerate(c.models)]
+        # a reference's label (its display name or the reference, with --model-arg merged in) names it, as in
+        # attack and certify runs
+        names_given = [label if isinstance(m, str) else None for m, label in zip(c.models, c.labels, strict=True)]
         self.targets = [
             make_target(m, name=name, dtype=self.dtype, device=ctx.device)
             for m, name in zip(self.built, names_given, strict=True)

@@ -5,11 +5,16 @@ A metric is identified by ``model/condition/name``:
 - ``deit/clean/acc``, ``deit-grc/pgd@0.02/acc``, ``deit/corruption:noise@3/acc`` (image classifiers);
 - ``lm/clean/ppl``, ``lm/wordswap@0.1/ppl``, ``lm/clean/token_acc`` (language models), and for models scored as
   lm-eval scores documents ``hf:gpt2/clean/word_perplexity`` (also ``byte_perplexity``, ``bits_per_byte``);
-- ``deit-grc/-/lipschitz_upper`` (and ``lipschitz_local_upper``, ``lipschitz_lower``, ``radius``).
+- ``deit-grc/-/lipschitz_upper`` (and ``lipschitz_local_upper``, ``lipschitz_lower``, ``radius``);
+- ``deit/certified:sigma0.25@0.5/certified_acc`` (randomized smoothing: the share of examples whose true class the
+  smoothed classifier at noise sigma 0.25 certifies within L2 radius 0.5; one per sigma and radius of the run).
 
-Each carries its point value and a 95% interval: Wilson for accuracies, an example bootstrap for perplexity and
-token accuracy, and none (``lo == hi == value``) for deterministic quantities such as certified Lipschitz bounds
-(:data:`INTERVALS` names them, for the tables that show them).
+Each carries its point value and a 95% interval: Wilson for accuracies (certified ones too: over examples, with
+abstentions and wrong predictions counted as not certified), an example bootstrap for perplexity and token
+accuracy, and none (``lo == hi == value``) for deterministic quantities such as certified Lipschitz bounds
+(:data:`INTERVALS` names them, for the tables that show them). A certified accuracy no certificate could reach is
+flagged ``vacuous``: every example abstained at that sigma, or the radius lies past the largest one the run's n
+noise draws can certify at its alpha (:func:`~robustbench_filters.stats.max_certifiable_radius`).
 
 The small baseline file (``robfilt check --write-baseline``) is JSON::
 
@@ -24,7 +29,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -34,8 +39,9 @@ import pandas as pd
 from ..errors import RobfiltError, suggest
 from ..parsing import parse_number
 from ..runs.folder import Run, load_run
+from ..stats import max_certifiable_radius, wilson_interval
 from . import tables as T
-from .runs import IMAGE, LIPSCHITZ, LM, family_of
+from .runs import CERTIFY, IMAGE, LIPSCHITZ, LM, family_of
 
 BASELINE_FORMAT = "robfilt-baseline"
 #: lm-eval's metrics, present for models scored lm-eval style (Hugging Face models; see hf.rolling).
@@ -52,6 +58,7 @@ DIRECTION: dict[str, bool] = {
     "lipschitz_local_upper": False,
     "lipschitz_lower": False,
     "radius": True,
+    "certified_acc": True,
 }
 # metrics whose tolerance is relative (ratios of positive quantities); accuracies use absolute tolerance
 RELATIVE: frozenset[str] = frozenset({"ppl", *LM_EVAL, "lipschitz_upper", "lipschitz_local_upper", "lipschitz_lower"})
@@ -81,7 +88,11 @@ INTERVALS: dict[str, str] = {
     "word_perplexity": "percentile bootstrap over documents",
     "byte_perplexity": "percentile bootstrap over documents",
     "bits_per_byte": "percentile bootstrap over documents",
+    "certified_acc": "Wilson score interval over examples (abstentions count as not certified)",
 }
+#: certified-accuracy conditions: ``certified:sigma<s>@<radius>`` (see :func:`certified_condition`)
+CERTIFIED = "certified"
+CERTIFICATE_KIND = "certificate"  # the certificate rows of a certify run (its attack rows check soundness)
 
 
 def interval_note(metrics: Iterable[str]) -> str:
@@ -93,7 +104,7 @@ def interval_note(metrics: Iterable[str]) -> str:
 @dataclass(frozen=True)
 class Metric:
     model: str
-    condition: str  # "clean", "<attack>@<eps>", or "-" (Lipschitz)
+    condition: str  # "clean", "<attack>@<eps>", "certified:sigma<s>@<radius>", or "-" (Lipschitz)
     metric: str
     value: float
     lo: float
@@ -101,7 +112,7 @@ class Metric:
     n: int | None = None
     family: str = ""
     source: str = ""
-    vacuous: bool | None = None  # a certified Lipschitz number that certifies nothing (robustbench_filters.vacuity)
+    vacuous: bool | None = None  # a certified number that certifies nothing (Lipschitz: robustbench_filters.vacuity)
 
     @property
     def key(self) -> str:
@@ -120,8 +131,23 @@ class Metric:
 
 
 def condition(attack: str, eps: float) -> str:
-    """'clean', or '<attack>@<eps>' with eps as papers print it (8/255 stays 8/255; parsed back exactly)."""
-    return "clean" if attack == T.CLEAN else f"{attack}@{T.eps_label(float(eps))}"
+    """'clean', or '<attack>@<eps>' with eps as papers print it (8/255 stays 8/255; parsed back exactly); a
+    certified radius is a plain number ('certified:sigma0.25@1', never '255/255')."""
+    if attack == T.CLEAN:
+        return "clean"
+    if attack.startswith(f"{CERTIFIED}:"):
+        return f"{attack}@{float(eps):.8g}"
+    return f"{attack}@{T.eps_label(float(eps))}"
+
+
+def certified_attack(sigma: float) -> str:
+    """The attack part of a certified-accuracy condition: 'certified:sigma0.25' (each sigma is its own classifier)."""
+    return f"{CERTIFIED}:sigma{float(sigma):.8g}"
+
+
+def certified_condition(sigma: float, radius: float) -> str:
+    """'certified:sigma0.25@0.5': certified accuracy of the sigma-0.25 smoothed classifier at L2 radius 0.5."""
+    return condition(certified_attack(sigma), radius)
 
 
 def parse_condition(text: str) -> tuple[str, float | None]:
@@ -148,8 +174,48 @@ def _nan(v: Any) -> float:
     return float(v) if v is not None and not (isinstance(v, float) and math.isnan(v)) else math.nan
 
 
-def metrics_from_rows(rows: pd.DataFrame, family: str, source: str = "") -> list[Metric]:
-    """Every metric a gate can check, recomputed from the per-example rows of one family."""
+def certificate_rows(rows: pd.DataFrame) -> pd.DataFrame:
+    """The certificate rows of a certify run (not its soundness-attack rows)."""
+    return rows[rows["kind"] == CERTIFICATE_KIND] if "kind" in rows.columns else rows
+
+
+def certified_outcomes(certs: pd.DataFrame, radius: float) -> pd.Series:
+    """Per certificate row: is the true class certified within ``radius``? Wrong predictions and abstentions have
+    no certified-correct radius (NaN), so they count as not certified."""
+    return certs["certified_correct_radius"].astype(float) >= radius
+
+
+def _certified_metrics(rows: pd.DataFrame, radii: Sequence[float], source: str) -> list[Metric]:
+    """Certified accuracy per (model, sigma, radius) with a Wilson interval over examples; vacuous when no example
+    could be certified there (all abstained, or the radius is past what n draws at alpha can certify)."""
+    certs = certificate_rows(rows)
+    out = []
+    if certs.empty:
+        return out
+    for (model, sigma), g in certs.groupby(["model", "sigma"], sort=False):
+        n = len(g)
+        top = max_certifiable_radius(float(sigma), int(g["n"].iloc[0]), float(g["alpha"].iloc[0]))
+        abstained = bool(g["abstain"].astype(bool).all())
+        for r in radii:
+            k = int(certified_outcomes(g, float(r)).sum())
+            lo, hi = wilson_interval(k, n)
+            vacuous = abstained or float(r) > top * (1 + 1e-9)
+            cond = certified_condition(float(sigma), float(r))
+            out.append(Metric(str(model), cond, "certified_acc", k / n, lo, hi, n, CERTIFY, source, vacuous))
+    return out
+
+
+def run_radii(run: Run) -> tuple[float, ...]:
+    """The radii a certify run reports certified accuracy at (its ``radii`` option, recorded in the manifest)."""
+    radii = (run.manifest.get("config") or {}).get("radii")
+    if not isinstance(radii, list) or not radii or not all(isinstance(r, int | float) for r in radii):
+        raise RobfiltError(f"certify run {run.path} records no radii in its manifest; rerun it with this robfilt.")
+    return tuple(float(r) for r in radii)
+
+
+def metrics_from_rows(rows: pd.DataFrame, family: str, source: str = "", radii: Sequence[float] = ()) -> list[Metric]:
+    """Every metric a gate can check, recomputed from the per-example rows of one family (``radii``: the radii of
+    certified accuracies, for certify rows)."""
     out: list[Metric] = []
     if family == IMAGE:
         for r in T.accuracy_table(rows).itertuples():
@@ -189,11 +255,36 @@ def metrics_from_rows(rows: pd.DataFrame, family: str, source: str = "") -> list
                 if math.isfinite(v):
                     vac = _flag(r.get(VACUOUS_FLAG.get(name, "")))
                     out.append(Metric(r["model"], LIPSCHITZ_CONDITION, name, v, v, v, None, family, source, vac))
+    elif family == CERTIFY:
+        out += _certified_metrics(rows, radii, source)
     return out
 
 
 def metrics_from_run(run: Run) -> list[Metric]:
-    return metrics_from_rows(run.rows, family_of(run), run.run_id)
+    family = family_of(run)
+    radii = run_radii(run) if family == CERTIFY else ()
+    return metrics_from_rows(run.rows, family, run.run_id, radii)
+
+
+def _certified_from_summary(model: str, by_sigma: Any, tops: Any, source: str) -> list[Metric]:
+    """A certify summary's certified accuracies (counts per radius), with the Wilson interval the gate uses."""
+    out = []
+    try:
+        for key, entry in by_sigma.items():
+            sigma, top = float(key), float((tops or {}).get(key, math.inf))
+            abstained = float(entry.get("abstain_rate", 0.0)) >= 1.0
+            for c in entry["certified"]:
+                k, n, r = int(c["certified"]), int(c["n_examples"]), float(c["radius"])
+                if not 0 <= k <= n or n <= 0:
+                    raise ValueError(f"certified {k} of {n}")
+                lo, hi = wilson_interval(k, n)
+                vac = abstained or r > top * (1 + 1e-9)
+                cond = certified_condition(sigma, r)
+                out.append(Metric(model, cond, "certified_acc", k / n, lo, hi, n, CERTIFY, source, vac))
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        raise RobfiltError(f"{source}: certify summary of {model} is malformed ({exc}); pass a summary.json written "
+                           "by robfilt certify.") from None  # fmt: skip
+    return out
 
 
 def _from_summary(summary: dict[str, Any], source: str) -> list[Metric]:
@@ -204,7 +295,9 @@ def _from_summary(summary: dict[str, Any], source: str) -> list[Metric]:
     if not isinstance(models, dict):
         raise RobfiltError(f"{source}: summary has no 'models' table; pass a summary.json written by robfilt.")
     for model, m in models.items():
-        if kind == LIPSCHITZ:
+        if kind == CERTIFY:
+            out += _certified_from_summary(model, m, summary.get("max_certifiable_radius"), source)
+        elif kind == LIPSCHITZ:
             for col, name in LIPSCHITZ_METRICS.items():
                 v = _nan(m.get(col))
                 if math.isfinite(v):

@@ -10,6 +10,8 @@ from __future__ import annotations
 import numpy as np
 from scipy import stats
 
+from ..stats import max_certifiable_radius  # one formula, in stats: the gate judges certified radii with it too
+
 
 def _as_int(a: np.ndarray | int) -> np.ndarray:
     return np.asarray(a, dtype=np.int64)
@@ -49,14 +51,6 @@ def radius_from_lower(p_lower: np.ndarray | float, sigma: float) -> np.ndarray:
     """Certified L2 radius sigma * Phi^-1(pA_lower) (Cohen et al., Theorem 1 with pB = 1 - pA); 0 if pA_lower <= 1/2."""
     p = np.asarray(p_lower, dtype=np.float64)
     return np.where(p > 0.5, sigma * stats.norm.ppf(np.clip(p, 0.5, 1.0)), 0.0)
-
-
-def max_certifiable_radius(sigma: float, n: int, alpha: float) -> float:
-    """The largest radius CERTIFY can return with ``n`` draws: all n hit the top class, pA_lower = alpha^(1/n).
-
-    With n = 1000 and alpha = 0.001 this is 2.46 sigma (0.62 at sigma = 0.25); radii above it need more draws.
-    """
-    return float(sigma * stats.norm.ppf(alpha ** (1.0 / n)))
 
 
 __all__ = [
