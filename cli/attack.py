@@ -34,12 +34,14 @@ def attack_cmd(
         list[str] | None,
         typer.Option("--model-arg", help="key=value for every model's constructor, e.g. num_classes=10 (repeatable)."),
     ] = None,
-    attack: Annotated[str, typer.Option("--attack", help=attack_help())] = "pgd",
+    attack: Annotated[str | None, typer.Option("--attack", help=attack_help())] = None,
     eps: Annotated[
         str | None, typer.Option("--eps", help="Comma list on the [0,1] scale; fractions like 8/255 work.")
     ] = None,
     norm: Annotated[str | None, typer.Option("--norm", help="linf or l2 (default: the attack's own).")] = None,
-    steps: Annotated[int | None, typer.Option("--steps", help="Iterations for iterative attacks (default 20).")] = None,
+    steps: Annotated[
+        int | None, typer.Option("--steps", help="Iterations for iterative attacks (default: each attack's own).")
+    ] = None,
     step_size: Annotated[str | None, typer.Option("--step-size", help="PGD step; default 0.15*eps.")] = None,
     n_examples: Annotated[
         int | None,
@@ -105,7 +107,7 @@ def attack_cmd(
 
     setup_logging(quiet, json_out)
     models = parse_model_list(model)
-    attacks = parse_names(attack, "attack")
+    attacks = parse_names(attack, "attack") if attack is not None else []
     given: dict[str, Any] = {
         "eps": tuple(parse_numbers(eps, "eps", lo=0.0)) if eps is not None else None,
         "norm": norm,
@@ -131,8 +133,8 @@ def attack_cmd(
         "text_column": text_column,
     }
     options = {k: v for k, v in given.items() if v is not None}
-    common = {"models": tuple(models), "attacks": tuple(attacks), "seed": seed, "size": size,
-              "checkpoint": checkpoint, "device": device}  # fmt: skip
+    common = {"models": tuple(models), **({"attacks": tuple(attacks)} if attacks else {}), "seed": seed,
+              "size": size, "checkpoint": checkpoint, "device": device}  # fmt: skip
     config = build(attack_config_class(models, attacks), {**common, **options})
     out_dir = Path(out) if out else Path("runs") / f"attack-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S-%f')}"
     with progress_bar(quiet or json_out) as hook:

@@ -58,7 +58,7 @@ def measurement_for(config: RunConfig) -> Measurement:
 
 def evaluate(
     models: ModelLike | Sequence[ModelLike] | None = None,
-    attacks: str | Sequence[str] = ("pgd",),
+    attacks: str | Sequence[str] | None = None,
     eps: Sequence[float] | None = None,
     data: Any = None,
     n_examples: int | None = None,
@@ -99,7 +99,8 @@ def evaluate(
         models: registry names (``deit-grc``), ``timm:<arch>``, ``pkg.mod:factory`` or modules; one model alone
             works too (an ``nn.Sequential`` is one model, never the list of its layers).
         attacks: catalogue names (``robustbench_filters.attacks.catalogue.ATTACKS``), ``wordswap`` or
-            ``corruption[:<name>]``.
+            ``corruption[:<name>]``; None: the strongest attack robfilt has for the models (``autoattack-fast``
+            for images, embedding PGD for language models). ``fgsm`` and ``pgd`` are weaker (upper bounds).
         eps: perturbation budgets ([0, 1] image scale; relative embedding radii for LMs); default: the data's grid.
         data: dataset spec (bundled ``fashion-mnist`` for images, ``austen`` for LMs by default), or for images an
             ``(x, y)`` pair of tensors/numpy arrays or a torch ``Dataset`` (then pass ``eps``).
@@ -112,7 +113,7 @@ def evaluate(
         if models is None:
             raise RobfiltError("no model given; pass models=[...] or a config.")
         models = [models] if isinstance(models, str | nn.Module) else list(models)
-        attacks = [attacks] if isinstance(attacks, str) else list(attacks)
+        attacks = [] if attacks is None else [attacks] if isinstance(attacks, str) else list(attacks)
         options = {
             "eps": eps, "data": data, "n_examples": n_examples, "norm": norm, "steps": steps, "step_size": step_size,
             "batch_size": batch_size, "data_root": data_root, "amp": amp, "rates": rates, "replacement": replacement,
@@ -122,9 +123,10 @@ def evaluate(
         }  # fmt: skip
         given = {k: (tuple(v) if isinstance(v, list) else v) for k, v in options.items() if v is not None}
         cls = attack_config_class(models, attacks)
+        named = {"attacks": tuple(attacks)} if attacks else {}  # none named: the kind's default (the strongest)
         config = build(
-            cls, {"models": tuple(models), "attacks": tuple(attacks), "seed": seed, "size": size,
-                  "checkpoint": checkpoint, "device": device, **given},
+            cls, {"models": tuple(models), **named, "seed": seed, "size": size, "checkpoint": checkpoint,
+                  "device": device, **given},
         )  # fmt: skip
     elif models is not None:
         raise RobfiltError("pass either a config or models and options, not both.")

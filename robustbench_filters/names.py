@@ -26,8 +26,12 @@ DEIT_GEOMETRY: dict[str, tuple[int, int]] = {"micro": (4, 28), "tiny": (16, 224)
 #: robfilt DeiT name -> the infix of its timm name.
 TIMM_VARIANTS: dict[str, str] = {"deit": "", "deit-bsa": "_bsa", "deit-grc": "_grc", "deit-bsa-grc": "_bsa_grc"}
 
+#: The attack image runs use when none is named (the strongest ensemble; attacks.catalogue checks it is there).
+DEFAULT_IMAGE_ATTACK = "autoattack-fast"
 #: Image attacks of the catalogue, in catalogue order; the language-model ones (embedding attacks).
-IMAGE_ATTACKS: tuple[str, ...] = ("fgsm", "pgd", "pgd-l2", "apgd-ce", "apgd-t", "fab", "square", "cw", "autoattack")
+IMAGE_ATTACKS: tuple[str, ...] = (
+    "autoattack-fast", "autoattack", "fgsm", "pgd", "pgd-l2", "apgd-ce", "apgd-t", "fab", "square", "cw",
+)  # fmt: skip
 LM_ATTACKS: tuple[str, ...] = ("fgsm", "pgd")
 #: Contaminations: word swap for language models, common corruptions for images.
 WORDSWAP = "wordswap"
@@ -56,5 +60,6 @@ def attack_help() -> str:
     """The ``--attack`` help text: every attack name, per family."""
     return (
         f"Comma list. Images: {', '.join(IMAGE_ATTACKS)}, {CORRUPTION}[:<name>] ({', '.join(CORRUPTIONS)}); "
-        f"language models: {', '.join(LM_ATTACKS)}, {WORDSWAP}."
+        f"language models: {', '.join(LM_ATTACKS)}, {WORDSWAP}. Default: {DEFAULT_IMAGE_ATTACK} for images (the "
+        "strongest; fgsm and pgd are weaker), pgd for language models."
     )

@@ -21,8 +21,16 @@ import torch
 import torchattacks
 from torch import nn
 
+from .. import names
 from ..errors import RobfiltError, unknown
 from ..family import Family
+from . import strong
+from .apgd import EarlyAPGD, EarlyAPGDT
+from .early import EarlyPGD, EarlyPGDL2
+
+STRONG, SINGLE, WEAK = "strong", "single", "weak"
+PGD_STEPS = 20
+APGD_STEPS = 50
 
 
 class Norm(str, Enum):
@@ -49,10 +57,21 @@ class AttackParams:
 
     eps: float
     norm: Norm
-    steps: int
+    steps: int | None  # None: the attack's documented default
     step_size: float | None  # None: the attack's documented default (PGD: 0.15 * eps)
     seed: int
     n_classes: int
+    early_stop: bool = True  # an example leaves the batch once fooled (robfilt's own loops; see .early)
+    converge: bool = False  # the convergence check's rerun: twice the steps (or queries) and one more restart
+    probe: bool = False  # the eps = 0 check: a structural run, every fixed budget at its minimum
+
+    def iterations(self, default: int) -> int:
+        """Steps of an iterative attack: ``steps`` when given, else its default; doubled for the convergence rerun."""
+        base = default if self.steps is None else self.steps
+        return 2 * base if self.converge else base
+
+    def restarts(self, default: int = 1) -> int:
+        return default + 1 if self.converge else default
 
 
 @dataclass(frozen=True)
@@ -65,6 +84,8 @@ class AttackInfo:
     build: Callable[[nn.Module, AttackParams], list[tuple[str, AttackFn]]]
     minimum_norm: bool = False  # returns unbounded perturbations; success counts only inside the eps-ball
     gradient_free: bool = False
+    strength: str = SINGLE  # STRONG: an ensemble robfilt stands behind; WEAK: known to overstate robustness
+    converges: bool = False  # has a stronger rerun (twice the steps, one more restart) for the convergence check
 
 
 def _pgd_alpha(p: AttackParams) -> float:
@@ -80,82 +101,61 @@ def _fgsm(model: nn.Module, p: AttackParams) -> list[tuple[str, AttackFn]]:
 def _pgd(model: nn.Module, p: AttackParams) -> list[tuple[str, AttackFn]]:
     if p.norm is Norm.L2:
         return _pgd_l2(model, p)
-    return [("pgd", torchattacks.PGD(model, eps=p.eps, alpha=_pgd_alpha(p), steps=p.steps, random_start=True))]
-
-
-class _PGDL2(torchattacks.PGDL2):
-    """torchattacks' PGDL2 with a defined eps = 0.
-
-    Its projection scales the perturbation by ``eps / ||delta||``: at eps = 0 the first step leaves delta = 0, so
-    that is 0 / 0 = NaN and every "adversarial" example becomes NaN (for eps > 0 a zero delta gives inf, clipped
-    to 1, which is fine). The eps = 0 ball is the single point x, so the exact projection returns x.
-    """
-
-    def forward(self, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        if self.eps == 0:
-            return images.clone().detach().to(self.device)
-        return super().forward(images, labels)
+    atk = EarlyPGD(model, p.eps, _pgd_alpha(p), p.iterations(PGD_STEPS), restarts=p.restarts(), early_stop=p.early_stop)
+    return [("pgd", atk)]
 
 
 def _pgd_l2(model: nn.Module, p: AttackParams) -> list[tuple[str, AttackFn]]:
-    return [("pgd-l2", _PGDL2(model, eps=p.eps, alpha=_pgd_alpha(p), steps=p.steps, random_start=True))]
+    atk = EarlyPGDL2(
+        model, p.eps, _pgd_alpha(p), p.iterations(PGD_STEPS), restarts=p.restarts(), early_stop=p.early_stop
+    )
+    return [("pgd-l2", atk)]
 
 
-def _norm_name(p: AttackParams) -> str:
+def norm_name(p: AttackParams) -> str:
     return "Linf" if p.norm is Norm.LINF else "L2"
 
 
 def _apgd_ce(model: nn.Module, p: AttackParams) -> list[tuple[str, AttackFn]]:
-    return [
-        (
-            "apgd-ce",
-            torchattacks.APGD(
-                model, norm=_norm_name(p), eps=p.eps, steps=max(p.steps, 50), n_restarts=1, loss="ce", seed=p.seed
-            ),
-        )
-    ]
+    atk = EarlyAPGD(
+        model, norm=norm_name(p), eps=p.eps, steps=p.iterations(APGD_STEPS), n_restarts=p.restarts(), loss="ce",
+        seed=p.seed, early_stop=p.early_stop,
+    )  # fmt: skip
+    return [("apgd-ce", atk)]
 
 
 def _apgd_t(model: nn.Module, p: AttackParams) -> list[tuple[str, AttackFn]]:
-    n_target = max(1, min(9, p.n_classes - 1))
-    return (
-        [
-            (
-                "apgd-t",
-                torchattacks.APGDT(
-                    model,
-                    norm=_norm_name(p),
-                    eps=p.eps,
-                    steps=max(p.steps, 50),
-                    n_restarts=1,
-                    n_classes=p.n_classes,
-                    seed=p.seed,
-                ),
-            )
-        ]
-        if n_target
-        else []
-    )
+    if p.n_classes < 4:  # the targeted DLR loss reads the 4th-largest logit
+        return []
+    atk = EarlyAPGDT(
+        model, norm=norm_name(p), eps=p.eps, steps=p.iterations(APGD_STEPS), n_restarts=p.restarts(),
+        n_classes=p.n_classes, n_targets=min(9, p.n_classes - 1), seed=p.seed, early_stop=p.early_stop,
+    )  # fmt: skip
+    return [("apgd-t", atk)]
 
 
 def _fab(model: nn.Module, p: AttackParams, targeted: bool = False) -> list[tuple[str, AttackFn]]:
     atk = torchattacks.FAB(
         model,
-        norm=_norm_name(p),
+        norm=norm_name(p),
         eps=p.eps,
-        steps=max(p.steps, 20),
-        n_restarts=1,
+        steps=p.iterations(20),
+        n_restarts=p.restarts(),
         multi_targeted=targeted,
         n_classes=p.n_classes,
         seed=p.seed,
     )
+    if targeted:
+        atk.n_target_classes = min(9, p.n_classes - 1)  # AutoAttack's 9 (torchattacks: every other class)
     return [("fab-t" if targeted else "fab", _within_ball(atk, p.eps, p.norm))]
 
 
 def _square(model: nn.Module, p: AttackParams) -> list[tuple[str, AttackFn]]:
-    return [
-        ("square", torchattacks.Square(model, norm=_norm_name(p), eps=p.eps, n_queries=1000, n_restarts=1, seed=p.seed))
-    ]
+    queries = 2 if p.probe else 2000 if p.converge else 1000
+    atk = torchattacks.Square(
+        model, norm=norm_name(p), eps=p.eps, n_queries=queries, n_restarts=p.restarts(), seed=p.seed
+    )
+    return [("square", atk)]
 
 
 def _within_ball(attack: AttackFn, eps: float, norm: Norm) -> AttackFn:
@@ -179,7 +179,7 @@ def _within_ball(attack: AttackFn, eps: float, norm: Norm) -> AttackFn:
 def _cw(model: nn.Module, p: AttackParams) -> list[tuple[str, AttackFn]]:
     if p.norm is not Norm.L2:
         raise RobfiltError("cw is an L2 attack; use --norm l2.")
-    cw = torchattacks.CW(model, c=1.0, kappa=0.0, steps=max(p.steps, 50), lr=0.01)
+    cw = torchattacks.CW(model, c=1.0, kappa=0.0, steps=p.iterations(50), lr=0.01)
     return [("cw", _within_ball(cw, p.eps, p.norm))]
 
 
@@ -193,23 +193,74 @@ LM = (Family.LM,)
 ATTACKS: dict[str, AttackInfo] = {
     a.name: a
     for a in [
-        AttackInfo("fgsm", IMAGE + LM, (Norm.LINF,), Norm.LINF, "FGSM, one signed-gradient step of size eps.", _fgsm),
+        AttackInfo(
+            strong.NAME,
+            IMAGE,
+            (Norm.LINF, Norm.L2),
+            Norm.LINF,
+            f"The default: per-example worst case of APGD-CE ({strong.CE_STEPS} steps) and APGD-T "
+            f"({strong.N_TARGETS} targets x {strong.T_STEPS} steps) on its survivors, early exit (see docs/attacks.md).",
+            strong.build,
+            strength=STRONG,
+            converges=True,
+        ),
+        AttackInfo(
+            "autoattack",
+            IMAGE,
+            (Norm.LINF, Norm.L2),
+            Norm.LINF,
+            "Per-example worst case of APGD-CE, APGD-T, FAB-T and Square (torchattacks ports; see docs); several times "
+            f"the time of {strong.NAME}.",
+            _autoattack,
+            strength=STRONG,
+        ),
+        AttackInfo(
+            "fgsm",
+            IMAGE + LM,
+            (Norm.LINF,),
+            Norm.LINF,
+            f"FGSM, one signed-gradient step of size eps. Weaker than {strong.NAME}: an upper bound.",
+            _fgsm,
+            strength=WEAK,
+        ),
         AttackInfo(
             "pgd",
             IMAGE + LM,
             (Norm.LINF, Norm.L2),
             Norm.LINF,
-            "PGD: 20 steps, step 0.15*eps, random start (L2 with --norm l2).",
+            f"PGD: {PGD_STEPS} steps, step 0.15*eps, random start (L2 with --norm l2). Weaker than {strong.NAME}: "
+            "an upper bound.",
             _pgd,
+            strength=WEAK,
+            converges=True,
         ),
         AttackInfo(
-            "pgd-l2", IMAGE, (Norm.L2,), Norm.L2, "PGD under L2: 20 steps, step 0.15*eps, random start.", _pgd_l2
+            "pgd-l2",
+            IMAGE,
+            (Norm.L2,),
+            Norm.L2,
+            f"PGD under L2: {PGD_STEPS} steps, step 0.15*eps, random start. Weaker than {strong.NAME}.",
+            _pgd_l2,
+            strength=WEAK,
+            converges=True,
         ),
         AttackInfo(
-            "apgd-ce", IMAGE, (Norm.LINF, Norm.L2), Norm.LINF, "APGD with cross-entropy, 50 steps, 1 restart.", _apgd_ce
+            "apgd-ce",
+            IMAGE,
+            (Norm.LINF, Norm.L2),
+            Norm.LINF,
+            f"APGD with cross-entropy, {APGD_STEPS} steps, 1 restart.",
+            _apgd_ce,
+            converges=True,
         ),
         AttackInfo(
-            "apgd-t", IMAGE, (Norm.LINF, Norm.L2), Norm.LINF, "Targeted APGD (DLR), 9 targets, 50 steps.", _apgd_t
+            "apgd-t",
+            IMAGE,
+            (Norm.LINF, Norm.L2),
+            Norm.LINF,
+            f"Targeted APGD (DLR), 9 targets, {APGD_STEPS} steps.",
+            _apgd_t,
+            converges=True,
         ),
         AttackInfo(
             "fab",
@@ -238,16 +289,13 @@ ATTACKS: dict[str, AttackInfo] = {
             _cw,
             minimum_norm=True,
         ),
-        AttackInfo(
-            "autoattack",
-            IMAGE,
-            (Norm.LINF, Norm.L2),
-            Norm.LINF,
-            "Per-example worst case of APGD-CE, APGD-T, FAB-T and Square (torchattacks ports; see docs).",
-            _autoattack,
-        ),
     ]
 }
+#: What runs when no attack is named: image runs take the strongest ensemble; language models the strongest
+#: attack robfilt has for them, PGD in embedding space (see attacks.embedding).
+DEFAULT_IMAGE_ATTACK = strong.NAME
+assert DEFAULT_IMAGE_ATTACK == names.DEFAULT_IMAGE_ATTACK  # the light-weight name table (CLI help) agrees
+DEFAULT_LM_ATTACK = "pgd"
 
 
 def register_attack(info: AttackInfo) -> None:

@@ -6,7 +6,14 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from ..attacks.catalogue import ATTACKS, Norm, get_attack, parse_norm
+from ..attacks.catalogue import (
+    ATTACKS,
+    DEFAULT_IMAGE_ATTACK,
+    DEFAULT_LM_ATTACK,
+    Norm,
+    get_attack,
+    parse_norm,
+)
 from ..attacks.corruption_transforms import CORRUPTIONS, SEVERITIES, check_severity, get_corruption
 from ..attacks.embedding import EMBEDDING_ATTACKS, EPS_MODES
 from ..attacks.wordswap import DEFAULT_RATES, DEFAULT_REPLACEMENT, validate_rate
@@ -28,17 +35,26 @@ from .base import (
 
 @dataclass(frozen=True, kw_only=True)
 class ImageAttackConfig(ImageDataConfig):
-    """Adversarial attacks on image models, over an ascending eps grid (see :mod:`.attacks.image`)."""
+    """Adversarial attacks on image models, over an ascending eps grid (see :mod:`.attacks.image`).
+
+    With no attack named, the strongest ensemble (``autoattack-fast``) runs. ``steps`` None gives every attack its
+    own documented default (pgd 20; each stage of autoattack-fast its own). ``early_stop``: an example leaves an
+    attack once fooled (off: robfilt's PGD/APGD compute exactly what torchattacks' do). ``check_convergence``:
+    rerun a seeded share of the survivors with twice the steps and one more restart (None: for the strong
+    ensembles only; True: for every attack that has such a rerun; False: never).
+    """
 
     KIND: ClassVar[str] = "attack"
     FAMILY: ClassVar[Family | None] = Family.IMAGE
     DESCRIPTION: ClassVar[str] = "image attack"
 
-    attacks: tuple[str, ...] = ("pgd",)
+    attacks: tuple[str, ...] = (DEFAULT_IMAGE_ATTACK,)
     eps: tuple[float, ...] | None = None
     norm: Norm | None = None
-    steps: int = 20
+    steps: int | None = None
     step_size: float | None = None
+    early_stop: bool = True
+    check_convergence: bool | None = None
     check_masking: bool = False
     amp: str | None = None
     amp_attacks: bool = False
@@ -82,6 +98,12 @@ class ImageAttackConfig(ImageDataConfig):
         _positive(self.steps, "--steps")
         if self.step_size is not None and not (self.step_size > 0 and math.isfinite(self.step_size)):
             raise RobfiltError(f"--step-size must be a positive number, got {self.step_size}.")
+        if not isinstance(self.early_stop, bool):
+            raise RobfiltError(f"--early-stop must be true or false, got {self.early_stop!r}.")
+        if self.check_convergence is not None and not isinstance(self.check_convergence, bool):
+            raise RobfiltError(
+                f"--check-convergence must be true, false or left out (auto), got {self.check_convergence!r}."
+            )
         if self.amp is not None and self.amp not in AMP_DTYPES:
             raise RobfiltError(f"unknown --amp {self.amp!r}; use {', '.join(AMP_DTYPES)} (or leave it off for fp32).")
         if self.amp_attacks and self.amp is None:
@@ -90,13 +112,16 @@ class ImageAttackConfig(ImageDataConfig):
 
 @dataclass(frozen=True, kw_only=True)
 class LMAttackConfig(RunConfig):
-    """Embedding-space FGSM/PGD and word-swap contamination on language models (see :mod:`.attacks.lm`)."""
+    """Embedding-space FGSM/PGD and word-swap contamination on language models (see :mod:`.attacks.lm`).
+
+    With no attack named, embedding-space PGD runs: the strongest attack robfilt has for language models.
+    """
 
     KIND: ClassVar[str] = "attack"
     FAMILY: ClassVar[Family | None] = Family.LM
     DESCRIPTION: ClassVar[str] = "language-model attack"
 
-    attacks: tuple[str, ...] = ("pgd",)
+    attacks: tuple[str, ...] = (DEFAULT_LM_ATTACK,)
     eps: tuple[float, ...] | None = None
     rates: tuple[float, ...] | None = None
     norm: Norm | None = None
