@@ -59,7 +59,7 @@ def subtitles(plan: StudyPlan) -> dict[str, str]:
         "claims": f"per claim: paired difference variant - baseline per training seed ({k} seeds, the same "
         f"examples for every model); bar: 95% t-interval across seeds; diamond: mean",
         "accuracy": SEP.join([f"n = {v.n_examples} test images", "white-box L\u221e, \u03b5 on the [0, 1] pixel "
-                              "scale", f"FGSM, PGD-{v.pgd_steps}", _seeds(plan)]),
+                              "scale", ", ".join(v.attacks), _seeds(plan)]),
         "perplexity": SEP.join([f"n = {lm.n_sequences} sequences", f"FGSM, PGD-{lm.attack_steps} on embeddings: "
                                 "per-token L2, \u03b5 \u00d7 mean embedding norm", "word swap: share of words "
                                 "replaced", _seeds(plan)]),

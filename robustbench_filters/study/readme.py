@@ -193,7 +193,7 @@ def _what_was_run(plan: StudyPlan, manifest: dict) -> list[str]:
         "",
         markdown(_recipes(plan)).rstrip(),
         "",
-        f"- Vision: FGSM and PGD-{v.pgd_steps} (Linf, step 0.15 eps) at eps {', '.join(f'{e:g}' for e in v.eps)} "
+        f"- Vision: {', '.join(v.attacks)} (Linf; PGD-{v.pgd_steps or 20} with step 0.15 eps) at eps {', '.join(f'{e:g}' for e in v.eps)} "
         f"on {v.n_examples} test examples; corruptions (all, severities {', '.join(map(str, v.severities))}) on "
         f"{v.corruption_examples} examples.",
         f"- Language: clean perplexity, word swap ('AAA') at rates {', '.join(f'{r:g}' for r in lm.rates)}, "
