@@ -98,6 +98,12 @@ def run(
     if checkpoint == "none":
         notes.append("untrained model: most examples are misclassified before any attack, which flatters the "
                      "cascade; rerun when the zoo checkpoint exists.")  # fmt: skip
+    floor = sum(values["robfilt"][e] for e in grid) / len(grid)
+    notes.append(
+        f"floor: an example robust at an eps takes every step there, on either side, so the cascade needs at least "
+        f"the mean robust accuracy over the grid ({floor:.3f}) of the loop's steps; early exit removes most of the "
+        "rest (the steps after an example is fooled, and the clean-misclassified examples)."
+    )
     if not smoke:
         seconds, _ = B.timed(
             lambda: evaluate(["deit"], ["pgd"], grid, n_examples=n, seed=seed, steps=steps, batch_size=bs,

@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from robustbench_filters import names
 from robustbench_filters.api import evaluate
 from robustbench_filters.attacks.cascade import cascade, convergence_subset
 from robustbench_filters.attacks.catalogue import ATTACKS, DEFAULT_IMAGE_ATTACK, AttackInfo, Norm, register_attack
@@ -61,6 +62,7 @@ class Counting(nn.Module):
 
 def test_the_default_is_the_strong_ensemble_for_images_and_pgd_for_lms() -> None:
     assert ImageAttackConfig(models=("deit",)).attacks == (DEFAULT_IMAGE_ATTACK,) == ("autoattack-fast",)
+    assert names.DEFAULT_IMAGE_ATTACK == DEFAULT_IMAGE_ATTACK  # the CLI's help reads it without importing torch
     assert LMAttackConfig(models=("lm",)).attacks == ("pgd",)
     assert ATTACKS[DEFAULT_IMAGE_ATTACK].strength == "strong"
     assert ATTACKS["pgd"].strength == ATTACKS["fgsm"].strength == "weak"

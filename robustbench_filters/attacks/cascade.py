@@ -2,12 +2,15 @@
 
 For one model, attack and batch, eps values run in ascending order and only the examples that survived the
 previous eps are attacked again: an adversarial example found at a smaller eps lies inside every larger ball, so
-it counts there too. Ensembles (``autoattack``) run their components in order on the survivors, which keeps the
-per-example worst case. Each eps gets one row per example (correct, margin, loss, perturbation norm, who fooled it).
+it counts there too. Ensembles (``autoattack-fast``, ``autoattack``) run their components in order on the
+survivors, which keeps the per-example worst case. Each eps gets one row per example (correct, margin, loss,
+perturbation norm, who fooled it) with its compute ledger (model passes spent on it there; :mod:`.ledger`) and,
+for the attacks checked, the convergence check's verdict on it.
 
 On a GPU the bookkeeping stays on the device and a unit's rows are copied to the host once; the only
 host-device synchronisations left in our code are the survivor counts, one per eps and ensemble component,
-which decide the next attack's batch. (torchattacks' own loops are out of our hands.)
+which decide the next attack's batch, and with early exit one per attack step (who was fooled decides the next
+step's batch). (torchattacks' own loops are out of our hands.)
 """
 
 from __future__ import annotations
