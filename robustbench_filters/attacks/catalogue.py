@@ -4,18 +4,19 @@ Image attacks are torchattacks calls with documented defaults; nothing is re-imp
 which model family it fits, its threat model (norm), and how it is built for a given eps. The PGD defaults
 follow the protocol used on DeiT in this line of work: 20 steps, step size 0.15 * eps, a random start.
 
-``autoattack`` is composed here as a per-example worst case of APGD-CE, APGD-T, FAB-T and Square, all from
-torchattacks. It differs from the reference AutoAttack (fra31/auto-attack, ``version='standard'``): it uses
+The default, ``autoattack-fast`` (:mod:`.strong`), is APGD-CE then APGD-T with early exit. ``autoattack`` is composed
+here as a per-example worst case of APGD-CE, APGD-T, FAB-T and Square, all from torchattacks. It differs from the reference AutoAttack (fra31/auto-attack, ``version='standard'``): it uses
 torchattacks' ports (not the reference code), fewer iterations by default (APGD 50 steps instead of 100, 1
 restart, Square 1000 queries instead of 5000) so it fits a CPU, and it runs inside robfilt's eps cascade.
 Treat its numbers as an upper bound on what the reference would report, not as a RobustBench entry.
+Every entry has a ``strength``: ``strong`` (the ensembles), ``weak`` (``fgsm``, ``pgd``: they overstate robustness)
+or ``single``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import Enum
 
 import torch
 import torchattacks
@@ -26,51 +27,11 @@ from ..family import Family
 from . import strong
 from .apgd import EarlyAPGD, EarlyAPGDT
 from .early import EarlyPGD, EarlyPGDL2
+from .params import AttackFn, AttackParams, Norm, parse_norm  # noqa: F401 - the catalogue re-exports them
 
 STRONG, SINGLE, WEAK = "strong", "single", "weak"
 PGD_STEPS = 20
 APGD_STEPS = 50
-
-
-class Norm(str, Enum):
-    LINF = "linf"
-    L2 = "l2"
-
-
-def parse_norm(value: str | Norm | None) -> Norm | None:
-    """'linf' / 'l2' (case-insensitive) to a Norm; anything else is a one-line usage error."""
-    if value is None or isinstance(value, Norm):
-        return value
-    try:
-        return Norm(str(value).strip().lower())
-    except ValueError:
-        raise RobfiltError(f"unknown --norm {value!r}; use linf or l2.") from None
-
-
-AttackFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-
-
-@dataclass(frozen=True)
-class AttackParams:
-    """Everything an attack needs besides the model and the data."""
-
-    eps: float
-    norm: Norm
-    steps: int | None  # None: the attack's documented default
-    step_size: float | None  # None: the attack's documented default (PGD: 0.15 * eps)
-    seed: int
-    n_classes: int
-    early_stop: bool = True  # an example leaves the batch once fooled (robfilt's own loops; see .early)
-    converge: bool = False  # the convergence check's rerun: twice the steps (or queries) and one more restart
-    probe: bool = False  # the eps = 0 check: a structural run, every fixed budget at its minimum
-
-    def iterations(self, default: int) -> int:
-        """Steps of an iterative attack: ``steps`` when given, else its default; doubled for the convergence rerun."""
-        base = default if self.steps is None else self.steps
-        return 2 * base if self.converge else base
-
-    def restarts(self, default: int = 1) -> int:
-        return default + 1 if self.converge else default
 
 
 @dataclass(frozen=True)

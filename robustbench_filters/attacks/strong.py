@@ -15,14 +15,10 @@ the step and target counts (a third stage, untargeted APGD-DLR, broke no example
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from torch import nn
 
 from .apgd import EarlyAPGD, EarlyAPGDT
-
-if TYPE_CHECKING:
-    from .catalogue import AttackFn, AttackParams
+from .params import AttackFn, AttackParams, Norm
 
 NAME = "autoattack-fast"
 CE_STEPS = 25  # APGD-CE
@@ -38,7 +34,7 @@ DIFFERENCES = (
 
 
 def _norm(p: AttackParams) -> str:
-    return "Linf" if p.norm.value == "linf" else "L2"
+    return "Linf" if p.norm is Norm.LINF else "L2"
 
 
 def build(model: nn.Module, p: AttackParams) -> list[tuple[str, AttackFn]]:
