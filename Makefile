@@ -20,8 +20,9 @@ ZOO := deit deit-bsa deit-grc deit-bsa-grc lm lm-bsa lm-grc lm-bsa-grc
 comma := ,
 space := $(empty) $(empty)
 
+# The default attack (autoattack-fast, the strongest robfilt has) on the four zoo DeiTs.
 demo: $(STAMP)
-	$(BIN)/robfilt attack --model deit,deit-bsa,deit-grc,deit-bsa-grc --attack fgsm,pgd --n-examples 256 --out runs/demo --overwrite
+	$(BIN)/robfilt attack --model deit,deit-bsa,deit-grc,deit-bsa-grc --n-examples 256 --out runs/demo --overwrite
 
 NOISY_ZOO := deit deit-bsa deit-grc deit-bsa-grc
 # Retrain every zoo checkpoint from scratch (one thread per run), then check the bars: the 8 variants (about an hour
@@ -55,8 +56,9 @@ study: $(STAMP)
 	$(BIN)/robfilt study --seeds 3 --out reports/study --resume
 
 BENCH := b1_eps_sweep b2_engine_overhead b3_attention_cost b4_lipschitz_throughput b6_imagefolder b7_cli_startup \
-    b8_certify_throughput
-# B1-B4, B6-B8: side-by-side measurements (median of repetitions) -> reports/bench/. BENCH_FLAGS=--smoke for a quick run.
+    b8_certify_throughput b9_default_strength b10_deit_small
+# B1-B4, B6-B10: side-by-side measurements (median of repetitions) -> reports/bench/; each prints its ratios next to
+# their targets. BENCH_FLAGS=--smoke for a quick run.
 bench: $(STAMP)
 	for b in $(BENCH); do OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m benchmarks.$$b $(BENCH_FLAGS) || exit 1; done
 

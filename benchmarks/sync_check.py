@@ -4,7 +4,9 @@ The engine promises no synchronisation inside the attack loops: only the survivo
 final copy of the rows. ``torch.cuda.set_sync_debug_mode("warn")`` makes every synchronising call warn; this
 script runs one cascade unit (PGD-k over the default eps grid) with warnings recorded and reports how many came
 from our code, from torchattacks and from elsewhere, and whether any of ours scales with k (the step count).
-Run on a GPU machine: ``python -m benchmarks.sync_check --device cuda``. On a CPU it says so and exits 0.
+Early exit is off here: with it on, each step asks once which examples are fooled (the batch shrinks on that
+answer), a synchronisation per step by design. Run on a GPU machine: ``python -m benchmarks.sync_check --device
+cuda``. On a CPU it says so and exits 0.
 """
 
 from __future__ import annotations
@@ -52,7 +54,8 @@ def count_syncs(steps: int, device: torch.device) -> collections.Counter[str]:
         warnings.showwarning = record
         torch.cuda.set_sync_debug_mode("warn")
         try:
-            cascade(model, "deit", "pgd", EPS, Norm.LINF, x, y, ids, y == y, steps, None, 10, 0, clean_logits=logits)
+            cascade(model, "deit", "pgd", EPS, Norm.LINF, x, y, ids, y == y, steps, None, 10, 0, clean_logits=logits,
+                    early_stop=False)  # fmt: skip
         finally:
             torch.cuda.set_sync_debug_mode(0)
     return counts

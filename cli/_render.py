@@ -35,11 +35,56 @@ def render_summary(summary: dict) -> None:
     table.add_row("clean", "0", *[_pct(m["clean"]) for m in models.values()])
     cols = sorted({(r["attack"], r["eps"]) for m in models.values() for r in m["robust"]})
     cells = {label: {(r["attack"], r["eps"]): r for r in m["robust"]} for label, m in models.items()}
+    weak = set()
     for attack, eps in cols:
         row = [_pct(cells[label][(attack, eps)]) if (attack, eps) in cells[label] else "-" for label in models]
-        table.add_row(attack, eps_text(eps), *row)
+        strength = next((c[(attack, eps)].get("strength") for c in cells.values() if (attack, eps) in c), None)
+        weak |= {attack} if strength == "weak" else set()
+        table.add_row(attack + (" (weaker)" if strength == "weak" else ""), eps_text(eps), *row)
     out.print(table)
+    if weak:
+        out.print(
+            f"[yellow]{', '.join(sorted(weak))}: weaker than the default attack (autoattack-fast); their robust "
+            "accuracy is an upper bound.[/]"
+        )
+    render_ledger(models)
     render_checks(summary["checks"], summary["checks_summary"])
+
+
+def _passes(cost: dict) -> str:
+    return f"{cost['fwd_per_example'] + cost['bwd_per_example']:.1f}" + ("" if cost.get("exact", True) else "~")
+
+
+def render_ledger(models: dict) -> None:
+    """The compute ledger: forward + backward passes per example, which stage broke how many examples, and the
+    convergence check's tally, per model, attack and eps (absent for runs from before the ledger)."""
+    entries = [(label, r) for label, m in models.items() for r in m["robust"] if "cost" in r]
+    if not entries:
+        return
+    table = Table(title="compute ledger: model passes (forward + backward) per example, and who broke the examples")
+    for col in ("model", "attack", "eps", "passes/ex", "total passes", "broken by (% of examples)", "convergence"):
+        table.add_column(col, justify="right" if col in ("eps", "passes/ex", "total passes") else "left")
+    for label, r in entries:
+        n = max(r["n"], 1)
+        broken = ", ".join(f"{k} {100 * v / n:.0f}%" for k, v in r["broken_by"].items())
+        conv = r.get("convergence")
+        table.add_row(
+            label, r["attack"], f"{r['eps']:.4g}", _passes(r["cost"]), f"{r['cost']['fwd'] + r['cost']['bwd']:.0f}",
+            broken or "-", f"{conv['broken']}/{conv['checked']} broken" if conv else "-",
+        )  # fmt: skip
+    console().print(table)
+    totals = [
+        f"{label} {attack} {c['per_example']:.0f}/ex"
+        + (
+            f" (+{c['convergence_passes'] / max(m['clean']['n'], 1):.0f}/ex convergence check)"
+            if c["convergence_passes"]
+            else ""
+        )
+        for label, m in models.items()
+        for attack, c in m.get("cost", {}).items()
+    ]
+    if totals:
+        console().print("passes over the whole eps grid: " + "; ".join(totals), style="dim", markup=False)
 
 
 def render_checks(checks: list[dict], counts: dict) -> None:

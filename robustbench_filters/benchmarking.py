@@ -20,7 +20,7 @@ import pandas as pd
 from torch import nn
 
 from .api import evaluate
-from .attacks.catalogue import ATTACKS, Norm, get_attack
+from .attacks.catalogue import ATTACKS, DEFAULT_IMAGE_ATTACK, Norm, get_attack
 from .benchmarking_lm import LMBenchmarkResult, benchmark_lm
 from .checks import FAIL, WARN
 from .configs import (
@@ -48,7 +48,7 @@ log = logging.getLogger(__name__)
 THREAT_MODELS: dict[str, Norm | None] = {"Linf": Norm.LINF, "L2": Norm.L2, "corruptions": None}
 #: RobustBench's standard CIFAR budgets, used when ``eps`` is not given.
 DEFAULT_BENCH_EPS: dict[Norm, float] = {Norm.LINF: 8 / 255, Norm.L2: 0.5}
-DEFAULT_ATTACK = "autoattack"
+DEFAULT_ATTACK = DEFAULT_IMAGE_ATTACK
 
 
 @dataclass(frozen=True)
@@ -221,10 +221,12 @@ def benchmark(
     """Clean and robust accuracy of ``model`` on ``data``, with intervals and sanity checks (RobustBench's style).
 
     Runs through :func:`.api.evaluate` (one model, one attack, one eps), so its numbers equal evaluate's for the
-    same inputs and seed. The default attack is robfilt's ``autoattack``: the per-example worst case of
-    torchattacks' APGD-CE, APGD-T, FAB-T and Square with fewer iterations than the reference AutoAttack (APGD 50
-    steps, Square 1000 queries), so read it as an upper bound on what reference AutoAttack would report; pass
-    ``attack="apgd-ce"`` or ``attack="pgd"`` (20 steps of 0.15 eps; ``steps=``) for a faster one.
+    same inputs and seed. The default attack is robfilt's default everywhere, ``autoattack-fast``: the per-example
+    worst case of APGD-CE, APGD-T (3 targets) and APGD-DLR (torchattacks' APGD with early exit), each on the
+    survivors of the last, with a convergence check. It has fewer iterations and components than the reference
+    AutoAttack (see docs/attacks.md for every difference), so read it as an upper bound on what reference
+    AutoAttack would report; ``attack="autoattack"`` adds FAB-T and Square (about 3x the time), and
+    ``attack="pgd"`` (20 steps of 0.15 eps; ``steps=``) is faster but weaker.
     ``threat_model="corruptions"`` runs robfilt's corruption suite instead (Gaussian and impulse noise, Gaussian
     blur, contrast and JPEG at severities 1-5, computed on the fly): ``robust`` is the mean accuracy over those
     cells. It is not CIFAR-10-C (15 fixed corruptions), so its numbers are not RobustBench's leaderboard numbers.

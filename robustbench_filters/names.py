@@ -12,8 +12,10 @@ here as plain data. ``tests/test_cli_startup.py`` checks them against the heavy 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
 from .errors import RobfiltError, unknown
 from .family import Family
@@ -62,40 +64,55 @@ class AttackSpec:
     norms: tuple[Norm, ...]
     default_norm: Norm
     description: str
+    #: ``build(model, params) -> [(component, attack(x, y) -> x_adv), ...]``; set by the catalogue (None here)
+    build: Callable[..., Any] | None = None
     minimum_norm: bool = False  # returns unbounded perturbations; success counts only inside the eps-ball
     gradient_free: bool = False
+    strength: str = "single"  # STRONG: an ensemble robfilt stands behind; WEAK: known to overstate robustness
+    converges: bool = False  # has a stronger rerun (twice the steps, one more restart) for the convergence check
 
 
 _IMAGE, _LM, _BOTH = (Family.IMAGE,), (Family.LM,), (Family.IMAGE, Family.LM)
 _NORMS = (Norm.LINF, Norm.L2)
 #: every attack robfilt knows, in catalogue order (``register_attack`` adds a user's)
+STRONG, SINGLE, WEAK = "strong", "single", "weak"
+#: The attack image runs use when none is named: the strongest ensemble (attacks/strong.py builds it).
+DEFAULT_IMAGE_ATTACK = "autoattack-fast"
+#: ... and language-model runs the strongest attack robfilt has for them: PGD in embedding space.
+DEFAULT_LM_ATTACK = "pgd"
+_WEAKER = f"Weaker than {DEFAULT_IMAGE_ATTACK}: an upper bound."
+#: every attack robfilt knows, in catalogue order (``register_attack`` adds a user's)
 ATTACK_SPECS: dict[str, AttackSpec] = {
     a.name: a
     for a in [
-        AttackSpec("fgsm", _BOTH, (Norm.LINF,), Norm.LINF, "FGSM, one signed-gradient step of size eps."),
-        AttackSpec("pgd", _BOTH, _NORMS, Norm.LINF, "PGD: 20 steps, step 0.15*eps, random start (L2 with --norm l2)."),
-        AttackSpec("pgd-l2", _IMAGE, (Norm.L2,), Norm.L2, "PGD under L2: 20 steps, step 0.15*eps, random start."),
-        AttackSpec("apgd-ce", _IMAGE, _NORMS, Norm.LINF, "APGD with cross-entropy, 50 steps, 1 restart."),
-        AttackSpec("apgd-t", _IMAGE, _NORMS, Norm.LINF, "Targeted APGD (DLR), 9 targets, 50 steps."),
+        AttackSpec(
+            DEFAULT_IMAGE_ATTACK, _IMAGE, _NORMS, Norm.LINF,
+            "The default: per-example worst case of APGD-CE (25 steps) and APGD-T (3 targets x 12 steps) on its "
+            "survivors, early exit (see docs/attacks.md).",
+            strength=STRONG, converges=True,
+        ),
+        AttackSpec(
+            "autoattack", _IMAGE, _NORMS, Norm.LINF,
+            "Per-example worst case of APGD-CE, APGD-T, FAB-T and Square (torchattacks ports; see docs); several "
+            f"times the time of {DEFAULT_IMAGE_ATTACK}.",
+            strength=STRONG,
+        ),
+        AttackSpec("fgsm", _BOTH, (Norm.LINF,), Norm.LINF, f"FGSM, one signed-gradient step of size eps. {_WEAKER}",
+                   strength=WEAK),
+        AttackSpec("pgd", _BOTH, _NORMS, Norm.LINF,
+                   f"PGD: 20 steps, step 0.15*eps, random start (L2 with --norm l2). {_WEAKER}", strength=WEAK,
+                   converges=True),
+        AttackSpec("pgd-l2", _IMAGE, (Norm.L2,), Norm.L2,
+                   f"PGD under L2: 20 steps, step 0.15*eps, random start. {_WEAKER}", strength=WEAK, converges=True),
+        AttackSpec("apgd-ce", _IMAGE, _NORMS, Norm.LINF, "APGD with cross-entropy, 50 steps, 1 restart.",
+                   converges=True),
+        AttackSpec("apgd-t", _IMAGE, _NORMS, Norm.LINF, "Targeted APGD (DLR), 9 targets, 50 steps.", converges=True),
         AttackSpec("fab", _IMAGE, _NORMS, Norm.LINF, "FAB minimum-norm attack, counted inside eps.", minimum_norm=True),
         AttackSpec("square", _IMAGE, _NORMS, Norm.LINF, "Square: gradient-free, 1000 queries.", gradient_free=True),
-        AttackSpec(
-            "cw",
-            _IMAGE,
-            (Norm.L2,),
-            Norm.L2,
-            "Carlini-Wagner L2 (c=1, 50 steps), counted inside eps.",
-            minimum_norm=True,
-        ),  # fmt: skip
-        AttackSpec(
-            "autoattack",
-            _IMAGE,
-            _NORMS,
-            Norm.LINF,
-            "Per-example worst case of APGD-CE, APGD-T, FAB-T and Square (torchattacks ports; see docs).",
-        ),  # fmt: skip
+        AttackSpec("cw", _IMAGE, (Norm.L2,), Norm.L2, "Carlini-Wagner L2 (c=1, 50 steps), counted inside eps.",
+                   minimum_norm=True),
     ]
-}
+}  # fmt: skip
 
 
 def attack_spec(name: str, family: Family | None = None) -> AttackSpec:
@@ -274,5 +291,6 @@ def attack_help() -> str:
     """The ``--attack`` help text: every attack name, per family."""
     return (
         f"Comma list. Images: {', '.join(attacks_for(Family.IMAGE))}, {CORRUPTION}[:<name>] "
-        f"({', '.join(CORRUPTIONS)}); language models: {', '.join(attacks_for(Family.LM))}, {WORDSWAP}."
+        f"({', '.join(CORRUPTIONS)}); language models: {', '.join(attacks_for(Family.LM))}, {WORDSWAP}. Default: "
+        f"{DEFAULT_IMAGE_ATTACK} for images (the strongest; fgsm and pgd are weaker), pgd for language models."
     )

@@ -10,7 +10,8 @@ recomputed from the run folders written here under ``runs/``.
 What it does:
 
 1. vision: ``robfilt attack`` equivalent on the four DeiT zoo models (deit, deit-bsa, deit-grc, deit-bsa-grc):
-   FGSM and PGD (``--steps``) over the default Fashion-MNIST eps grid, on ``--n-examples`` shared test
+   the default attack (autoattack-fast) with PGD and FGSM as weaker secondary lines (``--steps``: every
+   attack's steps; default each one's own) over the default Fashion-MNIST eps grid, on ``--n-examples`` shared test
    examples -> ``runs/vision-attack``; the five corruptions at severities 1-5 on the same examples ->
    ``runs/vision-corruption``; both -> ``reports/vision`` (accuracy with Wilson CIs, paired McNemar tests vs
    deit, corruption accuracy and mCE, accuracy-vs-eps figure, softmax-vs-BSA attention maps).
@@ -70,9 +71,10 @@ def _finished(folder: Path) -> bool:
 
 
 def vision(
-    runs: Path, reports: Path, n_examples: int, steps: int, device: str, reuse: bool, paper: bool
+    runs: Path, reports: Path, n_examples: int, steps: int | None, device: str, reuse: bool, paper: bool
 ) -> Path | None:
     from robustbench_filters.api import evaluate
+    from robustbench_filters.names import DEFAULT_IMAGE_ATTACK
 
     models = zoo_models(DEIT)
     if not models:
@@ -80,8 +82,8 @@ def vision(
         return None
     out = runs / "vision-attack"
     if not (reuse and _finished(out)):
-        evaluate(models, ["fgsm", "pgd"], None, n_examples=n_examples, steps=steps, device=device, out=out,
-                 overwrite=True)  # fmt: skip
+        evaluate(models, [DEFAULT_IMAGE_ATTACK, "pgd", "fgsm"], None, n_examples=n_examples, steps=steps,
+                 device=device, out=out, overwrite=True)  # fmt: skip
     corr = runs / "vision-corruption"  # same n_examples and seed: the same examples, so paired tests apply
     if not (reuse and _finished(corr)):
         evaluate(models, ["corruption"], None, n_examples=n_examples, device=device, out=corr, overwrite=True)
@@ -156,7 +158,9 @@ def main(
     only: Annotated[str, typer.Option("--only", help="Comma list of: " + ", ".join(PARTS))] = ",".join(PARTS),
     certify_examples: Annotated[int, typer.Option("--certify-examples", help="Images to certify.")] = 200,
     n_examples: Annotated[int, typer.Option("--n-examples", help="Test examples for the vision attacks.")] = 1000,
-    steps: Annotated[int, typer.Option("--steps", help="PGD steps.")] = 20,
+    steps: Annotated[
+        int | None, typer.Option("--steps", help="Steps of every vision attack (default: each attack's own).")
+    ] = None,
     lm_examples: Annotated[int, typer.Option("--lm-examples", help="Text windows for the LM sweep.")] = 200,
     lipschitz_examples: Annotated[int, typer.Option("--lipschitz-examples", help="Examples per model.")] = 32,
     device: Annotated[str, typer.Option("--device", help="cpu or cuda.")] = "cpu",

@@ -4,11 +4,13 @@ Image attacks are torchattacks calls with documented defaults; nothing is re-imp
 which model family it fits, its threat model (norm), and how it is built for a given eps. The PGD defaults
 follow the protocol used on DeiT in this line of work: 20 steps, step size 0.15 * eps, a random start.
 
-``autoattack`` is composed here as a per-example worst case of APGD-CE, APGD-T, FAB-T and Square, all from
-torchattacks. It differs from the reference AutoAttack (fra31/auto-attack, ``version='standard'``): it uses
+The default, ``autoattack-fast`` (:mod:`.strong`), is APGD-CE then APGD-T with early exit. ``autoattack`` is composed
+here as a per-example worst case of APGD-CE, APGD-T, FAB-T and Square, all from torchattacks. It differs from the reference AutoAttack (fra31/auto-attack, ``version='standard'``): it uses
 torchattacks' ports (not the reference code), fewer iterations by default (APGD 50 steps instead of 100, 1
 restart, Square 1000 queries instead of 5000) so it fits a CPU, and it runs inside robfilt's eps cascade.
 Treat its numbers as an upper bound on what the reference would report, not as a RobustBench entry.
+Every entry has a ``strength``: ``strong`` (the ensembles), ``weak`` (``fgsm``, ``pgd``: they overstate robustness)
+or ``single``.
 """
 
 from __future__ import annotations
@@ -21,35 +23,31 @@ import torch
 import torchattacks
 from torch import nn
 
+from .. import names
 from ..errors import RobfiltError
 from ..family import Family
-from ..names import ATTACK_SPECS, AttackSpec, Norm, attack_spec
+from ..names import ATTACK_SPECS, SINGLE, STRONG, WEAK, AttackSpec, Norm, attack_spec  # noqa: F401 - re-exported
 from ..surface import given
+from . import strong
+from .apgd import EarlyAPGD, EarlyAPGDT
+from .early import EarlyPGD, EarlyPGDL2
+from .params import AttackFn, AttackParams, parse_norm  # noqa: F401 - the catalogue re-exports them
 
-AttackFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+PGD_STEPS = 20
+APGD_STEPS = 50
+
+Builder = Callable[[nn.Module, AttackParams], list[tuple[str, AttackFn]]]
 
 
 @dataclass(frozen=True)
-class AttackParams:
-    """Everything an attack needs besides the model and the data."""
-
-    eps: float
-    norm: Norm
-    steps: int
-    step_size: float | None  # None: the attack's documented default (PGD: 0.15 * eps)
-    seed: int
-    n_classes: int
-
-
-Builder = Callable[[nn.Module, "AttackParams"], list[tuple[str, AttackFn]]]
-
-
-@dataclass(frozen=True, kw_only=True)
 class AttackInfo(AttackSpec):
     """An attack of the vocabulary (:class:`~robustbench_filters.names.AttackSpec`) with the builder that runs it:
-    ``build(model, params)`` returns its components, each a ``(name, attack(x, y) -> x_adv)`` pair."""
+    ``build(model, params)`` returns its components, each a ``(name, attack(x, y) -> x_adv)`` pair. Positional
+    construction works as before: ``AttackInfo(name, families, norms, default_norm, description, build)``."""
 
-    build: Builder
+    def __post_init__(self) -> None:
+        if not callable(self.build):
+            raise TypeError(f"attack {self.name!r} needs a builder: build(model, params) -> components")
 
 
 def _pgd_alpha(p: AttackParams) -> float:
@@ -65,82 +63,61 @@ def _fgsm(model: nn.Module, p: AttackParams) -> list[tuple[str, AttackFn]]:
 def _pgd(model: nn.Module, p: AttackParams) -> list[tuple[str, AttackFn]]:
     if p.norm is Norm.L2:
         return _pgd_l2(model, p)
-    return [("pgd", torchattacks.PGD(model, eps=p.eps, alpha=_pgd_alpha(p), steps=p.steps, random_start=True))]
-
-
-class _PGDL2(torchattacks.PGDL2):
-    """torchattacks' PGDL2 with a defined eps = 0.
-
-    Its projection scales the perturbation by ``eps / ||delta||``: at eps = 0 the first step leaves delta = 0, so
-    that is 0 / 0 = NaN and every "adversarial" example becomes NaN (for eps > 0 a zero delta gives inf, clipped
-    to 1, which is fine). The eps = 0 ball is the single point x, so the exact projection returns x.
-    """
-
-    def forward(self, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        if self.eps == 0:
-            return images.clone().detach().to(self.device)
-        return super().forward(images, labels)
+    atk = EarlyPGD(model, p.eps, _pgd_alpha(p), p.iterations(PGD_STEPS), restarts=p.restarts(), early_stop=p.early_stop)
+    return [("pgd", atk)]
 
 
 def _pgd_l2(model: nn.Module, p: AttackParams) -> list[tuple[str, AttackFn]]:
-    return [("pgd-l2", _PGDL2(model, eps=p.eps, alpha=_pgd_alpha(p), steps=p.steps, random_start=True))]
+    atk = EarlyPGDL2(
+        model, p.eps, _pgd_alpha(p), p.iterations(PGD_STEPS), restarts=p.restarts(), early_stop=p.early_stop
+    )
+    return [("pgd-l2", atk)]
 
 
-def _norm_name(p: AttackParams) -> str:
+def norm_name(p: AttackParams) -> str:
     return "Linf" if p.norm is Norm.LINF else "L2"
 
 
 def _apgd_ce(model: nn.Module, p: AttackParams) -> list[tuple[str, AttackFn]]:
-    return [
-        (
-            "apgd-ce",
-            torchattacks.APGD(
-                model, norm=_norm_name(p), eps=p.eps, steps=max(p.steps, 50), n_restarts=1, loss="ce", seed=p.seed
-            ),
-        )
-    ]
+    atk = EarlyAPGD(
+        model, norm=norm_name(p), eps=p.eps, steps=p.iterations(APGD_STEPS), n_restarts=p.restarts(), loss="ce",
+        seed=p.seed, early_stop=p.early_stop,
+    )  # fmt: skip
+    return [("apgd-ce", atk)]
 
 
 def _apgd_t(model: nn.Module, p: AttackParams) -> list[tuple[str, AttackFn]]:
-    n_target = max(1, min(9, p.n_classes - 1))
-    return (
-        [
-            (
-                "apgd-t",
-                torchattacks.APGDT(
-                    model,
-                    norm=_norm_name(p),
-                    eps=p.eps,
-                    steps=max(p.steps, 50),
-                    n_restarts=1,
-                    n_classes=p.n_classes,
-                    seed=p.seed,
-                ),
-            )
-        ]
-        if n_target
-        else []
-    )
+    if p.n_classes < 4:  # the targeted DLR loss reads the 4th-largest logit
+        return []
+    atk = EarlyAPGDT(
+        model, norm=norm_name(p), eps=p.eps, steps=p.iterations(APGD_STEPS), n_restarts=p.restarts(),
+        n_classes=p.n_classes, n_targets=min(9, p.n_classes - 1), seed=p.seed, early_stop=p.early_stop,
+    )  # fmt: skip
+    return [("apgd-t", atk)]
 
 
 def _fab(model: nn.Module, p: AttackParams, targeted: bool = False) -> list[tuple[str, AttackFn]]:
     atk = torchattacks.FAB(
         model,
-        norm=_norm_name(p),
+        norm=norm_name(p),
         eps=p.eps,
-        steps=max(p.steps, 20),
-        n_restarts=1,
+        steps=p.iterations(20),
+        n_restarts=p.restarts(),
         multi_targeted=targeted,
         n_classes=p.n_classes,
         seed=p.seed,
     )
+    if targeted:
+        atk.n_target_classes = min(9, p.n_classes - 1)  # AutoAttack's 9 (torchattacks: every other class)
     return [("fab-t" if targeted else "fab", _within_ball(atk, p.eps, p.norm))]
 
 
 def _square(model: nn.Module, p: AttackParams) -> list[tuple[str, AttackFn]]:
-    return [
-        ("square", torchattacks.Square(model, norm=_norm_name(p), eps=p.eps, n_queries=1000, n_restarts=1, seed=p.seed))
-    ]
+    queries = 2 if p.probe else 2000 if p.converge else 1000
+    atk = torchattacks.Square(
+        model, norm=norm_name(p), eps=p.eps, n_queries=queries, n_restarts=p.restarts(), seed=p.seed
+    )
+    return [("square", atk)]
 
 
 def _within_ball(attack: AttackFn, eps: float, norm: Norm) -> AttackFn:
@@ -164,7 +141,7 @@ def _within_ball(attack: AttackFn, eps: float, norm: Norm) -> AttackFn:
 def _cw(model: nn.Module, p: AttackParams) -> list[tuple[str, AttackFn]]:
     if p.norm is not Norm.L2:
         raise RobfiltError(f"cw is an L2 attack; use {given('norm', 'l2')}.")
-    cw = torchattacks.CW(model, c=1.0, kappa=0.0, steps=max(p.steps, 50), lr=0.01)
+    cw = torchattacks.CW(model, c=1.0, kappa=0.0, steps=p.iterations(50), lr=0.01)
     return [("cw", _within_ball(cw, p.eps, p.norm))]
 
 
@@ -174,6 +151,8 @@ def _autoattack(model: nn.Module, p: AttackParams) -> list[tuple[str, AttackFn]]
 
 #: the builder of every attack of the vocabulary, by name
 BUILDERS: dict[str, Builder] = {
+    strong.NAME: strong.build,
+    "autoattack": _autoattack,
     "fgsm": _fgsm,
     "pgd": _pgd,
     "pgd-l2": _pgd_l2,
@@ -182,12 +161,14 @@ BUILDERS: dict[str, Builder] = {
     "fab": _fab,
     "square": _square,
     "cw": _cw,
-    "autoattack": _autoattack,
 }
+#: What runs when no attack is named: image runs take the strongest ensemble; language models the strongest
+#: attack robfilt has for them, PGD in embedding space (see attacks.embedding).
+DEFAULT_IMAGE_ATTACK, DEFAULT_LM_ATTACK = names.DEFAULT_IMAGE_ATTACK, names.DEFAULT_LM_ATTACK
 
 
 def _with_builder(spec: AttackSpec, build: Builder) -> AttackInfo:
-    return AttackInfo(**{f.name: getattr(spec, f.name) for f in dataclasses.fields(AttackSpec)}, build=build)
+    return AttackInfo(**{**{f.name: getattr(spec, f.name) for f in dataclasses.fields(AttackSpec)}, "build": build})
 
 
 ATTACKS: dict[str, AttackInfo] = {name: _with_builder(ATTACK_SPECS[name], build) for name, build in BUILDERS.items()}

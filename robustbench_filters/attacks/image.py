@@ -28,13 +28,31 @@ from ..runs.measurement import PrepareContext, Tick
 from ..runs.units import Unit, ids_digest, unit_seed
 from ..stats import wilson_interval
 from .cascade import batch_rows, cascade
-from .catalogue import ATTACKS, AttackParams, Norm, get_attack
+from .catalogue import ATTACKS, PGD_STEPS, STRONG, AttackParams, Norm, get_attack
 from .image_models import ImageModelsMeasurement, frozen
 
 log = logging.getLogger(__name__)
 
 AMP_DTYPES: dict[str, torch.dtype] = {"bf16": torch.bfloat16}
-N_CHECK = 64  # examples the model-level sanity checks probe
+#: Examples the model-level sanity checks probe: one per 16 examples of the run, 1 to N_CHECK. The checks then
+#: cost a few percent of an attack (PGD-10 spends 31 passes per example; the checks about 7 on each probed one).
+N_CHECK = 16
+#: The convergence check reruns this share of each eps's survivors (seeded, at least one) with twice the steps and
+#: one more restart; see checks.image.check_convergence for when that fails.
+CONVERGENCE_SHARE = 1 / 32
+
+
+def n_check(n_examples: int) -> int:
+    return max(1, min(N_CHECK, n_examples // 16))
+
+
+def convergence_attacks(config: ImageAttackConfig) -> tuple[str, ...]:
+    """The attacks of a run whose survivors get the convergence check (``check_convergence``: None for the strong
+    ensembles only, True for every attack with a stronger rerun, False for none)."""
+    if config.check_convergence is False:
+        return ()
+    chosen = (a for a in config.attacks if ATTACKS[a].converges)
+    return tuple(a for a in chosen if config.check_convergence or ATTACKS[a].strength == STRONG)
 
 
 def accuracy(correct: pd.Series) -> dict[str, float]:
@@ -44,15 +62,58 @@ def accuracy(correct: pd.Series) -> dict[str, float]:
     return {"acc": k / n if n else float("nan"), "lo": lo, "hi": hi, "n": n, "correct": k}
 
 
+def ledger(sub: pd.DataFrame) -> dict[str, Any]:
+    """The compute ledger of some rows: passes in total and per example, who broke the examples (counts, "clean"
+    for those the model got wrong unattacked), and the convergence check's tally. Empty for rows from before it."""
+    if "fwd" not in sub.columns:
+        return {}
+    n = max(len(sub), 1)
+    fwd, bwd = float(sub.fwd.sum()), float(sub.bwd.sum())
+    broken = sub.fooled_by[sub.fooled_by != ""].value_counts()
+    order = (["clean"] if "clean" in broken.index else []) + [k for k in broken.index if k != "clean"]
+    out: dict[str, Any] = {
+        "cost": {
+            "fwd": fwd,
+            "bwd": bwd,
+            "fwd_per_example": fwd / n,
+            "bwd_per_example": bwd / n,
+            "exact": bool(sub.cost_exact.all()),
+        },  # fmt: skip
+        "broken_by": {k: int(broken[k]) for k in order},
+    }
+    conv = sub[sub.convergence.isin(["held", "broken"])]
+    if len(conv):
+        out["convergence"] = {
+            "checked": len(conv),
+            "broken": int((conv.convergence == "broken").sum()),
+            "fwd": float(sub.conv_fwd.sum()),
+            "bwd": float(sub.conv_bwd.sum()),
+        }
+    return out
+
+
 def summarize_rows(rows: pd.DataFrame) -> dict[str, Any]:
-    """Per model: clean accuracy and robust accuracy per attack and eps, with Wilson intervals."""
+    """Per model: clean accuracy and robust accuracy per attack and eps, with Wilson intervals, each attack's
+    strength, and the compute ledger (per attack and eps, and per attack over the whole eps grid)."""
     out: dict[str, Any] = {}
     for label, grp in rows.groupby("model", sort=False):
         clean = grp[grp.attack == "clean"]
         robust = []
-        for (attack, eps), sub in grp[grp.attack != "clean"].groupby(["attack", "eps"], sort=True):
-            robust.append({"attack": attack, "eps": float(eps), **accuracy(sub.correct)})
-        out[label] = {"clean": accuracy(clean.correct), "robust": robust}
+        attacked = grp[grp.attack != "clean"]
+        for (attack, eps), sub in attacked.groupby(["attack", "eps"], sort=True):
+            info = ATTACKS.get(attack)
+            entry = {"attack": attack, "eps": float(eps), **accuracy(sub.correct)}
+            entry |= {"strength": info.strength if info else None, **ledger(sub)}
+            robust.append(entry)
+        out[label] = {"clean": {**accuracy(clean.correct), **ledger(clean)}, "robust": robust}
+        if "fwd" in grp.columns:
+            n = max(clean.example_id.nunique(), 1)
+            cost = {}
+            for attack, sub in attacked.groupby("attack", sort=False):
+                conv = float(sub.conv_fwd.sum() + sub.conv_bwd.sum())
+                passes = float(sub.fwd.sum() + sub.bwd.sum())
+                cost[attack] = {"passes": passes, "per_example": passes / n, "convergence_passes": conv}
+            out[label]["cost"] = cost
     return out
 
 
@@ -84,6 +145,8 @@ class ImageAttack(ImageModelsMeasurement):
             "norm": c.norm.value,
             "steps": c.steps,
             "step_size": c.step_size,
+            "early_stop": c.early_stop,
+            "convergence": {"attacks": list(convergence_attacks(c)), "share": CONVERGENCE_SHARE},
             "data": data_label(c.data),
             "data_checksum": self.source.checksum,
             "n_examples": c.n_examples,
@@ -146,37 +209,40 @@ class ImageAttack(ImageModelsMeasurement):
         clean_logits, clean_correct = self._clean(unit.model, unit.batch)
         if unit.part == "clean":
             fooled = ["" if ok else "clean" for ok in clean_correct.tolist()]
-            rows = batch_rows(label, ids, "clean", 0.0, c.norm, x, x, y, clean_logits, clean_correct, fooled)
+            rows = batch_rows(label, ids, "clean", 0.0, c.norm, x, x, y, clean_logits, clean_correct, fooled, fwd=1)
             tick(1)
             return rows
         with autocast(self.device, c.amp if c.amp_attacks else None):
             return cascade(
                 model, label, unit.part, c.eps, c.norm, x, y, ids, clean_correct, c.steps, c.step_size,
-                self.classes[unit.model], c.seed, clean_logits=clean_logits, tick=tick,
+                self.classes[unit.model], c.seed, clean_logits=clean_logits, tick=tick, early_stop=c.early_stop,
+                convergence=CONVERGENCE_SHARE if unit.part in convergence_attacks(c) else None,
             )  # fmt: skip
 
     # --- checks and summary ---------------------------------------------------------------------------------------
 
     def model_checks(self, model: int) -> list[Check]:
+        """Model-level checks on a few examples (:func:`n_check`); none repeats an attack's cost."""
         c, lm = self.config, self.loaded[model]
         module, label = self._model(model), lm.label
-        x, y = self.source.take(self.ids[:N_CHECK])
+        x, y = self.source.take(self.ids[: n_check(len(self.ids))])
         x, y = x.to(self.device), y.to(self.device)
-        with torch.no_grad():
-            clean_pred = predictions(guard_logits(module(x), len(x), self.classes[model], x.device))
         out = [
             MC.check_eval_deterministic(module, label, x),
             MC.check_gradients(module, label, x, y),
             MC.check_logits(module, label, x),
         ]
-        info = ATTACKS[c.attacks[0]]
+        # eps = 0, structurally: one step (every fixed budget at its minimum) must leave x exactly where it is.
         torch.manual_seed(unit_seed(c.seed, label, "eps0"))
         classes = self.classes[model]
-        params = AttackParams(0.0, c.norm, c.steps, 0.0 if c.step_size is None else c.step_size, c.seed, classes)
-        (_, fn0), *_ = info.build(GuardedLogits(module, classes), params)
-        out.append(IC.check_eps0(module, label, x, y, fn0, clean_pred, classes))
-        if c.check_masking:
-            out.extend(self._masking_checks(module, label, x, y, classes))
+        step = 0.0 if c.step_size is None else c.step_size
+        params = AttackParams(0.0, c.norm, 1, step, c.seed, classes, early_stop=c.early_stop, probe=True)
+        guarded = GuardedLogits(module, classes)
+        built = {attack: ATTACKS[attack].build(guarded, params) for attack in c.attacks}
+        out.append(IC.check_eps0(guarded, label, x, y, built))
+        if c.check_masking:  # opt-in and costly anyway: on up to 64 examples, as before
+            xm, ym = self.source.take(self.ids[:64])
+            out.extend(self._masking_checks(module, label, xm.to(self.device), ym.to(self.device), classes))
         return out
 
     def _masking_checks(
@@ -190,10 +256,11 @@ class ImageAttack(ImageModelsMeasurement):
         def acc(attack: str, eps: float, steps: int, step_size: float | None) -> float:
             return accuracy_under(model, attack, x, y, AttackParams(eps, c.norm, steps, step_size, c.seed, classes))
 
-        acc_big = acc("pgd", big, max(c.steps, 20), None)
-        acc_mid = acc("pgd", mid, c.steps, c.step_size)
-        acc_5x = acc("pgd", mid, 5 * c.steps, c.step_size)
-        acc_square = acc("square", mid, c.steps, c.step_size)
+        steps = c.steps or PGD_STEPS
+        acc_big = acc("pgd", big, max(steps, 20), None)
+        acc_mid = acc("pgd", mid, steps, c.step_size)
+        acc_5x = acc("pgd", mid, 5 * steps, c.step_size)
+        acc_square = acc("square", mid, steps, c.step_size)
         return [
             IC.check_chance(acc_big, classes, label, big),
             IC.check_more_steps(acc_mid, acc_5x, len(y), label, 5),
@@ -206,7 +273,9 @@ class ImageAttack(ImageModelsMeasurement):
         if pgd_fgsm is not None:
             checks.append(pgd_fgsm)
         if any(a in ("pgd", "pgd-l2") for a in self.config.attacks):
-            checks.append(IC.check_step_budget(self.config.steps, self.config.step_size, list(self.config.eps), label))
+            steps = self.config.steps or PGD_STEPS
+            checks.append(IC.check_step_budget(steps, self.config.step_size, list(self.config.eps), label))
+        checks.extend(IC.check_convergence(rows, label))
         return checks
 
     def summarise(self, rows: pd.DataFrame, checks: list[Check]) -> dict[str, Any]:
@@ -220,8 +289,9 @@ class ImageAttack(ImageModelsMeasurement):
             "attacks": list(c.attacks),
             "eps": list(c.eps),
             "norm": c.norm.value,
-            "steps": c.steps,
+            "steps": c.steps if c.steps is not None else "each attack's default",
             "step_size": c.step_size if c.step_size is not None else "0.15*eps",
+            "early_stop": c.early_stop,
             "precision": {"clean": c.amp or "fp32", "attacks": (c.amp if c.amp_attacks else None) or "fp32"},
             "models": summarize_rows(rows),
             "checks": [ch.to_dict() for ch in checks],

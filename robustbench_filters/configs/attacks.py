@@ -14,6 +14,8 @@ from ..names import (
     ATTACK_SPECS,
     CORRUPTION,
     CORRUPTIONS,
+    DEFAULT_IMAGE_ATTACK,
+    DEFAULT_LM_ATTACK,
     DEFAULT_RATES,
     DEFAULT_REPLACEMENT,
     EMBEDDING_ATTACKS,
@@ -44,14 +46,21 @@ from .options import Bool, Int, Many, Number, Text, Tokenizer, option
 
 @dataclass(frozen=True, kw_only=True)
 class ImageAttackConfig(ImageDataConfig):
-    """Adversarial attacks on image models, over an ascending eps grid (see :mod:`.attacks.image`)."""
+    """Adversarial attacks on image models, over an ascending eps grid (see :mod:`.attacks.image`).
+
+    With no attack named, the strongest ensemble (``autoattack-fast``) runs. ``steps`` None gives every attack its
+    own documented default (pgd 20; each stage of autoattack-fast its own). ``early_stop``: an example leaves an
+    attack once fooled (off: robfilt's PGD/APGD compute exactly what torchattacks' do). ``check_convergence``:
+    rerun a seeded share of the survivors with twice the steps and one more restart (None: for the strong
+    ensembles only; True: for every attack that has such a rerun; False: never).
+    """
 
     KIND: ClassVar[str] = "attack"
     FAMILY: ClassVar[Family | None] = Family.IMAGE
     DESCRIPTION: ClassVar[str] = "image attack"
 
     attacks: tuple[str, ...] = option(
-        ("pgd",), help=attack_help(), value=Many(Text()), flag="--attack", short="-a", panel="Attack"
+        (DEFAULT_IMAGE_ATTACK,), help=attack_help(), value=Many(Text()), flag="--attack", short="-a", panel="Attack"
     )
     eps: tuple[float, ...] | None = option(
         None,
@@ -61,9 +70,26 @@ class ImageAttackConfig(ImageDataConfig):
         panel="Attack",
     )
     norm: Norm | None = option(None, help="linf or l2 (default: the attack's own; l2 for LM attacks).", panel="Attack")
-    steps: int = option(20, help="Iterations of iterative attacks.", value=Int(), panel="Attack")
+    steps: int | None = option(
+        None, help="Iterations of iterative attacks (default: each attack's own).", value=Int(), panel="Attack"
+    )
     step_size: float | None = option(
         None, help="Step of PGD-style attacks (default 0.15*eps).", value=Number(), panel="Attack"
+    )
+    early_stop: bool = option(
+        True,
+        help="An example leaves an attack once it is fooled (same broken examples, less compute).",
+        value=Bool(),
+        negatable=True,
+        panel="Attack",
+    )
+    check_convergence: bool | None = option(
+        None,
+        help="Rerun a seeded share of the survivors with twice the steps and one more restart (default: for the "
+        "strong ensembles).",
+        value=Bool(),
+        negatable=True,
+        panel="Attack",
     )
     check_masking: bool = option(
         False, help="Also run the gradient-masking checks (large eps, more steps, black-box).", value=Bool(),
@@ -118,6 +144,12 @@ class ImageAttackConfig(ImageDataConfig):
         _positive(self.steps, "steps")
         if self.step_size is not None and not (self.step_size > 0 and math.isfinite(self.step_size)):
             raise RobfiltError(f"{flag('step_size')} must be a positive number, got {self.step_size}.")
+        if not isinstance(self.early_stop, bool):
+            raise RobfiltError(f"{flag('early_stop')} must be true or false, got {self.early_stop!r}.")
+        if self.check_convergence is not None and not isinstance(self.check_convergence, bool):
+            raise RobfiltError(
+                f"{flag('check_convergence')} must be true, false or left out (auto), got {self.check_convergence!r}."
+            )
         if self.amp is not None and self.amp not in AMP_DTYPES:
             raise RobfiltError(
                 f"unknown {flag('amp')} {self.amp!r}; use {', '.join(AMP_DTYPES)} (or leave it out for fp32)."
@@ -130,13 +162,16 @@ class ImageAttackConfig(ImageDataConfig):
 
 @dataclass(frozen=True, kw_only=True)
 class LMAttackConfig(RunConfig):
-    """Embedding-space FGSM/PGD and word-swap contamination on language models (see :mod:`.attacks.lm`)."""
+    """Embedding-space FGSM/PGD and word-swap contamination on language models (see :mod:`.attacks.lm`).
+
+    With no attack named, embedding-space PGD runs: the strongest attack robfilt has for language models.
+    """
 
     KIND: ClassVar[str] = "attack"
     FAMILY: ClassVar[Family | None] = Family.LM
     DESCRIPTION: ClassVar[str] = "language-model attack"
 
-    attacks: tuple[str, ...] = ("pgd",)
+    attacks: tuple[str, ...] = (DEFAULT_LM_ATTACK,)
     eps: tuple[float, ...] | None = None
     rates: tuple[float, ...] | None = option(
         None,

@@ -148,6 +148,17 @@ class _Builder:
                 )
             else:
                 self.skip("robust accuracy figure", "only clean rows")
+        ledger = T.ledger_table(rows)
+        if not ledger.empty:
+            self.table(
+                "compute_ledger",
+                "Compute ledger",
+                "Model passes (forward + backward) per example and in total, and the share of the examples each "
+                "stage broke (clean: misclassified unattacked); exact = counted per example.",
+                ledger,
+                R.generic_layout(ledger),
+                IMAGE,
+            )
         names = list(dict.fromkeys(m.split(" [", 1)[0] for m in T.model_order(rows)))
         if baseline is not None and baseline not in names:
             raise unknown("baseline model", baseline, names)

@@ -91,6 +91,28 @@ def accuracy_table(rows: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(records, columns=["model", "attack", "eps", "n", "correct", "acc", "lo", "hi"])
 
 
+def ledger_table(rows: pd.DataFrame) -> pd.DataFrame:
+    """The compute ledger per (model, attack, eps): model passes per example and in total, and the share of the
+    examples each stage broke. Empty for rows from before the ledger (no ``fwd`` column)."""
+    rows = _binary(rows)
+    if rows.empty or "fwd" not in rows.columns:
+        return pd.DataFrame()
+    adv = rows[(rows["attack"] != CLEAN) & ~is_corruption(rows["attack"])]
+    records = []
+    for model in model_order(adv):
+        for (attack, eps), grp in adv[adv["model"] == model].groupby(["attack", "eps"], sort=True):
+            n = len(grp)
+            broken = grp["fooled_by"][grp["fooled_by"] != ""].value_counts()
+            records.append({
+                "model": model, "attack": attack, "eps": float(eps),
+                "passes_per_example": float(grp["fwd"].sum() + grp["bwd"].sum()) / n,
+                "passes": float(grp["fwd"].sum() + grp["bwd"].sum()),
+                "exact": bool(grp["cost_exact"].all()),
+                "broken_by": ", ".join(f"{k} {100 * v / n:.1f}%" for k, v in broken.items()),
+            })  # fmt: skip
+    return pd.DataFrame(records)
+
+
 def corruption_table(rows: pd.DataFrame) -> pd.DataFrame:
     """Accuracy (classifiers) or perplexity (LMs) per (model, corruption, severity); clean as severity 0."""
     if rows.empty or "attack" not in rows.columns:

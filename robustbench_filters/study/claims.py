@@ -27,6 +27,7 @@ from enum import Enum
 
 import pandas as pd
 
+from ..names import DEFAULT_IMAGE_ATTACK
 from ..stats import mean_interval
 from .scores import VACUOUS_SCORES, vacuous_cells
 from .tables import domain
@@ -203,15 +204,18 @@ def _best(family: str, metric: str, condition: str, best: str, others: Sequence[
 
 
 VISION = "vision: DeiT micro, Fashion-MNIST"
+STRONG = DEFAULT_IMAGE_ATTACK  # the default image attack: the strongest ensemble robfilt offers
 LANGUAGE = "language: LM micro, Austen"
 
 CLAIMS: tuple[ClaimSpec, ...] = (
+    # Robustness claims are judged under the strongest attack robfilt has (STRONG); the attack a claim names (PGD-20,
+    # FGSM: weaker, upper bounds) is a secondary line below, so a reader sees where a verdict depended on the attack.
     ClaimSpec("a", "Boosting (GRC) raises PGD robustness", VISION,
-              "PGD Linf robust accuracy, mean over the eps grid",
-              (_vs("image", "acc_mean", "pgd", "deit", "deit-grc", +1, ACC_DELTA),)),
+              f"Linf robust accuracy under {STRONG} (the strongest attack), mean over the eps grid",
+              (_vs("image", "acc_mean", STRONG, "deit", "deit-grc", +1, ACC_DELTA),)),
     ClaimSpec("b", "Boosting (GRC) raises FGSM robustness", VISION,
-              "FGSM Linf robust accuracy, mean over the eps grid",
-              (_vs("image", "acc_mean", "fgsm", "deit", "deit-grc", +1, ACC_DELTA),)),
+              f"Linf robust accuracy under {STRONG} (the strongest attack), mean over the eps grid",
+              (_vs("image", "acc_mean", STRONG, "deit", "deit-grc", +1, ACC_DELTA),)),
     ClaimSpec("c", "Boosting (GRC) lowers the Lipschitz constant", VISION,
               "log10 of the layerwise estimate (product of the exact per-sublayer Jacobian norms at each input; "
               "not certified), median over examples",
@@ -223,12 +227,23 @@ CLAIMS: tuple[ClaimSpec, ...] = (
               "growth exponent of the last-token logit change vs context length N (log-log slope)",
               (_vs("lm", "seqlen_slope", "last-token gain", "lm", "lm-bsa", -1, SLOPE_DELTA),)),
     ClaimSpec("f", "BSA + boosting together is best", VISION,
-              "PGD Linf robust accuracy, mean over the eps grid, vs each other variant",
-              _best("image", "acc_mean", "pgd", "deit-bsa-grc", ("deit", "deit-bsa", "deit-grc"), +1, ACC_DELTA)),
+              f"Linf robust accuracy under {STRONG}, mean over the eps grid, vs each other variant",
+              _best("image", "acc_mean", STRONG, "deit-bsa-grc", ("deit", "deit-bsa", "deit-grc"), +1, ACC_DELTA)),
     ClaimSpec("f", "BSA + boosting together is best", LANGUAGE,
               "word-swap log perplexity, mean over the rates > 0, vs each other variant",
               _best("lm", "log_ppl_mean", "wordswap", "lm-bsa-grc", ("lm", "lm-bsa", "lm-grc"), -1, LOG_PPL_DELTA)),
-    # secondary evidence: the same claims in the other family / at the layer level
+    # secondary evidence: the robustness claims under the attack they name (weaker: upper bounds), ...
+    ClaimSpec("a", "Boosting (GRC) raises PGD robustness", VISION,
+              "PGD-20 Linf robust accuracy (a weaker attack), mean over the eps grid",
+              (_vs("image", "acc_mean", "pgd", "deit", "deit-grc", +1, ACC_DELTA),), primary=False),
+    ClaimSpec("b", "Boosting (GRC) raises FGSM robustness", VISION,
+              "FGSM Linf robust accuracy (a weaker attack), mean over the eps grid",
+              (_vs("image", "acc_mean", "fgsm", "deit", "deit-grc", +1, ACC_DELTA),), primary=False),
+    ClaimSpec("f", "BSA + boosting together is best", VISION,
+              "PGD-20 Linf robust accuracy (a weaker attack), mean over the eps grid, vs each other variant",
+              _best("image", "acc_mean", "pgd", "deit-bsa-grc", ("deit", "deit-bsa", "deit-grc"), +1, ACC_DELTA),
+              primary=False),
+    # ... and the same claims in the other family / at the layer level
     ClaimSpec("a", "Boosting (GRC) raises PGD robustness", LANGUAGE,
               "log perplexity under embedding PGD, mean over the eps grid",
               (_vs("lm", "log_ppl_mean", "pgd", "lm", "lm-grc", -1, LOG_PPL_DELTA),), primary=False),

@@ -189,8 +189,8 @@ def _verdict_rule() -> list[str]:
 
 def attack_words(config: Any) -> str:
     """'FGSM, PGD-20' from a run config: each attack by name, iterative ones with their step count."""
-    single = {"fgsm"}
-    named = [a.upper() if a in single else f"{a.upper()}-{config.steps}" if a.startswith("pgd") else a
+    steps = config.steps or 20  # None: each attack's own; PGD's is 20
+    named = [a.upper() if a == "fgsm" else f"{a.upper()}-{steps}" if a.startswith("pgd") else a
              for a in config.attacks if a != "wordswap"]  # fmt: skip
     return ", ".join(named)
 

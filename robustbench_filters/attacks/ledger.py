@@ -1,0 +1,74 @@
+"""The compute ledger: forward and backward passes spent on each example, counted where the model is called.
+
+One batch row through the model is one pass. robfilt's own attack loops (:mod:`.early`) count per example as
+they call the model and leave a :class:`Ledger` on the attack. Any other attack (torchattacks' FGSM, FAB,
+Square, CW, a user's) runs on a :class:`CountingModel`, which counts every call's rows: when each call took the
+attack's whole batch the count per example is exact; an attack that calls the model on subsets it picks itself
+(FAB, Square) cannot be attributed to examples from outside, so its exact total is spread evenly over its batch
+and the rows say so (``cost_exact`` false).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+
+class Ledger:
+    """Forward and backward passes per example of one attack call (int64, on the attack's device)."""
+
+    def __init__(self, n: int, device: torch.device | None) -> None:
+        self.fwd = torch.zeros(n, dtype=torch.int64, device=device)
+        self.bwd = torch.zeros(n, dtype=torch.int64, device=device)
+
+    def add(self, rows: torch.Tensor | None, fwd: int = 0, bwd: int = 0) -> None:
+        """Count ``fwd``/``bwd`` passes for each example in ``rows`` (None: every example)."""
+        if rows is None:
+            self.fwd += fwd
+            self.bwd += bwd
+        else:
+            self.fwd.index_add_(0, rows, torch.full_like(rows, fwd))
+            self.bwd.index_add_(0, rows, torch.full_like(rows, bwd))
+
+
+class CountingModel(nn.Module):
+    """``model`` itself, counting the rows of every forward call and of every backward pass through its output."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+        # A new module starts in training mode; torchattacks restores whatever mode it finds, on the whole model.
+        self.train(model.training)
+        self.fwd_rows: list[int] = []
+        self.bwd_rows: list[int] = []
+
+    def forward(self, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        out = self.model(x, *args, **kwargs)
+        self.fwd_rows.append(len(x))
+        if out.requires_grad:
+            out.register_hook(lambda grad, n=len(x): self.bwd_rows.append(n))
+        return out
+
+    def reset(self) -> None:
+        self.fwd_rows, self.bwd_rows = [], []
+
+    def per_example(self, n: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, bool]:
+        """(forward, backward) passes per example of a call on ``n`` examples, and whether they are exact."""
+        exact = all(r == n for r in self.fwd_rows + self.bwd_rows)
+        fwd, bwd = sum(self.fwd_rows), sum(self.bwd_rows)
+        per = (len(self.fwd_rows), len(self.bwd_rows)) if exact else (fwd / max(n, 1), bwd / max(n, 1))
+        return (torch.full((n,), float(per[0]), dtype=torch.float64, device=device),
+                torch.full((n,), float(per[1]), dtype=torch.float64, device=device), exact)  # fmt: skip
+
+
+def component_cost(
+    fn: Any, counter: CountingModel, n: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor, bool]:
+    """The passes one attack component spent on each of its ``n`` examples: its own ledger when it keeps one,
+    else what the counting model saw."""
+    ledger = getattr(fn, "ledger", None)
+    if isinstance(ledger, Ledger):
+        return ledger.fwd.double(), ledger.bwd.double(), True
+    return counter.per_example(n, device)
