@@ -24,7 +24,7 @@ import logging
 import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 import torch
 import torch.distributed as dist
@@ -32,12 +32,10 @@ import torch.distributed as dist
 from . import errors
 from .errors import RobfiltError
 
-if TYPE_CHECKING:
-    from .runs.folder import RunWriter
-
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+W = TypeVar("W")
 
 TIMEOUT_ENV = "ROBFILT_DIST_TIMEOUT_MIN"
 DEFAULT_TIMEOUT_MIN = 180  # rank 0 runs the sanity checks while the others wait at a barrier: allow for that
@@ -185,8 +183,10 @@ def all_or_none(ctx: DistContext, fn: Callable[[], T]) -> T:
 
 
 @contextlib.contextmanager
-def shared_run(ctx: DistContext, make_writer: Callable[[bool], RunWriter]) -> Iterator[RunWriter]:
+def shared_run(ctx: DistContext, make_writer: Callable[[bool], contextlib.AbstractContextManager[W]]) -> Iterator[W]:
     """Open one run folder for all ranks: rank 0 locks it and writes the manifest, then the others attach.
+
+    Generic over the writer (the run folder's :class:`~.runs.folder.RunWriter`), so this module stays below runs/.
 
     ``make_writer(primary)`` builds the writer; only the primary one takes the lock, applies --resume or
     --overwrite and writes the manifest. Secondary writers wait for that, check the fingerprint and then only

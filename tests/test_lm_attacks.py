@@ -13,13 +13,14 @@ import torch
 
 from robustbench_filters.api import evaluate as evaluate_lm
 from robustbench_filters.attacks.catalogue import Norm
-from robustbench_filters.attacks.embedding import EmbeddingAttack, eps_scale, perturbation_size, sequence_nll
+from robustbench_filters.attacks.embedding import EmbeddingAttack, eps_scale, perturbation_size
 from robustbench_filters.attacks.lm_rows import encode_batch, text_chunks
 from robustbench_filters.attacks.wordswap import WORD_RE, eligible_spans, swap_words
 from robustbench_filters.cli import run
 from robustbench_filters.data import STOPWORDS, CharTokenizer, load_text
 from robustbench_filters.errors import RobfiltError
 from robustbench_filters.models import create_model
+from robustbench_filters.models.lm_batch import sequence_nll
 
 RATES = (0.0, 0.015, 0.05, 0.1, 0.5, 1.0)
 TINY = dict(n_layer=1, n_head=2, n_embd=32, block_size=32)

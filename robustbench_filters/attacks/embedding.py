@@ -32,10 +32,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ..errors import RobfiltError, unknown
+from ..models.lm_batch import sequence_nll
 from ..names import EMBEDDING_ATTACKS, EPS_MODES
 from .catalogue import Norm
 
@@ -93,12 +93,6 @@ def _ascent_direction(grad: torch.Tensor, norm: Norm) -> torch.Tensor:
     if norm is Norm.LINF:
         return grad.sign()
     return grad / (grad.norm(dim=-1, keepdim=True) + _TINY)
-
-
-def sequence_nll(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Summed next-token NLL per sequence (B,), counting only positions where ``mask`` is true."""
-    ce = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), reduction="none").view_as(targets)
-    return (ce * mask).sum(1)
 
 
 def _loss(model: nn.Module, emb: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -33,9 +33,10 @@ import torch
 from torch import nn
 
 from ..checks.logits import predictions
+from ..models.lm_batch import Batch, sequence_nll, window_batch
 from ..runs.units import unit_seed
 from .catalogue import Norm
-from .embedding import EmbeddingAttack, perturbation_size, sequence_nll
+from .embedding import EmbeddingAttack, perturbation_size
 from .wordswap import swap_words
 
 ROW_COLUMNS = (
@@ -68,57 +69,9 @@ class LMSubject:
     rolling: Any = None  # hf.rolling.Rolling: lm-eval's windows; None: one shifted sequence per chunk
 
 
-@dataclass
-class Batch:
-    idx: torch.Tensor  # (R, T) inputs, padded with 0: one row per sequence, or per window with ``owner``
-    targets: torch.Tensor  # (R, T)
-    mask: torch.Tensor  # (R, T) float, 1 on scored positions
-    owner: torch.Tensor | None = None  # (R,) the sequence of each window row; None: row i is sequence i
-    window: torch.Tensor | None = None  # (R,) the window's index within its sequence
-    support: torch.Tensor | None = None  # (R, T) float, 1 on real inputs (scored or context); None: ``mask``
-
-    @property
-    def valid(self) -> torch.Tensor:
-        """Where an embedding perturbation may act: every real input position."""
-        return self.mask if self.support is None else self.support
-
-    @property
-    def n_sequences(self) -> int:
-        return len(self.idx) if self.owner is None else int(self.owner.max()) + 1 if len(self.owner) else 0
-
-    def per_sequence(self, values: torch.Tensor, reduce: str = "sum") -> torch.Tensor:
-        """Per-row values (R,) combined per sequence (B,): summed, or their maximum."""
-        if self.owner is None:
-            return values
-        owner = self.owner.to(values.device)
-        out = torch.zeros(self.n_sequences, dtype=values.dtype, device=values.device)
-        if reduce == "sum":
-            return out.index_add_(0, owner, values)
-        return out.scatter_reduce_(0, owner, values, "amax", include_self=False)
-
-
 def text_chunks(text: str, chunk_chars: int) -> list[str]:
     """Disjoint chunks of ``chunk_chars`` characters; the ragged tail is dropped."""
     return [text[i : i + chunk_chars] for i in range(0, len(text) - chunk_chars + 1, chunk_chars)]
-
-
-def window_batch(windows: Sequence[Any], device: torch.device) -> Batch:
-    """One row per lm-eval window (:class:`robustbench_filters.hf.rolling.Window`), right-padded; only the
-    window's trailing ``n_scored`` targets count."""
-    width = max(1, max((len(w.inputs) for w in windows), default=1))
-    idx = torch.zeros(len(windows), width, dtype=torch.long)
-    tgt = torch.zeros_like(idx)
-    mask = torch.zeros(len(windows), width)
-    support = torch.zeros_like(mask)
-    for i, w in enumerate(windows):
-        n = len(w.inputs)
-        idx[i, :n] = torch.tensor(w.inputs)
-        tgt[i, :n] = torch.tensor(w.targets)
-        mask[i, n - w.n_scored : n] = 1.0
-        support[i, :n] = 1.0 if w.n_scored else 0.0
-    owner = torch.tensor([w.doc for w in windows], dtype=torch.long)
-    index = torch.tensor([w.index for w in windows], dtype=torch.long)
-    return Batch(idx.to(device), tgt.to(device), mask.to(device), owner, index, support.to(device))
 
 
 def encode_batch(

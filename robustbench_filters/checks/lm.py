@@ -151,7 +151,7 @@ def check_embedding_gradients(
     model: nn.Module, label: str, idx: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor
 ) -> Check:
     """Gradients of the loss w.r.t. the token embeddings are finite and non-zero (Carlini check 10)."""
-    from ..attacks.embedding import sequence_nll
+    from ..models.lm_batch import sequence_nll
 
     emb = model.embed(idx).detach().requires_grad_(True)
     with torch.enable_grad():

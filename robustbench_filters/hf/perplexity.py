@@ -43,8 +43,7 @@ def evaluate_perplexity(
     """
     import torch
 
-    from ..attacks.embedding import sequence_nll
-    from ..attacks.lm_rows import window_batch
+    from ..models.lm_batch import sequence_nll, window_batch
     from .load import as_hf_lm
 
     docs = [texts] if isinstance(texts, str) else list(texts)
