@@ -92,14 +92,14 @@ def _train_hf(
     model: str, data: str | None, given: dict[str, Any], seed: int, out: str | None, resume: bool, overwrite: bool,
     command: str, quiet: bool,
 ) -> Any:  # fmt: skip
-    """Convert and fine-tune a Hugging Face causal LM (robustbench_filters.hf.train) with HF_RECIPE, changed by
+    """Convert and fine-tune a Hugging Face causal LM (robustbench_filters.train_hf) with HF_RECIPE, changed by
     the options given."""
     import dataclasses
 
     from robustbench_filters.errors import RobfiltError
-    from robustbench_filters.hf.train import HF_RECIPE, train_hf
     from robustbench_filters.models.ref import ModelKind, parse_model_ref
     from robustbench_filters.surface import flag
+    from robustbench_filters.train_hf import HF_RECIPE, train_hf
 
     if "epochs" in given:
         raise RobfiltError(f"fine-tuning is step-based; pass {flag('steps')} instead of {flag('epochs')}.")

@@ -27,18 +27,18 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ..errors import RobfiltError
-from ..family import Family
-from ..io import atomic_write_json
-from ..progress import ProgressHook, null_progress
-from ..recipe import Recipe
-from ..runs.lock import RunLock
-from ..runs.outfolder import remove_files
-from ..runs.prepare import prepare_training_out
-from ..train import STATE_DIR, TrainResult, _finished, _fit, _param_groups, _restore
-from ..versions import library_versions
-from .adapter import HFCausalLM
-from .convert import VARIANTS
+from .errors import RobfiltError
+from .family import Family
+from .hf.adapter import HFCausalLM
+from .hf.convert import VARIANTS
+from .io import atomic_write_json
+from .progress import ProgressHook, null_progress
+from .recipe import Recipe
+from .runs.lock import RunLock
+from .runs.outfolder import remove_files
+from .runs.prepare import prepare_training_out
+from .train import STATE_DIR, TrainResult, _finished, _fit, _param_groups, _restore
+from .versions import library_versions
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ class HFTask:
         return max(1, len(self.train_ids) // (self.recipe.batch_size * self.block))
 
     def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
-        from ..data import get_batch
+        from .data import get_batch
 
         torch.manual_seed(self.seed * 1_000_003 + step)  # dropout masks of this step
         return get_batch(self.train_ids, self.block, self.recipe.batch_size, torch.Generator().manual_seed(step + 1))
@@ -94,7 +94,7 @@ def _rebuild_command(target: str, args: dict[str, Any], data: str, seed: int, ou
 
 def _evaluate(lm: HFCausalLM, text: str) -> dict[str, float]:
     """lm-eval's metrics of the test split as one document (rolling windows)."""
-    from .perplexity import evaluate_perplexity
+    from .hf.perplexity import evaluate_perplexity
 
     lm.eval()
     try:
@@ -126,8 +126,8 @@ def train_hf(
 
     Returns the metrics (final running loss, lm-eval perplexities of the test split) and the folder.
     """
-    from ..data import encode_corpus, load_text
-    from .load import load_hf, quiet_hub
+    from .data import encode_corpus, load_text
+    from .hf.load import load_hf, quiet_hub
 
     recipe = dataclasses.replace(recipe or HF_RECIPE)
     recipe.validate()
