@@ -22,6 +22,7 @@ _LAZY: dict[str, str] = {
     "create_model": ".models",
     "list_models": ".models",
     "load_checkpoint": ".models",
+    "load_model": ".loading",
     "save_checkpoint": ".models",
     "evaluate": ".api",
     "attack": ".attacks.direct",

@@ -294,3 +294,7 @@ def attack_help() -> str:
         f"({', '.join(CORRUPTIONS)}); language models: {', '.join(attacks_for(Family.LM))}, {WORDSWAP}. Default: "
         f"{DEFAULT_IMAGE_ATTACK} for images (the strongest; fgsm and pgd are weaker), pgd for language models."
     )
+
+
+#: how to install the Hugging Face extra (hf: models), for every message that needs it
+HF_INSTALL = "pip install robustbench-filters[hf]"

@@ -11,7 +11,7 @@ import safetensors.torch
 import torch
 
 from robustbench_filters.errors import CheckpointError, RobfiltError
-from robustbench_filters.models import load_model
+from robustbench_filters.loading import load_model
 
 MODELS_PY = """
 import torch

@@ -18,7 +18,7 @@ from robustbench_filters.data import (
     open_image_source,
 )
 from robustbench_filters.errors import RobfiltError
-from robustbench_filters.models import load_model
+from robustbench_filters.loading import load_model
 
 
 @pytest.fixture

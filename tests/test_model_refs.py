@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from robustbench_filters.errors import RobfiltError
+from robustbench_filters.loading import validate_model_ref
 from robustbench_filters.models import (
     ModelKind,
     ModelRef,
@@ -12,7 +13,6 @@ from robustbench_filters.models import (
     parse_model_args,
     parse_model_ref,
     split_model_list,
-    validate_model_ref,
 )
 from robustbench_filters.models.ref import format_value, parse_value
 

@@ -23,7 +23,7 @@ from PIL import Image
 
 from robustbench_filters.benchmarking import BenchmarkResult
 from robustbench_filters.cli import run
-from robustbench_filters.models import load_model
+from robustbench_filters.loading import load_model
 
 ROOT = Path(__file__).resolve().parents[1]
 TITLE = "## Your own models and data"

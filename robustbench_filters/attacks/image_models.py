@@ -18,7 +18,7 @@ from ..checks.logits import require_logits
 from ..configs import data_label, model_label
 from ..data.labels import check_labels_fit, pool_labels
 from ..errors import RobfiltError
-from ..models.resolve import LoadedModel, load_model
+from ..loading import LoadedModel, load_model
 from ..runs.measurement import Measurement, PrepareContext
 from ..runs.units import batch_slices
 

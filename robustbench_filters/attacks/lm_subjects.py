@@ -50,8 +50,8 @@ def _hf_subject(
 ) -> LMSubject:
     """An ``hf:`` reference, a ``transformers`` model or a wrapped one, with its tokenizer and lm-eval windows."""
     from ..hf.load import as_hf_lm, load_hf, precision_dtype
+    from ..loading import DEFAULT_CHECKPOINTS
     from ..models.ref import apply_model_args
-    from ..models.resolve import DEFAULT_CHECKPOINTS
 
     window = {"max_length": options.get("max_length"), "stride": options.get("stride")}
     if isinstance(model, str):
@@ -99,8 +99,8 @@ def load_lm_subjects(
     train split. ``hf:`` models and ``transformers`` models take ``max_length``, ``stride``, ``precision`` and
     ``device`` from ``hf_options`` (:mod:`robustbench_filters.hf.load`).
     """
+    from ..loading import load_model
     from ..models import create_model
-    from ..models.resolve import load_model
 
     untrained = checkpoint in (None, "none")
     own = [m for m in models if not _is_hf(m)]

@@ -25,8 +25,7 @@ from types import ModuleType
 from typing import Any
 
 from ..errors import RobfiltError
-
-INSTALL = "pip install robustbench-filters[hf]"
+from ..names import HF_INSTALL as INSTALL
 
 
 def require_transformers() -> ModuleType:

@@ -92,10 +92,10 @@ def _load_model(ref: str, config: LipschitzConfig) -> nn.Module:
     Untrained weights (``checkpoint`` None/"none") are drawn from a seeded, forked RNG, so the same seed gives
     the same model (and ``--resume`` finds the same run) without touching the caller's RNG state. ``timm:`` and
     factory references (and any with arguments or ``--model-arg``) load like everywhere else
-    (:func:`..models.resolve.load_model`); the target switches a fused-attention copy to the manual path.
+    (:func:`..loading.load_model`); the target switches a fused-attention copy to the manual path.
     """
+    from ..loading import load_model
     from ..models.ref import ModelKind, parse_model_ref
-    from ..models.resolve import load_model
 
     size, checkpoint, seed, args = config.size, config.checkpoint, config.seed, config.parsed_model_args
     if parse_model_ref(ref).kind is not ModelKind.REGISTRY or parse_model_ref(ref).args or args:

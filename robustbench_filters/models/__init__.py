@@ -3,7 +3,8 @@
 Names are imported on first use, so the light parts (model references in :mod:`.ref`) serve the command line and
 the run configs without torch. The DeiT variants join timm's registry whenever timm is imported after
 ``import robustbench_filters`` (``timm.create_model("deit_tiny_bsa_patch16_224")``; see
-:mod:`robustbench_filters.timm_hook`).
+:mod:`robustbench_filters.timm_hook`). Loading any model reference (these, timm, factories, ``hf:``) is
+:func:`robustbench_filters.loading.load_model`, above this package and :mod:`robustbench_filters.hf`.
 """
 
 from __future__ import annotations
@@ -28,8 +29,6 @@ _LAZY: dict[str, str] = {
         ".ref",
     ),
     **dict.fromkeys(("MODEL_NAMES", "SIZES", "ModelSpec", "list_models", "resolve_spec"), ".registry"),
-    **dict.fromkeys(("LoadedModel", "load_model"), ".resolve"),
-    "validate_model_ref": ".resolve",
     "model_kind": ".ref",
     "timm_name": ".timm_registry",
     **dict.fromkeys(("load_weights", "read_state_dict"), ".weights"),

@@ -1,6 +1,7 @@
 """Resolve a model reference (``--model``) into a ready-to-evaluate module.
 
-References (:mod:`.ref`): ``[name=]target[?key=value&...]`` with target
+Above both :mod:`.models` (robfilt's own architectures, timm, factories) and :mod:`.hf` (Hugging Face LMs),
+which is why it is not part of either package. References (:mod:`.models.ref`): ``[name=]target[?key=value&...]`` with target
 
 - a registry name (``deit-grc``): zoo weights by default, ``--checkpoint PATH`` (a robfilt checkpoint, or a plain
   state dict for the same architecture) or ``none`` (untrained); arguments are config fields plus ``size``;
@@ -25,12 +26,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..data.preprocess import InputSpec, input_spec_of
-from ..errors import RobfiltError
-from .checkpoint import CARD, is_zoo_ref
-from .factory import create_model
-from .ref import ModelKind, ModelRef, apply_model_args, model_kind, parse_model_ref
-from .registry import parse_name
+from .data.preprocess import InputSpec, input_spec_of
+from .errors import RobfiltError
+from .models.checkpoint import CARD, is_zoo_ref
+from .models.factory import create_model
+from .models.ref import ModelKind, ModelRef, apply_model_args, model_kind, parse_model_ref
+from .models.registry import parse_name
 
 DEFAULT_CHECKPOINTS = (None, "none", "zoo")
 
@@ -49,12 +50,12 @@ def validate_model_ref(ref: str | ModelRef) -> str:
     """:func:`.ref.model_kind`, with a timm architecture checked against timm's registry too."""
     kind = model_kind(ref)
     if kind == "timm":
-        from .timm_models import check_timm_arch
+        from .models.timm_models import check_timm_arch
 
         check_timm_arch(parse_model_ref(ref).target)
     mref = parse_model_ref(ref)
     if mref.kind is ModelKind.HF and mref.args:
-        from ..hf.convert import conversion_settings
+        from .hf.convert import conversion_settings
 
         conversion_settings(mref.args, mref.label)
     return kind
@@ -71,20 +72,20 @@ def _registry(ref: ModelRef, size: str, checkpoint: Any, seed: int, allow_pickle
     path = Path(str(checkpoint)).expanduser()
     if not is_zoo_ref(checkpoint) and path.is_file() and not (path.parent / CARD).exists():
         # a plain state dict (e.g. trained with timm under the registered name): build from the reference, load it
-        from .weights import load_weights
+        from .models.weights import load_weights
 
         model = create_model(name, size, **overrides)
         return load_weights(model, path, ref.label, allow_pickle).eval(), str(checkpoint)
     if allow_pickle and not is_zoo_ref(checkpoint):
-        from .checkpoint import load_checkpoint
+        from .models.checkpoint import load_checkpoint
 
         return load_checkpoint(checkpoint, name=name, size=size, allow_pickle=True, **overrides), str(checkpoint)
     return create_model(name, size, checkpoint=checkpoint, **overrides), str(checkpoint)
 
 
 def _timm(ref: ModelRef, checkpoint: Any, seed: int, allow_pickle: bool) -> tuple[nn.Module, str]:
-    from .timm_models import build_timm
-    from .timm_registry import REGISTERED
+    from .models.timm_models import build_timm
+    from .models.timm_registry import REGISTERED
 
     if checkpoint == "zoo":
         if ref.target not in REGISTERED:
@@ -96,7 +97,7 @@ def _timm(ref: ModelRef, checkpoint: Any, seed: int, allow_pickle: bool) -> tupl
     model = build_timm(ref, seed)
     if checkpoint in (None, "none"):
         return model, f"random init (seed {seed})"
-    from .weights import load_weights
+    from .models.weights import load_weights
 
     return load_weights(model, checkpoint, ref.label, allow_pickle).eval(), str(checkpoint)
 
@@ -104,20 +105,20 @@ def _timm(ref: ModelRef, checkpoint: Any, seed: int, allow_pickle: bool) -> tupl
 def _factory(
     ref: ModelRef, checkpoint: Any, seed: int, allow_pickle: bool, base_dir: str | Path | None
 ) -> tuple[nn.Module, str]:
-    from .user_factory import build_factory
+    from .models.user_factory import build_factory
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = build_factory(ref, base_dir)
     if checkpoint in DEFAULT_CHECKPOINTS:
         return model.eval(), "factory"  # the factory's own weights: nothing to load
-    from .weights import load_weights
+    from .models.weights import load_weights
 
     return load_weights(model, checkpoint, ref.label, allow_pickle).eval(), str(checkpoint)
 
 
 def _hf(ref: ModelRef, checkpoint: Any, base_dir: str | Path | None, **options: Any) -> tuple[nn.Module, str]:
-    from ..hf.load import load_hf
+    from .hf.load import load_hf
 
     if checkpoint not in DEFAULT_CHECKPOINTS:
         raise RobfiltError(f"--checkpoint does not apply to {ref.label}: the hf: folder holds its weights; drop it.")
