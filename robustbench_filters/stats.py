@@ -9,9 +9,14 @@ Wilson or Clopper-Pearson intervals, ratios of positive sums a bootstrap over ex
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from statistics import NormalDist
+from typing import Any
 
 Z95 = NormalDist().inv_cdf(0.975)
+
+
+BOOTSTRAP = 1000  # resamples of every bootstrap interval
 
 
 def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float, float]:
@@ -210,3 +215,48 @@ def max_certifiable_radius(sigma: float, n: int, alpha: float) -> float:
     from scipy import stats
 
     return float(sigma * stats.norm.ppf(alpha ** (1.0 / n)))
+
+
+def bootstrap_ratio_interval(
+    num: Any, den: Any, transform: Callable[[Any], Any] | None = None, n_boot: int = BOOTSTRAP, seed: int = 0
+) -> tuple[float, float]:
+    """95% percentile bootstrap interval of transform(sum num / sum den) (default: exp, a perplexity), resampling
+    examples (seeded, so the engine's summary and the report compute the same interval)."""
+    import numpy as np
+
+    transform = np.exp if transform is None else transform
+    num, den = np.asarray(num, dtype=float), np.asarray(den, dtype=float)
+    if len(num) < 2:
+        return math.nan, math.nan
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(num), size=(n_boot, len(num)))
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        stats = transform(num[idx].sum(1) / den[idx].sum(1))
+    lo, hi = np.nanpercentile(stats, [2.5, 97.5])
+    return float(lo), float(hi)
+
+
+def lm_eval_columns(rows: Any) -> dict[str, float]:
+    """lm-eval's three metrics over per-example rows (``nll_sum``, ``n_words``, ``n_bytes``), each with the
+    95% bootstrap interval over examples; empty when the rows were not scored lm-eval style (the definitions:
+    :mod:`robustbench_filters.hf.rolling`)."""
+    import numpy as np
+
+    if "n_bytes" not in rows or not len(rows) or int(rows.n_bytes.sum()) <= 0:
+        return {}
+    nll = rows.nll_sum.to_numpy(float)
+    words, nbytes = rows.n_words.to_numpy(float), rows.n_bytes.to_numpy(float)
+    word_lo, word_hi = bootstrap_ratio_interval(nll, words)
+    byte_lo, byte_hi = bootstrap_ratio_interval(nll, nbytes)
+    bits = bootstrap_ratio_interval(nll, nbytes, transform=lambda x: np.asarray(x) / math.log(2))
+    return {
+        "word_perplexity": math.exp(float(nll.sum() / words.sum())),
+        "word_perplexity_lo": word_lo,
+        "word_perplexity_hi": word_hi,
+        "byte_perplexity": math.exp(float(nll.sum() / nbytes.sum())),
+        "byte_perplexity_lo": byte_lo,
+        "byte_perplexity_hi": byte_hi,
+        "bits_per_byte": float(nll.sum() / nbytes.sum()) / math.log(2),
+        "bits_per_byte_lo": bits[0],
+        "bits_per_byte_hi": bits[1],
+    }

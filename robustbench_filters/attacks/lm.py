@@ -33,6 +33,7 @@ from ..configs import WORDSWAP, LMAttackConfig
 from ..errors import RobfiltError, UserCodeError
 from ..runs.measurement import Measurement, PrepareContext, Tick
 from ..runs.units import Unit, batch_slices, ids_digest
+from ..stats import bootstrap_ratio_interval, lm_eval_columns
 from .catalogue import Norm
 from .embedding import eps_scale
 from .lm_rows import (
@@ -52,8 +53,6 @@ N_PROBE = 8  # sequences the model-level checks probe
 
 def _aggregate(rows: pd.DataFrame) -> dict[str, Any]:
     """Perplexity with the report's 95% bootstrap interval over sequences (same resampling, same seed)."""
-    from ..report.tables import bootstrap_ratio_interval, lm_eval_columns
-
     n_tok = int(rows.n_tokens.sum())
     nll = float(rows.nll_sum.sum()) / n_tok if n_tok else float("nan")
     seq_ppl = np.exp(rows.nll_sum / rows.n_tokens.clip(lower=1))

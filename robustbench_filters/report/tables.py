@@ -23,14 +23,13 @@ import numpy as np
 import pandas as pd
 
 from .. import vacuity
-from ..stats import mcnemar_exact, wilson_interval
+from ..stats import bootstrap_ratio_interval, lm_eval_columns, mcnemar_exact, wilson_interval
 from .format import eps_key
 
 CLEAN = "clean"
 CORRUPTION_PREFIX = "corruption:"
 MODEL_LAYER = "model"
 GAP_PREFIX = "gap/"  # how a Lipschitz run folder marks its gap rows (robfilt lipschitz --gap)
-BOOTSTRAP = 1000
 BASELINES: tuple[str, ...] = ("deit", "lm")
 
 
@@ -228,45 +227,6 @@ def paired_table(rows: pd.DataFrame, baseline: str | None = None) -> pd.DataFram
                     }
                 )
     return pd.DataFrame(records, columns=columns)
-
-
-def bootstrap_ratio_interval(
-    num: np.ndarray, den: np.ndarray, transform=np.exp, n_boot: int = BOOTSTRAP, seed: int = 0
-) -> tuple[float, float]:
-    """95% percentile bootstrap interval of transform(sum num / sum den), resampling examples (seeded)."""
-    num, den = np.asarray(num, dtype=float), np.asarray(den, dtype=float)
-    if len(num) < 2:
-        return math.nan, math.nan
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, len(num), size=(n_boot, len(num)))
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        stats = transform(num[idx].sum(1) / den[idx].sum(1))
-    lo, hi = np.nanpercentile(stats, [2.5, 97.5])
-    return float(lo), float(hi)
-
-
-def lm_eval_columns(rows: pd.DataFrame) -> dict[str, float]:
-    """lm-eval's three metrics over per-example rows (``nll_sum``, ``n_words``, ``n_bytes``), each with the
-    95% bootstrap interval over examples; empty when the rows were not scored lm-eval style (the definitions:
-    :mod:`robustbench_filters.hf.rolling`)."""
-    if "n_bytes" not in rows or not len(rows) or int(rows.n_bytes.sum()) <= 0:
-        return {}
-    nll = rows.nll_sum.to_numpy(float)
-    words, nbytes = rows.n_words.to_numpy(float), rows.n_bytes.to_numpy(float)
-    word_lo, word_hi = bootstrap_ratio_interval(nll, words)
-    byte_lo, byte_hi = bootstrap_ratio_interval(nll, nbytes)
-    bits = bootstrap_ratio_interval(nll, nbytes, transform=lambda x: np.asarray(x) / math.log(2))
-    return {
-        "word_perplexity": math.exp(float(nll.sum() / words.sum())),
-        "word_perplexity_lo": word_lo,
-        "word_perplexity_hi": word_hi,
-        "byte_perplexity": math.exp(float(nll.sum() / nbytes.sum())),
-        "byte_perplexity_lo": byte_lo,
-        "byte_perplexity_hi": byte_hi,
-        "bits_per_byte": float(nll.sum() / nbytes.sum()) / math.log(2),
-        "bits_per_byte_lo": bits[0],
-        "bits_per_byte_hi": bits[1],
-    }
 
 
 def _lm_stats(grp: pd.DataFrame) -> dict[str, float]:
