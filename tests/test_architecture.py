@@ -162,3 +162,92 @@ def test_every_package_is_installed() -> None:
     listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
     packages = {m for m in MODULES if _is_package(m)}
     assert packages <= listed, sorted(packages - listed)
+
+
+# The package order, bottom to top. A package may import packages of its own tier or of a lower one, never of a
+# higher one; with the package-level acyclicity below, every arrow in the code follows this order. A new package
+# must be placed here (the test names it).
+TIERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (
+        "vocabulary and utilities",
+        (
+            "errors",
+            "family",
+            "io",
+            "paired",
+            "progress",
+            "stats",
+            "surface",
+            "vacuity",
+            "versions",
+            "counts",
+            "parsing",
+            "names",
+            "distributed",
+            "robustbench_args",
+            "zoo_index",
+        ),
+    ),  # fmt: skip
+    ("data and models", ("data", "models", "hf", "timm_hook", "loading")),
+    ("checks, configs and the runner", ("checks", "configs", "recipe", "runs")),
+    ("measurements", ("attacks", "lipschitz", "smoothing", "train", "train_hf")),
+    ("readers", ("report", "gating")),
+    ("entry points", ("api", "spec", "gate", "study", "benchmarking", "benchmarking_lm", "cli")),
+)
+TIER = {name: i for i, (_, names) in enumerate(TIERS) for name in names}
+
+
+def _package(module: str) -> str | None:
+    """The top-level package or module of ``robustbench_filters`` a module belongs to (None: the root itself)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else None
+
+
+def _package_edges() -> dict[tuple[str, str], list[str]]:
+    """(importer, imported) package pairs, each with the files that make the arrow."""
+    out: dict[tuple[str, str], list[str]] = {}
+    for module, deps in GRAPH.items():
+        a = _package(module)
+        for dep in deps:
+            b = _package(dep)
+            if a is not None and b is not None and a != b:
+                out.setdefault((a, b), []).append(module)
+    return out
+
+
+def test_every_package_has_a_place_in_the_order() -> None:
+    packages = {_package(m) for m in MODULES} - {None}
+    assert packages - set(TIER) == set(), "add the new package to TIERS"
+
+
+def test_imports_follow_the_package_order() -> None:
+    upward = [
+        f"{a} ({TIERS[TIER[a]][0]}) -> {b} ({TIERS[TIER[b]][0]}) in {sorted(files)[0]}"
+        for (a, b), files in sorted(_package_edges().items())
+        if TIER[b] > TIER[a]
+    ]
+    assert upward == []
+
+
+def test_no_import_cycles_between_packages() -> None:
+    edges = _package_edges()
+    cycles = sorted(f"{a} <-> {b}" for (a, b) in edges if a < b and (b, a) in edges)
+    assert cycles == []
+    # longer cycles: a package that reaches itself
+    succ: dict[str, set[str]] = {}
+    for a, b in edges:
+        succ.setdefault(a, set()).add(b)
+    for start in succ:
+        seen, todo = set(), list(succ[start])
+        while todo:
+            n = todo.pop()
+            assert n != start, f"{start} reaches itself through its imports"
+            if n not in seen:
+                seen.add(n)
+                todo.extend(succ.get(n, ()))
+
+
+def test_the_package_order_test_sees_an_upward_arrow() -> None:
+    """Guards the check: the runner importing a measurement would be an upward arrow."""
+    assert TIER["runs"] < TIER["attacks"] and ("attacks", "runs") in _package_edges()
+    assert ("runs", "attacks") not in _package_edges()
