@@ -43,7 +43,7 @@ import typer
 
 from robustbench_filters.errors import RobfiltError
 from robustbench_filters.models import zoo_path
-from robustbench_filters.report import build_report, write_seqlen_run
+from robustbench_filters.report import build_report
 from robustbench_filters.runs.folder import load_run
 
 log = logging.getLogger("robustbench_filters.make_reports")
@@ -107,7 +107,7 @@ def lm(runs: Path, reports: Path, n_examples: int, device: str, reuse: bool, pap
 
 def lipschitz(runs: Path, reports: Path, n_examples: int, device: str, reuse: bool, paper: bool) -> Path | None:
     from robustbench_filters.api import estimate_lipschitz
-    from robustbench_filters.lipschitz import sequence_length_study
+    from robustbench_filters.lipschitz.seqlen_run import SeqlenConfig, sequence_length_run
 
     folders = []
     models = zoo_models(DEIT)
@@ -127,8 +127,7 @@ def lipschitz(runs: Path, reports: Path, n_examples: int, device: str, reuse: bo
         folders.append(gap)
     seq = runs / "seqlen"
     if not (reuse and _finished(seq)):
-        settings = {"dim": 64, "heads": 4, "noise": 1e-3, "trials": 8, "seed": 0}
-        write_seqlen_run(seq, sequence_length_study(**settings), settings)
+        sequence_length_run(seq, SeqlenConfig(dim=64, heads=4, noise=1e-3, trials=8, seed=0), overwrite=True)
     folders.append(seq)
     # The gap run measures 4 of the examples (exact Jacobians at two radii): the Lipschitz report pairs nothing across
     # runs, so runs on different example sets are fine here, and each table states its own n.

@@ -12,7 +12,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from robustbench_filters.report import write_seqlen_run
 from robustbench_filters.runs.folder import RunWriter
 
 DEIT = ["deit", "deit-bsa", "deit-grc", "deit-bsa-grc"]
@@ -20,6 +19,16 @@ LMS = ["lm", "lm-bsa", "lm-grc", "lm-bsa-grc"]
 EPS_255 = [1 / 255, 2 / 255, 4 / 255, 8 / 255]
 N_IMAGES = 24
 N_SEQ = 10
+
+
+def synthetic_seqlen_run(out: Path, study: pd.DataFrame) -> Path:
+    """A finished ``seqlen`` run folder holding a made-up study frame (the runner writes real ones:
+    :func:`robustbench_filters.lipschitz.seqlen_run.sequence_length_run`)."""
+    ns = sorted(int(n) for n in study["n"].unique())
+    with RunWriter(out, "seqlen", {"study": "sequence_length", "ns": ns}, seed=0, overwrite=True) as writer:
+        writer.write_part("study", study)
+        writer.finish(study, {"kind": "seqlen", "n_values": ns})
+    return Path(out)
 
 
 def write_run(out: Path, kind: str, rows: pd.DataFrame, config: dict, summary: dict | None = None,
@@ -118,7 +127,7 @@ def synthetic_runs(root: Path, failing_check: bool = True) -> list[Path]:
           "std_perturbation": 1e-6, "noise": 1e-3, "trials": 4, "upper": 2.5e5}
          for kind in ("softmax+pos", "bsa-gaussian", "softmax") for n in (16, 64, 256)]
     )  # fmt: skip
-    seq = write_seqlen_run(root / "seq", study, {"ns": [16, 64, 256]})
+    seq = synthetic_seqlen_run(root / "seq", study)
     return [image, corr, lm, lip_img, lip_lm, seq]
 
 

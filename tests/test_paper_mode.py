@@ -312,11 +312,12 @@ def test_every_savefig_goes_through_the_one_dpi_constant() -> None:
 
 
 def test_cli_report_paper_flag(tmp_path: Path) -> None:
+    from report_synthetic import synthetic_seqlen_run
+
     from robustbench_filters.cli import run
-    from robustbench_filters.report import write_seqlen_run
 
     study = pd.DataFrame({"kind": ["softmax"] * 2, "n": [16, 64], "mean_perturbation": [1e-4, 5e-5], "trials": 2})
-    seq = write_seqlen_run(tmp_path / "seq", study, {"ns": [16, 64]})
+    seq = synthetic_seqlen_run(tmp_path / "seq", study)
     for flag, paper in (("--paper", True), (None, False)):
         out = tmp_path / f"rep-{paper}"
         assert run(["report", str(seq), "--out", str(out), "--figures", "pdf", "--format", "md", "-q",

@@ -12,7 +12,8 @@ import pytest
 
 from robustbench_filters.cli import run as cli_run
 from robustbench_filters.errors import RobfiltError
-from robustbench_filters.report import build_report, write_seqlen_run
+from robustbench_filters.lipschitz.seqlen_run import SeqlenConfig, sequence_length_run
+from robustbench_filters.report import build_report
 from robustbench_filters.report import figures as F
 from robustbench_filters.report import tables as T
 from robustbench_filters.report.attention import AttentionMaps
@@ -224,7 +225,6 @@ def test_palette_is_fixed_per_variant() -> None:
 def test_full_report_from_engine_runs(tmp_path: Path) -> None:
     """Image attack run (4 variants, real engine), synthetic LM run, Lipschitz run and sequence-length study."""
     from robustbench_filters.api import estimate_lipschitz, evaluate
-    from robustbench_filters.lipschitz import sequence_length_study
 
     img = tmp_path / "img"
     evaluate(["deit", "deit-bsa", "deit-grc", "deit-bsa-grc"], ["fgsm", "pgd"], eps=[0.01, 0.05], n_examples=8,
@@ -239,7 +239,8 @@ def test_full_report_from_engine_runs(tmp_path: Path) -> None:
     lip = tmp_path / "lip"
     estimate_lipschitz(["deit", "deit-grc"], n_examples=1, method="power", per_layer=True, checkpoint=None,
                        out=lip, power_iters=3, batch_size=1)  # fmt: skip
-    seq = write_seqlen_run(tmp_path / "seq", sequence_length_study((8, 16), dim=16, heads=2, trials=2), {})
+    seq = tmp_path / "seq"
+    sequence_length_run(seq, SeqlenConfig(ns=(8, 16), dim=16, heads=2, trials=2))
 
     result = build_report([img, lm, lip, seq], tmp_path / "rep")
     assert set(result.figures) == {

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .builder import ReportResult, build_report
-    from .runs import load_runs, write_seqlen_run
+    from .runs import load_runs
 
-_LAZY = {"ReportResult": ".builder", "build_report": ".builder", "load_runs": ".runs", "write_seqlen_run": ".runs"}
+_LAZY = {"ReportResult": ".builder", "build_report": ".builder", "load_runs": ".runs"}
 
 
 def __getattr__(name: str) -> Any:
@@ -26,4 +26,4 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["ReportResult", "build_report", "load_runs", "write_seqlen_run"]
+__all__ = ["ReportResult", "build_report", "load_runs"]

@@ -7,8 +7,9 @@ when the engine recorded them (image attack runs do), else (data, n_examples, se
 family with different keys are refused unless the caller allows mixing; then rows keep an ``example_set``
 column so paired statistics only ever pair rows of the same set.
 
-The sequence-length study (:func:`robustbench_filters.lipschitz.sequence_length_study`) is not a per-example
-measurement; :func:`write_seqlen_run` stores it as a run folder of kind ``seqlen`` so it travels like any run.
+The sequence-length study (:func:`robustbench_filters.lipschitz.seqlen_run.sequence_length_run`) is not a
+per-example measurement; the runner writes it as a run folder of kind ``seqlen`` like any other run, and this module
+only reads it.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import pandas as pd
 
 from ..errors import RobfiltError
 from ..runs.crosscheck import refuse_copies, refuse_label_conflicts, selections_of
-from ..runs.folder import Run, RunWriter, load_run
+from ..runs.folder import Run, load_run
 
 log = logging.getLogger(__name__)
 
@@ -173,11 +174,3 @@ def _merge(group: list[Run], keys: list[tuple | None], notes: list[str]) -> pd.D
                 )
             merged = merged[~dup].reset_index(drop=True)
     return merged
-
-
-def write_seqlen_run(out: str | Path, study: pd.DataFrame, config: dict[str, Any], seed: int = 0) -> Path:
-    """Store a sequence-length study frame as a finished run folder (kind ``seqlen``) for reports."""
-    with RunWriter(out, SEQLEN, {"study": "sequence_length", **config}, seed=seed, overwrite=True) as writer:
-        writer.write_part("study", study)
-        writer.finish(study, {"kind": SEQLEN, "n_values": sorted(int(n) for n in study["n"].unique())})
-    return Path(out)

@@ -21,11 +21,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import RunStateError
+from ..lipschitz.seqlen_run import KIND as SEQLEN_LAYER_KIND
 from ..runs.crosscheck import refuse_copies, refuse_label_conflicts, weights_of
 from ..runs.folder import Run
 from . import plan as P
-from .measure import SEQLEN_LAYER_KIND, SEQLEN_LM_KIND, checkpoint_tag, family_models, piece_options, settings
+from .measure import checkpoint_tag, family_models, piece_options, settings
 from .plan import StudyPlan
+from .seqlen import KIND as SEQLEN_LM_KIND
 
 #: options a run folder records differently or not at all (the models as modules, derived switches)
 _NOT_RECORDED = frozenset({"models", "checkpoint", "tokenizer", "gap"})

@@ -13,24 +13,20 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import torch
 from torch import nn
 
 from ..configs import RunConfig
 from ..errors import RobfiltError
+from ..lipschitz.seqlen_run import SeqlenConfig, sequence_length_run
 from ..models import load_checkpoint
 from ..progress import ProgressHook
-from ..runs.folder import RunWriter
 from ..runs.runner import run
 from . import plan as P
 from .checkpoints import CheckpointInfo
 from .plan import StudyPlan, digest
-from .seqlen import lm_seqlen_rows, summarize_seqlen
+from .seqlen import SeqlenLM, SeqlenLMConfig
 
 log = logging.getLogger(__name__)
-
-SEQLEN_LM_KIND = "study-seqlen"  # not "seqlen": the reporter reads that kind as the synthetic layer study
-SEQLEN_LAYER_KIND = "seqlen"
 
 
 #: piece kind -> the plan's template of its run config
@@ -144,35 +140,15 @@ def run_measurement(
 
 
 def _seqlen_lm(plan: StudyPlan, models: list[nn.Module], names: tuple[str, ...], folder: Path, tag: str) -> None:
-    from ..data import load_text
-
     sq = plan.seqlen
-    text = load_text(plan.lm_data, split="test")
-    tok = _shared_tokenizer(models, text)
-    ids = torch.tensor(tok.encode(text), dtype=torch.long)
-    config = {**settings(plan, P.SEQLEN_LM), "checkpoint": tag}
-    with RunWriter(folder, SEQLEN_LM_KIND, config, seed=plan.eval_seed, resume=True, extra={"family": "lm"}) as w:
-        for name, model in zip(names, models, strict=True):
-            if not w.is_done(name):
-                rows = lm_seqlen_rows(model, name, ids, sq.lm_ns, sq.lm_windows, sq.lm_noise, plan.eval_seed)
-                w.write_part(name, rows)
-        rows = w.rows()
-        summary = {
-            "kind": SEQLEN_LM_KIND,
-            "definition": "gain(N) = ||delta logits at the last position|| / per-token embedding noise; "
-            "slope = d log mean gain / d log N",
-            "models": summarize_seqlen(rows),
-        }
-        w.finish(rows, summary)
+    config = SeqlenLMConfig(
+        data=plan.lm_data, ns=tuple(sq.lm_ns), windows=sq.lm_windows, noise=sq.lm_noise, seed=plan.eval_seed,
+        settings={**settings(plan, P.SEQLEN_LM), "checkpoint": tag},
+    )  # fmt: skip
+    run(SeqlenLM(config, models, names, _shared_tokenizer), out=folder, resume=True)
 
 
 def _seqlen_layer(plan: StudyPlan, seed: int, folder: Path) -> None:
     """The synthetic one-layer study, seeded by the training seed (it draws the layer's weights)."""
-    from ..lipschitz import sequence_length_study
-
     sq = plan.seqlen
-    study = sequence_length_study(tuple(sq.layer_ns), trials=sq.layer_trials, seed=seed)
-    config = {"study": "sequence_length", "ns": list(sq.layer_ns), "trials": sq.layer_trials}
-    with RunWriter(folder, SEQLEN_LAYER_KIND, config, seed=seed, resume=True) as w:
-        w.write_part("study", study)
-        w.finish(study, {"kind": SEQLEN_LAYER_KIND, "n_values": sorted(int(n) for n in study["n"].unique())})
+    sequence_length_run(folder, SeqlenConfig(ns=tuple(sq.layer_ns), trials=sq.layer_trials, seed=seed), resume=True)

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 import numpy as np
 import pandas as pd
@@ -26,6 +28,8 @@ import torch
 from torch import nn
 
 from ..errors import RobfiltError
+from ..runs.measurement import Measurement, PrepareContext, Tick
+from ..runs.units import Unit
 
 COLUMNS = ("model", "n", "window", "start", "gain")
 
@@ -91,3 +95,77 @@ def summarize_seqlen(rows: pd.DataFrame, value: str = "gain") -> dict[str, dict]
             "slope": growth_slope(list(means.index), list(means.values)),
         }
     return out
+
+
+KIND = "study-seqlen"  # not "seqlen": that kind is the synthetic one-layer study (lipschitz.seqlen_run)
+DEFINITION = (
+    "gain(N) = ||delta logits at the last position|| / per-token embedding noise; slope = d log mean gain / d log N"
+)
+
+
+@dataclass(frozen=True)
+class SeqlenLMConfig:
+    """What the trained-LM study measures: the lengths, windows and noise, on ``data``'s test text.
+
+    ``settings`` is the study plan's record of the piece (with the checkpoints' tag): it goes into the run's
+    fingerprint as it is, so the study can check the folder is the piece its plan asks for.
+    """
+
+    FAMILY: ClassVar[None] = None  # the runner records the family from the manifest extra below
+
+    data: str
+    ns: tuple[int, ...]
+    windows: int
+    noise: float
+    seed: int = 0
+    device: str = "cpu"
+    settings: dict[str, Any] = field(default_factory=dict)
+
+
+class SeqlenLM(Measurement):
+    """One unit per model: :func:`lm_seqlen_rows` on the shared tokenization of the test text."""
+
+    kind: ClassVar[str] = KIND
+
+    def __init__(
+        self, config: SeqlenLMConfig, models: Sequence[nn.Module], names: Sequence[str],
+        tokenizer_of: Callable[[list[nn.Module], str], Any],
+    ) -> None:  # fmt: skip
+        super().__init__(config)
+        self._models, self._names, self._tokenizer_of = list(models), list(names), tokenizer_of
+        self._ids: torch.Tensor | None = None
+
+    @property
+    def family(self) -> str | None:
+        return "lm"
+
+    def prepare(self, ctx: PrepareContext) -> None:
+        from ..data import load_text
+
+        text = load_text(self.config.data, split="test")
+        tokenizer = self._tokenizer_of(self._models, text)
+        self._ids = torch.tensor(tokenizer.encode(text), dtype=torch.long)
+
+    @property
+    def labels(self) -> list[str]:
+        return self._names
+
+    def modules(self) -> list[nn.Module]:
+        return self._models
+
+    def describe(self) -> dict[str, Any]:
+        return dict(self.config.settings)
+
+    def plan(self) -> list[Unit]:
+        return [Unit(i, "seqlen", 0) for i in range(len(self._names))]
+
+    def measure(self, unit: Unit, tick: Tick) -> pd.DataFrame:
+        assert self._ids is not None, "prepare() first"
+        c = self.config
+        model, name = self._models[unit.model], self._names[unit.model]
+        rows = lm_seqlen_rows(model, name, self._ids, c.ns, c.windows, c.noise, c.seed)
+        tick(1)
+        return rows
+
+    def summarise(self, rows: pd.DataFrame, checks: list[Any]) -> dict[str, Any]:
+        return {"kind": KIND, "definition": DEFINITION, "models": summarize_seqlen(rows)}
