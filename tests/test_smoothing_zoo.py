@@ -107,3 +107,28 @@ def test_certified_accuracy_is_below_smoothed_robust_accuracy_on_a_zoo_model() -
     assert check.status != FAIL, check.detail
     assert attacks.certified.mean() <= attacks.robust.mean() + (attacks.certified & ~attacks.robust).mean()
     assert attacks.certified.any()  # there is something to contradict
+
+
+def test_zoo_certification_is_a_certify_run_with_the_cards_numbers(tmp_path) -> None:
+    """The card block comes from a run folder (the same measurement as robfilt certify), and its numbers are
+    those of CERTIFY on the stratified prefix computed directly."""
+    from robustbench_filters.data.images import stratified_prefix
+    from robustbench_filters.runs.folder import verify_run
+    from robustbench_filters.smoothing import certify_smoothed
+
+    folder = zoo_path("deit", "micro", 0.25)
+    block = certify_checkpoint(folder, n_examples=6, n0=10, n=50, alpha=0.01, write=False, out=tmp_path / "run")
+    manifest = verify_run(tmp_path / "run")
+    assert manifest["kind"] == "certify" and manifest["config"]["n_examples"] == 6
+    data = load_images("fashion-mnist", split="test")
+    ids = torch.as_tensor(stratified_prefix(data.y, 6))
+    x, y = data.take(ids)
+    direct = certify_smoothed(
+        load_checkpoint(folder), x, y, [0.25], example_ids=ids.tolist(), n0=10, n=50, alpha=0.01,
+        radii=CARD_RADII, model_label="deit",
+    )  # fmt: skip
+    assert block["certified_acc"] == [float(v) for v in direct.summary.certified_acc]
+    assert block["ci95"] == [
+        [float(a), float(b)] for a, b in zip(direct.summary.ci_low, direct.summary.ci_high, strict=True)
+    ]
+    assert block["abstain_rate"] == float(direct.rows.abstain.mean())

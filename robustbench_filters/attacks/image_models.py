@@ -107,7 +107,8 @@ class ImageModelsMeasurement(Measurement):
         self.device = ctx.device
         self.loaded = load_image_models(c)
         self.source = open_images(c, self.loaded)
-        self.ids = ctx.select(len(self.source), c.n_examples)
+        fixed = getattr(c, "example_ids", None)
+        self.ids = ctx.select(len(self.source), c.n_examples) if fixed is None else ctx.use(len(self.source), fixed)
         probe, _ = self.source.take(self.ids[:2])
         data = data_label(c.data)
         self.classes = [check_fits(lm, probe, data) for lm in self.loaded]

@@ -16,7 +16,7 @@ from .base import (
     _positive,
     _unique,
 )
-from .options import Bool, Int, Many, Number, api_only, option
+from .options import Bool, Int, Many, Number, api_only, internal, option
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -130,6 +130,11 @@ class CertifyConfig(ImageDataConfig):
     checkpoint: str | None = "zoo:sigma0.25"
     n_examples: int | None = UpTo(64)
     batch_size: int = 16
+    example_ids: tuple[int, ...] | None = internal(
+        None,
+        reason="the zoo cards certify a stratified prefix of the test split (smoothing.zoo); users select by "
+        "--n-examples and --seed",
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from ..checks import Check
+from ..errors import RobfiltError
 from .units import Unit, ids_digest, select_examples
 
 Tick = Callable[[int], None]
@@ -52,6 +53,17 @@ class PrepareContext:
         ids = select_examples(total, n, self.seed, ordered=ordered)
         self.examples.setdefault(name, {})["ids"] = ids_digest(ids)
         return ids
+
+    def use(self, total: int, ids: Sequence[int], *, name: str = "examples") -> torch.Tensor:
+        """Exactly these example ids (in this order), recorded like a selection: for measurements whose examples
+        are fixed elsewhere (the zoo cards certify a stratified prefix of the test split)."""
+        chosen = torch.as_tensor([int(i) for i in ids], dtype=torch.long)
+        if not len(chosen) or len(set(chosen.tolist())) != len(chosen) or int(chosen.min()) < 0:
+            raise RobfiltError(f"example ids must be distinct and non-negative, got {len(chosen)} of them.")
+        if int(chosen.max()) >= total:
+            raise RobfiltError(f"example id {int(chosen.max())} is out of range: the data has {total} examples.")
+        self.examples.setdefault(name, {})["ids"] = ids_digest(chosen)
+        return chosen
 
     def record_data(self, name: str, digest: str) -> None:
         self.examples.setdefault(name, {})["data"] = digest

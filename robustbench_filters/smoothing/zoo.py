@@ -17,12 +17,14 @@ from typing import Any
 
 import torch
 
+from ..configs import CertifyConfig
 from ..data.images import load_images, stratified_prefix
 from ..errors import CheckpointError
 from ..io import atomic_write_text
 from ..models.checkpoint import CARD, ZOO_NOISE_SIGMAS, load_checkpoint, zoo_path
-from .api import certify_smoothed
+from ..runs.runner import run
 from .certify import DEFAULT_ALPHA, DEFAULT_BATCH, DEFAULT_N, DEFAULT_N0
+from .run import CERTIFICATE, Certify
 
 log = logging.getLogger(__name__)
 
@@ -54,14 +56,19 @@ def certify_checkpoint(
     seed: int = 0,
     radii: tuple[float, ...] = CARD_RADII,
     write: bool = True,
+    out: str | Path | None = None,
 ) -> dict[str, Any]:
     """Certify a noise-trained image checkpoint at its training sigma and (``write``) store the block in its card.
+
+    The certificates are a ``certify`` run like any other (:func:`robustbench_filters.runs.runner.run`, the same
+    measurement as ``robfilt certify``), kept in ``out`` when given (resumable) and in a temporary folder otherwise;
+    only the examples differ: the card's stratified prefix instead of a seeded selection.
 
     The examples are the stratified prefix of ``n_examples`` images of the test split of the checkpoint's
     training data; the noise of example i is seeded by (seed, sigma, i, phase), so the numbers are reproducible.
     """
     folder = Path(folder)
-    model = load_checkpoint(folder)
+    load_checkpoint(folder)  # verifies the weights against the card before anything is measured
     card = json.loads((folder / CARD).read_text())
     recipe = card.get("recipe") or {}
     sigma = float(recipe.get("noise_sigma") or 0.0)
@@ -70,15 +77,18 @@ def certify_checkpoint(
             f"{folder} was not trained with noise (no recipe.noise_sigma); retrain with --noise-sigma."
         )
     data = load_images(recipe.get("data", "fashion-mnist"), split="test")
-    ids = torch.as_tensor(stratified_prefix(data.y, n_examples))
-    x, y = data.take(ids)
-    t0 = time.perf_counter()
-    result = certify_smoothed(
-        model, x, y, [sigma], example_ids=ids.tolist(), n0=n0, n=n, alpha=alpha, batch_size=batch_size,
-        seed=seed, radii=radii, model_label=card["name"],
+    ids = stratified_prefix(data.y, n_examples)
+    config = CertifyConfig(
+        models=(str(card["name"]),), checkpoint=str(folder), size=str(card.get("size", "micro")), data=data.name,
+        sigmas=(sigma,), n0=n0, n=n, alpha=alpha, radii=tuple(radii), attack_examples=0, batch_size=batch_size,
+        seed=seed, example_ids=tuple(int(i) for i in ids), n_examples=len(ids),
     )  # fmt: skip
+    t0 = time.perf_counter()
+    result = run(Certify(config), out=out, resume=out is not None, overwrite=False)
     wall = time.perf_counter() - t0
     summary = result.summary
+    table = summary["models"][str(card["name"])][f"{sigma:g}"]["certified"]
+    certs = result.rows[result.rows["kind"] == CERTIFICATE]
     block = {
         "method": "randomized smoothing, CERTIFY of Cohen, Rosenfeld & Kolter (2019); L2 radii on [0, 1] inputs",
         "sigma": sigma,
@@ -90,15 +100,15 @@ def certify_checkpoint(
         "split": "test",
         "n_examples": len(ids),
         "examples": "stratified prefix of the test split (robustbench_filters.data.images.stratified_prefix)",
-        "examples_digest": data.digest(ids),
+        "examples_digest": data.digest(torch.as_tensor(ids)),
         "radii": list(radii),
-        "certified_acc": [float(v) for v in summary.certified_acc],
-        "ci95": [[float(lo), float(hi)] for lo, hi in zip(summary.ci_low, summary.ci_high, strict=True)],
-        "abstain_rate": float(result.rows.abstain.mean()),
-        "max_certifiable_radius": result.settings["max_certifiable_radius"][str(sigma)],
-        "checks": [c.to_dict() for c in result.checks],
+        "certified_acc": [float(r["certified_acc"]) for r in table],
+        "ci95": [[float(r["ci_low"]), float(r["ci_high"])] for r in table],
+        "abstain_rate": float(certs.abstain.mean()),
+        "max_certifiable_radius": summary["max_certifiable_radius"][f"{sigma:g}"],
+        "checks": summary["checks"],
         "wall_time_s": round(wall, 1),
-        "samples_per_s": result.settings["samples_per_s"],
+        "samples_per_s": round(len(ids) * (n0 + n) / wall, 1) if wall > 0 else None,
         "torch_threads": torch.get_num_threads(),
         "rebuild_command": rebuild_command(card["name"], sigma, n_examples, n0, n, alpha, seed),
     }
