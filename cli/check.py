@@ -78,7 +78,7 @@ def render_gate(result: GateResult) -> None:
         out.print(f"{n_sanity} sanity checks passed (not listed)", style="dim", markup=False)
     if notes:
         _print_notes(["detects = the smallest change that fails the check with 80% power, assuming:", *notes])
-    from robustbench_filters.report.metrics import interval_note
+    from robustbench_filters.gating.metrics import interval_note
 
     note = interval_note(o.metric for o in shown if o.kind != "sanity")
     _print_notes([note, *result.notes] if note else result.notes)

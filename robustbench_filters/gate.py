@@ -21,18 +21,18 @@ from .gating.baseline import Baseline, read_baseline
 from .gating.baseline import write_baseline as write_baseline_file
 from .gating.judge import judge_baseline, judge_requirements, paired_family, sanity_outcomes
 from .gating.junit import run_wall_seconds
+from .gating.metrics import metrics_from_run, same_eps
 from .gating.modes import BaselinePolicy, Mode
 from .gating.outcome import FAIL, PASS, WARN, GateResult, PlannedCheck
 from .gating.output import write_junit, write_markdown
 from .gating.plan import plan_baseline, plan_thresholds
 from .progress import ProgressHook
-from .report.metrics import metrics_from_run, same_eps
-from .report.runs import CERTIFY, example_key, family_of
-from .runs.crosscheck import refuse_copies, refuse_label_conflicts
+from .runs.crosscheck import example_key, refuse_copies, refuse_label_conflicts
 from .runs.folder import Run, load_run
 from .runs.outfolder import OutputFolder
 from .runs.runner import run
 from .spec import Spec, load_spec
+from .summaries import CERTIFY
 from .surface import Surface, surface
 
 log = logging.getLogger(__name__)
@@ -113,7 +113,7 @@ def check_given_runs(runs: Sequence[Run], spec: Spec | None, baseline: Path | No
     refuse_copies(runs)
     by_family: dict[str, list[Run]] = {}
     for r in runs:
-        by_family.setdefault(family_of(r), []).append(r)
+        by_family.setdefault(r.family, []).append(r)
     for fam, group in by_family.items():
         keys = [example_key(r) for r in group]
         other = next((r for r, k in zip(group, keys, strict=True) if k != keys[0]), None)
@@ -168,7 +168,7 @@ def _measured_n(runs: Sequence[Run]) -> dict[str, int | None]:
     out: dict[str, int | None] = {}
     for r in runs:
         ns = [m.n for m in metrics_from_run(r) if m.n]
-        out[family_of(r)] = max(ns) if ns else None
+        out[r.family] = max(ns) if ns else None
     return out
 
 

@@ -73,13 +73,13 @@ from typing import Any
 
 from . import configs as CF
 from .errors import RobfiltError, suggest
+from .gating.metrics import certified_attack, same_eps
 from .gating.modes import THRESHOLD_MODES, BaselinePolicy, Correction, Mode
 from .gating.outcome import Requirement
 from .models.checkpoint import is_zoo_ref
 from .parsing import parse_number
-from .report.metrics import certified_attack, same_eps
-from .report.runs import CERTIFY, IMAGE, LIPSCHITZ, LM
 from .stats import max_certifiable_radius
+from .summaries import CERTIFY, IMAGE, LIPSCHITZ, LM
 from .surface import Surface, surface
 
 SECTIONS: tuple[str, ...] = (IMAGE, LM, LIPSCHITZ, CERTIFY)

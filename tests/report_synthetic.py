@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from run_summaries import summary_for
 
 from robustbench_filters.runs.folder import RunWriter
 
@@ -31,25 +32,22 @@ def synthetic_seqlen_run(out: Path, study: pd.DataFrame) -> Path:
     return Path(out)
 
 
-def write_run(out: Path, kind: str, rows: pd.DataFrame, config: dict, summary: dict | None = None,
+def write_run(out: Path, kind: str, rows: pd.DataFrame, config: dict, checks: list[dict] | None = None,
               family: str | None = None) -> Path:  # fmt: skip
     extra = {"family": family} if family else None
     with RunWriter(out, kind, config, seed=config.get("seed", 0), extra=extra) as w:
         w.write_part("all", rows)
-        w.finish(rows, {"kind": kind, **({"family": family} if family else {}), **(summary or {})})
+        w.finish(rows, summary_for(kind, family, rows, checks or []))
     return out
 
 
-def _checks(models: list[str], failing: str | None = None) -> dict:
-    checks = [
+def _checks(models: list[str], failing: str | None = None) -> list[dict]:
+    return [
         {"name": name, "model": m, "status": "fail" if (m == failing and name == "pgd >= fgsm") else "pass",
          "detail": "PGD weaker than FGSM at 8/255" if (m == failing and name == "pgd >= fgsm") else "ok"}
         for m in models
         for name in ("eval mode, deterministic", "pgd >= fgsm")
     ]  # fmt: skip
-    fails = sum(c["status"] == "fail" for c in checks)
-    counts = {"passed": fails == 0, "pass": len(checks) - fails, "warn": 0, "fail": fails}
-    return {"checks": checks, "checks_summary": counts}
 
 
 def image_rows(rng: np.random.Generator) -> pd.DataFrame:

@@ -191,7 +191,7 @@ TIERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("data and models", ("data", "models", "hf", "timm_hook", "loading")),
     ("checks, configs and the runner", ("checks", "configs", "recipe", "runs")),
     ("measurements", ("attacks", "lipschitz", "smoothing", "train", "train_hf")),
-    ("readers", ("report", "gating")),
+    ("readers", ("aggregates", "report", "gating")),
     ("entry points", ("api", "spec", "gate", "study", "benchmarking", "benchmarking_lm", "cli")),
 )
 TIER = {name: i for i, (_, names) in enumerate(TIERS) for name in names}

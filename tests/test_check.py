@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from run_summaries import summary_for
 
 from robustbench_filters.cli import run as cli_run
 from robustbench_filters.errors import RegressionError, RobfiltError
 from robustbench_filters.gate import run_gate
 from robustbench_filters.gating import Decision, decide_baseline
-from robustbench_filters.report.metrics import Metric
+from robustbench_filters.gating.metrics import Metric
 from robustbench_filters.runs.folder import RunWriter
 from robustbench_filters.spec import load_spec
 
@@ -26,7 +27,7 @@ def write_run(out: Path, kind: str, rows: pd.DataFrame, config: dict, family: st
     extra = {"family": family} if family else None
     with RunWriter(out, kind, config, seed=0, extra=extra) as w:
         w.write_part("all", rows)
-        w.finish(rows, {"kind": kind, **({"family": family} if family else {})})
+        w.finish(rows, summary_for(kind, family, rows))
     return out
 
 

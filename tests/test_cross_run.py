@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from report_synthetic import image_rows
+from run_summaries import image_summary
 
 from robustbench_filters.errors import RobfiltError, RunStateError
 from robustbench_filters.gate import run_gate
@@ -38,7 +39,7 @@ def _image_run(out: Path, weights: dict[str, str], *, examples: dict = EXAMPLES,
               "n_examples": 24, "steps": steps, "weights": weights, "examples": examples}  # fmt: skip
     with RunWriter(out, "attack", config, seed=seed, extra={"family": "image"}) as w:
         w.write_part("all", rows)
-        w.finish(rows, {"kind": "attack", "family": "image"})
+        w.finish(rows, image_summary(rows))
     return out
 
 

@@ -15,12 +15,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from run_summaries import certify_summary
 
 from robustbench_filters.cli import run as cli_run
 from robustbench_filters.errors import RobfiltError, RunStateError
 from robustbench_filters.gate import run_gate
 from robustbench_filters.gating import read_baseline
-from robustbench_filters.report.metrics import metrics_from_run
+from robustbench_filters.gating.metrics import metrics_from_run
 from robustbench_filters.runs.folder import RunWriter, load_run
 from robustbench_filters.spec import load_spec
 from robustbench_filters.stats import max_certifiable_radius, wilson_interval
@@ -56,7 +57,7 @@ def certify_run(
     config = {"models": ["deit"], "sigmas": list(radii_by_sigma), "n0": 100, "n": n, "alpha": ALPHA,
               "radii": list(radii), "data": "fashion-mnist", "data_checksum": "abc", "example_ids_sha256": "ids0",
               "n_examples": k}  # fmt: skip
-    summary = {"kind": "certify", "family": "image", "checks": checks or []}
+    summary = certify_summary(rows, radii, checks or [])
     with RunWriter(out, "certify", config, seed=0, extra={"family": "image"}) as w:
         w.write_part("all", rows)
         w.finish(rows, summary)
@@ -149,10 +150,7 @@ def test_paired_baseline_is_mcnemar_on_certified_outcomes(tmp_path: Path) -> Non
 def test_a_summary_baseline_falls_back_to_the_interval_rule(tmp_path: Path) -> None:
     """A committed summary.json of a certify run holds counts per radius: the same metrics, no per-example outcomes."""
     run = certify_run(tmp_path / "run", {SIGMA: first(12, 20)})
-    summary = {"kind": "certify", "family": "image", "max_certifiable_radius": {"0.25": 0.6158},
-               "models": {"deit": {"0.25": {"abstain_rate": 0.0, "clean_smoothed_acc": 0.6, "certified": [
-                   {"radius": r, "certified_acc": 0.6, "ci_low": 0.36, "ci_high": 0.81, "certified": 12,
-                    "n_examples": 20} for r in (0.0, 0.25, 0.5)]}}}}  # fmt: skip
+    summary = json.loads((run / "summary.json").read_text())
     path = tmp_path / "summary.json"
     path.write_text(json.dumps(summary))
     base = read_baseline(path)

@@ -11,12 +11,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from run_summaries import image_summary
 
 from robustbench_filters.cli import run as cli_run
 from robustbench_filters.errors import RobfiltError
 from robustbench_filters.gate import run_gate
 from robustbench_filters.gating import Correction, Mode, read_baseline, run_wall_seconds
-from robustbench_filters.report.metrics import baseline_document, metrics_from_run
+from robustbench_filters.gating.metrics import baseline_document, metrics_from_run
 from robustbench_filters.runs.folder import RunWriter, load_run
 from robustbench_filters.spec import load_spec
 
@@ -43,7 +44,7 @@ def image_run(out: Path, outcomes: dict[tuple[str, float], np.ndarray], config: 
     rows = pd.concat(frames, ignore_index=True)
     with RunWriter(out, "attack", config or CONFIG, seed=0, extra={"family": "image"}) as w:
         w.write_part("all", rows)
-        w.finish(rows, {"kind": "attack", "family": "image"})
+        w.finish(rows, image_summary(rows))
     return out
 
 
@@ -222,7 +223,7 @@ def test_aggregate_baselines_fall_back_to_the_interval_rule_unless_refused(tmp_p
 
 def test_deterministic_metrics_allow_float_noise_only(tmp_path: Path) -> None:
     from robustbench_filters.gating import decide_baseline
-    from robustbench_filters.report.metrics import Metric
+    from robustbench_filters.gating.metrics import Metric
 
     base = Metric("deit", "-", "lipschitz_lower", 56.35, 56.35, 56.35)
     for value, status in ((56.35 * (1 + 5e-5), "pass"), (56.35 * (1 + 5e-4), "fail"), (50.0, "pass")):

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from run_summaries import summary_for
 
 from robustbench_filters.errors import RobfiltError
 from robustbench_filters.gating import (
@@ -19,7 +20,7 @@ from robustbench_filters.gating import (
     read_baseline,
     write_baseline,
 )
-from robustbench_filters.report.metrics import Metric, baseline_document, find, metrics_from_run
+from robustbench_filters.gating.metrics import Metric, baseline_document, find, metrics_from_run
 from robustbench_filters.runs.folder import Run, RunWriter, load_run
 
 IMAGE_CONFIG = {"data": "fashion-mnist", "data_checksum": "abc", "example_ids_sha256": "ids0", "seed": 0}
@@ -29,7 +30,7 @@ def _write(out: Path, rows: pd.DataFrame, family: str, config: dict) -> Run:
     kind = "attack"
     with RunWriter(out, kind, config, seed=0, extra={"family": family}) as w:
         w.write_part("all", rows)
-        w.finish(rows, {"kind": kind, "family": family})
+        w.finish(rows, summary_for(kind, family, rows))
     return load_run(out)
 
 
@@ -151,14 +152,10 @@ def test_v1_baseline_paired_needs_fallback(tmp_path: Path) -> None:
     d = decide_baseline(base_m, _metric(fresh_run), mode="paired", unpaired_reason=why, fallback=True)
     assert d.mode is Mode.INTERVAL and d.status is Status.WARN and d.detail.startswith("paired unavailable (")
     # summary.json baselines are aggregate-only too
-    summary = {
-        "kind": "attack",
-        "models": {"deit": {"clean": {}, "robust": [{"attack": "pgd", "eps": 0.01, "acc": 0.6}]}},
-    }
-    (tmp_path / "summary.json").write_text(json.dumps(summary))
-    assert (
-        "is a summary.json holding aggregate metrics only" in read_baseline(tmp_path / "summary.json").unpaired_reason
-    )
+    (tmp_path / "summary.json").write_bytes((base_run.path / "summary.json").read_bytes())
+    from_summary = read_baseline(tmp_path / "summary.json")
+    assert "is a summary.json holding aggregate metrics only" in from_summary.unpaired_reason
+    assert find(from_summary.metrics, "deit", "pgd@0.01", "acc").value == 0.6
 
 
 def test_threshold_modes(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import pandas as pd
 import pytest
+from run_summaries import image_summary
 
 from robustbench_filters.gating import junit
 from robustbench_filters.gating.junit import RunTime, Stopwatch, TimedCase, junit_xml, run_wall_seconds, timed
@@ -55,9 +56,9 @@ def test_run_wall_seconds_from_manifest(tmp_path: Path, monkeypatch: pytest.Monk
 
     monkeypatch.setattr(run_folder, "_dt", SimpleNamespace(datetime=Stamps, UTC=dt.UTC))
     rows = pd.DataFrame({"model": ["m"], "example_id": [0], "attack": ["clean"], "eps": [0.0], "correct": [True]})
-    with RunWriter(tmp_path / "run", "attack", {"x": 1}, seed=0) as w:
+    with RunWriter(tmp_path / "run", "attack", {"x": 1}, seed=0, extra={"family": "image"}) as w:
         w.write_part("all", rows)
-        w.finish(rows, {"kind": "attack"})
+        w.finish(rows, image_summary(rows))
     assert run_wall_seconds(load_run(tmp_path / "run").manifest) == 42  # stamps at second resolution
 
 

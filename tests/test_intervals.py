@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 from scipy import stats as st
 
+from robustbench_filters.gating.metrics import metrics_from_rows
 from robustbench_filters.lipschitz.summary import summarize
 from robustbench_filters.report import tables as T
-from robustbench_filters.report.metrics import metrics_from_rows
 from robustbench_filters.stats import (
     NONNEGATIVE,
     PROPORTION,

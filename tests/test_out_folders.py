@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from report_synthetic import image_rows, write_run
+from run_summaries import image_summary
 
 from robustbench_filters.cli import run
 from robustbench_filters.errors import RobfiltError
@@ -146,10 +147,11 @@ def test_report_refuses_a_run_folder_and_another_kind_of_output(image_run, tmp_p
 
 
 def _run_into(out: Path, *, resume: bool = False, overwrite: bool = False) -> None:
-    rows = pd.DataFrame({"model": ["m"], "example_id": [0], "correct": [True]})
-    with RunWriter(out, "attack", {"n": 1}, seed=0, resume=resume, overwrite=overwrite, units=["all"]) as w:
+    rows = pd.DataFrame({"model": ["m"], "example_id": [0], "attack": ["clean"], "eps": [0.0], "correct": [True]})
+    with RunWriter(out, "attack", {"n": 1}, seed=0, resume=resume, overwrite=overwrite, units=["all"],
+                   extra={"family": "image"}) as w:  # fmt: skip
         w.write_part("all", rows)
-        w.finish(rows, {"kind": "attack"})
+        w.finish(rows, image_summary(rows))
 
 
 def test_run_folder_overwrite_removes_only_the_runs_files(tmp_path) -> None:

@@ -18,14 +18,14 @@ from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
 from report_synthetic import CERT_RADII, certify_runs, synthetic_runs
 
+from robustbench_filters.budgets import eps_key, eps_text
+from robustbench_filters.gating.metrics import same_eps
 from robustbench_filters.parsing import parse_number
 from robustbench_filters.report import build_report
 from robustbench_filters.report import certified as CT
 from robustbench_filters.report import figures as F
 from robustbench_filters.report import render as R
-from robustbench_filters.report.format import eps_key, eps_text
 from robustbench_filters.report.lipschitz_gap import lipschitz_gap_figure
-from robustbench_filters.report.metrics import same_eps
 from robustbench_filters.report.provenance import PROVENANCE
 from robustbench_filters.report.style import CHROME_IN, ONE_COLUMN, TWO_COLUMN
 from robustbench_filters.runs.folder import load_run

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from run_summaries import summary_for
 
 from robustbench_filters.cli import run as cli_run
 from robustbench_filters.errors import RobfiltError
@@ -28,7 +29,7 @@ def write_run(out: Path, kind: str, rows: pd.DataFrame, config: dict, family: st
     extra = {"family": family} if family else None
     with RunWriter(out, kind, config, seed=config.get("seed", 0), extra=extra) as w:
         w.write_part("all", rows)
-        w.finish(rows, {"kind": kind, **({"family": family} if family else {})})
+        w.finish(rows, summary_for(kind, family, rows))
     return out
 
 

@@ -11,11 +11,11 @@ import pytest
 
 from robustbench_filters import vacuity
 from robustbench_filters.gating.decide import baseline_check, decide_threshold
+from robustbench_filters.gating.metrics import Metric, find, metrics_from_rows
 from robustbench_filters.gating.modes import Status
 from robustbench_filters.report import render as R
 from robustbench_filters.report import tables as T
 from robustbench_filters.report.latex import latex_table
-from robustbench_filters.report.metrics import Metric, find, metrics_from_rows
 
 LOWER = [10.0, 20.0, 30.0, 40.0]
 
@@ -192,14 +192,17 @@ def test_study_claims_and_tables_on_vacuous_bounds() -> None:
 
 
 def test_study_scores_judge_run_folders_written_before_the_flags_existed() -> None:
-    from robustbench_filters.lipschitz.summary import summarize
-    from robustbench_filters.study.scores import lipschitz_scores
+    from run_summaries import lipschitz_summary
 
-    summary = summarize(VACUOUS)
+    from robustbench_filters.study.scores import lipschitz_scores
+    from robustbench_filters.summaries import LipschitzSummary
+
+    doc = lipschitz_summary(VACUOUS)
     for key in ("global_upper_vacuous", "local_upper_vacuous", "radius_vacuous"):
-        summary["models"]["deit"].pop(key)
-    for layer in summary["models"]["deit"]["layers"]:
+        doc["models"]["deit"].pop(key)
+    for layer in doc["models"]["deit"]["layers"]:
         layer.pop("global_upper_vacuous")
+    summary = LipschitzSummary.from_dict({"format_version": 2, "fingerprint": "f", **doc}, "a summary of 2025")
     old = pd.DataFrame(lipschitz_scores(summary, "image", 0))
     assert "lip_upper_vacuous" not in set(old["metric"])  # the summary alone cannot say
     new = pd.DataFrame(lipschitz_scores(summary, "image", 0, VACUOUS)).set_index(["metric", "condition"])

@@ -38,7 +38,8 @@ import numpy as np
 from ..errors import RobfiltError, suggest
 from ..io import atomic_write_json
 from ..paired import PairedBinary, PairedRatio
-from ..report.metrics import (
+from ..runs.folder import Run, load_run
+from .metrics import (
     BASELINE_FORMAT,
     LM_EVAL,
     Metric,
@@ -47,8 +48,6 @@ from ..report.metrics import (
     metrics_from_run,
     parse_condition,
 )
-from ..report.runs import family_of
-from ..runs.folder import Run, load_run
 from .series import (
     BinarySeries,
     RatioSeries,
@@ -93,7 +92,7 @@ class Baseline:
     def check_data(self, fresh: Run) -> None:
         """Refuse (one line) a comparison of runs on different data, in any mode: the baseline recorded the
         checksum of its data set and the fresh run another one (their accuracies measure different things)."""
-        base = self.identity.get(family_of(fresh), {}).get("data_checksum")
+        base = self.identity.get(fresh.family, {}).get("data_checksum")
         new = example_identity(fresh.manifest).get("data_checksum")
         if base and new and base != new:
             raise RobfiltError(
@@ -110,7 +109,7 @@ class Baseline:
             return None, self.unpaired_reason
         if metric in LM_EVAL:
             return None, f"{metric} has no paired test (lm-eval's metrics are compared by their intervals)"
-        family = family_of(fresh)
+        family = fresh.family
         base = self.series_for(family, model, cond)
         if base is None:
             return None, f"baseline {self.source} stores no per-example outcomes for {model} {cond}"
@@ -161,7 +160,7 @@ def baseline_document(runs: Sequence[Run]) -> dict[str, Any]:
     metrics: list[dict[str, Any]] = []
     collected: list[tuple[str, SeriesKey, Series]] = []
     for run in runs:
-        family = family_of(run)
+        family = run.family
         metrics += [_metric_entry(m, family) for m in metrics_from_run(run)]
         series = series_of_run(run)
         if not series:
@@ -285,7 +284,7 @@ def read_baseline(path: str | Path) -> Baseline:
     source = str(path)
     if path.is_dir():
         run = load_run(path)
-        fam = family_of(run)
+        fam = run.family
         series = series_of_run(run)
         return Baseline(source, "run folder", metrics_from_run(run), {fam: series} if series else {},
                         {fam: example_identity(run.manifest)})  # fmt: skip

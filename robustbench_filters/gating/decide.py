@@ -11,7 +11,7 @@
 Tolerances are absolute for accuracies (0.02 = 2 points) and relative for perplexity and Lipschitz bounds
 (0.05 = 5%). Metrics without sampling error (certified Lipschitz bounds) are compared on their values in every
 mode, up to float noise (:data:`FLOAT_RTOL`) against a baseline.
-Nothing here reads files or makes runs; the gate passes :class:`~..report.metrics.Metric` values and, for the
+Nothing here reads files or makes runs; the gate passes :class:`~.metrics.Metric` values and, for the
 paired mode, the paired per-example outcomes (:func:`.series.pair_series`).
 
 A certified Lipschitz value that is vacuous (:mod:`robustbench_filters.vacuity`: a bound more than 1e6 times the
@@ -32,8 +32,8 @@ from typing import Literal
 
 from ..errors import RobfiltError
 from ..paired import PairedBinary, PairedRatio, sign_flip_ratio_test
-from ..report.metrics import DIRECTION, RELATIVE, Metric
 from ..stats import mcnemar_one_sided, paired_margin_score_test
+from .metrics import DIRECTION, RELATIVE, Metric
 from .modes import Decision, Mode, Status, threshold_mode
 from .power import (
     DEFAULT_ALPHA,

@@ -18,13 +18,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ..errors import RobfiltError
-from ..report.metrics import RELATIVE, Metric, find, metrics_from_run
-from ..report.runs import family_of
 from ..runs.folder import Run
 from ..stats import holm
 from .baseline import Baseline
 from .decide import PairedTest, baseline_check, decide_threshold, fmt, paired_decision, vacuous_decision
 from .junit import Stopwatch, TimedCase
+from .metrics import RELATIVE, Metric, find, metrics_from_run
 from .modes import DEFAULT_ALPHA, DEFAULT_DISCORDANCE, Correction, Decision, Mode
 from .outcome import Outcome, Requirement
 
@@ -87,7 +86,7 @@ def judge_requirements(
     """Judge every requirement (per family section) against the metrics of that family's runs."""
     out = []
     for fam, reqs in requirements.items():
-        fam_runs = [r for r in runs if family_of(r) == fam]
+        fam_runs = [r for r in runs if r.family == fam]
         if reqs and not fam_runs:
             raise RobfiltError(f"{source} has [{fam}] requirements but no {fam} run was given or made.")
         pool = [m for r in fam_runs for m in metrics[r.run_id]]
@@ -107,7 +106,7 @@ def judge_requirements(
 
 
 def _locate(base: Metric, runs: Sequence[Run], metrics: Mapping[str, list[Metric]], source: str) -> tuple[Run, Metric]:
-    candidates = [r for r in runs if not base.family or family_of(r) == base.family]
+    candidates = [r for r in runs if not base.family or r.family == base.family]
     for run in candidates:
         m = find(metrics[run.run_id], base.model, base.condition, base.metric)
         if m is not None:
@@ -181,12 +180,12 @@ def sanity_outcomes(runs: Sequence[Run], mode: str) -> list[Outcome]:
         return []
     out = []
     for run in runs:
-        for c in run.summary.get("checks", []) or []:
+        for c in run.typed_summary.sanity_checks():
             status = {"pass": "pass", "warn": "warn", "fail": "fail" if mode == "fail" else "warn"}.get(
-                c.get("status"), "warn"
+                c.status, "warn"
             )
-            out.append(Outcome("sanity", family_of(run), c.get("model", ""), "-", c.get("name", "check"),
-                               "", None, None, None, status, c.get("detail", ""), run.run_id))  # fmt: skip
+            out.append(Outcome("sanity", run.family, c.model, "-", c.name, "", None, None, None, status, c.detail,
+                               run.run_id))  # fmt: skip
     return out
 
 

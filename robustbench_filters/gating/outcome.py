@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RegressionError
-from ..report.metrics import condition
+from .metrics import condition
 from .modes import BaselinePolicy, Mode, Status
 
 PASS, WARN, FAIL = Status.PASS.value, Status.WARN.value, Status.FAIL.value

@@ -13,9 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..io import atomic_write_text
-from ..report.metrics import interval_note
 from .judge import junit_case
 from .junit import RunTime, junit_xml
+from .metrics import interval_note
 from .outcome import FAIL, PASS, PERCENT, WARN, GateResult, Outcome, footnotes, ordered
 
 STATUS_WORD = {PASS: "PASS", WARN: "WARN", FAIL: "FAIL"}

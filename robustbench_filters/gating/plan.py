@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from ..report.metrics import Metric, find
 from .baseline import Baseline
 from .decide import baseline_plan, metric_log_se, threshold_plan
+from .metrics import Metric, find
 from .modes import BaselinePolicy, Correction, Mode
 from .outcome import PlannedCheck, Requirement
 from .power import DETERMINISTIC_METRICS, RATIO_LOG_METRICS, minimum_detectable

@@ -29,7 +29,9 @@ import pandas as pd
 
 from ..errors import RobfiltError
 from ..paired import PairedBinary, PairedRatio
-from ..report.metrics import (
+from ..runs.folder import Run
+from ..summaries import CERTIFY
+from .metrics import (
     certificate_rows,
     certified_condition,
     certified_outcomes,
@@ -38,8 +40,6 @@ from ..report.metrics import (
     run_radii,
     same_eps,
 )
-from ..report.runs import CERTIFY, family_of
-from ..runs.folder import Run
 
 # manifest keys (top level or under "config") that identify the examples a run measured
 IDENTITY_KEYS: tuple[str, ...] = ("data", "data_checksum", "example_ids_sha256", "examples_digest")
@@ -85,7 +85,7 @@ def _series(group: pd.DataFrame) -> Series:
 
 
 def series_from_rows(rows: pd.DataFrame) -> dict[SeriesKey, Series]:
-    """Every (model, condition) of an image or LM run's rows, keyed like :class:`~..report.metrics.Metric`.
+    """Every (model, condition) of an image or LM run's rows, keyed like :class:`~.metrics.Metric`.
 
     A measurement that appears twice (the clean rows of an attack run and of a corruption run) counts once,
     the first one kept, as in the reports. Rows without example ids (Lipschitz, sequence-length) give nothing.
@@ -120,7 +120,7 @@ def certified_series(rows: pd.DataFrame, radii: Sequence[float]) -> dict[SeriesK
 
 def series_of_run(run: Run) -> dict[SeriesKey, Series]:
     """Every per-example series of a run: certified outcomes at its radii for certify runs, else its rows'."""
-    if family_of(run) == CERTIFY:
+    if run.family == CERTIFY:
         return certified_series(run.rows, run_radii(run))
     return series_from_rows(run.rows)
 

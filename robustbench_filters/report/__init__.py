@@ -4,8 +4,8 @@
 PNG). Everything here reads run folders only and recomputes from per-example rows; making the runs is
 :mod:`robustbench_filters.api`'s job, and the CI gate's judgement lives in :mod:`robustbench_filters.gating`.
 
-The names below load on first use: :mod:`.format` (how a budget reads) is imported by the CLI's console tables,
-which must not pay for pandas and matplotlib.
+The names below load on first use, so importing one light module of this package does not pay for pandas and
+matplotlib.
 """
 
 from __future__ import annotations

@@ -21,6 +21,8 @@ from .. import vacuity
 from ..errors import RobfiltError, unknown
 from ..runs.folder import Run
 from ..runs.outfolder import OutputFolder, legacy_report_files
+from ..summaries import CERTIFY, IMAGE, LIPSCHITZ, LM, SEQLEN
+from ..summaries.image import ImageAttackSummary
 from . import context as C
 from . import figures as F
 from . import index as I
@@ -28,7 +30,7 @@ from . import provenance as PV
 from . import render as R
 from . import tables as T
 from .index import ReportResult
-from .runs import CERTIFY, IMAGE, LIPSCHITZ, LM, SEQLEN, RunSet, load_runs
+from .runs import RunSet, load_runs
 
 log = logging.getLogger(__name__)
 
@@ -216,23 +218,21 @@ class _Builder:
     def _attention(self) -> None:
         from .attention import maps_from_run
 
-        run = next(
-            (
-                r
-                for r in self.rs.families.get(IMAGE, [])
-                if set(ATTENTION_MODELS) <= set((r.summary.get("attention") or {}))
-            ),
-            None,
-        )
-        if run is None:
+        for run in self.rs.families.get(IMAGE, []):
+            summary = run.typed_summary
+            if isinstance(summary, ImageAttackSummary) and set(ATTENTION_MODELS) <= set(
+                summary.recorded_attention().maps
+            ):
+                break
+        else:
             self.skip("attention maps", "no image run recorded CLS attention maps for deit and deit-bsa")
             return
         maps, image = maps_from_run(run, ATTENTION_MODELS)
         if image is None:
             self.skip("attention maps", "the run recorded no input image (only images up to 64x64 are stored)")
             return
-        example = run.summary["attention"].get("_example_id")
-        sources = [m.source for m in maps] + [f"image: {run.summary.get('data')} test[{example}]"]
+        example = summary.recorded_attention().example_id
+        sources = [m.source for m in maps] + [f"image: {summary.data} test[{example}]"]
         grid = "x".join(str(d) for d in maps[0].maps.shape[1:])
         self.figure(
             "attention_maps",
@@ -439,11 +439,10 @@ class _Builder:
     # -- index ---------------------------------------------------------------------------------------------
     def checks_notes(self) -> None:
         for run in self.rs.runs:
-            counts = run.summary.get("checks_summary")
-            if counts and not counts.get("passed", True):
-                failed = [f"{c['model']}: {c['name']}" for c in run.summary.get("checks", []) if c["status"] == "fail"]
+            failed = [f"{c.model}: {c.name}" for c in run.typed_summary.sanity_checks() if c.status == "fail"]
+            if failed:
                 self.result.notes.append(
-                    f"run {run.run_id}: {counts.get('fail', len(failed))} sanity check(s) FAILED ({'; '.join(failed)}); "
+                    f"run {run.run_id}: {len(failed)} sanity check(s) FAILED ({'; '.join(failed)}); "
                     "treat its numbers as unreliable."
                 )
 

@@ -245,11 +245,10 @@ def write_page(path: Path, page: HtmlPage) -> Path:
 
 
 def checks_frame(runs: Sequence) -> pd.DataFrame:
-    """Every sanity check of every run (``summary["checks"]``): run id, model, check, status, detail."""
+    """Every sanity check of every run (its summary's ``checks``): run id, model, check, status, detail."""
     rows = [
-        {"run": r.run_id, "model": c.get("model", ""), "check": c.get("name", ""), "status": c.get("status", ""),
-         "detail": c.get("detail", "")}
+        {"run": r.run_id, "model": c.model, "check": c.name, "status": c.status, "detail": c.detail}
         for r in runs
-        for c in r.summary.get("checks", []) or []
-    ]  # fmt: skip
+        for c in r.typed_summary.sanity_checks()
+    ]
     return pd.DataFrame(rows, columns=["run", "model", "check", "status", "detail"])

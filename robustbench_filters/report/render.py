@@ -16,8 +16,8 @@ from pathlib import Path
 import pandas as pd
 
 from .. import vacuity
+from ..budgets import eps_text
 from ..io import atomic_write_text
-from .format import eps_text
 from .latex import format_number, label_for, latex_table
 from .tables import CLEAN, model_order
 

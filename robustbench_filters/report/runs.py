@@ -1,11 +1,12 @@
-"""Reading run folders for reports and gates: what each run measured, on which examples, as one row table.
+"""Reading run folders for reports: what each run measured, on which examples, as one row table per family.
 
-Reports compare models row by row (paired tests), so two runs may only share a table when they were made on
-the same examples, and they must be what they claim (:mod:`..runs.crosscheck`): no run twice, one model per name,
-no model compared with itself under two names. Each run gets an *example key*: the data checksum and the hash of the selected example ids
-when the engine recorded them (image attack runs do), else (data, n_examples, seed, seq_len). Runs of one
-family with different keys are refused unless the caller allows mixing; then rows keep an ``example_set``
-column so paired statistics only ever pair rows of the same set.
+A run's family (image | lm | lipschitz | seqlen | certify) is what its manifest records (``Run.family``, from the
+run's kind and, for attack runs, its family). Reports compare models row by row (paired tests), so two runs may
+only share a table when they were made on the same examples, and they must be what they claim
+(:mod:`..runs.crosscheck`): no run twice, one model per name, no model compared with itself under two names. Each
+run gets an *example key* (:func:`..runs.crosscheck.example_key`). Runs of one family with different keys are
+refused unless the caller allows mixing; then rows keep an ``example_set`` column so paired statistics only ever
+pair rows of the same set.
 
 The sequence-length study (:func:`robustbench_filters.lipschitz.seqlen_run.sequence_length_run`) is not a
 per-example measurement; the runner writes it as a run folder of kind ``seqlen`` like any other run, and this module
@@ -23,47 +24,10 @@ from typing import Any
 import pandas as pd
 
 from ..errors import RobfiltError
-from ..runs.crosscheck import refuse_copies, refuse_label_conflicts, selections_of
+from ..runs.crosscheck import KEY_FIELDS, example_key, refuse_copies, refuse_label_conflicts, selections_of
 from ..runs.folder import Run, load_run
 
 log = logging.getLogger(__name__)
-
-IMAGE, LM, LIPSCHITZ, SEQLEN, CERTIFY = "image", "lm", "lipschitz", "seqlen", "certify"
-FAMILIES: tuple[str, ...] = (IMAGE, LM, LIPSCHITZ, SEQLEN, CERTIFY)
-SEQLEN_COLUMNS = frozenset({"n", "kind", "mean_perturbation"})
-LM_COLUMNS = frozenset({"nll_sum", "n_tokens"})
-KEY_FIELDS = ("data", "data_checksum", "example_ids_sha256")
-FALLBACK_KEY_FIELDS = ("data", "n_examples", "seed", "seq_len")
-
-
-def family_of(run: Run) -> str:
-    """image | lm | lipschitz | seqlen | certify, from the manifest, the summary, then the row columns."""
-    cols = set(run.rows.columns)
-    if run.kind == SEQLEN or cols >= SEQLEN_COLUMNS:
-        return SEQLEN
-    if run.kind in (LIPSCHITZ, CERTIFY):
-        return run.kind
-    fam = run.manifest.get("family") or run.summary.get("family")
-    if fam in (IMAGE, LM):
-        return fam
-    return LM if cols >= LM_COLUMNS else IMAGE
-
-
-def example_key(run: Run) -> tuple[Any, ...] | None:
-    """What identifies the examples a run measured; None when it measured no dataset examples.
-
-    The runner's record of the selected examples (the hash of their ids and of their contents) decides when the
-    run has one, so two runs of one data name, n and seed on different data are never paired."""
-    if family_of(run) == SEQLEN:
-        return None
-    config = run.manifest.get("config", {})
-    selections = selections_of(run)
-    if selections:
-        return (config.get("data"), config.get("data_checksum"), tuple(sorted(selections)))
-    if config.get("data_checksum") or config.get("example_ids_sha256"):
-        return tuple(config.get(k) for k in KEY_FIELDS)
-    seed = config.get("seed", run.manifest.get("seed"))
-    return tuple(config.get(k) if k != "seed" else seed for k in FALLBACK_KEY_FIELDS)
 
 
 def _describe_difference(a: Run, b: Run) -> str:
@@ -108,7 +72,7 @@ def load_runs(run_dirs: Sequence[str | Path], allow_mixed: bool = False) -> RunS
     refuse_copies(runs)
     out = RunSet(runs=runs)
     for run in runs:
-        out.families.setdefault(family_of(run), []).append(run)
+        out.families.setdefault(run.family, []).append(run)
     for fam, group in out.families.items():
         keys = [example_key(r) for r in group]
         for key in dict.fromkeys(keys):  # runs on the same examples are compared model by model

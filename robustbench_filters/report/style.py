@@ -45,7 +45,6 @@ OKABE_ITO: dict[str, str] = {
     "purple": "#CC79A7",
 }
 VARIANTS: tuple[str, ...] = ("", "bsa", "grc", "bsa-grc")  # "" is the baseline (softmax, plain residual)
-VARIANT_NAMES: dict[str, str] = {"": "baseline", "bsa": "bsa", "grc": "grc", "bsa-grc": "bsa-grc"}
 VARIANT_COLORS: dict[str, str] = {
     "": OKABE_ITO["blue"],
     "bsa": OKABE_ITO["orange"],

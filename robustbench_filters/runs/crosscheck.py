@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ..errors import RunStateError
+from ..summaries import SEQLEN
 from .folder import Run
 
 
@@ -43,6 +44,28 @@ def selections_of(run: Run) -> frozenset[tuple[str, str]]:
         else:
             out.add((json.dumps(value, sort_keys=True, default=str), ""))
     return frozenset(out)
+
+
+KEY_FIELDS = ("data", "data_checksum", "example_ids_sha256")
+FALLBACK_KEY_FIELDS = ("data", "n_examples", "seed", "seq_len")
+
+
+def example_key(run: Run) -> tuple[Any, ...] | None:
+    """What identifies the examples a run measured; None when it measured no dataset examples (a layer study).
+
+    The runner's record of the selected examples (the hash of their ids and of their contents) decides when the
+    run has one, so two runs of one data name, n and seed on different data are never paired; else the data
+    checksum and ids hash, else (data, n_examples, seed, seq_len)."""
+    if run.kind == SEQLEN:
+        return None
+    config = run.manifest.get("config", {})
+    selections = selections_of(run)
+    if selections:
+        return (config.get("data"), config.get("data_checksum"), tuple(sorted(selections)))
+    if config.get("data_checksum") or config.get("example_ids_sha256"):
+        return tuple(config.get(k) for k in KEY_FIELDS)
+    seed = config.get("seed", run.manifest.get("seed"))
+    return tuple(config.get(k) if k != "seed" else seed for k in FALLBACK_KEY_FIELDS)
 
 
 def refuse_copies(runs: Sequence[Run], *, rows: bool = False) -> None:
@@ -91,4 +114,13 @@ def seed_of(run: Run) -> Any:
     return run.manifest.get("seed")
 
 
-__all__ = ["refuse_copies", "refuse_label_conflicts", "seed_of", "selections_of", "weights_of"]
+__all__ = [
+    "FALLBACK_KEY_FIELDS",
+    "KEY_FIELDS",
+    "example_key",
+    "refuse_copies",
+    "refuse_label_conflicts",
+    "seed_of",
+    "selections_of",
+    "weights_of",
+]

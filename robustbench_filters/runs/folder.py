@@ -37,6 +37,7 @@ import pandas as pd
 
 from .. import io as _io
 from ..errors import RobfiltError, RunStateError
+from ..summaries import Summary, read_summary, report_family, written_summary
 from ..versions import git_commit, library_versions
 from . import adversarial as _adv
 from .lock import LOCK, RunLock
@@ -88,8 +89,10 @@ def read_manifest(folder: Path) -> dict[str, Any]:
         ) from None
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise RunStateError(f"{path} is corrupted (not JSON); re-run that command with --overwrite.") from None
-    if not isinstance(manifest, dict) or "kind" not in manifest:
+    if not isinstance(manifest, dict) or ("format" not in manifest and "kind" not in manifest):
         raise RunStateError(f"{path} is not a robfilt run manifest; pass a folder robfilt wrote.")
+    if not isinstance(manifest.get("kind"), str) or not manifest["kind"]:
+        raise RunStateError(f"run folder {folder} records no kind in its manifest; re-run it with this robfilt.")
     version = manifest.get("format_version", manifest.get("schema_version"))
     if version != FORMAT_VERSION:
         raise RunStateError(
@@ -334,13 +337,17 @@ class RunWriter:
     # --- finishing --------------------------------------------------------------------------------------------
 
     def finish(self, rows: pd.DataFrame, summary: dict[str, Any]) -> None:
-        """Write the merged rows, the summary, then the manifest with every hash and status complete."""
+        """Write the merged rows, the summary, then the manifest with every hash and status complete.
+
+        The summary is written through its typed summary (:mod:`robustbench_filters.summaries`), which must read it
+        back key for key: a writer that renames or adds a key fails here, not in a reader months later."""
         if not self.primary:
             raise RunStateError("only rank 0 finishes a distributed run.")
         _adv.check_folder(self.out, self._planned, set(self._done), set(self._adversarial))
-        _io.atomic_write(self.out / ROWS, lambda tmp: rows.to_parquet(tmp, index=False))
         doc = {"format_version": FORMAT_VERSION, "fingerprint": self.fp, **summary}
-        _io.atomic_write_json(self.out / SUMMARY, doc)
+        typed = written_summary(doc, self.kind, self.extra.get("family"), self.out)  # before any file is written
+        _io.atomic_write(self.out / ROWS, lambda tmp: rows.to_parquet(tmp, index=False))
+        _io.atomic_write_json(self.out / SUMMARY, typed.to_dict())
         manifest = json.loads((self.out / MANIFEST).read_text())
         manifest.update(
             status="complete",
@@ -355,16 +362,25 @@ class RunWriter:
 
 @dataclass
 class Run:
-    """A finished, verified run, as read back by reports, checks and the study."""
+    """A finished, verified run, as read back by reports, checks and the study.
+
+    ``summary`` is the document as written (and hashed); readers use ``typed_summary``, its typed form for the
+    run's kind, so a renamed key fails loudly instead of reading as None."""
 
     path: Path
     manifest: dict[str, Any]
     rows: pd.DataFrame
     summary: dict[str, Any]
+    typed_summary: Summary
 
     @property
     def kind(self) -> str:
         return self.manifest["kind"]
+
+    @property
+    def family(self) -> str:
+        """The report family (image | lm | lipschitz | seqlen | certify), from the manifest's kind and family."""
+        return report_family(self.kind, self.manifest.get("family"), f"run folder {self.path}")
 
     @property
     def run_id(self) -> str:
@@ -415,8 +431,9 @@ def load_run(path: str | Path) -> Run:
     path = Path(path)
     manifest = verify_run(path)
     summary = json.loads((path / SUMMARY).read_text())
+    typed = read_summary(summary, manifest["kind"], manifest.get("family"), f"run folder {path}")
     rows = pd.read_parquet(path / ROWS)
-    return Run(path=path, manifest=manifest, rows=rows, summary=summary)
+    return Run(path=path, manifest=manifest, rows=rows, summary=summary, typed_summary=typed)
 
 
 def load_adversarial(

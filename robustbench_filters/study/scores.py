@@ -22,15 +22,28 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
 
 from .. import vacuity
+from ..errors import RobfiltError
 from ..runs.folder import Run
 from ..stats import mcnemar_exact
+from ..summaries import (
+    CorruptionSummary,
+    ImageAttackSummary,
+    LipschitzSummary,
+    LMAttackSummary,
+    StudySeqlenSummary,
+    Summary,
+)
+from ..summaries.lipschitz import LipschitzLayer, LipschitzModel
+from ..summaries.record import present
 from .seqlen import growth_slope
+
+S = TypeVar("S", bound=Summary)
 
 SCORE_COLUMNS = ("family", "model", "seed", "metric", "condition", "value")
 CHECK_COLUMNS = ("piece", "model", "name", "status", "detail")
@@ -46,39 +59,39 @@ def _row(family: str, model: str, seed: int, metric: str, cond: str, value: Any)
     return {"family": family, "model": str(model), "seed": int(seed), "metric": metric, "condition": cond, "value": v}
 
 
-def image_attack_scores(summary: dict, seed: int) -> list[dict]:
+def image_attack_scores(summary: ImageAttackSummary, seed: int) -> list[dict]:
     out = []
-    for model, m in summary["models"].items():
-        out.append(_row("image", model, seed, "acc", "clean", m["clean"]["acc"]))
+    for model, m in summary.models.items():
+        out.append(_row("image", model, seed, "acc", "clean", m.clean.acc))
         by_attack: dict[str, list[float]] = {}
-        for r in m["robust"]:
-            out.append(_row("image", model, seed, "acc", condition(r["attack"], r["eps"]), r["acc"]))
-            by_attack.setdefault(r["attack"], []).append(r["acc"])
+        for r in m.robust:
+            out.append(_row("image", model, seed, "acc", condition(r.attack, r.eps), r.acc))
+            by_attack.setdefault(r.attack, []).append(r.acc)
         out += [_row("image", model, seed, "acc_mean", a, np.mean(v)) for a, v in by_attack.items()]
     return out
 
 
-def corruption_scores(summary: dict, seed: int) -> list[dict]:
+def corruption_scores(summary: CorruptionSummary, seed: int) -> list[dict]:
     out = []
-    for model, m in summary["models"].items():
-        out.append(_row("image", model, seed, "corruption_acc", "mean", m["mean_acc"]))
-        out += [_row("image", model, seed, "corruption_acc", n, c["mean_acc"]) for n, c in m["corruptions"].items()]
-        if m.get("mce") is not None:
-            out.append(_row("image", model, seed, "mce", "all", m["mce"]))
+    for model, m in summary.models.items():
+        out.append(_row("image", model, seed, "corruption_acc", "mean", m.mean_acc))
+        out += [_row("image", model, seed, "corruption_acc", n, c.mean_acc) for n, c in m.corruptions.items()]
+        if m.mce is not None:
+            out.append(_row("image", model, seed, "mce", "all", m.mce))
     return out
 
 
-def lm_scores(summary: dict, seed: int) -> list[dict]:
+def lm_scores(summary: LMAttackSummary, seed: int) -> list[dict]:
     out = []
-    for model, m in summary["models"].items():
-        clean = math.log(m["clean"]["ppl"])
+    for model, m in summary.models.items():
+        clean = math.log(m.clean.ppl)
         out.append(_row("lm", model, seed, "log_ppl", "clean", clean))
         by_attack: dict[str, list[float]] = {}
-        for r in m["results"]:
-            lp = math.log(r["ppl"])
-            out.append(_row("lm", model, seed, "log_ppl", condition(r["attack"], r["eps"]), lp))
-            if r["attack"] != "wordswap" or r["eps"] > 0:
-                by_attack.setdefault(r["attack"], []).append(lp)
+        for r in m.results:
+            lp = math.log(r.ppl)
+            out.append(_row("lm", model, seed, "log_ppl", condition(r.attack, r.eps), lp))
+            if r.attack != "wordswap" or r.eps > 0:
+                by_attack.setdefault(r.attack, []).append(lp)
         for attack, values in by_attack.items():
             out.append(_row("lm", model, seed, "log_ppl_mean", attack, np.mean(values)))
             out.append(_row("lm", model, seed, "log_ppl_increase", attack, np.mean(values) - clean))
@@ -97,36 +110,37 @@ def _flag_rows(family: str, model: str, seed: int, metric: str, cond: str, flag:
     return [] if flag is None else [_row(family, model, seed, VACUOUS_SCORES[metric], cond, float(bool(flag)))]
 
 
-def _global_flag(rows: pd.DataFrame | None, entry: dict, model: str, layer: str) -> Any:
+def _global_flag(rows: pd.DataFrame | None, entry: LipschitzModel | LipschitzLayer, model: str, layer: str) -> Any:
     """Whether a certified global constant is vacuous: the rule applied to the run's rows (so run folders written
     before the summaries carried the flag are judged too), else the summary's flag."""
+    recorded = present(entry.global_upper_vacuous)
     if rows is None or "layer" not in rows.columns:
-        return entry.get("global_upper_vacuous")
+        return recorded
     sel = rows[(rows["model"] == model) & (rows["layer"] == layer)]
-    return vacuity.block_vacuity(sel)["global_upper_vacuous"] if len(sel) else entry.get("global_upper_vacuous")
+    return vacuity.block_vacuity(sel)["global_upper_vacuous"] if len(sel) else recorded
 
 
-def lipschitz_scores(summary: dict, family: str, seed: int, rows: pd.DataFrame | None = None) -> list[dict]:
+def lipschitz_scores(summary: LipschitzSummary, family: str, seed: int, rows: pd.DataFrame | None = None) -> list[dict]:
     out = []
-    for model, m in summary["models"].items():
-        out.append(_row(family, model, seed, "lip_lower_mean", "model", m["lower_mean"]))
-        out.append(_row(family, model, seed, "lip_lower_max", "model", m["lower_max"]))
-        out.append(_row(family, model, seed, "lip_log10_upper", "model", m.get("log10_global_upper")))
+    for model, m in summary.models.items():
+        out.append(_row(family, model, seed, "lip_lower_mean", "model", m.lower_mean))
+        out.append(_row(family, model, seed, "lip_lower_max", "model", m.lower_max))
+        out.append(_row(family, model, seed, "lip_log10_upper", "model", m.log10_global_upper))
         out += _flag_rows(family, model, seed, "lip_log10_upper", "model", _global_flag(rows, m, model, "model"))
-        for layer in m.get("layers", []):
-            out.append(_row(family, model, seed, "lip_layer_lower_mean", layer["layer"], layer["lower_mean"]))
-            upper = layer.get("global_upper")
+        for layer in m.layers:
+            out.append(_row(family, model, seed, "lip_layer_lower_mean", layer.layer, layer.lower_mean))
+            upper = layer.global_upper
             log_upper = math.log10(upper) if upper and upper > 0 and math.isfinite(upper) else None
-            out.append(_row(family, model, seed, "lip_layer_log10_upper", layer["layer"], log_upper))
-            flag = _global_flag(rows, layer, model, layer["layer"])
-            out += _flag_rows(family, model, seed, "lip_layer_log10_upper", layer["layer"], flag)
-    for rec in summary.get("gap_log10_median") or []:  # --gap: median log10 over examples, per layer and rho
-        if rec["layer"] == "model":
-            out.append(_row(family, rec["model"], seed, "lip_log10_layerwise", "model", rec.get("layerwise_estimate")))
-            cond = f"rho={rec['rho']:g}"
-            out.append(_row(family, rec["model"], seed, "lip_log10_local", cond, rec.get("local_upper")))
-            flag = vacuity.log10_vacuous(rec.get("local_upper"), rec.get("empirical"))
-            out += _flag_rows(family, rec["model"], seed, "lip_log10_local", cond, flag)
+            out.append(_row(family, model, seed, "lip_layer_log10_upper", layer.layer, log_upper))
+            flag = _global_flag(rows, layer, model, layer.layer)
+            out += _flag_rows(family, model, seed, "lip_layer_log10_upper", layer.layer, flag)
+    for rec in present(summary.gap_log10_median, []):  # --gap: median log10 over examples, per layer and rho
+        if rec.layer == "model":
+            out.append(_row(family, rec.model, seed, "lip_log10_layerwise", "model", rec.layerwise_estimate))
+            cond = f"rho={rec.rho:g}"
+            out.append(_row(family, rec.model, seed, "lip_log10_local", cond, rec.local_upper))
+            flag = vacuity.log10_vacuous(rec.local_upper, rec.empirical)
+            out += _flag_rows(family, rec.model, seed, "lip_log10_local", cond, flag)
     return out
 
 
@@ -152,11 +166,11 @@ def certify_scores(rows: pd.DataFrame, seed: int) -> list[dict]:
     return out
 
 
-def seqlen_lm_scores(summary: dict, seed: int) -> list[dict]:
+def seqlen_lm_scores(summary: StudySeqlenSummary, seed: int) -> list[dict]:
     out = []
-    for model, m in summary["models"].items():
-        out.append(_row("lm", model, seed, "seqlen_slope", "last-token gain", m["slope"]))
-        out += [_row("lm", model, seed, "seqlen_gain", f"N={n}", v) for n, v in m["mean_by_n"].items()]
+    for model, m in summary.models.items():
+        out.append(_row("lm", model, seed, "seqlen_slope", "last-token gain", m.slope))
+        out += [_row("lm", model, seed, "seqlen_gain", f"N={n}", v) for n, v in m.mean_by_n.items()]
     return out
 
 
@@ -213,11 +227,11 @@ class StudyScores:
 
 
 def failed_checks(run: Run, piece_id: str) -> list[dict]:
-    """The run's sanity checks (``summary["checks"]``) whose status is not ``pass``."""
+    """The run's sanity checks whose status is not ``pass``."""
     return [
-        {"piece": piece_id, **{k: c.get(k, "") for k in ("model", "name", "status", "detail")}}
-        for c in run.summary.get("checks", [])
-        if c.get("status") != "pass"
+        {"piece": piece_id, "model": c.model, "name": c.name, "status": c.status, "detail": c.detail}
+        for c in run.typed_summary.sanity_checks()
+        if c.status != "pass"
     ]
 
 
@@ -225,21 +239,26 @@ def scores_from_run(kind: str, run: Run, seed: int, baseline: str | None = None)
     """(score rows, McNemar rows) of one finished piece's run folder."""
     from . import plan as P
 
-    s = run.summary
+    def summary(cls: type[S]) -> S:
+        if not isinstance(run.typed_summary, cls):
+            raise RobfiltError(f"{run.path} holds a {run.kind} run, not the study's {kind} piece; re-run the study.")
+        return run.typed_summary
+
     if kind == P.VISION_ATTACK:
-        return image_attack_scores(s, seed), mcnemar_rows(run.rows, baseline, seed) if baseline else []
+        scores = image_attack_scores(summary(ImageAttackSummary), seed)
+        return scores, mcnemar_rows(run.rows, baseline, seed) if baseline else []
     if kind == P.VISION_CORRUPTION:
-        return corruption_scores(s, seed), []
+        return corruption_scores(summary(CorruptionSummary), seed), []
     if kind == P.LM_ATTACK:
-        return lm_scores(s, seed), []
+        return lm_scores(summary(LMAttackSummary), seed), []
     if kind == P.LIPSCHITZ_VISION:
-        return lipschitz_scores(s, "image", seed, run.rows), []
+        return lipschitz_scores(summary(LipschitzSummary), "image", seed, run.rows), []
     if kind == P.CERTIFY_VISION:
         return certify_scores(run.rows, seed), []
     if kind == P.LIPSCHITZ_LM:
-        return lipschitz_scores(s, "lm", seed, run.rows), []
+        return lipschitz_scores(summary(LipschitzSummary), "lm", seed, run.rows), []
     if kind == P.SEQLEN_LM:
-        return seqlen_lm_scores(s, seed), []
+        return seqlen_lm_scores(summary(StudySeqlenSummary), seed), []
     if kind == P.SEQLEN_LAYER:
         return seqlen_layer_scores(run.rows, seed), []
     raise ValueError(f"unknown piece kind {kind!r}")

@@ -36,16 +36,20 @@ from typing import Any
 
 import pandas as pd
 
+from .. import aggregates as A
 from ..errors import RobfiltError, suggest
 from ..parsing import parse_number
 from ..runs.folder import Run, load_run
 from ..stats import max_certifiable_radius, wilson_interval
-from . import tables as T
-from .runs import CERTIFY, IMAGE, LIPSCHITZ, LM, family_of
+from ..summaries import CERTIFY, IMAGE, LIPSCHITZ, LM, Summary, read_summary
+from ..summaries.certify import CertifySummary, SigmaCertificates
+from ..summaries.corruption import CorruptionSummary
+from ..summaries.image import ImageAttackSummary
+from ..summaries.lipschitz import LipschitzSummary
+from ..summaries.lm import LM_EVAL, LMAttackSummary
+from ..summaries.record import present
 
 BASELINE_FORMAT = "robfilt-baseline"
-#: lm-eval's metrics, present for models scored lm-eval style (Hugging Face models; see hf.rolling).
-LM_EVAL: tuple[str, ...] = ("word_perplexity", "byte_perplexity", "bits_per_byte")
 # metric name -> True when higher is better
 DIRECTION: dict[str, bool] = {
     "acc": True,
@@ -133,11 +137,11 @@ class Metric:
 def condition(attack: str, eps: float) -> str:
     """'clean', or '<attack>@<eps>' with eps as papers print it (8/255 stays 8/255; parsed back exactly); a
     certified radius is a plain number ('certified:sigma0.25@1', never '255/255')."""
-    if attack == T.CLEAN:
+    if attack == A.CLEAN:
         return "clean"
     if attack.startswith(f"{CERTIFIED}:"):
         return f"{attack}@{float(eps):.8g}"
-    return f"{attack}@{T.eps_label(float(eps))}"
+    return f"{attack}@{A.eps_label(float(eps))}"
 
 
 def certified_attack(sigma: float) -> str:
@@ -218,19 +222,19 @@ def metrics_from_rows(rows: pd.DataFrame, family: str, source: str = "", radii: 
     certified accuracies, for certify rows)."""
     out: list[Metric] = []
     if family == IMAGE:
-        for r in T.accuracy_table(rows).itertuples():
+        for r in A.accuracy_table(rows).itertuples():
             out.append(Metric(r.model, condition(r.attack, r.eps), "acc", r.acc, r.lo, r.hi, int(r.n), family, source))
-        corr = T.corruption_table(rows)
+        corr = A.corruption_table(rows)
         for r in corr.itertuples() if not corr.empty else ():
             if r.corruption != "clean":
-                cond = condition(f"{T.CORRUPTION_PREFIX}{r.corruption}", r.severity)
+                cond = condition(f"{A.CORRUPTION_PREFIX}{r.corruption}", r.severity)
                 out.append(Metric(r.model, cond, "acc", r.acc, r.lo, r.hi, int(r.n), family, source))
     elif family == LM:
-        ppl = T.perplexity_table(rows)
-        corr = T.corruption_table(rows)
+        ppl = A.perplexity_table(rows)
+        corr = A.corruption_table(rows)
         if not corr.empty:
             corr = corr[corr["corruption"] != "clean"].assign(
-                attack=lambda d: T.CORRUPTION_PREFIX + d["corruption"], eps=lambda d: d["severity"]
+                attack=lambda d: A.CORRUPTION_PREFIX + d["corruption"], eps=lambda d: d["severity"]
             )
             ppl = pd.concat([ppl, corr], ignore_index=True)
         for r in ppl.itertuples():
@@ -248,7 +252,7 @@ def metrics_from_rows(rows: pd.DataFrame, family: str, source: str = "", radii: 
                     lo, hi = _nan(getattr(r, f"{name}_lo")), _nan(getattr(r, f"{name}_hi"))
                     out.append(Metric(r.model, cond, name, v, lo, hi, int(r.n), family, source))
     elif family == LIPSCHITZ:
-        table = T.lipschitz_table(rows)
+        table = A.lipschitz_table(rows)
         for r in table.to_dict("records"):
             for col, name in LIPSCHITZ_METRICS.items():
                 v = _nan(r[col])
@@ -261,65 +265,73 @@ def metrics_from_rows(rows: pd.DataFrame, family: str, source: str = "", radii: 
 
 
 def metrics_from_run(run: Run) -> list[Metric]:
-    family = family_of(run)
+    family = run.family
     radii = run_radii(run) if family == CERTIFY else ()
     return metrics_from_rows(run.rows, family, run.run_id, radii)
 
 
-def _certified_from_summary(model: str, by_sigma: Any, tops: Any, source: str) -> list[Metric]:
+def _certified_from_summary(
+    model: str, by_sigma: dict[str, SigmaCertificates], tops: dict[str, float], source: str
+) -> list[Metric]:
     """A certify summary's certified accuracies (counts per radius), with the Wilson interval the gate uses."""
     out = []
     try:
         for key, entry in by_sigma.items():
-            sigma, top = float(key), float((tops or {}).get(key, math.inf))
-            abstained = float(entry.get("abstain_rate", 0.0)) >= 1.0
-            for c in entry["certified"]:
-                k, n, r = int(c["certified"]), int(c["n_examples"]), float(c["radius"])
+            sigma, top = float(key), float(tops.get(key, math.inf))
+            abstained = float(entry.abstain_rate) >= 1.0
+            for c in entry.certified:
+                k, n, r = int(c.certified), int(c.n_examples), float(c.radius)
                 if not 0 <= k <= n or n <= 0:
                     raise ValueError(f"certified {k} of {n}")
                 lo, hi = wilson_interval(k, n)
                 vac = abstained or r > top * (1 + 1e-9)
                 cond = certified_condition(sigma, r)
                 out.append(Metric(model, cond, "certified_acc", k / n, lo, hi, n, CERTIFY, source, vac))
-    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+    except (TypeError, ValueError) as exc:
         raise RobfiltError(f"{source}: certify summary of {model} is malformed ({exc}); pass a summary.json written "
                            "by robfilt certify.") from None  # fmt: skip
     return out
 
 
-def _from_summary(summary: dict[str, Any], source: str) -> list[Metric]:
-    """Metrics from a run's summary.json (for baselines kept as a committed summary file)."""
+def _accuracy(model: str, cond: str, e: Any, source: str) -> Metric:
+    """An accuracy entry of an image summary (clean, robust or one corruption severity) as a metric."""
+    return Metric(model, cond, "acc", float(e.acc), _nan(e.lo), _nan(e.hi), e.n, IMAGE, source)
+
+
+def _from_summary(summary: Summary, source: str) -> list[Metric]:
+    """Metrics from a run's summary.json (for baselines kept as a committed summary file): the metrics
+    :func:`metrics_from_rows` gives for the run's rows, from the aggregates the summary recorded."""
     out: list[Metric] = []
-    kind, family = summary.get("kind"), summary.get("family", IMAGE)
-    models = summary.get("models")
-    if not isinstance(models, dict):
-        raise RobfiltError(f"{source}: summary has no 'models' table; pass a summary.json written by robfilt.")
-    for model, m in models.items():
-        if kind == CERTIFY:
-            out += _certified_from_summary(model, m, summary.get("max_certifiable_radius"), source)
-        elif kind == LIPSCHITZ:
+    if isinstance(summary, CertifySummary):
+        for model, by_sigma in summary.models.items():
+            out += _certified_from_summary(model, by_sigma, summary.max_certifiable_radius, source)
+    elif isinstance(summary, LipschitzSummary):
+        for model, m in summary.models.items():
             for col, name in LIPSCHITZ_METRICS.items():
-                v = _nan(m.get(col))
+                v = _nan(getattr(m, col))
                 if math.isfinite(v):
-                    vac = _flag(m.get(VACUOUS_FLAG.get(name, "")))
+                    vac = _flag(present(getattr(m, VACUOUS_FLAG[name]))) if name in VACUOUS_FLAG else None
                     out.append(Metric(model, LIPSCHITZ_CONDITION, name, v, v, v, None, LIPSCHITZ, source, vac))
-        elif family == LM:
-            entries = [{"attack": "clean", "eps": 0.0, **m.get("clean", {})}, *m.get("results", [])]
-            for e in entries:
-                cond = condition(e.get("attack", "clean"), e.get("eps", 0.0))
-                if "ppl" in e:
-                    lo, hi = _nan(e.get("ppl_lo")), _nan(e.get("ppl_hi"))
-                    out.append(Metric(model, cond, "ppl", float(e["ppl"]), lo, hi, e.get("n"), LM, source))
-                for name in (n for n in LM_EVAL if n in e):
-                    lo, hi = _nan(e.get(f"{name}_lo")), _nan(e.get(f"{name}_hi"))
-                    out.append(Metric(model, cond, name, float(e[name]), lo, hi, e.get("n"), LM, source))
-        else:
-            entries = [{"attack": "clean", "eps": 0.0, **m.get("clean", {})}, *m.get("robust", [])]
-            for e in entries:
-                if "acc" in e:
-                    cond = condition(e["attack"], e["eps"])
-                    lo, hi = _nan(e.get("lo")), _nan(e.get("hi"))
-                    out.append(Metric(model, cond, "acc", float(e["acc"]), lo, hi, e.get("n"), IMAGE, source))
+    elif isinstance(summary, LMAttackSummary):
+        for model, lm in summary.models.items():
+            for attack, eps, e in [("clean", 0.0, lm.clean), *((r.attack, r.eps, r) for r in lm.results)]:
+                cond = condition(attack, eps)
+                out.append(Metric(model, cond, "ppl", float(e.ppl), _nan(e.ppl_lo), _nan(e.ppl_hi), None, LM, source))
+                for name, (v, lo, hi) in e.lm_eval().items():
+                    out.append(Metric(model, cond, name, float(v), _nan(lo), _nan(hi), None, LM, source))
+    elif isinstance(summary, ImageAttackSummary):
+        for model, im in summary.models.items():
+            out.append(_accuracy(model, condition("clean", 0.0), im.clean, source))
+            out += [_accuracy(model, condition(r.attack, r.eps), r, source) for r in im.robust]
+    elif isinstance(summary, CorruptionSummary):
+        for model, cm in summary.models.items():
+            out.append(_accuracy(model, condition("clean", 0.0), cm.clean, source))
+            for name, c in cm.corruptions.items():
+                attack = f"{A.CORRUPTION_PREFIX}{name}"
+                out += [_accuracy(model, condition(attack, s.severity), s, source) for s in c.by_severity]
+    else:
+        raise RobfiltError(f"{source} is the summary of a {summary.KIND} run, which holds no gate metrics; pass an "
+                           "attack, corruption, lipschitz or certify run.")  # fmt: skip
     return out
 
 
@@ -379,8 +391,12 @@ def load_baseline(path: str | Path) -> list[Metric]:
         raise RobfiltError(f"baseline {path} must be a JSON object.")
     if data.get("format") == BASELINE_FORMAT:
         return _from_baseline_file(data, str(path))
-    if "models" in data and "kind" in data:
-        return _from_summary(data, str(path))
+    if "fingerprint" in data or "kind" in data:  # a run's summary.json
+        if "kind" not in data:
+            raise RobfiltError(f"baseline {path} is a summary.json that records no run kind (a Lipschitz run's); "
+                               "pass its run folder instead.")  # fmt: skip
+        where = f"baseline {path}"
+        return _from_summary(read_summary(data, data["kind"], data.get("family"), where), str(path))
     raise RobfiltError(
         f"baseline {path} is neither a robfilt summary.json nor a robfilt-baseline file "
         f'(it needs "format": "{BASELINE_FORMAT}" and a "metrics" list).'

@@ -1,0 +1,61 @@
+"""Typed run summaries: one dataclass per kind of ``summary.json``, read strictly and written back key for key.
+
+A run folder's manifest says what it holds (``kind``, and ``family`` for attack runs); :func:`read_summary` picks
+the summary's class from that alone. Readers (report, gate, study) use attributes, so a key a writer renames fails
+loudly instead of reading as ``None``. This package sits low: it imports only :mod:`robustbench_filters.errors`.
+
+- :mod:`.record`: the typed-record machinery (strict reading, key-for-key writing);
+- :mod:`.base`: the format version, the sanity-check records, :class:`Summary`;
+- :mod:`.image`, :mod:`.lm`, :mod:`.corruption`, :mod:`.lipschitz`, :mod:`.certify`, :mod:`.seqlen`: one per kind;
+- :mod:`.kinds`: the run kinds, (kind, family) -> summary class and -> report family.
+"""
+
+from .base import VERSION, CheckRecord, ChecksSummary, Summary
+from .certify import CertifySummary
+from .corruption import CorruptionSummary
+from .image import ImageAttackSummary
+from .kinds import (
+    ATTACK,
+    CERTIFY,
+    CORRUPTION,
+    IMAGE,
+    KINDS,
+    LIPSCHITZ,
+    LM,
+    SEQLEN,
+    STUDY_SEQLEN,
+    read_summary,
+    report_family,
+    summary_type,
+    written_summary,
+)
+from .lipschitz import LipschitzSummary
+from .lm import LMAttackSummary
+from .seqlen import SeqlenSummary, StudySeqlenSummary
+
+__all__ = [
+    "ATTACK",
+    "CERTIFY",
+    "CORRUPTION",
+    "IMAGE",
+    "KINDS",
+    "LIPSCHITZ",
+    "LM",
+    "SEQLEN",
+    "STUDY_SEQLEN",
+    "VERSION",
+    "CertifySummary",
+    "CheckRecord",
+    "ChecksSummary",
+    "CorruptionSummary",
+    "ImageAttackSummary",
+    "LMAttackSummary",
+    "LipschitzSummary",
+    "SeqlenSummary",
+    "StudySeqlenSummary",
+    "Summary",
+    "read_summary",
+    "report_family",
+    "summary_type",
+    "written_summary",
+]

@@ -1,0 +1,117 @@
+"""The summary of a language-model attack run (kind ``attack``, family ``lm``): perplexity and next-token accuracy
+per model, clean and per (attack, eps or word-swap rate), as :meth:`robustbench_filters.attacks.lm.LMAttack.summarise`
+writes it. Models scored lm-eval style (Hugging Face models) add lm-eval's three metrics with their intervals.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from .base import Checked, CheckRecord, ChecksSummary, Summary
+from .record import Record, optional, present
+
+#: lm-eval's metrics, present for models scored lm-eval style (robustbench_filters.hf.rolling)
+LM_EVAL: tuple[str, ...] = ("word_perplexity", "byte_perplexity", "bits_per_byte")
+
+
+class _LMEval:
+    """lm-eval's metrics of an entry, by name (only those the entry has)."""
+
+    def lm_eval(self) -> dict[str, tuple[float, float | None, float | None]]:
+        """metric -> (value, lo, hi) for each of :data:`LM_EVAL` the entry holds."""
+        out = {}
+        for name in LM_EVAL:
+            value = present(getattr(self, name))
+            if value is not None:
+                out[name] = (value, present(getattr(self, f"{name}_lo")), present(getattr(self, f"{name}_hi")))
+        return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class Perplexity(_LMEval, Record):
+    """Perplexity with its 95% bootstrap interval over sequences, token accuracy, and totals."""
+
+    ppl: float
+    ppl_lo: float
+    ppl_hi: float
+    acc: float
+    nll: float
+    n_tokens: int
+    n_sequences: int
+    ppl_median_seq: float
+    word_perplexity: float = optional()
+    word_perplexity_lo: float = optional()
+    word_perplexity_hi: float = optional()
+    byte_perplexity: float = optional()
+    byte_perplexity_lo: float = optional()
+    byte_perplexity_hi: float = optional()
+    bits_per_byte: float = optional()
+    bits_per_byte_lo: float = optional()
+    bits_per_byte_hi: float = optional()
+
+
+@dataclass(frozen=True, kw_only=True)
+class LMAttackResult(_LMEval, Record):
+    """One (attack, eps) of a model: an embedding attack (``eps_abs``) or word swap (``rate``, ``words_swapped``)."""
+
+    attack: str
+    kind: str  # adversarial | contamination
+    eps: float
+    ppl: float
+    ppl_lo: float
+    ppl_hi: float
+    acc: float
+    nll: float
+    n_tokens: int
+    n_sequences: int
+    ppl_median_seq: float
+    word_perplexity: float = optional()
+    word_perplexity_lo: float = optional()
+    word_perplexity_hi: float = optional()
+    byte_perplexity: float = optional()
+    byte_perplexity_lo: float = optional()
+    byte_perplexity_hi: float = optional()
+    bits_per_byte: float = optional()
+    bits_per_byte_lo: float = optional()
+    bits_per_byte_hi: float = optional()
+    ppl_ratio: float
+    rate: float = optional()
+    words_swapped: float = optional()
+    eps_abs: float = optional()
+
+
+@dataclass(frozen=True, kw_only=True)
+class LMModelResults(Record):
+    clean: Perplexity
+    results: list[LMAttackResult]
+
+
+@dataclass(frozen=True, kw_only=True)
+class LMAttackSummary(Checked, Summary):
+    KIND: ClassVar[str] = "attack"
+
+    kind: str
+    family: str
+    data: str
+    n_examples: int
+    seed: int
+    attacks: list[str]
+    eps: list[float]
+    rates: list[float]
+    norm: str
+    eps_mode: str
+    eps_scale: dict[str, float]
+    eps_scale_definition: str
+    steps: int
+    step_size: float | str  # "0.15*eps" when not set
+    seq_chars: int
+    replacement: str
+    precision: str = optional()
+    perplexity_metric: dict[str, str] = optional()
+    models: dict[str, LMModelResults]
+    checks: list[CheckRecord]
+    checks_summary: ChecksSummary
+
+
+__all__ = ["LM_EVAL", "LMAttackResult", "LMAttackSummary", "LMModelResults", "Perplexity"]

@@ -1,0 +1,112 @@
+"""Summaries for the run folders tests write directly (their rows through ``RunWriter``).
+
+``RunWriter.finish`` writes a summary only through its typed summary (robustbench_filters.summaries), so a test's
+folder must carry what a measurement of its kind writes. Where the library's summariser works on the test's rows
+(image attacks, Lipschitz, certify) the aggregates are computed from them; a language-model summary has none
+(its summariser needs every column an attack writes). Reports and gates recompute their numbers from the rows
+either way; what they read from a summary is its sanity checks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import pandas as pd
+
+from robustbench_filters.attacks.image import summarize_rows
+from robustbench_filters.lipschitz.summary import summarize as lipschitz_summarize
+from robustbench_filters.smoothing.rows import accuracy_curve
+from robustbench_filters.smoothing.rows import summarize as certify_summarize
+from robustbench_filters.smoothing.run import _by_model, _records
+from robustbench_filters.stats import max_certifiable_radius
+
+
+def checks_part(checks: Iterable[dict[str, str]] = ()) -> dict[str, Any]:
+    """``checks`` and ``checks_summary`` as every measurement writes them."""
+    checks = list(checks)
+    counts = {s: sum(c["status"] == s for c in checks) for s in ("pass", "warn", "fail")}
+    return {"checks": checks, "checks_summary": {"passed": counts["fail"] == 0, **counts}}
+
+
+def image_summary(rows: pd.DataFrame, checks: Iterable[dict[str, str]] = ()) -> dict[str, Any]:
+    attacked = rows[rows["attack"] != "clean"]
+    return {
+        "kind": "attack",
+        "family": "image",
+        "data": "fashion-mnist",
+        "n_examples": int(rows["example_id"].nunique()),
+        "seed": 0,
+        "attacks": list(dict.fromkeys(attacked["attack"])),
+        "eps": sorted({float(e) for e in attacked["eps"]}),
+        "norm": "linf",
+        "steps": "each attack's default",
+        "step_size": "0.15*eps",
+        "models": summarize_rows(rows),
+        **checks_part(checks),
+    }
+
+
+def lm_summary(checks: Iterable[dict[str, str]] = ()) -> dict[str, Any]:
+    return {
+        "kind": "attack",
+        "family": "lm",
+        "data": "austen",
+        "n_examples": 0,
+        "seed": 0,
+        "attacks": [],
+        "eps": [],
+        "rates": [],
+        "norm": "l2",
+        "eps_mode": "relative",
+        "eps_scale": {},
+        "eps_scale_definition": "",
+        "steps": 20,
+        "step_size": "0.15*eps",
+        "seq_chars": 0,
+        "replacement": "",
+        "models": {},
+        **checks_part(checks),
+    }
+
+
+def lipschitz_summary(rows: pd.DataFrame, checks: Iterable[dict[str, str]] = ()) -> dict[str, Any]:
+    return {**lipschitz_summarize(rows), **checks_part(checks)}
+
+
+def certify_summary(
+    rows: pd.DataFrame, radii: Sequence[float] = (), checks: Iterable[dict[str, str]] = ()
+) -> dict[str, Any]:
+    """Certified accuracy at ``radii`` when the rows carry the draws' settings (n0, n, alpha), else none."""
+    certs = rows[rows["kind"] == "certificate"]
+    sigmas = sorted({float(s) for s in certs["sigma"]})
+    full = {"n0", "n", "alpha"} <= set(certs.columns)
+    n0, n, alpha = (int(certs["n0"].iloc[0]), int(certs["n"].iloc[0]), float(certs["alpha"].iloc[0])) if full else (
+        100, 1000, 0.001)  # fmt: skip
+    return {
+        "kind": "certify",
+        "family": "image",
+        "data": "fashion-mnist",
+        "n_examples": int(certs["example_id"].nunique()),
+        "seed": 0,
+        "sigmas": sigmas,
+        "n0": n0,
+        "n": n,
+        "alpha": alpha,
+        "max_certifiable_radius": {f"{s:g}": max_certifiable_radius(s, n, alpha) for s in sigmas},
+        "models": _by_model(certify_summarize(certs, radii)) if full else {},
+        "curve": _records(accuracy_curve(certs)) if full else [],
+        "empirical_l2": [],
+        **checks_part(checks),
+    }
+
+
+def summary_for(
+    kind: str, family: str | None, rows: pd.DataFrame, checks: Iterable[dict[str, str]] = ()
+) -> dict[str, Any]:
+    """The summary of an attack (image or lm), Lipschitz or certify run of ``rows``."""
+    if kind == "lipschitz":
+        return lipschitz_summary(rows, checks)
+    if kind == "certify":
+        return certify_summary(rows, (), checks)
+    return image_summary(rows, checks) if family == "image" else lm_summary(checks)
