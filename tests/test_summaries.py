@@ -34,8 +34,7 @@ COMMITTED = Path(__file__).resolve().parents[1] / "reports"
 def every_kind(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One tiny run of every kind the runner makes, plus a sequence-length study."""
     from robustbench_filters.api import certify, estimate_lipschitz, evaluate
-    from robustbench_filters.lipschitz import sequence_length_study
-    from robustbench_filters.report import write_seqlen_run
+    from robustbench_filters.lipschitz.seqlen_run import SeqlenConfig, sequence_length_run
 
     out, common = tmp_path_factory.mktemp("kinds"), {"checkpoint": "none", "seed": 1}
     evaluate(["deit", "deit-bsa"], ["fgsm", "pgd"], [0.02], n_examples=4, steps=2, out=out / "image", **common)
@@ -44,7 +43,7 @@ def every_kind(tmp_path_factory: pytest.TempPathFactory) -> Path:
     estimate_lipschitz(["deit"], n_examples=2, method="power", power_iters=3, per_layer=True, out=out / "lipschitz",
                        **common)  # fmt: skip
     certify(["deit"], [0.25], n_examples=2, n0=10, n=20, out=out / "certify", **common)
-    write_seqlen_run(out / "seqlen", sequence_length_study((8, 16), dim=16, heads=2, trials=2), {})
+    sequence_length_run(out / "seqlen", SeqlenConfig(ns=(8, 16), dim=16, heads=2, trials=2))
     return out
 
 
