@@ -1,8 +1,8 @@
 """robustbench_filters: does an architectural idea really make a transformer more robust?
 
-Public API (stable): ``create_model``, ``list_models``, ``evaluate``, ``benchmark``, ``certify``,
-``estimate_lipschitz`` and the run configs (``ImageAttackConfig``, ``LMAttackConfig``, ``CorruptionConfig``,
-``LipschitzConfig``, ``CertifyConfig``). Names are imported on first use, so ``import robustbench_filters`` (and
+Public API (stable): ``create_model``, ``list_models``, ``evaluate``, ``benchmark``, ``attack`` (adversarial
+examples from tensors), ``load_adversarial`` (those a run saved), ``certify``, ``estimate_lipschitz`` and the run
+configs (``ImageAttackConfig``, ``LMAttackConfig``, ``CorruptionConfig``, ``LipschitzConfig``, ``CertifyConfig``). Names are imported on first use, so ``import robustbench_filters`` (and
 ``robfilt --help``) does not load torch; the BSA/GRC DeiTs are registered with timm when timm is imported.
 """
 
@@ -24,6 +24,8 @@ _LAZY: dict[str, str] = {
     "load_checkpoint": ".models",
     "save_checkpoint": ".models",
     "evaluate": ".api",
+    "attack": ".attacks.direct",
+    "load_adversarial": ".runs.folder",
     "benchmark": ".benchmarking",
     "BenchmarkResult": ".benchmarking",
     "LMBenchmarkResult": ".benchmarking",

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import torch
 from torch import nn
 
 from .api import evaluate
@@ -102,6 +103,13 @@ class BenchmarkResult:
     def accuracies(self) -> tuple[float, float]:
         """``(clean_accuracy, robust_accuracy)``: what RobustBench's ``benchmark`` returns."""
         return self.clean.acc, self.robust.acc
+
+    def adversarial(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(ids, x_adv)`` of a run made with ``save_adversarial=True``: the example ids (ascending) and their
+        adversarial points under ``attack`` at ``eps`` (float32, CPU); see :meth:`.runs.runner.RunResult.adversarial`."""
+        if self.threat_model == "corruptions":
+            raise RobfiltError("threat_model='corruptions' attacks nothing, so there are no adversarial examples.")
+        return self.run.adversarial(eps=self.eps)
 
 
 def _threat_model(value: Any) -> str:
@@ -243,6 +251,7 @@ def benchmark(
             ``device``, ``seed``, ``steps``, ``checkpoint``, ``data_root``, ``img_size``, ...); ``n_examples``
             defaults to every example (as RobustBench's does); None means the same.
         out: keep the run folder there; None runs in a temporary folder that is removed (``run_dir`` None).
+        save_adversarial: keep the adversarial examples; ``result.adversarial()`` returns ``(ids, x_adv)``.
         dataset, data_dir, to_disk, model_name, corruptions: RobustBench's keywords with RobustBench's meanings
             (:mod:`.robustbench_args`); RobustBench's ``log_path``, ``preprocessing`` and ``aa_state_path`` are
             refused with what to use instead.

@@ -172,9 +172,11 @@ def _measured_n(runs: Sequence[Run]) -> dict[str, int | None]:
     return out
 
 
-def _first_baseline(baseline: Path | None, write_to: str | Path | None) -> bool:
-    """True when the gate is asked to write the very baseline it names and that file does not exist yet."""
-    if baseline is None or write_to is None or baseline.exists():
+def _rewrites_baseline(baseline: Path | None, write_to: str | Path | None) -> bool:
+    """True when the gate is asked to write the very baseline it names: the first one, or a replacement after an
+    intentional change (other attacks, eps or models). Either way it is not judged against: the old file would
+    hold the new runs to conditions they no longer measure."""
+    if baseline is None or write_to is None:
         return False
     return Path(write_to).resolve() == baseline.resolve()
 
@@ -239,8 +241,8 @@ def run_gate(
     folder = None
     if not runs or junit is None or summary is None:  # the gate writes into out: check it before any work
         folder = OutputFolder(out_dir, "check", overwrite=overwrite, legacy=legacy_files).open()
-    first = _first_baseline(baseline_path, write_baseline)
-    base = read_baseline(baseline_path) if baseline_path is not None and not first else None  # fail fast
+    rewrite = _rewrites_baseline(baseline_path, write_baseline)
+    base = read_baseline(baseline_path) if baseline_path is not None and not rewrite else None  # fail fast
 
     if runs:
         run_objs = [load_run(r) for r in runs]
@@ -278,8 +280,9 @@ def run_gate(
         plan=plan,
         run_seconds={r.run_id: run_wall_seconds(r.manifest) for r in run_objs},
     )
-    if first:
-        result.notes.append(f"baseline {baseline_path} does not exist yet: no baseline checks this time")
+    if rewrite and baseline_path is not None:
+        replaced = "is replaced" if baseline_path.exists() else "does not exist yet"
+        result.notes.append(f"baseline {baseline_path} {replaced}: no baseline checks this time")
     fallen = sum(j.decision.detail.startswith("paired unavailable") for j in judged)
     if fallen:
         result.notes.append(

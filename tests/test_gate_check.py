@@ -270,6 +270,23 @@ def test_write_baseline_from_fresh_spec_runs_is_v2_and_pairs_with_a_rerun(tmp_pa
     assert again.passed and paired and all(o.mode == "paired" and o.p_value == 1.0 for o in paired)
 
 
+def test_rewriting_the_baseline_after_a_change_of_attacks_replaces_it(tmp_path: Path) -> None:
+    """--write-baseline onto the spec's own baseline is the documented step after an intentional change: the old
+    file names conditions the new runs no longer measure, so it is replaced, not judged against."""
+    head = 'out = "ci"\nbaseline = "b.json"\n[image]\nmodels = ["deit"]\neps = [0.01]\nn_examples = 8\nsteps = 1\n'
+    spec = project(tmp_path, head + 'attacks = ["fgsm"]\ncheckpoint = "none"\n')
+    path = spec.parent / "b.json"
+    run_gate(spec, write_baseline=path)
+    spec.write_text(spec.read_text().replace('attacks = ["fgsm"]', 'attacks = ["pgd"]'))
+    with pytest.raises(RobfiltError, match="fgsm@0.01"):
+        run_gate(spec)  # judged against the old baseline, the change is refused: the runs lack its condition
+    again = run_gate(spec, write_baseline=path)
+    assert not [o for o in again.outcomes if o.kind == "baseline"] and any("is replaced" in n for n in again.notes)
+    doc = json.loads(path.read_text())
+    assert {o["condition"] for o in doc["outcomes"]} == {"clean", "pgd@0.01"}
+    assert run_gate(spec).passed
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [

@@ -27,6 +27,7 @@ from torch import nn
 
 from ..checks import ball_tolerance
 from ..checks.logits import GuardedLogits, predictions
+from ..runs.adversarial import AdversarialTrace
 from ..runs.units import unit_seed
 from .catalogue import AttackFn, AttackParams, Norm, get_attack
 from .ledger import CountingModel, component_cost
@@ -209,6 +210,7 @@ def cascade(
     *,
     early_stop: bool = True,
     convergence: float | None = None,
+    trace: AdversarialTrace | None = None,
 ) -> pd.DataFrame:
     """Attack one batch over an ascending eps grid, re-attacking only the survivors; one row per example and eps.
 
@@ -223,6 +225,9 @@ def cascade(
     ``convergence``: the share of each eps's survivors (seeded) that are attacked again with twice the steps and
     one more restart (:func:`convergence_subset`); the rows record which of them that rerun broke. The rerun is a
     check: it changes no row's outcome.
+
+    ``trace``: receives every example's point after each eps (and which examples were attacked there), for
+    ``--save-adversarial`` and :func:`~.direct.attack`; recording changes nothing the cascade computes.
     """
     info = get_attack(attack)
     model = GuardedLogits(model, n_classes)
@@ -243,7 +248,8 @@ def cascade(
         exact = torch.ones(n, dtype=torch.bool, device=dev)
         conv_code = torch.zeros(n, dtype=torch.int64, device=dev)
         idx = (fooled_code < 0).nonzero().squeeze(1)  # a sync: the survivor count sets the next attack's batch
-        if len(idx) and eps > 0:
+        attacked = bool(len(idx)) and eps > 0
+        if attacked:
             torch.manual_seed(unit_seed(seed, label, attack, k, int(ids[0])))
             params = AttackParams(
                 eps=eps, norm=norm, steps=steps, step_size=step_size, seed=unit_seed(seed, k), n_classes=n_classes,
@@ -279,6 +285,8 @@ def cascade(
             {**_row_stats(x, x_cur, y, logits, norm), "fooled_code": fooled_code.clone(), **led,
              "cost_exact": exact, "conv_code": conv_code}
         )  # fmt: skip
+        if trace is not None:
+            trace.record(x_cur, idx if attacked else None)
         if tick is not None:
             tick(1)
     host, clean_host = _to_host(per_eps, clean_correct)

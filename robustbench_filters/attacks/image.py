@@ -24,7 +24,8 @@ from ..checks import model as MC
 from ..checks import summarize as summarize_checks
 from ..checks.logits import GuardedLogits, check_image_rows, guard_logits, predictions
 from ..configs import ImageAttackConfig, data_label
-from ..runs.measurement import PrepareContext, Tick
+from ..runs.adversarial import AdversarialTrace
+from ..runs.measurement import PrepareContext, Tick, UnitOutput
 from ..runs.units import Unit, ids_digest, unit_seed
 from ..stats import wilson_interval
 from .cascade import batch_rows, cascade
@@ -158,6 +159,8 @@ class ImageAttack(ImageModelsMeasurement):
         }
         if c.amp is not None:
             described |= {"amp": c.amp, "amp_attacks": c.amp_attacks}
+        if c.save_adversarial:  # only when on: runs without it keep the fingerprints they always had
+            described["save_adversarial"] = True
         return described
 
     def plan(self) -> list[Unit]:
@@ -202,7 +205,7 @@ class ImageAttack(ImageModelsMeasurement):
             self._clean_cache = ((mi, bi), (logits, predictions(logits) == y))
         return self._clean_cache[1]
 
-    def measure(self, unit: Unit, tick: Tick) -> pd.DataFrame:
+    def measure(self, unit: Unit, tick: Tick) -> pd.DataFrame | UnitOutput:
         c, label = self.config, self.labels[unit.model]
         model = self._model(unit.model)
         x, y, ids = self._batch(unit.batch)
@@ -212,12 +215,16 @@ class ImageAttack(ImageModelsMeasurement):
             rows = batch_rows(label, ids, "clean", 0.0, c.norm, x, x, y, clean_logits, clean_correct, fooled, fwd=1)
             tick(1)
             return rows
+        trace = AdversarialTrace() if c.save_adversarial else None
         with autocast(self.device, c.amp if c.amp_attacks else None):
-            return cascade(
+            rows = cascade(
                 model, label, unit.part, c.eps, c.norm, x, y, ids, clean_correct, c.steps, c.step_size,
                 self.classes[unit.model], c.seed, clean_logits=clean_logits, tick=tick, early_stop=c.early_stop,
-                convergence=CONVERGENCE_SHARE if unit.part in convergence_attacks(c) else None,
+                convergence=CONVERGENCE_SHARE if unit.part in convergence_attacks(c) else None, trace=trace,
             )  # fmt: skip
+        if trace is None:
+            return rows
+        return UnitOutput(rows, trace.tensors(ids, c.eps, model=label, attack=unit.part, norm=c.norm.value))
 
     # --- checks and summary ---------------------------------------------------------------------------------------
 

@@ -52,7 +52,9 @@ class ImageAttackConfig(ImageDataConfig):
     own documented default (pgd 20; each stage of autoattack-fast its own). ``early_stop``: an example leaves an
     attack once fooled (off: robfilt's PGD/APGD compute exactly what torchattacks' do). ``check_convergence``:
     rerun a seeded share of the survivors with twice the steps and one more restart (None: for the strong
-    ensembles only; True: for every attack that has such a rerun; False: never).
+    ensembles only; True: for every attack that has such a rerun; False: never). ``save_adversarial``: store the
+    points the attacks reached in the run folder (:mod:`..runs.adversarial`); it is part of the run's fingerprint,
+    so ``--resume`` with the other setting is refused (the rows are the same either way).
     """
 
     KIND: ClassVar[str] = "attack"
@@ -100,6 +102,13 @@ class ImageAttackConfig(ImageDataConfig):
     )
     amp_attacks: bool = option(
         False, help="Run the attacks under --amp too (the summary records it).", value=Bool(), panel="Attack"
+    )
+    save_adversarial: bool = option(
+        False,
+        help="Store every example's adversarial point at each eps in the run folder (safetensors under "
+        "adversarial/, hashed in the manifest).",
+        value=Bool(),
+        panel="Output",
     )
     n_examples: int | None = UpTo(256)
     batch_size: int = 128
@@ -158,6 +167,8 @@ class ImageAttackConfig(ImageDataConfig):
             raise RobfiltError(
                 f"{flag('amp_attacks')} needs {given('amp', 'bf16')} (it runs the attacks in that precision too)."
             )
+        if not isinstance(self.save_adversarial, bool):
+            raise RobfiltError(f"{flag('save_adversarial')} must be true or false, got {self.save_adversarial!r}.")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -3,17 +3,23 @@
 A run folder holds
 
     manifest.json        format version, kind, fingerprint, config, planned units, versions, git commit, status;
-                         when the run ends also the sha256 of every part, of rows.parquet and of summary.json
+                         when the run ends also the sha256 of every part, every adversarial file,
+                         rows.parquet and summary.json
     parts/<key>.parquet  the rows of one finished unit of work (the resume granularity)
-    parts/<key>.json     that part's sha256 and the fingerprint of the run it belongs to
+    parts/<key>.json     that part's sha256 (and its adversarial file's) and the fingerprint of the run it belongs to
+    adversarial/<key>.safetensors
+                         with ``--save-adversarial``: the adversarial examples of one attack unit, beside its part
+                         (layout: :mod:`.adversarial`)
     rows.parquet         all rows, merged in plan order when the run finishes
     summary.json         aggregates recomputed from the rows; written last
     .lock                an OS-level lock held while a process writes (see :mod:`.lock`)
 
 Every write is atomic (temp file + rename). A part counts as finished only when its sidecar records its hash
 and this run's fingerprint: ``--resume`` recomputes a unit whose part is missing, and refuses (one line, nothing
-touched) a part that was edited, belongs to another run, or to no planned unit. Readers (:func:`load_run`)
-verify the recorded hashes before they trust a single number.
+touched) a part that was edited, belongs to another run, or to no planned unit. A unit's adversarial file is
+written before its part's sidecar, which records its hash too: the unit counts as finished only when both verify
+(a missing one is recomputed, an edited one refused). Readers (:func:`load_run`, :mod:`.adversarial`) verify the
+recorded hashes before they trust a single number or tensor.
 """
 
 from __future__ import annotations
@@ -25,15 +31,19 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from .. import io as _io
 from ..errors import RobfiltError, RunStateError
 from ..versions import git_commit, library_versions
+from . import adversarial as _adv
 from .lock import LOCK, RunLock
 from .prepare import check_writable, prepare_out
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger(__name__)
 
@@ -138,6 +148,7 @@ class RunWriter:
         self.lock = RunLock(self.out)
         self.fp = fingerprint({"kind": kind, "seed": seed, **config})
         self._done: dict[str, str] = {}  # key -> sha256 of its part
+        self._adversarial: dict[str, str] = {}  # key -> sha256 of its adversarial file (finished units only)
 
     # --- opening ----------------------------------------------------------------------------------------------
 
@@ -203,10 +214,11 @@ class RunWriter:
     def _sweep_temp_files(self) -> None:
         """Remove temp files of atomic writes that a killed process left (safe: we hold the lock, nobody writes)."""
         stale = [p for p in self.out.iterdir() if any(_io.is_temp_of(p.name, f) for f in (MANIFEST, ROWS, SUMMARY))]
-        if (self.out / PARTS).is_dir():
-            stale += [
-                p for p in (self.out / PARTS).iterdir() if p.name.startswith(".") and p.name.endswith(_io.TEMP_SUFFIX)
-            ]
+        for sub in (PARTS, _adv.DIR):
+            if (self.out / sub).is_dir():
+                stale += [
+                    p for p in (self.out / sub).iterdir() if p.name.startswith(".") and p.name.endswith(_io.TEMP_SUFFIX)
+                ]
         for path in stale:
             log.info("removing %s (temp file of a write that was killed)", path)
             path.unlink(missing_ok=True)
@@ -233,7 +245,7 @@ class RunWriter:
         without a sidecar (a process killed between the two atomic writes) is left to be recomputed; anything
         else that does not check out is refused, so no edited or foreign row can enter the merge.
         """
-        self._done = {}
+        self._done, self._adversarial = {}, {}
         folder = self.out / PARTS
         if not folder.exists():
             return
@@ -253,13 +265,22 @@ class RunWriter:
             if not sidecar.exists():
                 log.info("part %s has no hash record (interrupted write); it will be recomputed", key)
                 continue
-            self._done[key] = self._verified_hash(path, sidecar)
+            digest, adversarial = self._verified_hash(path, sidecar)
+            if adversarial is not None and not _adv.file_for(self.out, key).exists():
+                log.info("unit %s lacks its adversarial file; it will be recomputed", key)
+                continue
+            self._done[key] = digest
+            if adversarial is not None:
+                self._adversarial[key] = _adv.verified(self.out, key, adversarial)
+        _adv.check_folder(self.out, self._planned, set(self._done), set(self._adversarial))
 
-    def _verified_hash(self, part: Path, sidecar: Path) -> str:
+    def _verified_hash(self, part: Path, sidecar: Path) -> tuple[str, str | None]:
+        """The part's verified sha256, and the sha256 its sidecar records for the unit's adversarial file."""
         try:
             record = json.loads(sidecar.read_text())
             recorded, run_fp = record["sha256"], record["fingerprint"]
-        except (OSError, ValueError, KeyError, TypeError):
+            adversarial = record.get("adversarial_sha256")
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             raise RunStateError(f"{sidecar} is garbled; remove it and {part.name}, then --resume.") from None
         if run_fp != self.fp:
             raise RunStateError(f"{part} belongs to another run (fingerprint {run_fp}); remove it, then --resume.")
@@ -269,20 +290,33 @@ class RunWriter:
                 f"{part} does not match its recorded sha256 (edited or corrupted); remove it to recompute that "
                 "unit, then --resume."
             )
-        return actual
+        return actual, adversarial
 
     def is_done(self, key: str) -> bool:
         return key in self._done
 
-    def write_part(self, key: str, rows: pd.DataFrame) -> None:
-        """Persist one finished unit atomically, then its hash record; resume skips it afterwards."""
+    def write_part(
+        self, key: str, rows: pd.DataFrame, adversarial: tuple[dict[str, Any], dict[str, str]] | None = None
+    ) -> None:
+        """Persist one finished unit atomically (its adversarial file first, when it has one: tensors and
+        metadata), then its hash record; resume skips it afterwards."""
         if self._planned is not None and key not in self._planned:
             raise RunStateError(f"unit {key} is not planned in {self.out}; this is a bug in the measurement.")
+        record: dict[str, Any] = {"key": key}
+        if adversarial is not None:
+            record["adversarial_sha256"] = _adv.write(_adv.file_for(self.out, key), *adversarial)
         path = self.out / PARTS / f"{key}.parquet"
         _io.atomic_write(path, lambda tmp: rows.to_parquet(tmp, index=False))
         digest = _io.sha256_file(path)
-        _io.atomic_write_json(path.with_suffix(".json"), {"key": key, "sha256": digest, "fingerprint": self.fp})
+        _io.atomic_write_json(path.with_suffix(".json"), {**record, "sha256": digest, "fingerprint": self.fp})
         self._done[key] = digest
+        if adversarial is not None:
+            self._adversarial[key] = record["adversarial_sha256"]
+
+    @property
+    def adversarial(self) -> dict[str, str]:
+        """The finished units' adversarial files: key -> sha256."""
+        return dict(sorted(self._adversarial.items()))
 
     def load_part(self, key: str) -> pd.DataFrame:
         """The rows of a finished part, re-verified against its hash (it may have been edited meanwhile)."""
@@ -303,6 +337,7 @@ class RunWriter:
         """Write the merged rows, the summary, then the manifest with every hash and status complete."""
         if not self.primary:
             raise RunStateError("only rank 0 finishes a distributed run.")
+        _adv.check_folder(self.out, self._planned, set(self._done), set(self._adversarial))
         _io.atomic_write(self.out / ROWS, lambda tmp: rows.to_parquet(tmp, index=False))
         doc = {"format_version": FORMAT_VERSION, "fingerprint": self.fp, **summary}
         _io.atomic_write_json(self.out / SUMMARY, doc)
@@ -311,6 +346,7 @@ class RunWriter:
             status="complete",
             finished=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
             parts=dict(sorted(self._done.items())),
+            **({_adv.DIR: self.adversarial} if self._adversarial else {}),
             rows_sha256=_io.sha256_file(self.out / ROWS),
             summary_sha256=_io.sha256_file(self.out / SUMMARY),
         )
@@ -359,6 +395,7 @@ def verify_run(path: str | Path) -> dict[str, Any]:
                 raise RunStateError(f"{file} is not a recorded part of this run (foreign or added).")
             if _io.sha256_file(file) != parts[file.stem]:
                 raise RunStateError(f"{file} does not match the sha256 recorded in its manifest (edited or corrupted).")
+    _adv.verify(path, manifest.get(_adv.DIR) or {})
     try:
         summary_fp = json.loads((path / SUMMARY).read_text()).get("fingerprint")
     except (json.JSONDecodeError, UnicodeDecodeError):
@@ -380,3 +417,17 @@ def load_run(path: str | Path) -> Run:
     summary = json.loads((path / SUMMARY).read_text())
     rows = pd.read_parquet(path / ROWS)
     return Run(path=path, manifest=manifest, rows=rows, summary=summary)
+
+
+def load_adversarial(
+    run: str | Path, model: str | None = None, attack: str | None = None, eps: float | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(ids, x_adv)`` from a finished run folder made with ``--save-adversarial`` (verified first, like every
+    reader): the example ids (ascending, ids into the data's test split) and their adversarial points at ``eps``."""
+    folder = Path(run)
+    store = _adv.AdversarialExamples.from_manifest(folder, verify_run(folder))
+    if store is None:
+        raise RobfiltError(
+            f"{folder} holds no adversarial examples; run the attack with --save-adversarial (save_adversarial=True)."
+        )
+    return store.select(model, attack, eps)

@@ -28,6 +28,15 @@ Tick = Callable[[int], None]
 
 
 @dataclass
+class UnitOutput:
+    """What ``measure`` may return instead of bare rows: the rows and the unit's adversarial examples (tensors and
+    metadata in the layout of :mod:`.adversarial`), which the runner stores beside the unit's part."""
+
+    rows: pd.DataFrame
+    adversarial: tuple[dict[str, torch.Tensor], dict[str, str]] | None = None
+
+
+@dataclass
 class PrepareContext:
     """What ``prepare`` gets from the runner: the device, the seed, and the one way to select examples.
 
@@ -88,8 +97,9 @@ class Measurement(ABC):
         return 1
 
     @abstractmethod
-    def measure(self, unit: Unit, tick: Tick) -> pd.DataFrame:
-        """The rows of one unit; call ``tick(k)`` as work completes."""
+    def measure(self, unit: Unit, tick: Tick) -> pd.DataFrame | UnitOutput:
+        """The rows of one unit (with its adversarial examples, when the run saves them); call ``tick(k)`` as work
+        completes."""
 
     def model_checks(self, model: int) -> list[Check]:
         """Sanity checks that probe a model (rank 0 only, after this rank's units)."""

@@ -86,6 +86,7 @@ def run_folder_files(folder: Path) -> set[str] | None:
     keys = set(manifest.get("units") or ()) | set(manifest.get("parts") or ())
     names = {"manifest.json", "rows.parquet", "summary.json", LOCK}
     names |= {f"parts/{k}.{ext}" for k in keys for ext in ("parquet", "json")}
+    names |= {f"adversarial/{k}.safetensors" for k in keys}  # --save-adversarial (runs/adversarial.py)
     return _with_temps(folder, names)
 
 

@@ -14,7 +14,7 @@ from ..errors import RunStateError
 from .lock import LOCK
 from .outfolder import TRAINING_FILES, foreign_files, output_kind, run_folder_files, training_folder_files
 
-MANIFEST, SUMMARY, ROWS, PARTS = "manifest.json", "summary.json", "rows.parquet", "parts"
+MANIFEST, SUMMARY, ROWS, PARTS, ADVERSARIAL = "manifest.json", "summary.json", "rows.parquet", "parts", "adversarial"
 TRAINING_OUTPUTS = tuple(f for f in TRAINING_FILES if not f.endswith(".tmp"))  # what training writes into --out
 
 
@@ -42,8 +42,10 @@ def prepare_out(out: Path, kind: str, resume: bool, overwrite: bool) -> None:
     if other not in (None, "run"):
         raise RunStateError(f"--out {out} holds a robfilt {other} output; pass another --out (nothing was changed).")
     listed = run_folder_files(out)
-    # parts/ is judged by the run itself on --resume (its messages name the unit); --overwrite must empty it
-    foreign = [f for f in foreign_files(out, listed or set()) if overwrite or not f.startswith(f"{PARTS}/")]
+    # parts/ and adversarial/ are judged by the run itself on --resume (its messages name the unit); --overwrite
+    # must empty them
+    unit_dirs = (f"{PARTS}/", f"{ADVERSARIAL}/")
+    foreign = [f for f in foreign_files(out, listed or set()) if overwrite or not f.startswith(unit_dirs)]
     if listed is None:
         if not overwrite:
             raise RunStateError(
@@ -55,7 +57,7 @@ def prepare_out(out: Path, kind: str, resume: bool, overwrite: bool) -> None:
             f"--out {out} holds {foreign[0]!r}, which robfilt did not write; move it away, or pass --overwrite to "
             "replace the run beside it (it is kept)."
         )
-    blocking = [f for f in foreign if f in (MANIFEST, ROWS, SUMMARY) or f.startswith(f"{PARTS}/") or f == PARTS]
+    blocking = [f for f in foreign if f in (MANIFEST, ROWS, SUMMARY, PARTS, ADVERSARIAL) or f.startswith(unit_dirs)]
     if blocking:
         raise RunStateError(
             f"--out {out} holds {blocking[0]!r}, which robfilt did not write and the run would replace; move it "

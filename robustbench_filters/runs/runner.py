@@ -24,7 +24,7 @@ import hashlib
 import logging
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +36,9 @@ from .. import distributed
 from ..checks import Check
 from ..errors import RobfiltError, RunStateError, UserCodeError
 from ..progress import ProgressHook, null_progress
+from .adversarial import AdversarialExamples
 from .folder import FORMAT_VERSION, RunWriter, load_run
-from .measurement import Measurement, PrepareContext
+from .measurement import Measurement, PrepareContext, UnitOutput
 from .units import Unit
 
 log = logging.getLogger(__name__)
@@ -45,11 +46,29 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class RunResult:
-    """What a run returns: the merged rows, the summary (with its checks) and the run folder (None if temporary)."""
+    """What a run returns: the merged rows, the summary (with its checks) and the run folder (None if temporary).
+
+    A run made with ``save_adversarial`` also returns its adversarial examples (:meth:`adversarial`): read from
+    the run folder when asked, or held in memory when the run went to a temporary folder (removed on return).
+    """
 
     rows: pd.DataFrame
     summary: dict[str, Any]
     out: Path | None
+    adversarial_examples: AdversarialExamples | None = field(default=None, repr=False, compare=False)
+
+    def adversarial(
+        self, model: str | None = None, attack: str | None = None, eps: float | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(ids, x_adv)``: the example ids (ascending; the rows' ``example_id``) and the adversarial points of
+        ``model`` under ``attack`` at ``eps`` (float32, CPU, in [0, 1]). Each may be left out when the run has one.
+        An example that survived has the attack's last point; ``rows`` says which examples were fooled."""
+        if self.adversarial_examples is None:
+            raise RobfiltError(
+                "this run saved no adversarial examples; run it with save_adversarial=True "
+                "(robfilt attack --save-adversarial)."
+            )
+        return self.adversarial_examples.select(model, attack, eps)
 
 
 def weights_digest(module: nn.Module) -> str:
@@ -136,9 +155,13 @@ def run(
             finished = load_run(folder)
             rows = finished.rows
             summary = {k: v for k, v in finished.summary.items() if k not in ("format_version", "fingerprint")}
+            adversarial = AdversarialExamples.from_manifest(folder, finished.manifest)
         else:
             rows, summary = merged
-        return RunResult(rows=rows, summary=summary, out=None if tmp else folder)
+            adversarial = AdversarialExamples(folder, writer.adversarial, labels) if writer.adversarial else None
+        if adversarial is not None and tmp is not None:
+            adversarial = adversarial.in_memory()  # before the temporary folder goes
+        return RunResult(rows=rows, summary=summary, out=None if tmp else folder, adversarial_examples=adversarial)
     finally:
         if tmp is not None:
             tmp.cleanup()
@@ -156,12 +179,13 @@ def _compute(
             bar.tick(measurement.work(unit))
             continue
         with _user_errors(labels[unit.model], unit.key):
-            rows = measurement.measure(unit, bar.tick)
+            out = measurement.measure(unit, bar.tick)
+        rows, adversarial = (out.rows, out.adversarial) if isinstance(out, UnitOutput) else (out, None)
         if not isinstance(rows, pd.DataFrame) or rows.empty:
             raise RunStateError(
                 f"unit {unit.key} produced no rows; this is a bug in the {measurement.kind} measurement."
             )
-        writer.write_part(unit.key, rows)
+        writer.write_part(unit.key, rows, adversarial)
     checks: list[Check] = []
     if primary:
         for i, label in enumerate(labels):

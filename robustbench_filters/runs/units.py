@@ -8,6 +8,7 @@ process, in any order, skipped on ``--resume``, and the merged rows are the same
 from __future__ import annotations
 
 import hashlib
+import re
 import zlib
 from dataclasses import dataclass
 
@@ -29,6 +30,15 @@ class Unit:
     def key(self) -> str:
         """The part-file name: ``m<model>-<part>-b<batch>``."""
         return f"m{self.model}-{self.part}-b{self.batch:04d}"
+
+    @classmethod
+    def from_key(cls, key: str) -> Unit | None:
+        """The unit a part-file name stands for (None when ``key`` is not one)."""
+        found = _KEY.match(key)
+        return cls(int(found[1]), found[2], int(found[3])) if found else None
+
+
+_KEY = re.compile(r"^m(\d+)-(.+)-b(\d{4,})$")
 
 
 def unit_seed(*parts: object) -> int:
