@@ -13,11 +13,15 @@ Blocks and their sources:
 - ``zoo``: test metrics and training times of the bundled checkpoints, from their cards (docs/models.md);
 - ``zoo-noise``: the noise-trained checkpoints' certificates, from their cards (docs/smoothing.md);
 - ``bench`` and ``bench-gpu``: every benchmark target, from ``reports/bench/*.json`` and ``reports/bench/gpu/``
-  (docs/benchmarks.md).
+  (docs/benchmarks.md);
+- ``gate-plan``: what each check of this repository's gate can detect, from ``robustness.toml`` and its baseline
+  (docs/gate.md);
+- ``gate-mde``: the smallest accuracy drop each gate mode detects, per n, from ``scripts/gate_mde_table.py``
+  (docs/gate.md).
 
 ``python scripts/readme_numbers.py`` rewrites the blocks; ``--check`` only says which are stale (exit 1).
 tests/test_docs_numbers.py fails when a committed block differs from what this script writes, so after
-``make study``, ``make bench`` or ``make zoo`` run this script and commit the result.
+``make study``, ``make bench``, ``make zoo`` or a new gate baseline run this script and commit the result.
 """
 
 from __future__ import annotations
@@ -74,14 +78,17 @@ def _provenance(results: dict, manifest: dict) -> str:
 
 
 def _claims_table(claims: list[dict], scope: bool) -> list[str]:
-    head = "| claim | scope | difference across seeds, mean [95% CI] | verdict |" if scope else (
-        "| claim | difference across seeds, mean [95% CI] | verdict |"
+    """The README's short table (claim, difference, verdict), or with ``scope`` also its scope and evidence."""
+    head = (
+        "| claim | scope | evidence | difference across seeds, mean [95% CI] | verdict |"
+        if scope
+        else "| claim | difference across seeds, mean [95% CI] | verdict |"
     )
-    lines = [head, "|---|---|---|---|" if scope else "|---|---|---|"]
+    lines = [head, "|---|---|---|---|---|" if scope else "|---|---|---|"]
     for c in claims:
         cells = [f"({c['id']}) {c['claim']}"]
         if scope:
-            cells.append(c["scope"])
+            cells += [c["scope"], c.get("evidence", "-")]
         else:
             cells[0] += f" ({c['scope'].split(':', 1)[0]})"
         cells += ["; ".join(_difference(r) for r in c["comparisons"]), f"**{c['verdict']}**"]
@@ -109,7 +116,10 @@ def zoo(root: Path) -> str:
     from robustbench_filters.names import MODEL_NAMES
     from robustbench_filters.zoo_index import zoo_entry
 
-    lines = ["| zoo model (micro) | test metric | test examples / tokens | training time in the card |", "|---|---|---|---|"]
+    lines = [
+        "| zoo model (micro) | test metric | test examples / tokens | training time in the card |",
+        "|---|---|---|---|",
+    ]
     for name in MODEL_NAMES:
         entry = zoo_entry(name, "micro")
         if entry is None:
@@ -152,7 +162,9 @@ def _bench_key(path: Path) -> tuple[int, str]:
 
 def _machine(m: dict) -> str:
     torch = str(m.get("torch", "?")).split("+")[0]
-    device = m["cuda"] if m.get("cuda") else f"{m.get('cpu_cores', '?')} CPU cores, {m.get('torch_threads', '?')} thread"
+    device = (
+        m["cuda"] if m.get("cuda") else f"{m.get('cpu_cores', '?')} CPU cores, {m.get('torch_threads', '?')} thread"
+    )
     return f"{device}, torch {torch}, load {m.get('load_avg_1min', '?')}, {str(m.get('when', ''))[:10]}"
 
 
@@ -179,6 +191,38 @@ def bench_gpu(root: Path) -> str:
     return _bench_table(root, "gpu/**/b*_*.json")
 
 
+# --- the gate -------------------------------------------------------------------------------------------------
+def gate_plan(root: Path) -> str:
+    """What each check of the repository's gate detects (80% power), as ``robfilt check`` prints it before its runs."""
+    from robustbench_filters.gate import plan_gate
+    from robustbench_filters.gating.baseline import read_baseline
+    from robustbench_filters.spec import load_spec
+
+    spec = load_spec(root / "robustness.toml")
+    baseline = read_baseline(spec.baseline) if spec.baseline is not None and spec.baseline.exists() else None
+    rows: dict[tuple, list[str]] = {}
+    for c in plan_gate(spec, baseline, spec.policy):
+        detects = c.mde_text.split(" (", 1)[0].replace(" with 80% power", "")
+        rows.setdefault((c.kind, c.family, c.condition, c.metric, c.mode, c.n, detects), []).append(c.model)
+    lines = [
+        "| check | models | condition | metric | mode | n | can detect (80% power) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for (kind, fam, cond, metric, mode, n, detects), models in rows.items():
+        lines.append(f"| {kind} ({fam}) | {', '.join(models)} | {cond} | {metric} | {mode} | {n} | {detects} |")
+    return "\n".join(lines) + "\n"
+
+
+def gate_mde(root: Path) -> str:
+    """``scripts/gate_mde_table.py`` with its defaults (accuracy 0.5, alpha 0.05, discordance 0.1 and 0.2)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gate_mde_table", root / "scripts" / "gate_mde_table.py")
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module.table(0.5, [64, 128, 256, 500, 1000], [0.1, 0.2], 0.05) + "\n"
+
+
 GENERATORS: dict[str, Callable[[Path], str]] = {
     "verdicts": verdicts,
     "verdicts-all": verdicts_all,
@@ -186,6 +230,8 @@ GENERATORS: dict[str, Callable[[Path], str]] = {
     "zoo-noise": zoo_noise,
     "bench": bench,
     "bench-gpu": bench_gpu,
+    "gate-plan": gate_plan,
+    "gate-mde": gate_mde,
 }
 
 
