@@ -44,7 +44,7 @@ from typing import Any
 
 import pytest
 import typer
-from _docs import ROOT, Block, all_blocks, argv, blocks, command_lines, robfilt_args, strip_env
+from _docs import DOCUMENTS, ROOT, Block, all_blocks, argv, blocks, command_lines, robfilt_args, strip_env, unfenced
 
 from robustbench_filters.cli import app
 
@@ -144,6 +144,34 @@ def test_every_documented_robfilt_command_parses(block: Block, line: str) -> Non
     _parse(args)  # raises NoSuchOption, BadParameter, MissingParameter, ... naming the problem
 
 
+INLINE = [
+    (f"{path.relative_to(ROOT)}", m.group(1))
+    for path in DOCUMENTS
+    for m in re.finditer(r"`(robfilt [^`<]+)`", unfenced(path))
+]
+
+
+def _flags_of(words: list[str]) -> tuple[Any, list[str]]:
+    """The command ``robfilt WORDS`` names (as deep as its words go), and the flags among the words."""
+    root = typer.Context(_GROUP, info_name="robfilt")
+    command, rest = _GROUP, list(words)
+    while hasattr(command, "get_command") and rest and not rest[0].startswith("-"):
+        sub = command.get_command(root, rest[0])
+        assert sub is not None, f"robfilt has no command {rest[0]!r}"
+        command, rest = sub, rest[1:]
+    return command, [w.split("=", 1)[0] for w in rest if w.startswith("-")]
+
+
+@pytest.mark.parametrize(("doc", "code"), INLINE, ids=[f"{d} {c[:40]}" for d, c in INLINE])
+def test_every_inline_robfilt_flag_exists(doc: str, code: str) -> None:
+    """Prose names commands and flags too (`robfilt attack --amp bf16`): the command and each flag exist."""
+    command, flags = _flags_of(re.split(r"\s\\?\|\s", code)[0].split()[1:])  # up to a shell pipe
+    known = {o for p in command.params for o in (*getattr(p, "opts", ()), *getattr(p, "secondary_opts", ()))}
+    known |= {"--help", "-h"}  # click adds the help option itself
+    missing = [f for f in flags if f not in known]
+    assert not missing, f"{doc}: `{code}` names {missing}, which {command.name} does not take"
+
+
 def test_the_parser_check_can_fail() -> None:
     try:  # the click typer runs on: vendored as typer._click by typer >= 0.20
         from typer._click import exceptions as click_exc
@@ -153,6 +181,9 @@ def test_the_parser_check_can_fail() -> None:
     for bad in (["attack", "--modle", "deit"], ["lipschitz"], ["certify", "--n", "many"], ["nosuch"]):
         with pytest.raises((click_exc.ClickException, AssertionError)):
             _parse(bad)
+    command, flags = _flags_of(["attack", "--amp-atacks", "--amp=bf16"])
+    assert command.name == "attack" and flags == ["--amp-atacks", "--amp"]
+    assert not any("--amp-atacks" in p.opts for p in command.params if hasattr(p, "opts"))
 
 
 SCRIPT_LINES = [(b, line) for b, line in LINES if _script(argv(line)) is not None]
