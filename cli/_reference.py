@@ -27,10 +27,14 @@ def _cell(text: str) -> str:
     return " ".join(str(text).split()).replace("|", "\\|")
 
 
-def _value(param: Any) -> str:
+def _value(param: Any, ctx: Any) -> str:
     if getattr(param, "is_flag", False):
         return ""
-    metavar = param.metavar or str(getattr(param, "display_type", "") or "").strip("<>").upper()
+    shown = getattr(param, "display_type", "")  # what --help prints, e.g. <path>; a method in typer >= 0.25
+    shown = shown(ctx) if callable(shown) else shown
+    metavar = param.metavar or str(shown or "").strip("<>").upper()
+    if metavar.startswith("LIST[") and metavar.endswith("]"):  # a repeatable value: PATH...
+        metavar = f"{metavar[5:-1]}..."
     return f"`{metavar}`" if metavar else ""
 
 
@@ -44,6 +48,7 @@ def _command(name: str, command: Any) -> list[str]:
     doc = inspect.cleandoc(command.help or "")
     if doc:
         lines += [doc, ""]
+    ctx = typer.Context(command)
     panels: dict[str, list[Any]] = {}
     for param in command.params:
         if param.name == "help" or not getattr(param, "opts", None):
@@ -54,7 +59,7 @@ def _command(name: str, command: Any) -> list[str]:
         lines += [f"**{panel}**", "", "| option | value | what |", "|---|---|---|"]
         for p in params:
             required = " (required)" if p.required else ""
-            lines.append(f"| {_flags(p)} | {_value(p)} | {_cell(p.help or '')}{required} |")
+            lines.append(f"| {_flags(p)} | {_value(p, ctx)} | {_cell(p.help or '')}{required} |")
         lines.append("")
     return lines
 

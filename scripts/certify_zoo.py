@@ -40,7 +40,7 @@ def main(
     for name in [m.strip() for m in model.split(",") if m.strip()]:
         folder = zoo_noise_folder(name, noise_sigma)
         if not (folder / CARD).exists():
-            raise typer.BadParameter(f"{folder} has no {CARD}; train it first (see README, Zoo).")
+            raise typer.BadParameter(f"{folder} has no {CARD}; train it first (see docs/models.md, The zoo).")
         try:
             block = certify_checkpoint(
                 folder, n_examples=n_examples, n0=n0, n=n, alpha=alpha, batch_size=batch_size, seed=seed,

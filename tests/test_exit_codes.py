@@ -1,4 +1,4 @@
-"""The README's exit-code table, held to the code: 3 for failed sanity checks, and never 0 from a gate that
+"""The exit-code table of docs/run-folders.md, held to the code: 3 for failed sanity checks, and never 0 from a gate that
 did not check (a model's code that ends the process must not pass CI)."""
 
 from __future__ import annotations
