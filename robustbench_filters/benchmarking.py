@@ -230,8 +230,8 @@ def benchmark(
 
     Runs through :func:`.api.evaluate` (one model, one attack, one eps), so its numbers equal evaluate's for the
     same inputs and seed. The default attack is robfilt's default everywhere, ``autoattack-fast``: the per-example
-    worst case of APGD-CE, APGD-T (3 targets) and APGD-DLR (torchattacks' APGD with early exit), each on the
-    survivors of the last, with a convergence check. It has fewer iterations and components than the reference
+    worst case of APGD-CE and APGD-T (3 targets; torchattacks' APGD with early exit), the second on the survivors
+    of the first, with a convergence check. It has fewer iterations and components than the reference
     AutoAttack (see docs/attacks.md for every difference), so read it as an upper bound on what reference
     AutoAttack would report; ``attack="autoattack"`` adds FAB-T and Square (about 3x the time), and
     ``attack="pgd"`` (20 steps of 0.15 eps; ``steps=``) is faster but weaker.

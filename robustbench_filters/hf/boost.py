@@ -4,7 +4,7 @@ Each residual sublayer F (attention, and the MLP unless ``grc_sublayers="attn"``
 
     Y <- Y + F(LN(Y)) + lambda * (Y_0 - Y)          Y_0 = the input of the first block
 
-(DESIGN.md §1; :func:`robustbench_filters.models.grc.boost`). lambda = 0 is the stock block, bit for bit.
+(docs/design.md; :func:`robustbench_filters.models.grc.boost`). lambda = 0 is the stock block, bit for bit.
 
 Hugging Face models loop over their blocks themselves, so Y_0 cannot be threaded by replacing the block list (as
 :class:`~robustbench_filters.models.grc.BlockStack` does for timm). Instead the converted blocks share one

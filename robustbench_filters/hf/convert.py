@@ -1,6 +1,6 @@
 """Convert a Hugging Face causal LM to BSA and/or GRC, record the conversion in its config, rebuild it on load.
 
-Variants: ``bsa``, ``grc``, ``bsa-grc`` (this project's formulation, DESIGN.md §1). Which models:
+Variants: ``bsa``, ``grc``, ``bsa-grc`` (this project's formulation, docs/design.md). Which models:
 
 - GPT-2 (``model_type == "gpt2"``): BSA and GRC (:mod:`.gpt2`);
 - Llama-style (:data:`.llama.LLAMA_STYLE`): GRC only; BSA is refused in one line (rotary positions have no

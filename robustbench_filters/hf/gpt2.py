@@ -1,4 +1,4 @@
-"""BSA and GRC for Hugging Face GPT-2 (``GPT2LMHeadModel``), with this project's formulation (DESIGN.md §1).
+"""BSA and GRC for Hugging Face GPT-2 (``GPT2LMHeadModel``), with this project's formulation (docs/design.md).
 
 GPT-2 adds learned absolute positions to the tokens (``x_i = e_i + p_i``, ``wpe``), so its attention logits hold
 the content-position cross terms e_i.p_j and p_i.e_j that BSA removes. The converted model

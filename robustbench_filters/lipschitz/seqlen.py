@@ -1,6 +1,6 @@
 """Sequence-length study: how much one attention layer amplifies a fixed small input noise as N grows.
 
-The paper's argument (DESIGN §1) is that additive positions put content-position cross terms into every logit
+The paper's argument (docs/design.md) is that additive positions put content-position cross terms into every logit
 and that this noise grows with the sequence length, while BSA keeps position in an input-independent kernel.
 We measure it directly on one pre-norm attention sublayer x -> Attn(LN(x)):
 

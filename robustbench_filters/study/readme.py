@@ -144,7 +144,7 @@ def _intro(plan: StudyPlan, claims: list[ClaimResult], figures: list[tuple[str, 
         "",
         "**Scope.** Micro models (DeiT on 28x28 Fashion-MNIST, a 3-layer character LM on Jane Austen) trained with a "
         "short recipe on 2 CPU cores. BSA and the boosting residual (GRC) are this project's formulation of the paper's "
-        "principles (DESIGN.md section 1); the paper's exact equations, models, data and protocols were not available. "
+        "principles (docs/design.md); the paper's exact equations, models, data and protocols were not available. "
         "A verdict here is about these models at this scale, not about the paper's ImageNet / WikiText-103 results.",
         "",
         "## Claims",
