@@ -27,6 +27,7 @@ from ..configs import (
     LMAttackConfig,
     RunConfig,
 )
+from ..configs.options import internal_reason
 from ..errors import RobfiltError
 from ..family import Family
 from ..models.registry import parse_name
@@ -82,9 +83,19 @@ FILLED = frozenset({"models", "seed", "checkpoint", "size", "data", "device", "b
                     "input_labels"})  # fmt: skip
 
 
+def _internal_at_default(template: RunConfig, f: dataclasses.Field) -> bool:
+    """An internal field (no user sets it; e.g. the zoo cards' fixed example ids) left at its default is not a
+    setting of the plan, so adding one to a config does not change the plans made before it."""
+    return internal_reason(type(template), f.name) is not None and getattr(template, f.name) == f.default
+
+
 def template_settings(template: RunConfig) -> dict[str, Any]:
     """A template's own settings as JSON values (what a piece's numbers depend on besides the filled fields)."""
-    values = {f.name: getattr(template, f.name) for f in dataclasses.fields(template) if f.name not in FILLED}
+    values = {
+        f.name: getattr(template, f.name)
+        for f in dataclasses.fields(template)
+        if f.name not in FILLED and not _internal_at_default(template, f)
+    }
     return json.loads(json.dumps(values, default=lambda v: getattr(v, "value", str(v))))
 
 
