@@ -29,6 +29,7 @@ def legacy_files(out: Path) -> set[str] | None:
     if not (out / MANIFEST).is_file():
         return None
     figures = {f"{FIGURE_DIR}/{s}.{fmt}" for s in FIGURE_STEMS for fmt in FIGURE_FORMATS}
+    figures.add(f"{FIGURE_DIR}/provenance.json")  # paper mode's sidecar (which runs each figure shows)
     return {MANIFEST, *WRITE_UP, *(f for f in figures if (out / f).exists())}
 
 

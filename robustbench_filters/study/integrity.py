@@ -31,6 +31,7 @@ from .seqlen import KIND as SEQLEN_LM_KIND
 
 #: options a run folder records differently or not at all (the models as modules, derived switches)
 _NOT_RECORDED = frozenset({"models", "checkpoint", "tokenizer", "gap"})
+_RESOLVED = frozenset({"dtype"})
 
 
 def _json(value: Any) -> Any:
@@ -46,8 +47,14 @@ def expected(piece: P.Piece, plan: StudyPlan) -> tuple[str, int, dict[str, Any]]
     if piece.kind == P.SEQLEN_LM:
         return SEQLEN_LM_KIND, plan.eval_seed, settings(plan, P.SEQLEN_LM)
     cls, options = piece_options(piece, plan)
-    # a None in the plan means the kind's default, which the run records resolved (dtype None -> "float64")
-    values = {k: v for k, v in options.items() if k not in _NOT_RECORDED and k != "seed" and v is not None}
+    # A None in the plan means the kind's default: the run records it as None (steps None: each attack's own), so
+    # a run made with steps = 5 is not the plan's; only the keys in _RESOLVED are recorded resolved (dtype None ->
+    # "float64") and are not compared when the plan leaves them to the default.
+    values = {
+        k: v
+        for k, v in options.items()
+        if k not in _NOT_RECORDED and k != "seed" and not (v is None and k in _RESOLVED)
+    }
     return cls.KIND, plan.eval_seed, {**values, "models": list(family_models(plan, piece.kind))}
 
 
