@@ -177,7 +177,7 @@ TIERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("checks, configs and the runner", ("checks", "configs", "recipe", "runs")),
     ("measurements", ("attacks", "lipschitz", "smoothing", "train", "train_hf")),
     ("readers", ("aggregates", "report", "gating")),
-    ("entry points", ("api", "spec", "gate", "study", "benchmarking", "benchmarking_lm", "cli")),
+    ("entry points", ("api", "spec", "spec_require", "gate", "study", "benchmarking", "benchmarking_lm", "cli")),
 )
 # fmt: on
 TIER = {name: i for i, (_, names) in enumerate(TIERS) for name in names}
