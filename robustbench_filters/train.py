@@ -291,40 +291,47 @@ def _finished(out: Path) -> bool:
     return (out / CARD).exists() and not state_dir.exists() and not _previous(state_dir).exists()
 
 
-def _restore(state_dir: Path, task: _Task, opt: torch.optim.Optimizer, fingerprint: dict) -> tuple[int, float]:
-    """(step, wall seconds so far) of a killed run, refusing state from another recipe, model, data or seed."""
+def _restore(
+    state_dir: Path, task: _Task, opt: torch.optim.Optimizer, fingerprint: dict
+) -> tuple[int, float, list[int]]:
+    """(step, wall seconds so far, torch thread counts used so far) of a killed run, refusing state from another
+    recipe, model, data or seed."""
     old_state = _previous(state_dir)
     if not state_dir.exists() and old_state.exists():
         # killed between the two renames of _save_state: the previous complete state is in .old
         old_state.rename(state_dir)
     if not state_dir.exists():
-        return 0, 0.0
+        return 0, 0.0, []
     meta = _load_state(state_dir, task.model, opt)
     if meta.get("fingerprint") != json.loads(json.dumps(fingerprint, default=str)):
         raise RunStateError(
             f"--out {state_dir.parent} holds a different training run (other model, data, seed or recipe); "
             "use --overwrite."
         )
-    return meta["step"], meta.get("wall_time_s", 0.0)
+    return meta["step"], meta.get("wall_time_s", 0.0), list(meta.get("torch_threads", []))
 
 
 def _fit(
     name: str,
     task: _Task,
     opt: torch.optim.Optimizer,
-    start: tuple[int, float],
+    start: tuple[int, float, list[int]],
     state_dir: Path,
     fingerprint: dict,
     progress: ProgressHook,
-) -> tuple[float | None, float]:
-    """The optimisation loop from ``start`` = (step, wall seconds); state is saved every epoch (or --ckpt-every).
+) -> tuple[float | None, float, list[int]]:
+    """The optimisation loop from ``start`` = (step, wall seconds, thread counts); state is saved every epoch (or
+    --ckpt-every).
 
-    Returns the running loss and the total wall time."""
+    Returns the running loss, the total wall time and every torch thread count the training ran with: float
+    reductions split across threads add in another order, so the same seed gives other weights under another
+    count, and the card says which counts made these."""
     recipe, model = task.recipe, task.model
     total = task.total_steps()
     every = recipe.ckpt_every or (task.steps_per_epoch() if task.spec.family is Family.IMAGE else 200)
     label = "acc" if task.spec.family is Family.IMAGE else "ppl"
-    (step, wall_before), t0, run_loss = start, time.perf_counter(), None
+    (step, wall_before, threads), t0, run_loss = start, time.perf_counter(), None
+    threads = sorted({*threads, torch.get_num_threads()})
     while step < total:
         for group in opt.param_groups:
             group["lr"] = lr_at(step, total, recipe)
@@ -344,8 +351,9 @@ def _fit(
             log.info("%s step %d/%d: loss %.3f, batch %s %.3f", name, step, total, run_loss, label, metric)
         if step % every == 0 or step == total:
             wall = wall_before + time.perf_counter() - t0
-            _save_state(state_dir, model, opt, step, {"fingerprint": fingerprint, "wall_time_s": wall})
-    return run_loss, wall_before + time.perf_counter() - t0
+            meta = {"fingerprint": fingerprint, "wall_time_s": wall, "torch_threads": threads}
+            _save_state(state_dir, model, opt, step, meta)
+    return run_loss, wall_before + time.perf_counter() - t0, threads
 
 
 def train(
@@ -396,10 +404,10 @@ def train(
             "recipe": dataclasses.asdict(recipe),
             "overrides": overrides,
         }
-        start = _restore(state_dir, task, opt, fingerprint) if resume else (0, 0.0)
+        start = _restore(state_dir, task, opt, fingerprint) if resume else (0, 0.0, [])
         if start[0]:
             log.info("resuming %s at step %d/%d", name, start[0], task.total_steps())
-        run_loss, wall = _fit(name, task, opt, start, state_dir, fingerprint, progress or null_progress)
+        run_loss, wall, threads = _fit(name, task, opt, start, state_dir, fingerprint, progress or null_progress)
         metrics = {"train_loss": run_loss, **task.evaluate()}
         model.eval()
         recipe_card = {
@@ -409,6 +417,7 @@ def train(
             "seed": seed,
             "total_steps": task.total_steps(),
             "wall_time_s": round(wall, 1),
+            "torch_threads": threads,
             "command": command or f"robfilt train --model {name} --size {size} --seed {seed} --out {out}",
             "rebuild_command": _rebuild_command(name, size, data, seed, out, recipe, family=spec.family),
         }

@@ -165,8 +165,10 @@ def train_hf(
         fingerprint = {"source": f"hf:{target}", "conversion": args, "data": checksum, "seed": seed,
                        "max_length": task.block, "recipe": dataclasses.asdict(recipe)}  # fmt: skip
         state_dir = out / STATE_DIR
-        start = _restore(state_dir, task, opt, fingerprint) if resume else (0, 0.0)  # type: ignore[arg-type]
-        run_loss, wall = _fit(f"hf:{target}", task, opt, start, state_dir, fingerprint, progress or null_progress)  # type: ignore[arg-type]
+        start = _restore(state_dir, task, opt, fingerprint) if resume else (0, 0.0, [])  # type: ignore[arg-type]
+        run_loss, wall, threads = _fit(
+            f"hf:{target}", task, opt, start, state_dir, fingerprint, progress or null_progress
+        )  # type: ignore[arg-type]
         metrics = {"train_loss": run_loss, **_evaluate(lm, test_text)}
         lm.eval()
         with quiet_hub():
@@ -184,6 +186,7 @@ def train_hf(
                        "rebuild_command": _rebuild_command(target, args, data, seed, out, recipe)},
             "metrics": metrics,
             "wall_time_s": round(wall, 1),
+            "torch_threads": threads,
             "versions": library_versions(),
         }  # fmt: skip
         atomic_write_json(out / CARD, card)

@@ -69,11 +69,18 @@ def _difference(comparison: dict) -> str:
 def _provenance(results: dict, manifest: dict) -> str:
     plan = results["plan"]
     seeds = ", ".join(str(s) for s in plan["seeds"])
-    minutes = sum(float(p.get("wall_s") or 0.0) for p in manifest["pieces"].values()) / 60
+    pieces = manifest["pieces"].values()
+    minutes = sum(float(p.get("wall_s") or 0.0) for p in pieces) / 60
+    reused = [p.get("card_wall_s") for p in pieces if p.get("trained_by_study") is False]
     day = manifest.get("updated", manifest["created"])[:10]
+    extra = ""
+    if reused and None in reused:
+        extra = f" ({len(reused)} checkpoints were reused from earlier training, whose time is not in that figure)"
+    elif reused:
+        extra = f", plus {sum(reused) / 60:.1f} minutes that the {len(reused)} checkpoints it reused took to train"
     return (
         f"From `reports/study/results.json`: plan `{plan['name']}`, {plan['size']} models, training seeds {seeds}, "
-        f"{len(manifest['pieces'])} pieces in {minutes:.1f} minutes of compute, last updated {day}."
+        f"{len(manifest['pieces'])} pieces in {minutes:.1f} minutes of compute{extra}, last updated {day}."
     )
 
 

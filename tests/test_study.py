@@ -255,6 +255,15 @@ def test_a_partial_plan_reuses_checkpoints_and_marks_unmeasured_claims(study, tm
     assert not [p for p in result.executed if p.startswith("vision")]
     a = next(c for c in result.claims if c.spec.id == "a" and c.spec.primary)  # a vision claim: no vision models
     assert a.verdict is Verdict.INCONCLUSIVE and "not measured" in a.reason
+    # reused weights cost this study nothing, and it still says what they took to train (their cards)
+    pieces = json.loads((tmp_path / "lm-only" / "study.json").read_text())["pieces"]
+    reused = {k: v for k, v in pieces.items() if k.startswith("train/")}
+    assert reused and all(not v["trained_by_study"] and v["wall_s"] == 0 for v in reused.values())
+    for v in reused.values():
+        card = json.loads((tmp_path / "lm-only" / v["path"] / "card.json").read_text())
+        assert v["card_wall_s"] == round(card["recipe"]["wall_time_s"], 1)
+    readme = (tmp_path / "lm-only" / "README.md").read_text()
+    assert f"not in the total: training of the {len(reused)} reused checkpoints" in readme
 
 
 def test_an_existing_study_needs_resume_or_overwrite(study, tmp_path):

@@ -40,6 +40,7 @@ def test_a_few_steps_lower_the_loss(tmp_path, name):
     card = json.loads((tmp_path / name / "card.json").read_text())
     for key in ("command", "data_checksum", "wall_time_s", "total_steps", "seed"):
         assert key in card["recipe"]
+    assert card["recipe"]["torch_threads"] == [torch.get_num_threads()]
     assert card["metrics"] == pytest.approx(result.metrics)
     assert not (tmp_path / name / "train_state").exists()
 
@@ -66,6 +67,26 @@ def test_resume_reaches_the_same_weights_as_an_uninterrupted_run(tmp_path):
     assert a.keys() == b.keys()
     for key in a:
         assert torch.equal(a[key], b[key]), key
+
+
+def test_the_card_names_every_thread_count_a_resumed_training_ran_with(tmp_path):
+    """Another thread count adds floats in another order (other weights for one seed): the card must say."""
+    recipe, before = SMALL["deit-grc"], torch.get_num_threads()
+
+    def stop_at_6(task, done, total, info=""):
+        if done == 6:
+            raise _Stop
+
+    try:
+        torch.set_num_threads(1)
+        with pytest.raises(_Stop):
+            train("deit-grc", recipe=recipe, seed=3, out=tmp_path / "m", progress=stop_at_6)
+        assert json.loads((tmp_path / "m" / "train_state" / "state.json").read_text())["torch_threads"] == [1]
+        torch.set_num_threads(2)
+        train("deit-grc", recipe=recipe, seed=3, out=tmp_path / "m", resume=True)
+    finally:
+        torch.set_num_threads(before)
+    assert json.loads((tmp_path / "m" / "card.json").read_text())["recipe"]["torch_threads"] == [1, 2]
 
 
 def test_schedule_warms_up_then_decays():

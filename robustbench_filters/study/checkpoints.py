@@ -31,7 +31,10 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class CheckpointInfo:
-    """Where a model's weights are, their hash, and whether they were trained now or reused."""
+    """Where a model's weights are, their hash, and whether they were trained now or reused.
+
+    ``wall_time_s`` is what this call spent (0 for a reused checkpoint); ``card_wall_s`` is the training time the
+    checkpoint's card records, so a study that reuses weights can still say what they cost (None: not recorded)."""
 
     model: str
     seed: int
@@ -40,6 +43,12 @@ class CheckpointInfo:
     trained: bool
     wall_time_s: float
     metrics: dict
+    card_wall_s: float | None = None
+
+
+def _card_wall_s(card: dict) -> float | None:
+    value = (card.get("recipe") or {}).get("wall_time_s")
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 @cache
@@ -112,7 +121,9 @@ def ensure_checkpoint(
     if found is not None:
         card = json.loads((found / CARD).read_text())
         log.info("reusing %s (seed %d) from %s", model, seed, found)
-        return CheckpointInfo(model, seed, found, card["weights_sha256"], False, 0.0, card.get("metrics", {}))
+        return CheckpointInfo(
+            model, seed, found, card["weights_sha256"], False, 0.0, card.get("metrics", {}), _card_wall_s(card)
+        )
     t0 = time.perf_counter()
     resume = (target / STATE_DIR).exists()
     log.info("%s %s (seed %d) into %s", "resuming" if resume else "training", model, seed, target)
@@ -130,5 +141,6 @@ def ensure_checkpoint(
     )
     card = json.loads((target / CARD).read_text())
     return CheckpointInfo(
-        model, seed, target, card["weights_sha256"], True, time.perf_counter() - t0, card.get("metrics", {})
-    )
+        model, seed, target, card["weights_sha256"], True, time.perf_counter() - t0, card.get("metrics", {}),
+        _card_wall_s(card),
+    )  # fmt: skip

@@ -88,12 +88,26 @@ def _recipes(plan: StudyPlan) -> pd.DataFrame:
 
 
 def _wall_times(manifest: dict) -> pd.DataFrame:
+    """Seconds per kind of piece spent by this study, then (apart from the total) the training time of the
+    checkpoints it reused from elsewhere, as their cards record it ("not recorded" when a record lacks it)."""
     groups: dict[str, float] = {}
+    reused: list[float | None] = []
     for pid, rec in manifest.get("pieces", {}).items():
         kind = pid.split("/", 1)[0]
         groups[kind] = groups.get(kind, 0.0) + float(rec.get("wall_s") or 0.0)
+        if rec.get("trained_by_study") is False:
+            reused.append(rec.get("card_wall_s"))
     groups["total"] = sum(groups.values())
     rows = [{"piece": k, "seconds": f"{v:.0f}", "minutes": f"{v / 60:.1f}"} for k, v in groups.items()]
+    if reused:
+        known = None if None in reused else sum(float(v) for v in reused if v is not None)
+        rows.append(
+            {
+                "piece": f"not in the total: training of the {len(reused)} reused checkpoints (their cards)",
+                "seconds": "not recorded" if known is None else f"{known:.0f}",
+                "minutes": "not recorded" if known is None else f"{known / 60:.1f}",
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -222,8 +236,9 @@ def _what_was_run(plan: StudyPlan, manifest: dict) -> list[str]:
         f"seed) at N = {', '.join(map(str, sq.layer_ns))}.",
         f"- All evaluation uses seed {plan.eval_seed}, so every model of every training seed sees the same examples.",
         "",
-        "Compute time recorded in `study.json` (summed over the pieces and over resumed calls; reused checkpoints "
-        "count the time they took when this study trained them):",
+        "Compute time recorded in `study.json` (summed over the pieces and over resumed calls). A checkpoint this "
+        "study trained counts the time it took; one it reused from elsewhere took no time here, and its training "
+        "time, from its card, is listed apart from the total:",
         "",
         markdown(_wall_times(manifest)).rstrip(),
         "",

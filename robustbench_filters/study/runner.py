@@ -215,16 +215,24 @@ def _write(
 
 
 def _record_training(manifest: Manifest, piece: P.Piece, info: CheckpointInfo, out: Path) -> None:
-    """Keep the first record of a checkpoint (when and how long it trained); re-record only new weights."""
+    """Keep the first record of a checkpoint (when and how long it trained); re-record only new weights.
+
+    A checkpoint reused from elsewhere costs this study nothing (``wall_s`` 0); its card's training time is kept as
+    ``card_wall_s``, so the write-up can say what the reused weights cost."""
     old = manifest.pieces.get(piece.id, {})
     if not info.trained and old.get("weights_sha256") == info.weights_sha256:
+        if not old.get("trained_by_study") and "card_wall_s" not in old and info.card_wall_s is not None:
+            manifest.record(
+                piece.id, **old, card_wall_s=round(info.card_wall_s, 1)
+            )  # a record from before cards' times
         return
     path = info.path.resolve()
     inside = path.is_relative_to(out.resolve())
+    reused = {} if info.trained or info.card_wall_s is None else {"card_wall_s": round(info.card_wall_s, 1)}
     manifest.record(
         piece.id, status=DONE, path=str(path.relative_to(out.resolve()) if inside else path),
         weights_sha256=info.weights_sha256, trained_by_study=info.trained, metrics=info.metrics,
-        wall_s=round(info.wall_time_s, 1), finished=_now(),
+        wall_s=round(info.wall_time_s, 1), finished=_now(), **reused,
     )  # fmt: skip
 
 
