@@ -1,0 +1,64 @@
+"""The report's language-model section: perplexity under attack and contamination (table, lm-eval columns for
+Hugging Face models, figure) and the LM corruption tables."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..summaries import LM
+from . import context as C
+from . import figures as F
+from . import render as R
+from . import tables as T
+from .sections_image import corruption_section
+
+if TYPE_CHECKING:
+    from .assembly import ReportBuilder
+
+
+def lm_section(b: ReportBuilder) -> None:
+    rows = b.rs.rows.get(LM)
+    if rows is None:
+        b.skip("perplexity table and figure", "no LM run given")
+        return
+    table = T.perplexity_table(rows)
+    if table.empty:
+        b.skip("perplexity table", "the LM runs hold no nll rows")
+    else:
+        context = C.lm_subtitle(b.rs.families[LM], rows, int(table["n"].max()))
+        b.table(
+            "perplexity",
+            "Perplexity under attack and contamination",
+            "Token perplexity exp(sum nll / sum tokens) (per character for robfilt's character-level LMs) with "
+            "95% bootstrap intervals over examples, per attack and eps (embedding attacks) or contamination rate "
+            f"(text attacks); {context}.",
+            table,
+            R.perplexity_layout(table),
+            LM,
+        )
+        if "word_perplexity" in table.columns and table["word_perplexity"].notna().any():
+            b.table(
+                "lm_eval",
+                "lm-eval perplexities under attack and contamination",
+                "lm-eval's word_perplexity [95% bootstrap CI], byte_perplexity and bits_per_byte (rolling "
+                "log-likelihood windows; words and bytes of the clean text), for the models scored that way "
+                f"(Hugging Face models); {context}.",
+                table,
+                R.lm_eval_layout(table),
+                LM,
+            )
+        if (table["attack"] != T.CLEAN).any():
+            src = b.rs.ids(LM)
+            sub = C.lm_subtitle(b.rs.families[LM], rows, int(table["n"].max()))
+            b.figure(
+                "perplexity_vs_rate",
+                "Perplexity vs contamination rate",
+                F.perplexity_caption,
+                lambda paper: F.perplexity_figure(table, src, sub, paper=paper),
+                src,
+                sub,
+                b.rs.families[LM],
+            )
+        else:
+            b.skip("perplexity figure", "only clean rows")
+    corruption_section(b, rows, LM)
