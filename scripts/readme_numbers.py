@@ -69,15 +69,16 @@ def _difference(comparison: dict) -> str:
 def _provenance(results: dict, manifest: dict) -> str:
     plan = results["plan"]
     seeds = ", ".join(str(s) for s in plan["seeds"])
-    pieces = manifest["pieces"].values()
-    minutes = sum(float(p.get("wall_s") or 0.0) for p in pieces) / 60
-    reused = [p.get("card_wall_s") for p in pieces if p.get("trained_by_study") is False]
+    from robustbench_filters.study.readme import reused_training
+
+    minutes = sum(float(p.get("wall_s") or 0.0) for p in manifest["pieces"].values()) / 60
+    n_reused, reused_s = reused_training(manifest)
     day = manifest.get("updated", manifest["created"])[:10]
     extra = ""
-    if reused and None in reused:
-        extra = f" ({len(reused)} checkpoints were reused from earlier training, whose time is not in that figure)"
-    elif reused:
-        extra = f", plus {sum(reused) / 60:.1f} minutes that the {len(reused)} checkpoints it reused took to train"
+    if n_reused and reused_s is None:
+        extra = f" ({n_reused} checkpoints were reused from earlier training, whose time is not in that figure)"
+    elif n_reused:
+        extra = f", plus {reused_s / 60:.1f} minutes that the {n_reused} checkpoints it reused took to train"
     return (
         f"From `reports/study/results.json`: plan `{plan['name']}`, {plan['size']} models, training seeds {seeds}, "
         f"{len(manifest['pieces'])} pieces in {minutes:.1f} minutes of compute{extra}, last updated {day}."

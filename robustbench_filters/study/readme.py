@@ -87,23 +87,29 @@ def _recipes(plan: StudyPlan) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def reused_training(manifest: dict) -> tuple[int, float | None]:
+    """How many checkpoints the study reused from elsewhere, and the seconds their cards say they took to train
+    (None when a record lacks it): time this study did not spend, reported apart from its own."""
+    reused = [
+        rec.get("card_wall_s") for rec in manifest.get("pieces", {}).values() if rec.get("trained_by_study") is False
+    ]
+    return len(reused), None if None in reused else sum(float(v) for v in reused)
+
+
 def _wall_times(manifest: dict) -> pd.DataFrame:
     """Seconds per kind of piece spent by this study, then (apart from the total) the training time of the
     checkpoints it reused from elsewhere, as their cards record it ("not recorded" when a record lacks it)."""
     groups: dict[str, float] = {}
-    reused: list[float | None] = []
     for pid, rec in manifest.get("pieces", {}).items():
         kind = pid.split("/", 1)[0]
         groups[kind] = groups.get(kind, 0.0) + float(rec.get("wall_s") or 0.0)
-        if rec.get("trained_by_study") is False:
-            reused.append(rec.get("card_wall_s"))
     groups["total"] = sum(groups.values())
     rows = [{"piece": k, "seconds": f"{v:.0f}", "minutes": f"{v / 60:.1f}"} for k, v in groups.items()]
-    if reused:
-        known = None if None in reused else sum(float(v) for v in reused if v is not None)
+    n_reused, known = reused_training(manifest)
+    if n_reused:
         rows.append(
             {
-                "piece": f"not in the total: training of the {len(reused)} reused checkpoints (their cards)",
+                "piece": f"not in the total: training of the {n_reused} reused checkpoints (their cards)",
                 "seconds": "not recorded" if known is None else f"{known:.0f}",
                 "minutes": "not recorded" if known is None else f"{known / 60:.1f}",
             }
