@@ -15,9 +15,12 @@ from typing import Any
 from .configs.options import Bool, Declared, Int, Number, Text, Tokenizer, option
 from .errors import RobfiltError
 from .family import Family
-from .surface import Surface, flag
+from .names import Norm
+from .surface import Surface, flag, given
 
 _NOT_IN_SPECS = {Surface.SPEC: "a gate spec measures models; it does not train them"}
+#: the adversarial-training methods ``adversarial`` takes (attacks.training runs them)
+ADVERSARIAL_METHODS: tuple[str, ...] = ("pgd",)
 #: what a Hugging Face model can be converted to before fine-tuning (hf.convert)
 VARIANTS: tuple[str, ...] = ("bsa", "grc", "bsa-grc")
 
@@ -57,6 +60,21 @@ class Recipe(Declared):
     max_length: int | None = _train(
         None, "hf: models: tokens per training window (default: the model's positions, at most 256).", Int()
     )
+    init: str | None = _train(
+        None,
+        "Images: start from these weights, zoo (the model's bundled ones) or a checkpoint folder of the same model "
+        "(default: seeded random weights).",
+        Text(path=True),
+    )
+    adversarial: str | None = _train(
+        None,
+        "Images: adversarial training, pgd (Madry et al.: every batch is replaced by its PGD points inside "
+        "--train-eps; step 2.5 * eps / --train-steps, random start).",
+        Text(),
+    )
+    train_eps: float | None = _train(None, "Budget of --adversarial pgd on the [0, 1] scale (e.g. 0.05).", Number())
+    train_steps: int = _train(10, "PGD steps per batch of --adversarial pgd.", Int())
+    train_norm: str = _train("linf", "Norm of --adversarial pgd: linf or l2.", Text())
 
     def validate(self) -> None:
         for name in ("epochs", "steps"):
@@ -89,11 +107,41 @@ class Recipe(Declared):
             raise RobfiltError(f"{flag('max_length')} must be positive, got {self.max_length}.")
         if self.bpe_vocab <= 0:
             raise RobfiltError(f"{flag('bpe_vocab')} must be positive, got {self.bpe_vocab}.")
+        if self.adversarial is None and self.train_eps is not None:
+            raise RobfiltError(f"{flag('train_eps')} sets the budget of {flag('adversarial')} pgd; add it, or drop it.")
+        if self.adversarial is not None:
+            self._validate_adversarial()
+
+    def _validate_adversarial(self) -> None:
+        if self.adversarial not in ADVERSARIAL_METHODS:
+            raise RobfiltError(
+                f"unknown {flag('adversarial')} {self.adversarial!r}; use {', '.join(ADVERSARIAL_METHODS)}."
+            )
+        if self.train_norm not in [n.value for n in Norm]:
+            raise RobfiltError(f"unknown {flag('train_norm')} {self.train_norm!r}; use linf or l2.")
+        ball = Norm(self.train_norm)
+        eps = self.train_eps
+        if eps is None or not (eps > 0 and math.isfinite(eps) and (eps <= 1 or ball is Norm.L2)):
+            raise RobfiltError(
+                f"{flag('adversarial')} pgd needs {flag('train_eps')}, a positive budget on the [0, 1] scale "
+                f"(e.g. {given('train_eps', '0.05')}), got {eps}."
+            )
+        if self.train_steps <= 0:
+            raise RobfiltError(f"{flag('train_steps')} must be positive, got {self.train_steps}.")
 
 
 # Fields added after checkpoints were already in circulation, with the value that reproduces the old behaviour.
 # A card without such a field was trained with that value, and a recipe at that value keeps its old identity.
-LATER_FIELDS: dict[str, Any] = {"noise_sigma": 0.0, "variant": None, "max_length": None}
+LATER_FIELDS: dict[str, Any] = {
+    "noise_sigma": 0.0,
+    "variant": None,
+    "max_length": None,
+    "init": None,
+    "adversarial": None,
+    "train_eps": None,
+    "train_steps": 10,
+    "train_norm": "linf",
+}
 
 
 def recipe_identity(recipe: Recipe) -> dict[str, Any]:
@@ -121,3 +169,28 @@ def lr_at(step: int, total: int, recipe: Recipe) -> float:
     progress = (step - warmup) / max(1, total - warmup)
     floor = recipe.min_lr_frac * recipe.lr
     return floor + 0.5 * (recipe.lr - floor) * (1 + math.cos(math.pi * min(1.0, progress)))
+
+
+def rebuild_command(name: str, size: str, data: str, seed: int, out: Any, recipe: Recipe, family: Family) -> str:
+    """A canonical command that retrains this checkpoint from scratch (recorded in the card)."""
+    base = DEFAULT_RECIPES[family]
+    parts = ["robfilt train", f"--model {name}", f"--size {size}", f"--data {data}", f"--seed {seed}"]
+    for field_name, spelled in (
+        ("epochs", "--epochs"),
+        ("steps", "--steps"),
+        ("batch_size", "--batch-size"),
+        ("lr", "--lr"),
+        ("tokenizer", "--tokenizer"),
+        ("ckpt_every", "--ckpt-every"),
+        ("noise_sigma", "--noise-sigma"),
+        ("init", "--init"),
+        ("adversarial", "--adversarial"),
+        ("train_eps", "--train-eps"),
+        ("train_steps", "--train-steps"),
+        ("train_norm", "--train-norm"),
+    ):
+        value = getattr(recipe, field_name)
+        if value != getattr(base, field_name) and value is not None:
+            parts.append(f"{spelled} {value}")
+    parts += [f"--out {out}", "--overwrite"]
+    return " ".join(parts)

@@ -24,16 +24,18 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .attacks.training import PGDTraining
 from .errors import RobfiltError, RunStateError
 from .family import Family
 from .io import atomic_write_json
 from .models.checkpoint import CARD, save_checkpoint
 from .models.registry import ModelSpec, build_from_spec, resolve_spec
 from .progress import ProgressHook, null_progress
-from .recipe import DEFAULT_RECIPES, Recipe, card_recipe_value, lr_at, recipe_identity
+from .recipe import DEFAULT_RECIPES, Recipe, card_recipe_value, lr_at, rebuild_command, recipe_identity
 from .runs.lock import RunLock
 from .runs.outfolder import remove_files
 from .runs.prepare import prepare_training_out
+from .surface import flag
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +100,7 @@ class _Task:
                 )
             self.n_train = len(self.train_data.y)
             self.data_checksum = self.train_data.checksum
+            self.adversarial = PGDTraining.from_recipe(recipe)
         else:
             from .data import encode_corpus, load_text
             from .data.tokenizers import BPETokenizer, CharTokenizer
@@ -140,6 +143,8 @@ class _Task:
                 x = _augment(x, gen)
             if self.recipe.noise_sigma > 0:
                 x = add_gaussian_noise(x, self.recipe.noise_sigma, gen)
+            if self.adversarial is not None:  # PGD points from the current weights, seeded by (seed, step)
+                x = self.adversarial.points(self.model, x, y, self.seed * 1_000_003 + step)
             return x, y
         from .data import get_batch
 
@@ -166,6 +171,8 @@ class _Task:
                     for i in range(0, len(y), 500)
                 )
                 out = {"test_acc": correct / len(y), "test_n": len(y)}
+                if self.adversarial is not None:  # the card's robust metric: PGD-20 at the training ball
+                    out["test_acc_pgd20"] = self.adversarial.robust_accuracy(self.model, x, y, self.seed)
                 if self.recipe.noise_sigma > 0:
                     # the base classifier on one fixed noise draw per test image (seeded, so reproducible)
                     noisy = add_gaussian_noise(x, self.recipe.noise_sigma, torch.Generator().manual_seed(self.seed))
@@ -241,26 +248,6 @@ def _load_state(folder: Path, model: nn.Module, opt: torch.optim.Optimizer) -> d
     return meta
 
 
-def _rebuild_command(name: str, size: str, data: str, seed: int, out: Path, recipe: Recipe, family: Family) -> str:
-    """A canonical command that retrains this checkpoint from scratch (recorded in the card)."""
-    base = DEFAULT_RECIPES[family]
-    parts = ["robfilt train", f"--model {name}", f"--size {size}", f"--data {data}", f"--seed {seed}"]
-    for field_name, flag in (
-        ("epochs", "--epochs"),
-        ("steps", "--steps"),
-        ("batch_size", "--batch-size"),
-        ("lr", "--lr"),
-        ("tokenizer", "--tokenizer"),
-        ("ckpt_every", "--ckpt-every"),
-        ("noise_sigma", "--noise-sigma"),
-    ):
-        value = getattr(recipe, field_name)
-        if value != getattr(base, field_name) and value is not None:
-            parts.append(f"{flag} {value}")
-    parts += [f"--out {out}", "--overwrite"]
-    return " ".join(parts)
-
-
 def _param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     """No weight decay on biases, norms, embeddings' positions, BSA widths and GRC lambdas (nanoGPT rule)."""
     decay, no_decay, seen = [], [], set()
@@ -282,7 +269,18 @@ def _build_task(
         spec = resolve_spec(name, size, **{**overrides, "vocab_size": task.tokenizer.vocab_size})
         torch.manual_seed(seed)
         task.model, task.spec = build_from_spec(spec).train(), spec
+    if recipe.init is not None:
+        _load_init(task.model, recipe.init, name, size)
     return task
+
+
+def _load_init(model: nn.Module, init: str, name: str, size: str) -> None:
+    """Fine-tuning: the starting weights from ``init`` (``zoo`` or a checkpoint folder of the same model; the
+    loader checks the card's name, size and SHA-256)."""
+    from .models.checkpoint import load_checkpoint
+
+    start = load_checkpoint(init, name=name, size=size)
+    model.load_state_dict(start.state_dict())
 
 
 def _finished(out: Path) -> bool:
@@ -378,6 +376,9 @@ def train(
     recipe.validate()
     if spec.family is Family.LM and recipe.noise_sigma:
         raise RobfiltError("--noise-sigma is for image models (Gaussian noise on pixels); drop it for LM training.")
+    for key in ("adversarial", "init"):
+        if spec.family is Family.LM and getattr(recipe, key) is not None:
+            raise RobfiltError(f"{flag(key)} is for image models; drop it for LM training.")
     if spec.family is Family.LM and recipe.steps is None:
         raise RobfiltError("LM training is step-based; pass --steps.")
     data = data or ("fashion-mnist" if spec.family is Family.IMAGE else "austen")
@@ -419,7 +420,7 @@ def train(
             "wall_time_s": round(wall, 1),
             "torch_threads": threads,
             "command": command or f"robfilt train --model {name} --size {size} --seed {seed} --out {out}",
-            "rebuild_command": _rebuild_command(name, size, data, seed, out, recipe, family=spec.family),
+            "rebuild_command": rebuild_command(name, size, data, seed, out, recipe, family=spec.family),
         }
         model.robfilt_spec = spec
         save_checkpoint(model, out, recipe=recipe_card, metrics=metrics)
