@@ -1,6 +1,6 @@
 """torchattacks' APGD and APGD-T with per-example early exit and the compute ledger (see :mod:`.early`).
 
-The loop below is torchattacks' ``attack_single_run`` line for line (shared by APGD and APGD-T); with
+The loop below is torchattacks' ``attack_single_run`` in named parts (shared by APGD and APGD-T); with
 ``early_stop=False`` it computes exactly what torchattacks computes (tested bit for bit). Bookkeeping (step sizes,
 checkpoints, best points) stays on the whole batch, as torchattacks keeps it; with early exit only the model's
 forward and backward passes shrink to the examples not yet fooled, and a fooled example keeps the first point that
@@ -22,27 +22,9 @@ from .ledger import Ledger
 LossFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]
 
 
-def _apgd_run(atk: torchattacks.APGD | torchattacks.APGDT, x_in: torch.Tensor, y_in: torch.Tensor,
-              rows: torch.Tensor, loss_fn: LossFn, y_target: torch.Tensor | None, first_step_size: bool,
-              group: torch.Tensor | None = None,
-              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
-    """One APGD run from a random start: (best-loss points, still correct, best loss, fooling points).
-
-    ``first_step_size``: APGD-T's L2 step uses the first example's step size (torchattacks' rule, which makes an
-    example's attack depend on its batch-mates); kept only without early exit, which needs every example's own.
-    ``group``: rows that are copies of one example (parallel restarts or targets); with early exit, all copies of
-    an example leave once one of them fools the model.
-    """
-    early: bool = atk.early_stop
-    ledger: Ledger = atk.ledger
-    x = x_in.clone() if len(x_in.shape) == 4 else x_in.clone().unsqueeze(0)
-    y = y_in.clone() if len(y_in.shape) == 1 else y_in.clone().unsqueeze(0)
+def _random_start(atk: torchattacks.APGD, x: torch.Tensor) -> torch.Tensor:
+    """A uniform point of the ball's surface direction, scaled to eps (torchattacks' draw, in its order)."""
     dev = atk.device
-    steps_2, steps_min, size_decr = (
-        max(int(0.22 * atk.steps), 1),
-        max(int(0.06 * atk.steps), 1),
-        max(int(0.03 * atk.steps), 1),
-    )
     if atk.norm == "Linf":
         t = 2 * torch.rand(x.shape).to(dev).detach() - 1
         x_adv = x.detach() + atk.eps * torch.ones([x.shape[0], 1, 1, 1]).to(dev).detach() * t / (
@@ -53,102 +35,163 @@ def _apgd_run(atk: torchattacks.APGD | torchattacks.APGDT, x_in: torch.Tensor, y
         x_adv = x.detach() + atk.eps * torch.ones([x.shape[0], 1, 1, 1]).to(dev).detach() * t / (
             (t**2).sum(dim=(1, 2, 3), keepdim=True).sqrt() + 1e-12
         )
-    x_adv = x_adv.clamp(0.0, 1.0)
-    x_best = x_adv.clone()
-    x_best_adv = x_adv.clone()
-    loss_steps = torch.zeros([atk.steps, x.shape[0]])
-    loss_best = None
+    return x_adv.clamp(0.0, 1.0)
 
-    def gradient(x_adv: torch.Tensor, act: torch.Tensor | None, logits_prev, loss_prev):
-        """(logits, per-example loss, gradient) on the whole batch; with ``act`` only those rows are computed
-        and the others keep their previous logits and loss (and get a zero gradient)."""
-        grad = torch.zeros_like(x)
+
+def _l2_project(atk: torchattacks.APGD, x: torch.Tensor, point: torch.Tensor, slack: float) -> torch.Tensor:
+    """``point`` pulled back into the L2 ball around x and into [0, 1] (``slack``: torchattacks adds 1e-12 to the
+    norm in the second of its two projections, not in the first)."""
+    delta = point - x
+    norm = (delta**2).sum(dim=(1, 2, 3), keepdim=True).sqrt()
+    radius = torch.min(atk.eps * torch.ones(x.shape).to(atk.device).detach(), norm + slack)
+    return torch.clamp(x + delta / (norm + 1e-12) * radius, 0.0, 1.0)
+
+
+def _momentum_step(
+    atk: torchattacks.APGD, x: torch.Tensor, x_adv: torch.Tensor, moved: torch.Tensor, grad: torch.Tensor,
+    step_size: torch.Tensor, a: float,
+) -> torch.Tensor:  # fmt: skip
+    """APGD's step: a projected gradient step, then momentum ``a`` towards it (``moved``: the last step taken).
+    ``step_size`` is per example, or the first example's (torchattacks' L2 APGD-T rule)."""
+    if atk.norm == "Linf":
+        x_adv_1 = x_adv + step_size * torch.sign(grad)
+        x_adv_1 = torch.clamp(torch.min(torch.max(x_adv_1, x - atk.eps), x + atk.eps), 0.0, 1.0)
+        return torch.clamp(
+            torch.min(torch.max(x_adv + (x_adv_1 - x_adv) * a + moved * (1 - a), x - atk.eps), x + atk.eps), 0.0, 1.0
+        )
+    x_adv_1 = x_adv + step_size * grad / ((grad**2).sum(dim=(1, 2, 3), keepdim=True).sqrt() + 1e-12)
+    x_adv_1 = _l2_project(atk, x, x_adv_1, 0.0)
+    x_adv_1 = x_adv + (x_adv_1 - x_adv) * a + moved * (1 - a)
+    return _l2_project(atk, x, x_adv_1, 1e-12)
+
+
+class _StepSizes:
+    """APGD's step-size schedule (Croce & Hein 2020, Algorithm 1): at checkpoints that come closer together, an
+    example whose loss oscillated, or did not improve since a halving, gets half the step and restarts from its
+    best point."""
+
+    def __init__(self, atk: torchattacks.APGD, x: torch.Tensor, loss_best: torch.Tensor) -> None:
+        self.atk, n = atk, x.shape[0]
+        self.steps_min, self.size_decr = max(int(0.06 * atk.steps), 1), max(int(0.03 * atk.steps), 1)
+        self.k = max(int(0.22 * atk.steps), 1)
+        self.size = (
+            atk.eps * torch.ones([n, 1, 1, 1]).to(atk.device).detach()
+            * torch.Tensor([2.0]).to(atk.device).detach().reshape([1, 1, 1, 1])
+        )  # fmt: skip
+        self.loss_steps = torch.zeros([atk.steps, n])
+        self.u, self.counter = np.arange(n), 0
+        self.best_last_check = loss_best.clone()
+        self.reduced_last_check = np.zeros(loss_best.shape) == np.zeros(loss_best.shape)
+
+    def update(self, i: int, loss: torch.Tensor, best: _Best, x_adv: torch.Tensor, grad: torch.Tensor) -> None:
+        """Record step ``i``'s losses; at a checkpoint, halve and reset the oscillating examples (in place)."""
+        self.loss_steps[i] = loss.cpu() + 0
+        self.counter += 1
+        if self.counter != self.k:
+            return
+        fl_oscillation = self.atk.check_oscillation(
+            self.loss_steps.detach().cpu().numpy(), i, self.k, best.loss.detach().cpu().numpy(), k3=self.atk.thr_decr
+        )
+        fl_reduce_no_impr = (~self.reduced_last_check) * (self.best_last_check.cpu().numpy() >= best.loss.cpu().numpy())
+        fl_oscillation = ~(~fl_oscillation * ~fl_reduce_no_impr)
+        self.reduced_last_check = np.copy(fl_oscillation)
+        self.best_last_check = best.loss.clone()
+        if np.sum(fl_oscillation) > 0:
+            self.size[self.u[fl_oscillation]] /= 2.0
+            fl_oscillation = np.where(fl_oscillation)
+            x_adv[fl_oscillation] = best.x[fl_oscillation].clone()
+            grad[fl_oscillation] = best.grad[fl_oscillation].clone()
+        self.counter = 0
+        self.k = np.maximum(self.k - self.size_decr, self.steps_min)
+
+
+class _Best:
+    """The highest-loss point of each example so far, with its gradient and loss."""
+
+    def __init__(self, x_adv: torch.Tensor, grad: torch.Tensor, loss: torch.Tensor) -> None:
+        self.x, self.grad, self.loss = x_adv.detach().clone(), grad.clone(), loss.detach().clone()
+
+    def update(self, x_adv: torch.Tensor, grad: torch.Tensor, loss: torch.Tensor) -> None:
+        ind = (loss > self.loss).nonzero().squeeze()
+        self.x[ind] = x_adv[ind].clone()
+        self.grad[ind] = grad[ind].clone()
+        self.loss[ind] = loss[ind] + 0
+
+
+class _Gradients:
+    """Logits, per-example loss and input gradient (EOT-averaged), counted in the ledger; with ``act`` only those
+    rows are computed and the others keep their previous logits and loss (and get a zero gradient)."""
+
+    def __init__(self, atk: torchattacks.APGD, y: torch.Tensor, rows: torch.Tensor, loss_fn: LossFn,
+                 y_target: torch.Tensor | None) -> None:  # fmt: skip
+        self.atk, self.y, self.rows, self.loss_fn, self.y_target = atk, y, rows, loss_fn, y_target
+
+    def __call__(
+        self, x_adv: torch.Tensor, act: torch.Tensor | None, logits_prev: torch.Tensor | None,
+        loss_prev: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+        atk, y, eot = self.atk, self.y, self.atk.eot_iter
+        grad = torch.zeros_like(x_adv)
         if act is None:
             x_adv.requires_grad_()
-            for _ in range(atk.eot_iter):
+            for _ in range(eot):
                 with torch.enable_grad():
                     logits = atk.get_logits(x_adv)
-                    loss_indiv = loss_fn(logits, y, y_target)
+                    loss_indiv = self.loss_fn(logits, y, self.y_target)
                     loss = loss_indiv.sum()
                 grad += torch.autograd.grad(loss, [x_adv])[0].detach()
-            ledger.add(rows, fwd=atk.eot_iter, bwd=atk.eot_iter)
+            atk.ledger.add(self.rows, fwd=eot, bwd=eot)
         else:
+            assert logits_prev is not None and loss_prev is not None
             logits, loss_indiv = logits_prev.clone(), loss_prev.clone()
             xa = x_adv[act].detach().requires_grad_()
-            yt = None if y_target is None else y_target[act]
-            for _ in range(atk.eot_iter):
+            yt = None if self.y_target is None else self.y_target[act]
+            for _ in range(eot):
                 with torch.enable_grad():
                     la = atk.get_logits(xa)
-                    li = loss_fn(la, y[act], yt)
+                    li = self.loss_fn(la, y[act], yt)
                 grad[act] += torch.autograd.grad(li.sum(), [xa])[0].detach()
                 logits[act], loss_indiv[act] = la.detach(), li.detach()
-            ledger.add(rows[act], fwd=atk.eot_iter, bwd=atk.eot_iter)
-        grad /= float(atk.eot_iter)
+            atk.ledger.add(self.rows[act], fwd=eot, bwd=eot)
+        grad /= float(eot)
         return logits, loss_indiv, grad
 
+
+def _apgd_run(atk: torchattacks.APGD | torchattacks.APGDT, x_in: torch.Tensor, y_in: torch.Tensor,
+              rows: torch.Tensor, loss_fn: LossFn, y_target: torch.Tensor | None, first_step_size: bool,
+              group: torch.Tensor | None = None,
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+    """One APGD run from a random start: (best-loss points, still correct, best loss, fooling points).
+
+    torchattacks' ``attack_single_run`` in named parts (start, momentum step, gradients, best points, step-size
+    schedule), each computing what its lines computed, in the same order of random draws.
+    ``first_step_size``: APGD-T's L2 step uses the first example's step size (torchattacks' rule, which makes an
+    example's attack depend on its batch-mates); kept only without early exit, which needs every example's own.
+    ``group``: rows that are copies of one example (parallel restarts or targets); with early exit, all copies of
+    an example leave once one of them fools the model.
+    """
+    early: bool = atk.early_stop
+    x = x_in.clone() if len(x_in.shape) == 4 else x_in.clone().unsqueeze(0)
+    y = y_in.clone() if len(y_in.shape) == 1 else y_in.clone().unsqueeze(0)
+    x_adv = _random_start(atk, x)
+    x_best_adv = x_adv.clone()
+    gradient = _Gradients(atk, y, rows, loss_fn, y_target)
     logits, loss_indiv, grad = gradient(x_adv, None, None, None)
-    grad_best = grad.clone()
+    best = _Best(x_adv, grad, loss_indiv)
+    schedule = _StepSizes(atk, x, best.loss)
     acc = logits.detach().max(1)[1] == y
-    loss_best = loss_indiv.detach().clone()
     alive = acc.clone()  # early exit: the examples still attacked
-
-    step_size = (
-        atk.eps
-        * torch.ones([x.shape[0], 1, 1, 1]).to(dev).detach()
-        * torch.Tensor([2.0]).to(dev).detach().reshape([1, 1, 1, 1])
-    )
     x_adv_old = x_adv.clone()
-    k = steps_2 + 0
-    u = np.arange(x.shape[0])
-    counter3 = 0
-    loss_best_last_check = loss_best.clone()
-    reduced_last_check = np.zeros(loss_best.shape) == np.zeros(loss_best.shape)
-
     for i in range(atk.steps):
         act = alive.nonzero().squeeze(1) if early else None
         if act is not None and act.numel() == 0:
             break
         with torch.no_grad():
             x_adv = x_adv.detach()
-            grad2 = x_adv - x_adv_old
+            moved = x_adv - x_adv_old
             x_adv_old = x_adv.clone()
-            a = 0.75 if i > 0 else 1.0
-            if atk.norm == "Linf":
-                x_adv_1 = x_adv + step_size * torch.sign(grad)
-                x_adv_1 = torch.clamp(torch.min(torch.max(x_adv_1, x - atk.eps), x + atk.eps), 0.0, 1.0)
-                x_adv_1 = torch.clamp(
-                    torch.min(torch.max(x_adv + (x_adv_1 - x_adv) * a + grad2 * (1 - a), x - atk.eps), x + atk.eps),
-                    0.0,
-                    1.0,
-                )
-            else:
-                size = step_size[0] if first_step_size and not early else step_size
-                x_adv_1 = x_adv + size * grad / ((grad**2).sum(dim=(1, 2, 3), keepdim=True).sqrt() + 1e-12)
-                x_adv_1 = torch.clamp(
-                    x
-                    + (x_adv_1 - x)
-                    / (((x_adv_1 - x) ** 2).sum(dim=(1, 2, 3), keepdim=True).sqrt() + 1e-12)
-                    * torch.min(
-                        atk.eps * torch.ones(x.shape).to(dev).detach(),
-                        ((x_adv_1 - x) ** 2).sum(dim=(1, 2, 3), keepdim=True).sqrt(),
-                    ),
-                    0.0,
-                    1.0,
-                )
-                x_adv_1 = x_adv + (x_adv_1 - x_adv) * a + grad2 * (1 - a)
-                x_adv_1 = torch.clamp(
-                    x
-                    + (x_adv_1 - x)
-                    / (((x_adv_1 - x) ** 2).sum(dim=(1, 2, 3), keepdim=True).sqrt() + 1e-12)
-                    * torch.min(
-                        atk.eps * torch.ones(x.shape).to(dev).detach(),
-                        ((x_adv_1 - x) ** 2).sum(dim=(1, 2, 3), keepdim=True).sqrt() + 1e-12,
-                    ),
-                    0.0,
-                    1.0,
-                )
-            x_adv = x_adv_1 + 0.0
-
+            size = schedule.size[0] if atk.norm != "Linf" and first_step_size and not early else schedule.size
+            x_adv = _momentum_step(atk, x, x_adv, moved, grad, size, 0.75 if i > 0 else 1.0) + 0.0
         logits, loss_indiv, grad = gradient(x_adv, act, logits, loss_indiv)
         pred = logits.detach().max(1)[1] == y
         acc = torch.min(acc, pred)
@@ -160,33 +203,11 @@ def _apgd_run(atk: torchattacks.APGD | torchattacks.APGDT, x_in: torch.Tensor, y
             alive[hit] = False
             if group is not None and hit.numel():
                 alive &= ~torch.isin(group, group[hit])
-
         with torch.no_grad():
             y1 = loss_indiv.detach().clone()
-            loss_steps[i] = y1.cpu() + 0
-            ind = (y1 > loss_best).nonzero().squeeze()
-            x_best[ind] = x_adv[ind].clone()
-            grad_best[ind] = grad[ind].clone()
-            loss_best[ind] = y1[ind] + 0
-            counter3 += 1
-            if counter3 == k:
-                fl_oscillation = atk.check_oscillation(
-                    loss_steps.detach().cpu().numpy(), i, k, loss_best.detach().cpu().numpy(), k3=atk.thr_decr
-                )
-                fl_reduce_no_impr = (~reduced_last_check) * (
-                    loss_best_last_check.cpu().numpy() >= loss_best.cpu().numpy()
-                )
-                fl_oscillation = ~(~fl_oscillation * ~fl_reduce_no_impr)
-                reduced_last_check = np.copy(fl_oscillation)
-                loss_best_last_check = loss_best.clone()
-                if np.sum(fl_oscillation) > 0:
-                    step_size[u[fl_oscillation]] /= 2.0
-                    fl_oscillation = np.where(fl_oscillation)
-                    x_adv[fl_oscillation] = x_best[fl_oscillation].clone()
-                    grad[fl_oscillation] = grad_best[fl_oscillation].clone()
-                counter3 = 0
-                k = np.maximum(k - size_decr, steps_min)
-    return x_best, acc, loss_best, x_best_adv
+            best.update(x_adv, grad, y1)
+            schedule.update(i, y1, best, x_adv, grad)
+    return best.x, acc, best.loss, x_best_adv
 
 
 def _perturb(atk: EarlyAPGD | EarlyAPGDT, x_in: torch.Tensor, y_in: torch.Tensor,
