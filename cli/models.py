@@ -24,6 +24,8 @@ def _fmt_metrics(metrics: dict) -> str:
         if key in metrics:
             value = metrics[key]
             parts.append(f"acc {100 * value:.1f}%" if key == "test_acc" else f"ppl {value:.2f}")
+    if "test_acc_pgd20" in metrics:  # an adversarially trained zoo model: PGD-20 at its training eps
+        parts.append(f"PGD-20 {100 * metrics['test_acc_pgd20']:.1f}%")
     return ", ".join(parts) or "trained"
 
 
@@ -62,6 +64,8 @@ def list_cmd(json_out: JsonOpt = False, quiet: QuietOpt = False) -> None:
         table.add_column(col)
     for r in rows:
         zoo = "; ".join(f"{s}: {_fmt_metrics(m)}" for s, m in r["zoo"].items()) or "-"
+        if r.get("architecture"):
+            zoo = f"{zoo} (the {r['architecture']} architecture, adversarially trained)"
         noisy = "; ".join(f"{k}: {_fmt_certified(e)}" for k, e in r.get("zoo_noise", {}).items()) or "-"
         table.add_row(
             r["name"],
@@ -103,6 +107,8 @@ def show_cmd(
     out.print(table)
     if info.get("timm"):
         out.print(f"timm name: {info['timm']} (timm.create_model, or --model timm:{info['timm']})", markup=False)
+    if info.get("architecture"):
+        out.print(f"zoo model: the {info['architecture']} architecture after {info['training']}", markup=False)
     if info["zoo"]:
         out.print(f"zoo weights: {info['zoo']['path']}  metrics: {info['zoo']['metrics']}", markup=False)
     for tag, entry in info.get("zoo_noise", {}).items():

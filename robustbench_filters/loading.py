@@ -32,6 +32,7 @@ from .models.checkpoint import CARD, is_zoo_ref
 from .models.factory import create_model
 from .models.ref import ModelKind, ModelRef, apply_model_args, model_kind, parse_model_ref
 from .models.registry import parse_name
+from .names import ZOO_MODELS, architecture
 
 DEFAULT_CHECKPOINTS = (None, "none", "zoo")
 
@@ -65,6 +66,8 @@ def _registry(ref: ModelRef, size: str, checkpoint: Any, seed: int, allow_pickle
     overrides = dict(ref.args)
     size = str(overrides.pop("size", size))
     name = ref.target
+    if name in ZOO_MODELS:
+        return create_model(name, size, checkpoint=checkpoint, **overrides), "zoo"
     parse_name(name)  # raises with suggestions
     if checkpoint in (None, "none"):
         torch.manual_seed(seed)
@@ -154,5 +157,5 @@ def load_model(
         family = "lm"
     else:
         module, source = _registry(mref, size, checkpoint, seed, allow_pickle)
-        family = parse_name(mref.target)[0].value
+        family = parse_name(architecture(mref.target))[0].value
     return LoadedModel(mref.label, family, module, source, input_spec_of(module), mref)

@@ -29,6 +29,20 @@ SIZES: dict[Family, tuple[str, ...]] = {
     Family.IMAGE: ("micro", "tiny", "small", "base"),
     Family.LM: ("micro", "small"),
 }
+#: Zoo models: bundled weights of a registry architecture from another training, under a name of their own
+#: (``--model deit-at``): name -> (architecture, the training). Only their zoo weights exist (size micro).
+ZOO_MODELS: dict[str, tuple[str, str]] = {
+    "deit-at": ("deit", "PGD adversarial training at Linf 0.05, fine-tuned from the zoo deit"),
+    "deit-grc-at": ("deit-grc", "PGD adversarial training at Linf 0.05, fine-tuned from the zoo deit-grc"),
+}
+ZOO_MODEL_SIZE = "micro"
+
+
+def architecture(name: str) -> str:
+    """The registry architecture a model name builds: itself, or a zoo model's (``deit-at`` -> ``deit``)."""
+    return ZOO_MODELS[name][0] if name in ZOO_MODELS else name
+
+
 #: DeiT size -> (patch size, image size): what a timm name spells out.
 DEIT_GEOMETRY: dict[str, tuple[int, int]] = {"micro": (4, 28), "tiny": (16, 224), "small": (16, 224), "base": (16, 224)}
 #: robfilt DeiT name -> the infix of its timm name.

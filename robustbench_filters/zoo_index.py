@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .family import Family
-from .names import MODEL_NAMES, SIZES, parse_name, timm_name
+from .names import MODEL_NAMES, SIZES, ZOO_MODEL_SIZE, ZOO_MODELS, parse_name, timm_name
 
 WEIGHTS = "model.safetensors"
 CARD = "card.json"
@@ -85,4 +85,21 @@ def list_table() -> list[dict[str, Any]]:
                 },
             }
         )
+    return rows + zoo_model_rows()
+
+
+def zoo_model_rows() -> list[dict[str, Any]]:
+    """One row per zoo model (``deit-at``: an architecture with weights from another training), as
+    :func:`list_table` gives the variants, plus the architecture and the training."""
+    rows = []
+    for name, (arch, training) in ZOO_MODELS.items():
+        family, bsa, grc = parse_name(arch)
+        entry = zoo_entry(name, ZOO_MODEL_SIZE)
+        rows.append(
+            {
+                "name": name, "family": family.value, "bsa": bsa, "grc": grc, "sizes": [ZOO_MODEL_SIZE],
+                "zoo": {ZOO_MODEL_SIZE: entry["metrics"]} if entry is not None else {}, "timm": {}, "zoo_noise": {},
+                "architecture": arch, "training": training,
+            }
+        )  # fmt: skip
     return rows

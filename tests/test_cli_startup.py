@@ -21,6 +21,7 @@ import pytest
 from robustbench_filters import names, zoo_index
 from robustbench_filters.cli import LAZY, run
 from robustbench_filters.family import Family
+from robustbench_filters.names import ZOO_MODELS
 from robustbench_filters.versions import __version__
 
 REPO = Path(__file__).resolve().parents[1]
@@ -101,6 +102,12 @@ def _list_table_the_heavy_way() -> list[dict[str, Any]]:
         timm = {s: tr.timm_name(name, s) for s in reg.SIZES[family]} if family is Family.IMAGE else {}
         rows.append({"name": name, "family": family.value, "bsa": bsa, "grc": grc, "sizes": list(reg.SIZES[family]),
                      "zoo": zoo, "timm": timm, "zoo_noise": noisy})  # fmt: skip
+    for name, (arch, training) in ZOO_MODELS.items():  # the zoo models: an architecture's weights, their own name
+        family, bsa, grc = reg.parse_name(arch)
+        card = ck.read_card(ck.zoo_path(name, "micro") / ck.CARD)
+        rows.append({"name": name, "family": family.value, "bsa": bsa, "grc": grc, "sizes": ["micro"],
+                     "zoo": {"micro": card["metrics"]}, "timm": {}, "zoo_noise": {}, "architecture": card["name"],
+                     "training": training})  # fmt: skip
     return rows
 
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..errors import RobfiltError
 from ..family import Family
+from ..names import ZOO_MODEL_SIZE, ZOO_MODELS, architecture
 from ..zoo_index import list_table as list_table  # re-exported: `models list` reads cards only (no torch)
 from ..zoo_index import noise_zoo, zoo_entry
 from .registry import build_from_spec, resolve_spec
@@ -46,9 +48,14 @@ def formulas(config: Any) -> list[str]:
 
 
 def show(name: str, size: str = "micro") -> dict[str, Any]:
-    spec = resolve_spec(name, size)
+    """A variant's (or a zoo model's: its architecture's) config, parameter count, formulas and zoo weights."""
+    zoo_model = ZOO_MODELS.get(name)
+    if zoo_model is not None and size != ZOO_MODEL_SIZE:
+        raise RobfiltError(f"{name} exists at size {ZOO_MODEL_SIZE} only; drop --size {size}.")
+    arch = architecture(name)
+    spec = resolve_spec(arch, size)
     model = build_from_spec(spec)
-    return {
+    info = {
         "name": name,
         "family": spec.family.value,
         "size": size,
@@ -57,6 +64,9 @@ def show(name: str, size: str = "micro") -> dict[str, Any]:
         "formulas": formulas(spec.config),
         "note": FORMULATION_NOTE,
         "zoo": zoo_entry(name, size),
-        "timm": timm_name(name, size) if spec.family is Family.IMAGE else None,
-        "zoo_noise": noise_zoo(name, size),
+        "timm": timm_name(arch, size) if spec.family is Family.IMAGE and zoo_model is None else None,
+        "zoo_noise": noise_zoo(name, size) if zoo_model is None else {},
     }
+    if zoo_model is not None:
+        info |= {"architecture": arch, "training": zoo_model[1]}
+    return info

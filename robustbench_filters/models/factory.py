@@ -11,7 +11,9 @@ from typing import Any
 
 from torch import nn
 
-from .checkpoint import load_checkpoint
+from ..errors import RobfiltError
+from ..names import ZOO_MODEL_SIZE, ZOO_MODELS
+from .checkpoint import load_checkpoint, zoo_path
 from .registry import build_from_spec, resolve_spec
 
 
@@ -25,9 +27,25 @@ def create_model(
     ``"zoo:sigma0.25"`` for the bundled weights trained with Gaussian noise (std 0.25) for randomized smoothing.
 
     Overrides reach every config field, e.g. ``create_model("deit-grc", grc_lambda=0.0)``. Image models take
-    [0, 1] inputs. The model is returned in eval mode.
+    [0, 1] inputs. The model is returned in eval mode. A zoo model (``deit-at``, ``deit-grc-at``: adversarially
+    trained) is its zoo weights: ``create_model("deit-at", checkpoint="zoo")``.
     """
+    if name in ZOO_MODELS:
+        return _zoo_model(name, size, checkpoint, overrides)
     if checkpoint is not None:
         return load_checkpoint(checkpoint, name=name, size=size, **overrides)
     model = build_from_spec(resolve_spec(name, size, **overrides))
     return model.eval()
+
+
+def _zoo_model(name: str, size: str, checkpoint: str | Path | None, overrides: dict[str, Any]) -> nn.Module:
+    """A zoo model (``deit-at``): its architecture with its bundled weights, the only weights the name stands for."""
+    arch, training = ZOO_MODELS[name]
+    if checkpoint != "zoo":
+        raise RobfiltError(
+            f"{name} names the zoo's {arch} after {training}; its weights are the model: drop --checkpoint, or use "
+            f"--model {arch} with --checkpoint {checkpoint}."
+        )
+    if size != ZOO_MODEL_SIZE:
+        raise RobfiltError(f"{name} exists at size {ZOO_MODEL_SIZE} only; drop --size {size}.")
+    return load_checkpoint(zoo_path(name, size), name=arch, size=size, **overrides)

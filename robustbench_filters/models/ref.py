@@ -281,7 +281,7 @@ def model_kind(ref: str | ModelRef, base_dir: str | Path | None = None) -> str:
     (:func:`.resolve.validate_model_ref`, and loading, check it); a factory's callable is checked when the model is
     loaded (that runs the user's code).
     """
-    from ..names import HF_INSTALL, parse_name
+    from ..names import HF_INSTALL, architecture, parse_name
 
     mref = parse_model_ref(ref)
     if mref.kind is ModelKind.TIMM:
@@ -304,5 +304,5 @@ def model_kind(ref: str | ModelRef, base_dir: str | Path | None = None) -> str:
         return "lm"
     if (Path(mref.target).expanduser() / "config.json").is_file():
         raise RobfiltError(f"{mref.target} is a Hugging Face model folder; write --model hf:{mref.target}.")
-    family, _, _ = parse_name(mref.target)
+    family, _, _ = parse_name(architecture(mref.target))
     return family.value
