@@ -24,7 +24,7 @@ import torchattacks
 
 from benchmarks import _common as B
 from robustbench_filters.api import evaluate
-from robustbench_filters.attacks.cascade import cascade
+from robustbench_filters.attacks.cascade import Batch, CascadeSettings, cascade
 from robustbench_filters.attacks.catalogue import Norm
 from robustbench_filters.attacks.image_models import frozen
 from robustbench_filters.configs import default_eps
@@ -57,8 +57,8 @@ def run(
                 clean_logits = model(x)
             clean_correct = clean_logits.argmax(1) == y
             frames.append(
-                cascade(model, "deit", "pgd", grid, Norm.LINF, x, y, bid, clean_correct, steps, None, 10, seed,
-                        clean_logits=clean_logits)
+                cascade(model, "deit", Batch(x, y, bid, clean_correct, clean_logits),
+                        CascadeSettings("pgd", tuple(grid), Norm.LINF, 10, seed, steps))
             )  # fmt: skip
         return pd.concat(frames, ignore_index=True)
 

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks import _common as B
-from robustbench_filters.attacks.cascade import cascade
+from robustbench_filters.attacks.cascade import Batch, CascadeSettings, cascade
 from robustbench_filters.attacks.catalogue import Norm
 from robustbench_filters.data import load_images
 
@@ -55,19 +55,9 @@ def run(
         cascade(
             model,
             "deit",
-            "pgd",
-            [eps],
-            Norm.LINF,
-            x,
-            y,
-            ids,
-            clean_correct,
-            k,
-            None,
-            10,
-            seed,
-            clean_logits=clean_logits,
-            early_stop=False,  # every step on every example, like the bare loop: this measures the engine only
+            Batch(x, y, ids, clean_correct, clean_logits),
+            # every step on every example, like the bare loop: this measures the engine only
+            CascadeSettings("pgd", (eps,), Norm.LINF, 10, seed, k, early_stop=False),
         )
 
     def bare() -> None:

@@ -19,7 +19,7 @@ import warnings
 import torch
 
 from benchmarks import _common as B
-from robustbench_filters.attacks.cascade import cascade
+from robustbench_filters.attacks.cascade import Batch, CascadeSettings, cascade
 from robustbench_filters.attacks.catalogue import Norm
 
 EPS = (0.005, 0.01, 0.02, 0.05, 0.1)
@@ -54,8 +54,8 @@ def count_syncs(steps: int, device: torch.device) -> collections.Counter[str]:
         warnings.showwarning = record
         torch.cuda.set_sync_debug_mode("warn")
         try:
-            cascade(model, "deit", "pgd", EPS, Norm.LINF, x, y, ids, y == y, steps, None, 10, 0, clean_logits=logits,
-                    early_stop=False)  # fmt: skip
+            cascade(model, "deit", Batch(x, y, ids, y == y, logits),
+                    CascadeSettings("pgd", tuple(EPS), Norm.LINF, 10, 0, steps, early_stop=False))  # fmt: skip
         finally:
             torch.cuda.set_sync_debug_mode(0)
     return counts

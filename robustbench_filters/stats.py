@@ -206,6 +206,35 @@ def clopper_pearson(successes: int, n: int, level: float = 0.95) -> tuple[float,
     return low, high
 
 
+def hypergeom_cdf(k: int, population: int, marked: int, sample: int) -> float:
+    """P(X <= k) for X the number of marked items in a simple random sample (without replacement) of ``sample``
+    items from ``population`` items of which ``marked`` are marked; exact integer arithmetic."""
+    lo, hi = max(0, sample - (population - marked)), min(sample, marked)
+    if k < lo:
+        return 0.0
+    if k >= hi:
+        return 1.0
+    total = math.comb(population, sample)
+    hits = sum(math.comb(marked, j) * math.comb(population - marked, sample - j) for j in range(lo, k + 1))
+    return hits / total
+
+
+def hypergeom_upper(broken: int, sample: int, population: int, level: float = 0.95) -> int:
+    """Exact one-sided upper ``level`` confidence bound on the number of marked items in a finite population, from
+    ``broken`` marked ones among a simple random sample of ``sample`` drawn without replacement: the largest K
+    with P(X <= broken | K) > 1 - level (the hypergeometric analogue of Clopper-Pearson). A sample of the whole
+    population gives the count itself; every item of the population not sampled may be marked at worst."""
+    if not 0 <= broken <= sample <= population:
+        raise ValueError(f"need 0 <= broken <= sample <= population, got {broken}, {sample}, {population}")
+    alpha = 1.0 - level
+    upper = broken
+    for marked in range(broken + 1, population - sample + broken + 1):
+        if hypergeom_cdf(broken, population, marked, sample) <= alpha:
+            break
+        upper = marked
+    return upper
+
+
 def max_certifiable_radius(sigma: float, n: int, alpha: float) -> float:
     """The largest L2 radius randomized-smoothing CERTIFY can return with ``n`` noise draws at failure probability
     ``alpha``: all n draws hit the top class, so its one-sided Clopper-Pearson lower bound is alpha^(1/n) and the

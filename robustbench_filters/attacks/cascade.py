@@ -15,9 +15,10 @@ step's batch). (torchattacks' own loops are out of our hands.)
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Iterator, Sequence
+import random
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -181,120 +182,193 @@ def run_components(
             idx = idx[~fooled]  # a sync, only between ensemble components
 
 
-def convergence_subset(survivors: torch.Tensor, share: float, seed: int) -> torch.Tensor:
-    """A seeded subset of the survivors for the convergence check: ``ceil(share * n)`` of them (at least one)."""
-    n = len(survivors)
-    if n == 0 or share <= 0:
-        return survivors[:0]
-    m = min(n, max(1, math.ceil(share * n)))
-    pick = torch.randperm(n, generator=torch.Generator().manual_seed(seed))[:m].sort().values
-    return survivors[pick.to(survivors.device)]
+def convergence_sample(ids: torch.Tensor, probability: float, key: tuple) -> torch.Tensor:
+    """Which of the examples ``ids`` (survivors at one eps) the convergence check reruns: each independently with
+    ``probability``, decided by a hash of ``key`` and its example id alone.
+
+    Independent inclusion needs no knowledge of the other units' survivors, and given how many it picked over the
+    whole run, the checked survivors are a simple random sample without replacement of all survivors, which is
+    what the exact hypergeometric bound of :mod:`..checks.convergence` needs. Probability 1 checks them all.
+    """
+    if probability >= 1:
+        return torch.ones(len(ids), dtype=torch.bool, device=ids.device)
+    draws = [random.Random(unit_seed(*key, int(i))).random() < probability for i in ids.tolist()]
+    return torch.tensor(draws, dtype=torch.bool, device=ids.device)
+
+
+@dataclass(frozen=True)
+class Batch:
+    """The examples one unit attacks: images, labels, ids and the clean pass (logits computed when not given)."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+    ids: torch.Tensor
+    clean_correct: torch.Tensor
+    clean_logits: torch.Tensor | None = None
+
+
+@dataclass(frozen=True)
+class CascadeSettings:
+    """What the cascade runs: the attack, its eps grid and threat model, the settings every component shares, and
+    the convergence check's inclusion probability (None: no check)."""
+
+    attack: str
+    eps: tuple[float, ...]
+    norm: Norm
+    n_classes: int
+    seed: int
+    steps: int | None = None  # None: each component's own default
+    step_size: float | None = None
+    early_stop: bool = True
+    convergence: float | None = None
+
+    @classmethod
+    def of(cls, config: Any, attack: str, n_classes: int, convergence: float | None = None) -> CascadeSettings:
+        """The settings of a run's config (an :class:`~..configs.ImageAttackConfig`) for one attack."""
+        return cls(attack, tuple(config.eps), config.norm, n_classes, int(config.seed), config.steps,
+                   config.step_size, config.early_stop, convergence)  # fmt: skip
+
+    def params(self, eps: float, k: int) -> AttackParams:
+        """The components' parameters at the ``k``-th eps of the grid."""
+        return AttackParams(eps=eps, norm=self.norm, steps=self.steps, step_size=self.step_size,
+                            seed=unit_seed(self.seed, k), n_classes=self.n_classes, early_stop=self.early_stop)  # fmt: skip
+
+
+@dataclass
+class _Ledger:
+    """One eps's bookkeeping on the device: passes per example, exactness, the convergence column."""
+
+    n: int
+    device: torch.device
+
+    def __post_init__(self) -> None:
+        zeros = {key: torch.zeros(self.n, dtype=torch.float64, device=self.device) for key in LEDGER_KEYS}
+        self.passes, self.exact = zeros, torch.ones(self.n, dtype=torch.bool, device=self.device)
+        self.conv_code = torch.zeros(self.n, dtype=torch.int64, device=self.device)
+
+    def stats(self) -> dict[str, torch.Tensor]:
+        return {**self.passes, "cost_exact": self.exact, "conv_code": self.conv_code}
+
+
+LEDGER_KEYS = ("fwd", "bwd", "conv_fwd", "conv_bwd")
+
+
+def _converge(run: _Run, led: _Ledger, survivors: torch.Tensor, k: int, params: AttackParams) -> None:
+    """The convergence check at eps index ``k``: the stronger rerun on the sampled survivors (rows change nowhere
+    but in the convergence column and its ledger)."""
+    s, b = run.settings, run.batch
+    key = (s.seed, run.label, s.attack, k)
+    pick = survivors[convergence_sample(b.ids.to(survivors.device)[survivors], s.convergence or 0.0, (*key, "pick"))]
+    if not len(pick):
+        return
+    torch.manual_seed(unit_seed(*key, int(b.ids[0]), "converge"))
+    led.conv_code[pick] = 1
+    stronger = run.info.build(run.counter, replace(params, converge=True))
+    for st in run_components(
+        stronger, run.counter, run.model, b.x, b.y, pick, params.eps, s.norm, run.info.minimum_norm
+    ):
+        led.passes["conv_fwd"][st.idx] += st.fwd
+        led.passes["conv_bwd"][st.idx] += st.bwd
+        led.conv_code[st.idx] = torch.where(st.fooled, 2, led.conv_code[st.idx])
+
+
+@dataclass
+class _Run:
+    """A unit's cascade state: the guarded model and its counter, the points and logits so far, who fooled whom."""
+
+    model: nn.Module
+    label: str
+    batch: Batch
+    settings: CascadeSettings
+
+    def __post_init__(self) -> None:
+        self.info = get_attack(self.settings.attack)
+        self.model = GuardedLogits(self.model, self.settings.n_classes)
+        self.counter = CountingModel(self.model)
+        b = self.batch
+        clean_logits = b.clean_logits
+        if clean_logits is None:
+            with torch.no_grad():
+                clean_logits = self.model(b.x)
+        self.x_cur, self.logits = b.x.clone(), clean_logits.detach().float().clone()
+        # Who fooled each example, kept on the device: -1 nobody (yet), 0 the clean model, c >= 1 component c - 1.
+        self.fooled_code = torch.where(b.clean_correct, -1, 0)
+        self.components: list[str] = []
+
+    def attack(self, k: int, eps: float, led: _Ledger) -> torch.Tensor | None:
+        """Attack the survivors at eps index ``k`` (and check convergence); the examples attacked, None if none."""
+        s, b = self.settings, self.batch
+        idx = (self.fooled_code < 0).nonzero().squeeze(1)  # a sync: the survivor count sets the next batch
+        if not len(idx) or eps <= 0:
+            return None
+        torch.manual_seed(unit_seed(s.seed, self.label, s.attack, k, int(b.ids[0])))
+        params = s.params(eps, k)
+        survivors = idx
+        built = self.info.build(self.counter, params)
+        for st in run_components(built, self.counter, self.model, b.x, b.y, idx, eps, s.norm, self.info.minimum_norm):
+            self.x_cur[st.idx] = st.x_adv
+            self.logits[st.idx] = st.logits
+            led.passes["fwd"][st.idx] += st.fwd
+            led.passes["bwd"][st.idx] += st.bwd
+            led.exact[st.idx] &= st.exact
+            if st.component not in self.components:
+                self.components.append(st.component)
+            # integer-index updates need no host-device sync (a boolean mask index would)
+            code = self.components.index(st.component) + 1
+            self.fooled_code[st.idx] = torch.where(st.fooled, code, self.fooled_code[st.idx])
+            survivors = st.idx[~st.fooled]
+        if s.convergence is not None and self.info.converges:
+            _converge(self, led, survivors, k, params)
+        return idx
 
 
 def cascade(
     model: nn.Module,
     label: str,
-    attack: str,
-    eps_grid: Sequence[float],
-    norm: Norm,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    ids: torch.Tensor,
-    clean_correct: torch.Tensor,
-    steps: int | None,
-    step_size: float | None,
-    n_classes: int,
-    seed: int,
-    clean_logits: torch.Tensor | None = None,
-    tick: Callable[[int], None] | None = None,
+    batch: Batch,
+    settings: CascadeSettings,
     *,
-    early_stop: bool = True,
-    convergence: float | None = None,
+    tick: Callable[[int], None] | None = None,
     trace: AdversarialTrace | None = None,
 ) -> pd.DataFrame:
     """Attack one batch over an ascending eps grid, re-attacking only the survivors; one row per example and eps.
 
     The rows' logits are those of the forward pass that decided "fooled" (so ``correct`` always agrees with it);
-    examples not attacked keep their ``clean_logits`` (computed here when not given). No eps costs an extra
-    full-batch forward pass. Every row records the passes spent on its example at its eps (the ledger).
+    examples not attacked keep their clean logits. No eps costs an extra full-batch forward pass. Every row records
+    the passes spent on its example at its eps (the ledger).
 
     The model runs guarded (:class:`~..checks.logits.GuardedLogits`), for the attack's own calls too: a bad output
     (NaN, a tuple, another shape) is a NaN row, no prediction, and fails the run's "model outputs finite" check
     instead of crashing the attack or becoming class 0.
 
-    ``convergence``: the share of each eps's survivors (seeded) that are attacked again with twice the steps and
-    one more restart (:func:`convergence_subset`); the rows record which of them that rerun broke. The rerun is a
-    check: it changes no row's outcome.
+    ``settings.convergence``: each survivor of each eps is attacked again, with that probability, by the attack's
+    stronger rerun (:func:`convergence_sample`; twice the steps, one more restart, every target); the rows record
+    which of them it broke. The rerun is a check: it changes no row's outcome.
 
     ``trace``: receives every example's point after each eps (and which examples were attacked there), for
     ``--save-adversarial`` and :func:`~.direct.attack`; recording changes nothing the cascade computes.
     """
-    info = get_attack(attack)
-    model = GuardedLogits(model, n_classes)
-    counter = CountingModel(model)
-    x_cur = x.clone()
-    if clean_logits is None:
-        with torch.no_grad():
-            clean_logits = model(x)
-    logits = clean_logits.detach().float().clone()
-    # Who fooled each example, kept on the device: -1 nobody (yet), 0 the clean model, c >= 1 component c - 1.
-    components: list[str] = []
-    fooled_code = torch.where(clean_correct, -1, 0)
-    n, dev = len(y), x.device
-    grid = sorted(eps_grid)
+    run = _Run(model, label, batch, settings)
+    b, grid = batch, sorted(settings.eps)
     per_eps: list[dict[str, torch.Tensor]] = []
     for k, eps in enumerate(grid):
-        led = {key: torch.zeros(n, dtype=torch.float64, device=dev) for key in ("fwd", "bwd", "conv_fwd", "conv_bwd")}
-        exact = torch.ones(n, dtype=torch.bool, device=dev)
-        conv_code = torch.zeros(n, dtype=torch.int64, device=dev)
-        idx = (fooled_code < 0).nonzero().squeeze(1)  # a sync: the survivor count sets the next attack's batch
-        attacked = bool(len(idx)) and eps > 0
-        if attacked:
-            torch.manual_seed(unit_seed(seed, label, attack, k, int(ids[0])))
-            params = AttackParams(
-                eps=eps, norm=norm, steps=steps, step_size=step_size, seed=unit_seed(seed, k), n_classes=n_classes,
-                early_stop=early_stop,
-            )  # fmt: skip
-            survivors = idx
-            for st in run_components(
-                info.build(counter, params), counter, model, x, y, idx, eps, norm, info.minimum_norm
-            ):
-                x_cur[st.idx] = st.x_adv
-                logits[st.idx] = st.logits
-                led["fwd"][st.idx] += st.fwd
-                led["bwd"][st.idx] += st.bwd
-                exact[st.idx] &= st.exact
-                if st.component not in components:
-                    components.append(st.component)
-                # integer-index updates need no host-device sync (a boolean mask index would)
-                code = components.index(st.component) + 1
-                fooled_code[st.idx] = torch.where(st.fooled, code, fooled_code[st.idx])
-                survivors = st.idx[~st.fooled]
-            if convergence is not None and info.converges:
-                key = (seed, label, attack, k, int(ids[0]))
-                pick = convergence_subset(survivors, convergence, unit_seed(*key, "subset"))
-                if len(pick):
-                    torch.manual_seed(unit_seed(*key, "converge"))
-                    conv_code[pick] = 1
-                    stronger = info.build(counter, replace(params, converge=True))
-                    for st in run_components(stronger, counter, model, x, y, pick, eps, norm, info.minimum_norm):
-                        led["conv_fwd"][st.idx] += st.fwd
-                        led["conv_bwd"][st.idx] += st.bwd
-                        conv_code[st.idx] = torch.where(st.fooled, 2, conv_code[st.idx])
+        led = _Ledger(len(b.y), b.x.device)
+        attacked = run.attack(k, eps, led)
         per_eps.append(
-            {**_row_stats(x, x_cur, y, logits, norm), "fooled_code": fooled_code.clone(), **led,
-             "cost_exact": exact, "conv_code": conv_code}
+            {**_row_stats(b.x, run.x_cur, b.y, run.logits, settings.norm), "fooled_code": run.fooled_code.clone(),
+             **led.stats()}
         )  # fmt: skip
         if trace is not None:
-            trace.record(x_cur, idx if attacked else None)
+            trace.record(run.x_cur, attacked)
         if tick is not None:
             tick(1)
-    host, clean_host = _to_host(per_eps, clean_correct)
-    names = ["clean", *components]
+    host, clean_host = _to_host(per_eps, b.clean_correct)
+    names = ["clean", *run.components]
     frames = []
     for k, eps in enumerate(grid):
         fooled_by = ["" if c < 0 else names[c] for c in host["fooled_code"][k].tolist()]
         frames.append(
-            _frame(label, ids, attack, eps, norm, {key: v[k] for key, v in host.items()}, clean_host, fooled_by)
-        )
+            _frame(label, b.ids, settings.attack, eps, settings.norm, {key: v[k] for key, v in host.items()},
+                   clean_host, fooled_by)
+        )  # fmt: skip
     return pd.concat(frames, ignore_index=True)

@@ -39,7 +39,7 @@ from ..errors import RobfiltError
 from ..names import DEFAULT_IMAGE_ATTACK
 from ..runs.adversarial import AdversarialTrace
 from ..surface import Surface
-from .cascade import cascade
+from .cascade import Batch, CascadeSettings, cascade
 from .image import n_check
 from .image_models import frozen
 
@@ -213,10 +213,8 @@ def _attack_batch(
         clean_logits = guard_logits(model(x), len(x), classes, x.device).float()
     clean_correct = predictions(clean_logits) == y
     trace = AdversarialTrace()
-    rows = cascade(
-        model, label, config.attacks[0], config.eps, config.norm, x, y, ids, clean_correct, config.steps,
-        config.step_size, classes, config.seed, clean_logits=clean_logits, early_stop=config.early_stop, trace=trace,
-    )  # fmt: skip
+    settings = CascadeSettings.of(config, config.attacks[0], classes)
+    rows = cascade(model, label, Batch(x, y, ids, clean_correct, clean_logits), settings, trace=trace)
     return trace.at(0).detach(), rows
 
 

@@ -22,13 +22,14 @@ from ..checks import Check
 from ..checks import image as IC
 from ..checks import model as MC
 from ..checks import summarize as summarize_checks
+from ..checks.convergence import THRESHOLD_POINTS, sample_probability
 from ..checks.logits import GuardedLogits, check_image_rows, guard_logits, predictions
 from ..configs import ImageAttackConfig, data_label
 from ..runs.adversarial import AdversarialTrace
 from ..runs.measurement import PrepareContext, Tick, UnitOutput
 from ..runs.units import Unit, ids_digest, unit_seed
 from ..stats import wilson_interval
-from .cascade import batch_rows, cascade
+from .cascade import Batch, CascadeSettings, batch_rows, cascade
 from .catalogue import ATTACKS, PGD_STEPS, STRONG, AttackParams, Norm, get_attack
 from .image_models import ImageModelsMeasurement, frozen
 
@@ -38,9 +39,6 @@ AMP_DTYPES: dict[str, torch.dtype] = {"bf16": torch.bfloat16}
 #: Examples the model-level sanity checks probe: one per 16 examples of the run, 1 to N_CHECK. The checks then
 #: cost a few percent of an attack (PGD-10 spends 31 passes per example; the checks about 7 on each probed one).
 N_CHECK = 16
-#: The convergence check reruns this share of each eps's survivors (seeded, at least one) with twice the steps and
-#: one more restart; see checks.image.check_convergence for when that fails.
-CONVERGENCE_SHARE = 1 / 32
 
 
 def n_check(n_examples: int) -> int:
@@ -147,7 +145,11 @@ class ImageAttack(ImageModelsMeasurement):
             "steps": c.steps,
             "step_size": c.step_size,
             "early_stop": c.early_stop,
-            "convergence": {"attacks": list(convergence_attacks(c)), "share": CONVERGENCE_SHARE},
+            "convergence": {
+                "attacks": list(convergence_attacks(c)),
+                "probability": sample_probability(len(self.ids)),
+                "threshold_points": THRESHOLD_POINTS,
+            },  # fmt: skip
             "data": data_label(c.data),
             "data_checksum": self.source.checksum,
             "n_examples": c.n_examples,
@@ -217,11 +219,11 @@ class ImageAttack(ImageModelsMeasurement):
             return rows
         trace = AdversarialTrace() if c.save_adversarial else None
         with autocast(self.device, c.amp if c.amp_attacks else None):
+            conv = sample_probability(len(self.ids)) if unit.part in convergence_attacks(c) else None
+            settings = CascadeSettings.of(c, unit.part, self.classes[unit.model], conv)
             rows = cascade(
-                model, label, unit.part, c.eps, c.norm, x, y, ids, clean_correct, c.steps, c.step_size,
-                self.classes[unit.model], c.seed, clean_logits=clean_logits, tick=tick, early_stop=c.early_stop,
-                convergence=CONVERGENCE_SHARE if unit.part in convergence_attacks(c) else None, trace=trace,
-            )  # fmt: skip
+                model, label, Batch(x, y, ids, clean_correct, clean_logits), settings, tick=tick, trace=trace
+            )
         if trace is None:
             return rows
         return UnitOutput(rows, trace.tensors(ids, c.eps, model=label, attack=unit.part, norm=c.norm.value))

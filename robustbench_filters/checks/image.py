@@ -1,16 +1,15 @@
-"""Checks on image attack runs: the eps-ball and [0, 1], monotone accuracy, PGD vs FGSM, step budget, eps = 0,
-convergence (more steps and a restart break no more than a few survivors), and the optional gradient-masking checks
-(huge eps reaches chance, more steps not weaker, black box not better)."""
+"""Checks on image attack runs: the eps-ball and [0, 1], monotone accuracy, PGD vs FGSM, step budget, eps = 0, and
+the optional gradient-masking checks (huge eps reaches chance, more steps not weaker, black box not better). The
+convergence check has its own module (:mod:`.convergence`); it is re-exported here."""
 
 from __future__ import annotations
-
-import math
 
 import pandas as pd
 import torch
 from torch import nn
 
 from .base import FAIL, PASS, WARN, Check, ball_tolerance
+from .convergence import check_convergence  # noqa: F401 - re-exported (the image checks, in one place)
 from .logits import predictions
 
 
@@ -99,38 +98,6 @@ def check_eps0(model: nn.Module, label: str, x: torch.Tensor, y: torch.Tensor, a
                 f"{where} moved inputs by up to {moved:.2e}, {changed} predictions changed",
             )
     return Check("eps=0 equals clean", label, PASS, f"{len(y)} examples unchanged by {', '.join(attacks)} (one step)")
-
-
-#: The convergence check fails when the stronger rerun breaks more than this many of one eps's checked
-#: survivors, or more than CONVERGENCE_SHARE_TOLERANCE of them (whichever is larger).
-CONVERGENCE_TOLERANCE = 1
-CONVERGENCE_SHARE_TOLERANCE = 0.02
-
-
-def convergence_tolerance(checked: int) -> int:
-    return max(CONVERGENCE_TOLERANCE, math.floor(CONVERGENCE_SHARE_TOLERANCE * checked))
-
-
-def check_convergence(rows: pd.DataFrame, model: str) -> list[Check]:
-    """Carlini et al.'s convergence test, per attack: a seeded share of each eps's survivors was attacked again
-    with twice the steps and one more restart (rows' ``convergence`` column). More extra breaks than the
-    tolerance at any eps means the attack had not converged there: its robust accuracy is an upper bound."""
-    if "convergence" not in rows.columns:
-        return []
-    adv = rows[(rows.model == model) & rows["kind"].eq("adversarial") & rows["convergence"].isin(["held", "broken"])]
-    out = []
-    for attack, grp in adv.groupby("attack", sort=False):
-        cells = []
-        over = False
-        for eps, sub in grp.groupby("eps", sort=True):
-            checked, broke = len(sub), int((sub.convergence == "broken").sum())
-            over |= broke > convergence_tolerance(checked)
-            cells.append(f"eps {eps:g}: {broke}/{checked}")
-        detail = "2x steps, +1 restart broke " + ", ".join(cells) + " checked survivors"
-        if over:
-            detail += f" (tolerance {CONVERGENCE_TOLERANCE} per eps): robust accuracy is an upper bound"
-        out.append(Check(f"attack converged ({attack})", model, FAIL if over else PASS, detail))
-    return out
 
 
 def check_chance(acc: float, n_classes: int, label: str, eps: float) -> Check:

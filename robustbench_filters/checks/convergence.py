@@ -1,0 +1,88 @@
+"""The convergence check, with power: how much may a stronger attack still break, as an upper bound in points.
+
+Carlini et al. advise checking that more effort changes nothing. The attacks that have a stronger rerun (twice the
+steps, one more restart, every target) rerun it on a sample of each eps's survivors; the rows record which of the
+checked survivors it broke. From ``k`` broken among ``m`` checked of ``N`` survivors, the exact hypergeometric
+bound (:func:`~..stats.hypergeom_upper`, sampling without replacement from the finite set of survivors) gives the
+upper 95% bound ``K`` on how many of all ``N`` survivors the stronger attack would break, so robust accuracy may be
+overstated by up to ``100 K / n`` points (``n`` examples). Checking every survivor gives the count itself.
+
+**Fails** when that bound exceeds :data:`THRESHOLD_POINTS` at any eps, and whenever the rerun broke every survivor
+it checked (then nothing it checked held, whatever the bound says). A failed check marks the robust accuracy as an
+upper bound (exit 3).
+
+**The sample size the bound needs.** With ``n`` examples the bound passes only if ``K <= floor(0.005 n)``
+(:func:`allowed`). When the rerun breaks none of the ``m`` checked, the bound is the largest ``K`` for which missing
+all ``K`` in the sample still has probability above 5%, about ``(1 - m/N)^(K+1) > 0.05``, so the check can pass only
+if ``m / N >= 1 - 0.05^(1 / (floor(0.005 n) + 1))``: 78% of the survivors at n = 256 (one example allowed), 63% at
+n = 500, 39% at n = 1000, 6% at n = 10,000. Below about 1,280 examples that is most of them, so every survivor is
+checked (the count is then exact); above, each survivor is checked with probability
+``max(1.25 x that fraction, 1280 / n)``: the margin keeps a strong attack's check from failing on an unlucky small
+sample, and the floor gives at least 64 checked survivors on average while at least 5% of the examples survive.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from ..stats import hypergeom_upper
+from .base import FAIL, PASS, Check
+
+#: the check fails when the upper bound on the overstatement of robust accuracy exceeds this (percentage points)
+THRESHOLD_POINTS = 0.5
+LEVEL = 0.95
+#: below this many examples every survivor is checked (1280 / n >= 1)
+CHECK_ALL_BELOW = 1280
+
+
+def allowed(n: int) -> int:
+    """Survivors the stronger attack may break, at most, for the check to pass on ``n`` examples."""
+    return math.floor(THRESHOLD_POINTS / 100 * n + 1e-9)
+
+
+def needed_fraction(n: int) -> float:
+    """The share of the survivors a check with no break must cover to pass (the large-population limit, which
+    the exact finite-population bound never needs more than)."""
+    return 1.0 - (1.0 - LEVEL) ** (1.0 / (allowed(n) + 1))
+
+
+def sample_probability(n: int) -> float:
+    """Each survivor's chance to be checked in a run of ``n`` examples (see the module docstring)."""
+    if n <= CHECK_ALL_BELOW:
+        return 1.0
+    return min(1.0, max(1.25 * needed_fraction(n), CHECK_ALL_BELOW / n))
+
+
+def overstatement(broken: int, checked: int, survivors: int, n: int) -> tuple[int, float]:
+    """(upper 95% bound on the survivors the stronger attack would break, the same in points of ``n``)."""
+    upper = hypergeom_upper(broken, checked, survivors, LEVEL) if survivors else 0
+    return upper, 100.0 * upper / max(n, 1)
+
+
+def check_convergence(rows: pd.DataFrame, model: str) -> list[Check]:
+    """One check per attack that reran: at every eps, survivors, checked, broken and the bound in points."""
+    if "convergence" not in rows.columns:
+        return []
+    adv = rows[(rows.model == model) & rows["kind"].eq("adversarial")]
+    rerun = set(adv.loc[adv.convergence.isin(["held", "broken"]), "attack"])
+    out = []
+    for attack in [a for a in adv.attack.unique() if a in rerun]:
+        cells, failed = [], False
+        for eps, sub in adv[adv.attack == attack].groupby("eps", sort=True):
+            n, survivors = len(sub), int(sub.correct.sum())
+            checked = int(sub.convergence.isin(["held", "broken"]).sum())
+            broken = int((sub.convergence == "broken").sum())
+            upper, points = overstatement(broken, checked, survivors, n)
+            everything = checked > 0 and broken == checked
+            failed |= points > THRESHOLD_POINTS + 1e-9 or everything
+            cells.append(f"eps {eps:g}: {broken}/{checked} of {survivors} survivors broken, at most {points:.2g} pts")
+        detail = "stronger rerun (2x steps, +1 restart, every target): " + "; ".join(cells)
+        if failed:
+            detail += f" (> {THRESHOLD_POINTS:g}): robust accuracy is an upper bound"
+        out.append(Check(f"attack converged ({attack})", model, FAIL if failed else PASS, detail))
+    return out
+
+
+__all__ = ["THRESHOLD_POINTS", "allowed", "check_convergence", "needed_fraction", "overstatement", "sample_probability"]
