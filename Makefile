@@ -20,7 +20,7 @@ ZOO := deit deit-bsa deit-grc deit-bsa-grc lm lm-bsa lm-grc lm-bsa-grc
 comma := ,
 space := $(empty) $(empty)
 
-# The default attack (autoattack-fast, the strongest robfilt has) on the four zoo DeiTs.
+# The default attack (apgd-adaptive, the strongest robfilt has) on the four zoo DeiTs.
 demo: $(STAMP)
 	$(BIN)/robfilt attack --model deit,deit-bsa,deit-grc,deit-bsa-grc --n-examples 256 --out runs/demo --overwrite
 

@@ -44,7 +44,7 @@ def render_summary(summary: dict) -> None:
     out.print(table)
     if weak:
         out.print(
-            f"[yellow]{', '.join(sorted(weak))}: weaker than the default attack (autoattack-fast); their robust "
+            f"[yellow]{', '.join(sorted(weak))}: weaker than the default attack (apgd-adaptive); their robust "
             "accuracy is an upper bound.[/]"
         )
     render_ledger(models)

@@ -100,7 +100,7 @@ def evaluate(
             (a ``transformers`` causal LM too, with ``tokenizer``); one model alone works too (an ``nn.Sequential``
             is one model, never the list of its layers).
         attacks: catalogue names (``robustbench_filters.attacks.catalogue.ATTACKS``), ``wordswap`` or
-            ``corruption[:<name>]``; None: the strongest attack robfilt has for the models (``autoattack-fast``
+            ``corruption[:<name>]``; None: the strongest attack robfilt has for the models (``apgd-adaptive``
             for images, embedding PGD for language models). ``fgsm`` and ``pgd`` are weaker (upper bounds).
         eps: perturbation budgets ([0, 1] image scale; relative embedding radii for LMs); default: the data's grid.
         data: dataset spec (bundled ``fashion-mnist`` for images, ``austen`` for LMs by default), or for images an

@@ -229,11 +229,11 @@ def benchmark(
     """Clean and robust accuracy of ``model`` on ``data``, with intervals and sanity checks (RobustBench's style).
 
     Runs through :func:`.api.evaluate` (one model, one attack, one eps), so its numbers equal evaluate's for the
-    same inputs and seed. The default attack is robfilt's default everywhere, ``autoattack-fast``: the per-example
-    worst case of APGD-CE and APGD-T (3 targets; torchattacks' APGD with early exit), the second on the survivors
-    of the first, with a convergence check. It has fewer iterations and components than the reference
-    AutoAttack (see docs/attacks.md for every difference), so read it as an upper bound on what reference
-    AutoAttack would report; ``attack="autoattack"`` adds FAB-T and Square (about 3x the time), and
+    same inputs and seed. The default attack is robfilt's default everywhere, ``apgd-adaptive``: the per-example
+    worst case of APGD-CE and APGD-T on targets chosen per example (torchattacks' APGD with early exit), the
+    second on the survivors of the first, with a convergence check that bounds how much robust accuracy may be
+    overstated. It matched AutoAttack's standard version at the reference settings (``attack="autoattack-standard"``,
+    many times its cost) in B9, on adversarially trained models too (docs/attacks.md lists every difference);
     ``attack="pgd"`` (20 steps of 0.15 eps; ``steps=``) is faster but weaker.
     ``threat_model="corruptions"`` runs robfilt's corruption suite instead (Gaussian and impulse noise, Gaussian
     blur, contrast and JPEG at severities 1-5, computed on the fly): ``robust`` is the mean accuracy over those

@@ -10,7 +10,7 @@ recomputed from the run folders written here under ``runs/``.
 What it does:
 
 1. vision: ``robfilt attack`` equivalent on the four DeiT zoo models (deit, deit-bsa, deit-grc, deit-bsa-grc):
-   the default attack (autoattack-fast) with PGD and FGSM as weaker secondary lines (``--steps``: every
+   the default attack (apgd-adaptive) with PGD and FGSM as weaker secondary lines (``--steps``: every
    attack's steps; default each one's own) over the default Fashion-MNIST eps grid, on ``--n-examples`` shared test
    examples -> ``runs/vision-attack``; the five corruptions at severities 1-5 on the same examples ->
    ``runs/vision-corruption``; both -> ``reports/vision`` (accuracy with Wilson CIs, paired McNemar tests vs

@@ -16,8 +16,8 @@ KINDS = ("image", "lm", "corruption", "lipschitz", "certify")
 
 def run_all(out: Path) -> None:
     common = {"checkpoint": "none", "seed": 3}
-    # the default attack (autoattack-fast: early exit, ledger, convergence check) next to a weak one
-    evaluate(["deit", "deit-bsa"], ["autoattack-fast", "fgsm"], [0.02, 0.05], n_examples=10, batch_size=3, steps=3,
+    # the default attack (apgd-adaptive: early exit, ledger, convergence check) next to a weak one
+    evaluate(["deit", "deit-bsa"], ["apgd-adaptive", "fgsm"], [0.02, 0.05], n_examples=10, batch_size=3, steps=3,
              out=out / "image", **common)  # fmt: skip
     evaluate(["lm", "lm-grc"], ["pgd", "wordswap"], [0.05], n_examples=5, batch_size=2, steps=2, rates=[0.0, 0.2],
              out=out / "lm", **common)  # fmt: skip

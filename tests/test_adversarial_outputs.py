@@ -192,7 +192,7 @@ def test_attack_equals_what_a_run_saves(net_data) -> None:
     net, x, y = net_data
     x0, y0 = x.clone(), y.clone()
     mode = net.training
-    for attack in ("autoattack-fast", "pgd"):
+    for attack in ("apgd-adaptive", "pgd"):
         adv = rf.attack(net, x, y, attack=attack, eps=0.1, steps=3, batch_size=BATCH, seed=2)
         ran = evaluate(net, attack, [0.1], data=(x, y), seed=2, save_adversarial=True, **COMMON)
         ids, saved = ran.adversarial()

@@ -142,7 +142,7 @@ def test_zoo_reference_keeps_its_verified_run_folder(tmp_path: Path) -> None:
 def test_default_attack_is_the_strong_ensemble(net_data) -> None:
     net, x, y = net_data
     res = benchmark(net, data=(x, y), n_examples=8)
-    assert (res.attack, res.eps) == ("autoattack-fast", 8 / 255)
+    assert (res.attack, res.eps) == ("apgd-adaptive", 8 / 255)
     fooled = set(res.run.rows.fooled_by) - {""}
     assert fooled <= {"clean", "apgd-ce", "apgd-t"} and fooled - {"clean"}  # the stages, per-example worst case
     assert res.run.summary["models"][res.model]["robust"][0]["strength"] == "strong"

@@ -183,7 +183,7 @@ def test_python_examples_run(doc: str, world: Path, monkeypatch: pytest.MonkeyPa
     namespace: dict = {}
     exec(compile(block, f"<{doc} example>", "exec"), namespace)  # noqa: S102 - our own documentation
     res = namespace["res"]
-    assert isinstance(res, BenchmarkResult) and res.attack in ("autoattack-fast", "apgd-ce")
+    assert isinstance(res, BenchmarkResult) and res.attack in ("apgd-adaptive", "apgd-ce")
     assert res.clean.lo <= res.clean.acc <= res.clean.hi and res.robust.acc <= res.clean.acc
     if doc == "in-short":
         assert res.clean.n == 32 and namespace["run"].summary["models"][res.model]["clean"]["n"] == 32

@@ -19,7 +19,6 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import torch
 import torchattacks
 from torch import nn
 
@@ -28,10 +27,10 @@ from ..errors import RobfiltError
 from ..family import Family
 from ..names import ATTACK_SPECS, SINGLE, STRONG, WEAK, AttackSpec, Norm, attack_spec  # noqa: F401 - re-exported
 from ..surface import given
-from . import strong
+from . import adaptive, standard, strong
 from .apgd import EarlyAPGD, EarlyAPGDT
 from .early import EarlyPGD, EarlyPGDL2
-from .params import AttackFn, AttackParams, parse_norm  # noqa: F401 - the catalogue re-exports them
+from .params import AttackFn, AttackParams, parse_norm, within_ball  # noqa: F401 - the catalogue re-exports them
 
 PGD_STEPS = 20
 APGD_STEPS = 50
@@ -109,7 +108,7 @@ def _fab(model: nn.Module, p: AttackParams, targeted: bool = False) -> list[tupl
     )
     if targeted:
         atk.n_target_classes = min(9, p.n_classes - 1)  # AutoAttack's 9 (torchattacks: every other class)
-    return [("fab-t" if targeted else "fab", _within_ball(atk, p.eps, p.norm))]
+    return [("fab-t" if targeted else "fab", within_ball(atk, p.eps, p.norm))]
 
 
 def _square(model: nn.Module, p: AttackParams) -> list[tuple[str, AttackFn]]:
@@ -120,29 +119,11 @@ def _square(model: nn.Module, p: AttackParams) -> list[tuple[str, AttackFn]]:
     return [("square", atk)]
 
 
-def _within_ball(attack: AttackFn, eps: float, norm: Norm) -> AttackFn:
-    """A minimum-norm attack that returns x itself wherever its result lies outside the eps-ball.
-
-    CW ignores eps altogether (and FAB may overshoot it), so without this its points at eps = 0 move and the
-    "eps = 0 equals clean" check fails. Success only counts inside the ball anyway; this makes the attack
-    function say so, for every caller. The slack matches the engine's float32 tolerance.
-    """
-
-    def run(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        x_adv = attack(x, y)
-        flat = (x_adv - x).flatten(1)
-        size = flat.abs().amax(1) if norm is Norm.LINF else flat.norm(dim=1)
-        inside = size <= eps * (1 + 1e-5) + 1e-6
-        return torch.where(inside.view(-1, *[1] * (x.dim() - 1)), x_adv, x)
-
-    return run
-
-
 def _cw(model: nn.Module, p: AttackParams) -> list[tuple[str, AttackFn]]:
     if p.norm is not Norm.L2:
         raise RobfiltError(f"cw is an L2 attack; use {given('norm', 'l2')}.")
     cw = torchattacks.CW(model, c=1.0, kappa=0.0, steps=p.iterations(50), lr=0.01)
-    return [("cw", _within_ball(cw, p.eps, p.norm))]
+    return [("cw", within_ball(cw, p.eps, p.norm))]
 
 
 def _autoattack(model: nn.Module, p: AttackParams) -> list[tuple[str, AttackFn]]:
@@ -151,8 +132,10 @@ def _autoattack(model: nn.Module, p: AttackParams) -> list[tuple[str, AttackFn]]
 
 #: the builder of every attack of the vocabulary, by name
 BUILDERS: dict[str, Builder] = {
-    strong.NAME: strong.build,
+    adaptive.NAME: adaptive.build,
+    standard.NAME: standard.build,
     "autoattack": _autoattack,
+    strong.NAME: strong.build,
     "fgsm": _fgsm,
     "pgd": _pgd,
     "pgd-l2": _pgd_l2,

@@ -1,4 +1,6 @@
-"""``autoattack-fast``: robfilt's default attack, a per-example worst case over complementary attacks.
+"""``autoattack-fast``: robfilt's default attack until issue 32, kept under its name so earlier runs, baselines and
+specs that name it keep their meaning. It is weaker than the default (``apgd-adaptive``, :mod:`.adaptive`) on
+adversarially trained models: three fixed targets and short runs miss examples there (B9).
 
 Two stages, in order; the second runs only on the examples the first left correctly classified (as AutoAttack
 does), and inside each stage an example leaves the batch the moment it is fooled (:mod:`.apgd`):

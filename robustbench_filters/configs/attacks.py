@@ -48,8 +48,8 @@ from .options import Bool, Int, Many, Number, Text, Tokenizer, option
 class ImageAttackConfig(ImageDataConfig):
     """Adversarial attacks on image models, over an ascending eps grid (see :mod:`.attacks.image`).
 
-    With no attack named, the strongest ensemble (``autoattack-fast``) runs. ``steps`` None gives every attack its
-    own documented default (pgd 20; each stage of autoattack-fast its own). ``early_stop``: an example leaves an
+    With no attack named, the strongest attack robfilt has (``apgd-adaptive``) runs. ``steps`` None gives every
+    attack its own documented default (pgd 20; each stage of apgd-adaptive its own). ``early_stop``: an example leaves an
     attack once fooled (off: robfilt's PGD/APGD compute exactly what torchattacks' do). ``check_convergence``:
     rerun a seeded share of the survivors with twice the steps and one more restart (None: for the strong
     ensembles only; True: for every attack that has such a rerun; False: never). ``save_adversarial``: store the

@@ -1,0 +1,52 @@
+"""``apgd-adaptive``: robfilt's default image attack; effort where the evidence says an example may still fall.
+
+Two stages, in order, each on the examples the earlier one left correctly classified (AutoAttack's per-example
+worst case); inside each, an example leaves the moment it is fooled:
+
+1. APGD-CE: APGD on cross-entropy, :data:`CE_STEPS` steps, 1 restart; it breaks nearly every example that is not
+   robust, in a few steps;
+2. APGD-T with targets chosen per example (:class:`.targeted.RankedAPGDT`): every other class ranked by its
+   linearised distance to the decision boundary; a short run on each target still in play (the closest
+   :data:`PLAN` ``min_targets``, and any within ``ratio`` times the closest one's distance); then the survivors
+   get long runs on the targets that came closest.
+
+Its stronger rerun (the convergence check) doubles every step count, adds a restart to every run and attacks every
+target. docs/attacks.md gives the measurements behind the numbers (B9: ``autoattack-standard`` on robust and
+normally trained models) and how it differs from AutoAttack's standard version.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from torch import nn
+
+from .apgd import EarlyAPGD
+from .params import AttackFn, AttackParams, Norm
+from .targeted import RankedAPGDT, TargetPlan
+
+NAME = "apgd-adaptive"
+CE_STEPS = 25
+PLAN = TargetPlan()
+
+
+def plan_for(p: AttackParams) -> TargetPlan:
+    """The targeted stage's plan: ``--steps`` sets the sweep's and the escalation's steps; the convergence rerun
+    takes the stronger plan; the eps = 0 probe one step of everything."""
+    plan = PLAN if p.steps is None else replace(PLAN, sweep_steps=p.steps, escalate_steps=p.steps)
+    plan = replace(plan, max_targets=min(plan.max_targets, p.n_classes - 1))
+    return plan.stronger() if p.converge else plan
+
+
+def build(model: nn.Module, p: AttackParams) -> list[tuple[str, AttackFn]]:
+    """The two stages for one eps, each with its own seed (one seed would give both the same random starts)."""
+    norm = "Linf" if p.norm is Norm.LINF else "L2"
+    common = {"norm": norm, "eps": p.eps, "early_stop": p.early_stop}
+    ce = EarlyAPGD(model, steps=p.iterations(CE_STEPS), loss="ce", seed=p.seed, n_restarts=p.restarts(),
+                   parallel=p.converge, **common)  # fmt: skip
+    stages: list[tuple[str, AttackFn]] = [("apgd-ce", ce)]
+    if p.n_classes >= 4:  # the targeted DLR loss reads the 4th-largest logit
+        plan = plan_for(p)
+        stages.append(("apgd-t", RankedAPGDT(model, plan=plan, steps=plan.sweep_steps, n_classes=p.n_classes,
+                                             seed=p.seed + 1, **common)))  # fmt: skip
+    return stages

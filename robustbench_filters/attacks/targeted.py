@@ -1,0 +1,154 @@
+"""Targeted APGD on targets chosen per example: ranked by a linearised margin, escalated on the survivors.
+
+AutoAttack's APGD-T attacks the 9 classes with the highest clean logits, 100 steps each, whatever the example. Most
+of that budget is spent on targets that cannot win: a robust example falls, if at all, to one or two classes. Here
+the budget follows the evidence, per example:
+
+1. **rank** the other classes by the linearised distance to each decision boundary at the clean point,
+   ``(z_y - z_t) / ||grad_x (z_y - z_t)||_*`` (the dual norm of the threat model: L1 for Linf), the targeting of
+   MALT (Melamed et al., NeurIPS 2024); the logit margin alone ignores how fast the margin can move;
+2. **sweep**: a short APGD-T run on each target in rank order, as far down the ranking as the example's targets are
+   *in play*: the first ``min_targets``, then every target whose linearised distance is within ``ratio`` times
+   the example's closest one (at most ``max_targets``); an example leaves as soon as it is fooled;
+3. **escalate**: the survivors get long runs on the targets that came closest in the sweep (the highest targeted
+   DLR loss reached), as many restarts as asked.
+
+Every run is :func:`.apgd._apgd_run` (torchattacks' APGD loop) on the targeted DLR loss, with early exit and the
+ledger; the ranking's passes (one forward and one backward per ranked class) are counted too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .apgd import EarlyAPGDT, _apgd_run
+from .ledger import Ledger
+
+#: classes ranked, at most (the closest by clean logit first): bounds the ranking's cost on 1000-class models
+RANKED = 20
+
+
+@dataclass(frozen=True)
+class TargetPlan:
+    """How many targets each example gets, and how long each is attacked."""
+
+    sweep_steps: int = 8
+    min_targets: int = 2
+    max_targets: int = 9
+    ratio: float = 1.5  # a target is in play while its linearised distance is within ratio x the closest one's
+    escalate_steps: int = 100
+    escalate_targets: int = 1
+    #: near misses: a survivor is escalated when its best targeted DLR loss in the sweep is at least -near
+    #: (the loss is scale-free and positive once the target's logit passes the true one's)
+    near: float = 0.25
+    restarts: int = 1  # of every sweep run
+    escalate_restarts: int = 2
+
+    def stronger(self) -> TargetPlan:
+        """The convergence check's rerun: every target at twice the sweep's steps, then twice the escalation's steps,
+        one more restart of every run. Its near misses are judged on its own (stronger) sweep."""
+        return replace(
+            self, sweep_steps=2 * self.sweep_steps, min_targets=self.max_targets, escalate_steps=2 * self.escalate_steps,
+            restarts=self.restarts + 1, escalate_restarts=self.escalate_restarts + 1,
+        )  # fmt: skip
+
+
+def linearised_distances(
+    model: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, y: torch.Tensor, dual: float, ranked: int = RANKED
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """((n, classes) distances, the clean logits): ``(z_y - z_t) / ||grad (z_y - z_t)||_dual`` for the ``ranked``
+    classes with the highest clean logits after the true one; inf elsewhere (the true class, the unranked). One
+    forward and ``ranked`` backward passes per example."""
+    xs = x.detach().clone().requires_grad_()
+    with torch.enable_grad():
+        z = model(xs).float()
+        n, classes = z.shape
+        others = z.detach().masked_fill(F.one_hot(y, classes).bool(), float("-inf"))
+        cand = others.topk(min(ranked, classes - 1), dim=1).indices
+        zy = z.gather(1, y[:, None]).squeeze(1)
+        out = torch.full((n, classes), float("inf"), device=x.device)
+        for j in range(cand.shape[1]):
+            t = cand[:, j]
+            diff = zy - z.gather(1, t[:, None]).squeeze(1)
+            (g,) = torch.autograd.grad(diff.sum(), xs, retain_graph=j + 1 < cand.shape[1])
+            size = g.flatten(1).norm(p=dual, dim=1)
+            out.scatter_(1, t[:, None], (diff.detach() / (size + 1e-12))[:, None])
+    return out, z.detach()
+
+
+def in_play(distances: torch.Tensor, plan: TargetPlan) -> tuple[torch.Tensor, torch.Tensor]:
+    """(targets ordered by distance, (n, max_targets); which of them each example attacks)."""
+    k = min(plan.max_targets, int(torch.isfinite(distances).sum(1).max()) if len(distances) else 0)
+    dist, order = distances.sort(dim=1)
+    dist, order = dist[:, :k], order[:, :k]
+    closest = dist[:, :1].clamp_min(1e-12)
+    # a negative distance (already misclassified towards t) is as close as can be
+    play = (torch.arange(k, device=dist.device)[None] < plan.min_targets) | (dist <= plan.ratio * closest.abs())
+    return order, play & torch.isfinite(dist)
+
+
+class RankedAPGDT(EarlyAPGDT):
+    """APGD-T with per-example targets (:mod:`.targeted`): rank, sweep, escalate. ``stage`` after a call says,
+    per example, which phase fooled it (0 none, 1 sweep, 2 escalation) for the ledger's ``broken_by``."""
+
+    def __init__(self, model: nn.Module, *, plan: TargetPlan, **kwargs: Any) -> None:
+        super().__init__(model, n_targets=plan.max_targets, n_restarts=plan.restarts, **kwargs)
+        self.plan = plan
+        self.dual = 1.0 if self.norm == "Linf" else 2.0
+        self.stage = torch.empty(0)
+
+    def perturb(self, x_in, y_in, best_loss=False, cheap=True):  # noqa: ANN001, ANN201 - torchattacks' signature
+        x, y = x_in.clone(), y_in.clone()
+        n, plan = len(x), self.plan
+        self.ledger = Ledger(n, x.device)
+        adv = x.clone()
+        self.stage = torch.zeros(n, dtype=torch.int64, device=x.device)
+        torch.random.manual_seed(self.seed)
+        distances, clean = linearised_distances(self.get_logits, x, y, self.dual)
+        self.ledger.add(None, fwd=1, bwd=int(torch.isfinite(distances).sum(1).max()) if n else 0)
+        acc = clean.argmax(1) == y
+        order, play = in_play(distances, plan)
+        # the sweep: every (example, target in play) pair at once, an example leaving when any of its copies fools
+        pairs = play.nonzero()
+        reached = torch.full(order.shape, float("-inf"), device=x.device)
+        loss = self._runs(x, y, acc, adv, pairs[:, 0], order[pairs[:, 0], pairs[:, 1]], plan.sweep_steps, plan.restarts)
+        reached[pairs[:, 0], pairs[:, 1]] = loss
+        self.stage[~acc] = 1
+        if plan.escalate_targets and plan.escalate_steps and bool(acc.any()):
+            # the escalation: long runs for the near misses on the targets that came closest in the sweep
+            near = acc & (reached.amax(1) >= -plan.near)
+            top = reached.masked_fill(~play, float("-inf")).argsort(dim=1, descending=True)[:, : plan.escalate_targets]
+            keep = near[:, None] & play.gather(1, top)
+            ex, col = keep.nonzero().unbind(1)
+            self._runs(x, y, acc, adv, ex, order[ex, top[ex, col]], plan.escalate_steps, plan.escalate_restarts)
+            self.stage[(~acc) & (self.stage == 0)] = 2
+        return acc, adv
+
+    def _runs(
+        self, x: torch.Tensor, y: torch.Tensor, acc: torch.Tensor, adv: torch.Tensor, ex: torch.Tensor,
+        target: torch.Tensor, steps: int, restarts: int,
+    ) -> torch.Tensor:  # fmt: skip
+        """``restarts`` x ``steps``-step runs of every (example ``ex[i]``, ``target[i]``) pair, as copies in one batch;
+        an example leaves when any of its copies fools the model. Updates ``acc`` and ``adv`` in place and returns
+        each pair's highest targeted loss (the best over its restarts)."""
+        best = torch.full((len(ex),), float("-inf"), device=x.device)
+        live = acc[ex]
+        if not bool(live.any()):
+            return best
+        self.steps = steps
+        pair = live.nonzero().squeeze(1).repeat(restarts)  # restart-major copies of the live pairs
+        rows = ex[pair]
+        _, acc_c, loss, adv_c = _apgd_run(
+            self, x[rows], y[rows], rows, self.dlr_loss_targeted, target[pair], first_step_size=False, group=rows
+        )
+        best.scatter_reduce_(0, pair, loss, reduce="amax")
+        for c in (~acc_c).nonzero().squeeze(1).flip(0).tolist():  # the first copy that fooled an example wins
+            adv[rows[c]] = adv_c[c]
+        acc[rows[~acc_c]] = False
+        return best
