@@ -394,11 +394,14 @@ def render_readme(
     figures: list[tuple[str, str]],
     notes: list[str],
     report_figures: Sequence[tuple[str, str]] = (),
+    changes: Sequence[str] = (),
 ) -> str:
     """The README. ``figures``: the study's all-seed figures (the first is the claims forest plot);
-    ``report_figures``: the reporter's first-seed figures, linked (not shown) for detail."""
+    ``report_figures``: the reporter's first-seed figures, linked (not shown) for detail; ``changes``: the verdicts
+    that changed since the previous write-up (:mod:`.changes`)."""
     lines = [
         *_intro(plan, claims, figures),
+        *changes,
         *_verdict_rule(),
         *_what_was_run(plan, manifest),
         *_notes_and_checks(notes, data.failed_checks),

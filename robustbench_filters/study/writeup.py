@@ -16,6 +16,7 @@ from typing import Any
 from ..io import atomic_write_json, atomic_write_text
 from ..runs.outfolder import OutputFolder
 from . import plan as P
+from .changes import previous_claims, verdict_changes
 from .claims import ClaimResult
 from .plan import StudyPlan
 from .readme import REPORT_DIR, render_readme
@@ -83,6 +84,7 @@ def write_outputs(
 
         folder = open_write_up(Path(folder))
     out = folder.out
+    changes = verdict_changes(previous_claims(out / "results.json"), result.claims)  # before results.json is replaced
     atomic_write_text(folder.path("scores.csv"), data.scores.to_csv(index=False))
     atomic_write_json(
         folder.path("results.json"),
@@ -103,5 +105,5 @@ def write_outputs(
     else:  # the figures of an earlier write-up stay as they are (the README does not link them)
         folder.keep(f for f in sorted(folder.listed) if f.startswith("figures/"))
         figures, report_figures, notes = [], [], ["figures not requested"]
-    text = render_readme(plan, manifest, data, result.claims, figures, notes, report_figures)
+    text = render_readme(plan, manifest, data, result.claims, figures, notes, report_figures, changes)
     return atomic_write_text(folder.path("README.md"), text)
