@@ -253,25 +253,6 @@ class _Ledger:
 LEDGER_KEYS = ("fwd", "bwd", "conv_fwd", "conv_bwd")
 
 
-def _converge(run: _Run, led: _Ledger, survivors: torch.Tensor, k: int, params: AttackParams) -> None:
-    """The convergence check at eps index ``k``: the stronger rerun on the sampled survivors (rows change nowhere
-    but in the convergence column and its ledger)."""
-    s, b = run.settings, run.batch
-    key = (s.seed, run.label, s.attack, k)
-    pick = survivors[convergence_sample(b.ids.to(survivors.device)[survivors], s.convergence or 0.0, (*key, "pick"))]
-    if not len(pick):
-        return
-    torch.manual_seed(unit_seed(*key, int(b.ids[0]), "converge"))
-    led.conv_code[pick] = 1
-    stronger = run.info.build(run.counter, replace(params, converge=True))
-    for st in run_components(
-        stronger, run.counter, run.model, b.x, b.y, pick, params.eps, s.norm, run.info.minimum_norm
-    ):
-        led.passes["conv_fwd"][st.idx] += st.fwd
-        led.passes["conv_bwd"][st.idx] += st.bwd
-        led.conv_code[st.idx] = torch.where(st.fooled, 2, led.conv_code[st.idx])
-
-
 @dataclass
 class _Run:
     """A unit's cascade state: the guarded model and its counter, the points and logits so far, who fooled whom."""
@@ -320,6 +301,25 @@ class _Run:
         if s.convergence is not None and self.info.converges:
             _converge(self, led, survivors, k, params)
         return idx
+
+
+def _converge(run: _Run, led: _Ledger, survivors: torch.Tensor, k: int, params: AttackParams) -> None:
+    """The convergence check at eps index ``k``: the stronger rerun on the sampled survivors (rows change nowhere
+    but in the convergence column and its ledger)."""
+    s, b = run.settings, run.batch
+    key = (s.seed, run.label, s.attack, k)
+    pick = survivors[convergence_sample(b.ids.to(survivors.device)[survivors], s.convergence or 0.0, (*key, "pick"))]
+    if not len(pick):
+        return
+    torch.manual_seed(unit_seed(*key, int(b.ids[0]), "converge"))
+    led.conv_code[pick] = 1
+    stronger = run.info.build(run.counter, replace(params, converge=True))
+    for st in run_components(
+        stronger, run.counter, run.model, b.x, b.y, pick, params.eps, s.norm, run.info.minimum_norm
+    ):
+        led.passes["conv_fwd"][st.idx] += st.fwd
+        led.passes["conv_bwd"][st.idx] += st.bwd
+        led.conv_code[st.idx] = torch.where(st.fooled, 2, led.conv_code[st.idx])
 
 
 def cascade(

@@ -1,4 +1,4 @@
-"""Targeted APGD on targets chosen per example: ranked by a linearised margin, escalated on the survivors.
+"""Targeted APGD on targets chosen per example: ranked by a linearised margin, escalated on the near misses.
 
 AutoAttack's APGD-T attacks the 9 classes with the highest clean logits, 100 steps each, whatever the example. Most
 of that budget is spent on targets that cannot win: a robust example falls, if at all, to one or two classes. Here
@@ -7,11 +7,13 @@ the budget follows the evidence, per example:
 1. **rank** the other classes by the linearised distance to each decision boundary at the clean point,
    ``(z_y - z_t) / ||grad_x (z_y - z_t)||_*`` (the dual norm of the threat model: L1 for Linf), the targeting of
    MALT (Melamed et al., NeurIPS 2024); the logit margin alone ignores how fast the margin can move;
-2. **sweep**: a short APGD-T run on each target in rank order, as far down the ranking as the example's targets are
-   *in play*: the first ``min_targets``, then every target whose linearised distance is within ``ratio`` times
-   the example's closest one (at most ``max_targets``); an example leaves as soon as it is fooled;
-3. **escalate**: the survivors get long runs on the targets that came closest in the sweep (the highest targeted
-   DLR loss reached), as many restarts as asked.
+2. **sweep**: a short APGD-T run on each target *in play*: the ``min_targets`` closest, and every other whose
+   linearised distance is within ``ratio`` times the example's closest one (at most ``max_targets``); all of an
+   example's runs are copies in one batch, and it leaves as soon as one of them fools the model;
+3. **escalate**: the survivors that came close in the sweep (a best targeted DLR loss of at least ``-near``; the
+   loss is scale-free and positive once the target's logit passes the true one's) get long runs, with restarts, on
+   the target that came closest. The others are far from every boundary: long runs there are what made AutoAttack
+   expensive without breaking anything (B9, docs/attacks.md).
 
 Every run is :func:`.apgd._apgd_run` (torchattacks' APGD loop) on the targeted DLR loss, with early exit and the
 ledger; the ranking's passes (one forward and one backward per ranked class) are counted too.
@@ -93,62 +95,64 @@ def in_play(distances: torch.Tensor, plan: TargetPlan) -> tuple[torch.Tensor, to
     return order, play & torch.isfinite(dist)
 
 
+@dataclass
+class _Examples:
+    """The examples of one call: images, labels, who is still correctly classified, and their points so far."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+    acc: torch.Tensor
+    adv: torch.Tensor
+
+
 class RankedAPGDT(EarlyAPGDT):
-    """APGD-T with per-example targets (:mod:`.targeted`): rank, sweep, escalate. ``stage`` after a call says,
-    per example, which phase fooled it (0 none, 1 sweep, 2 escalation) for the ledger's ``broken_by``."""
+    """APGD-T with per-example targets (:mod:`.targeted`): rank, sweep, escalate."""
 
     def __init__(self, model: nn.Module, *, plan: TargetPlan, **kwargs: Any) -> None:
         super().__init__(model, n_targets=plan.max_targets, n_restarts=plan.restarts, **kwargs)
         self.plan = plan
         self.dual = 1.0 if self.norm == "Linf" else 2.0
-        self.stage = torch.empty(0)
 
     def perturb(self, x_in, y_in, best_loss=False, cheap=True):  # noqa: ANN001, ANN201 - torchattacks' signature
         x, y = x_in.clone(), y_in.clone()
-        n, plan = len(x), self.plan
-        self.ledger = Ledger(n, x.device)
-        adv = x.clone()
-        self.stage = torch.zeros(n, dtype=torch.int64, device=x.device)
+        plan = self.plan
+        self.ledger = Ledger(len(x), x.device)
         torch.random.manual_seed(self.seed)
         distances, clean = linearised_distances(self.get_logits, x, y, self.dual)
-        self.ledger.add(None, fwd=1, bwd=int(torch.isfinite(distances).sum(1).max()) if n else 0)
-        acc = clean.argmax(1) == y
+        self.ledger.add(None, fwd=1, bwd=int(torch.isfinite(distances).sum(1).max()) if len(x) else 0)
+        ex = _Examples(x, y, clean.argmax(1) == y, x.clone())
         order, play = in_play(distances, plan)
         # the sweep: every (example, target in play) pair at once, an example leaving when any of its copies fools
         pairs = play.nonzero()
         reached = torch.full(order.shape, float("-inf"), device=x.device)
-        loss = self._runs(x, y, acc, adv, pairs[:, 0], order[pairs[:, 0], pairs[:, 1]], plan.sweep_steps, plan.restarts)
+        loss = self._runs(ex, pairs[:, 0], order[pairs[:, 0], pairs[:, 1]], plan.sweep_steps, plan.restarts)
         reached[pairs[:, 0], pairs[:, 1]] = loss
-        self.stage[~acc] = 1
-        if plan.escalate_targets and plan.escalate_steps and bool(acc.any()):
+        if plan.escalate_targets and plan.escalate_steps and bool(ex.acc.any()):
             # the escalation: long runs for the near misses on the targets that came closest in the sweep
-            near = acc & (reached.amax(1) >= -plan.near)
+            near = ex.acc & (reached.amax(1) >= -plan.near)
             top = reached.masked_fill(~play, float("-inf")).argsort(dim=1, descending=True)[:, : plan.escalate_targets]
-            keep = near[:, None] & play.gather(1, top)
-            ex, col = keep.nonzero().unbind(1)
-            self._runs(x, y, acc, adv, ex, order[ex, top[ex, col]], plan.escalate_steps, plan.escalate_restarts)
-            self.stage[(~acc) & (self.stage == 0)] = 2
-        return acc, adv
+            rows, col = (near[:, None] & play.gather(1, top)).nonzero().unbind(1)
+            self._runs(ex, rows, order[rows, top[rows, col]], plan.escalate_steps, plan.escalate_restarts)
+        return ex.acc, ex.adv
 
     def _runs(
-        self, x: torch.Tensor, y: torch.Tensor, acc: torch.Tensor, adv: torch.Tensor, ex: torch.Tensor,
-        target: torch.Tensor, steps: int, restarts: int,
-    ) -> torch.Tensor:  # fmt: skip
-        """``restarts`` x ``steps``-step runs of every (example ``ex[i]``, ``target[i]``) pair, as copies in one batch;
-        an example leaves when any of its copies fools the model. Updates ``acc`` and ``adv`` in place and returns
-        each pair's highest targeted loss (the best over its restarts)."""
-        best = torch.full((len(ex),), float("-inf"), device=x.device)
-        live = acc[ex]
+        self, ex: _Examples, which: torch.Tensor, target: torch.Tensor, steps: int, restarts: int
+    ) -> torch.Tensor:
+        """``restarts`` x ``steps``-step runs of every (example ``which[i]``, ``target[i]``) pair, as copies in one
+        batch; an example leaves when any of its copies fools the model. Updates ``ex`` in place and returns each
+        pair's highest targeted loss (the best over its restarts)."""
+        best = torch.full((len(which),), float("-inf"), device=ex.x.device)
+        live = ex.acc[which]
         if not bool(live.any()):
             return best
         self.steps = steps
         pair = live.nonzero().squeeze(1).repeat(restarts)  # restart-major copies of the live pairs
-        rows = ex[pair]
+        rows = which[pair]
         _, acc_c, loss, adv_c = _apgd_run(
-            self, x[rows], y[rows], rows, self.dlr_loss_targeted, target[pair], first_step_size=False, group=rows
+            self, ex.x[rows], ex.y[rows], rows, self.dlr_loss_targeted, target[pair], first_step_size=False, group=rows
         )
         best.scatter_reduce_(0, pair, loss, reduce="amax")
         for c in (~acc_c).nonzero().squeeze(1).flip(0).tolist():  # the first copy that fooled an example wins
-            adv[rows[c]] = adv_c[c]
-        acc[rows[~acc_c]] = False
+            ex.adv[rows[c]] = adv_c[c]
+        ex.acc[rows[~acc_c]] = False
         return best
