@@ -25,12 +25,17 @@ demo: $(STAMP)
 	$(BIN)/robfilt attack --model deit,deit-bsa,deit-grc,deit-bsa-grc --n-examples 256 --out runs/demo --overwrite
 
 NOISY_ZOO := deit deit-bsa deit-grc deit-bsa-grc
+AT_ZOO := deit deit-grc
 # Retrain every zoo checkpoint from scratch (one thread per run), then check the bars: the 8 variants (about an hour
-# on 2 cores), and the 4 DeiTs trained with Gaussian noise (sigma 0.25) for randomized smoothing, then certified
-# (about 14-30 min of training and 20-28 min of certification each on one busy core).
+# on 2 cores), the 4 DeiTs trained with Gaussian noise (sigma 0.25) for randomized smoothing, then certified
+# (about 14-30 min of training and 20-28 min of certification each on one busy core), and deit-at / deit-grc-at,
+# the zoo deit and deit-grc fine-tuned with PGD adversarial training (about an hour each on one busy core).
 zoo: $(STAMP)
 	for m in $(ZOO); do OMP_NUM_THREADS=1 $(BIN)/robfilt train --model $$m --size micro --seed 0 \
 		--out robustbench_filters/zoo/$$m-micro --overwrite --quiet || exit 1; done
+	for m in $(AT_ZOO); do OMP_NUM_THREADS=1 $(BIN)/robfilt train --model $$m --size micro --seed 0 --init zoo \
+		--adversarial pgd --train-eps 0.05 --train-steps 7 --epochs 2 --lr 1e-3 \
+		--out robustbench_filters/zoo/$$m-at-micro --overwrite --quiet || exit 1; done
 	for m in $(NOISY_ZOO); do OMP_NUM_THREADS=1 $(BIN)/robfilt train --model $$m --size micro --seed 0 \
 		--noise-sigma 0.25 --out robustbench_filters/zoo/$$m-micro-sigma0.25 --overwrite --quiet || exit 1; done
 	OMP_NUM_THREADS=1 $(BIN)/python scripts/certify_zoo.py --model $(subst $(space),$(comma),$(NOISY_ZOO)) --noise-sigma 0.25

@@ -121,20 +121,26 @@ def verdicts_all(root: Path) -> str:
 
 # --- the zoo --------------------------------------------------------------------------------------------------
 def zoo(root: Path) -> str:
-    from robustbench_filters.names import MODEL_NAMES
+    from robustbench_filters.names import MODEL_NAMES, ZOO_MODELS
     from robustbench_filters.zoo_index import zoo_entry
 
     lines = [
         "| zoo model (micro) | test metric | test examples / tokens | training time in the card |",
         "|---|---|---|---|",
     ]
-    for name in MODEL_NAMES:
+    for name in (*MODEL_NAMES, *ZOO_MODELS):
         entry = zoo_entry(name, "micro")
         if entry is None:
             lines.append(f"| {name} | no bundled weights | - | - |")
             continue
         m, minutes = entry["metrics"], entry["recipe"]["wall_time_s"] / 60
-        if "test_acc" in m:
+        if "test_acc_pgd20" in m:  # adversarially trained: clean, and PGD-20 at its training eps
+            eps = entry["recipe"]["train_eps"]
+            metric = (
+                f"{100 * m['test_acc']:.1f}% accuracy, {100 * m['test_acc_pgd20']:.1f}% under PGD-20 at Linf {eps:g}"
+            )
+            n = f"{m['test_n']} images"
+        elif "test_acc" in m:
             metric, n = f"{100 * m['test_acc']:.1f}% accuracy", f"{m['test_n']} images"
         else:
             metric, n = f"{m['test_ppl']:.2f} perplexity per character", f"{m['test_tokens']} characters"
