@@ -4,6 +4,7 @@ it fails on a deliberately weakened attack (robust CNN) while the default passes
 from __future__ import annotations
 
 import itertools
+import json
 
 import pandas as pd
 import pytest
@@ -101,20 +102,22 @@ def test_old_rows_without_the_column_have_no_check() -> None:
 
 
 @pytest.mark.slow
-def test_the_check_fails_on_a_weakened_attack_and_passes_on_the_default() -> None:
-    """On the robust CNN (benchmarks/robust_cnn.py) at Linf 0.15: the default with --steps 1 leaves examples that
-    its stronger rerun breaks, so the check fails (exit 3 in the CLI); the default as shipped passes."""
+def test_the_check_fails_on_a_weakened_attack_and_passes_on_the_default(tmp_path) -> None:
+    """On the robust CNN (benchmarks/robust_cnn.py) at Linf 0.15, 256 examples (B9's cell): the default with
+    --steps 1 leaves examples that its stronger rerun breaks, so the check fails and the CLI exits 3; the default as
+    shipped passes."""
     from pathlib import Path
 
     from robustbench_filters.api import evaluate
+    from robustbench_filters.cli import run
 
-    cnn = str(Path(__file__).resolve().parents[1] / "benchmarks" / "robust_cnn.py") + ":robust_cnn"
-    weak = evaluate([f"cnn={cnn}"], eps=[0.15], n_examples=128, seed=0, steps=1)
-    strong = evaluate([f"cnn={cnn}"], eps=[0.15], n_examples=128, seed=0)
-    (w,) = [c for c in weak.summary["checks"] if c["name"].startswith("attack converged")]
+    cnn = "cnn-at=" + str(Path(__file__).resolve().parents[1] / "benchmarks" / "robust_cnn.py") + ":robust_cnn"
+    common = ["attack", "--model", cnn, "--eps", "0.15", "-n", "256", "--batch-size", "256", "-q"]
+    assert run([*common, "--steps", "1", "--out", str(tmp_path / "weak")]) == 3
+    weak = json.loads((tmp_path / "weak" / "summary.json").read_text())
+    strong = evaluate([cnn], eps=[0.15], n_examples=256, batch_size=256, seed=0)
+    (w,) = [c for c in weak["checks"] if c["name"].startswith("attack converged")]
     (s,) = [c for c in strong.summary["checks"] if c["name"].startswith("attack converged")]
     assert w["status"] == "fail" and "upper bound" in w["detail"], w
     assert s["status"] == "pass", s
-    assert (
-        weak.summary["models"]["cnn"]["robust"][0]["correct"] > strong.summary["models"]["cnn"]["robust"][0]["correct"]
-    )
+    assert weak["models"]["cnn-at"]["robust"][0]["correct"] > strong.summary["models"]["cnn-at"]["robust"][0]["correct"]

@@ -77,7 +77,8 @@ def check_convergence(rows: pd.DataFrame, model: str) -> list[Check]:
             upper, points = overstatement(broken, checked, survivors, n)
             everything = checked > 0 and broken == checked
             failed |= points > THRESHOLD_POINTS + 1e-9 or everything
-            cells.append(f"eps {eps:g}: {broken}/{checked} of {survivors} survivors broken, at most {points:.2g} pts")
+            cells.append(f"eps {eps:g}: broke {broken} of {checked} checked ({survivors} survivors), overstated by at "
+                         f"most {points:.2g} pts")  # fmt: skip
         detail = "stronger rerun (2x steps, +1 restart, every target): " + "; ".join(cells)
         if failed:
             detail += f" (> {THRESHOLD_POINTS:g}): robust accuracy is an upper bound"
