@@ -2,7 +2,7 @@
 
 For one model, attack and batch, eps values run in ascending order and only the examples that survived the
 previous eps are attacked again: an adversarial example found at a smaller eps lies inside every larger ball, so
-it counts there too. Ensembles (``autoattack-fast``, ``autoattack``) run their components in order on the
+it counts there too. Ensembles (``apgd-adaptive``, ``autoattack-standard``, ``autoattack``) run their components in order on the
 survivors, which keeps the per-example worst case. Each eps gets one row per example (correct, margin, loss,
 perturbation norm, who fooled it) with its compute ledger (model passes spent on it there; :mod:`.ledger`) and,
 for the attacks checked, the convergence check's verdict on it.

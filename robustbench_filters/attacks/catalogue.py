@@ -4,7 +4,9 @@ Image attacks are torchattacks calls with documented defaults; nothing is re-imp
 which model family it fits, its threat model (norm), and how it is built for a given eps. The PGD defaults
 follow the protocol used on DeiT in this line of work: 20 steps, step size 0.15 * eps, a random start.
 
-The default, ``autoattack-fast`` (:mod:`.strong`), is APGD-CE then APGD-T with early exit. ``autoattack`` is composed
+The default, ``apgd-adaptive`` (:mod:`.adaptive`), is APGD-CE then APGD-T on targets chosen per example, with early
+exit; ``autoattack-standard`` (:mod:`.standard`) is AutoAttack's standard version at the reference settings, the
+yardstick; ``autoattack-fast`` (:mod:`.strong`) is the default before them, kept. ``autoattack`` is composed
 here as a per-example worst case of APGD-CE, APGD-T, FAB-T and Square, all from torchattacks. It differs from the reference AutoAttack (fra31/auto-attack, ``version='standard'``): it uses
 torchattacks' ports (not the reference code), fewer iterations by default (APGD 50 steps instead of 100, 1
 restart, Square 1000 queries instead of 5000) so it fits a CPU, and it runs inside robfilt's eps cascade.

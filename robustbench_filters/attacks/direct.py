@@ -151,7 +151,7 @@ def attack(
         model: an ``nn.Module`` taking [0, 1] images (its own normalisation inside) and returning logits.
         x: images, a float tensor (N, C, H, W) in [0, 1] on the model's device.
         y: the true classes, integer indices (N,) into the model's logits.
-        attack: a catalogue name (``autoattack-fast``, ``autoattack``, ``pgd``, ``apgd-ce``, ``fgsm``, ...).
+        attack: a catalogue name (``apgd-adaptive``, ``autoattack-standard``, ``pgd``, ``apgd-ce``, ``fgsm``, ...).
         eps: the budget on the [0, 1] scale (``8/255`` as a number or text); 0 returns x.
         norm: ``linf`` or ``l2`` (default: the attack's own). steps, step_size: as in a run (default: the attack's).
         seed: same seed, same x_adv. early_stop: an example leaves the attack once fooled (same points found).

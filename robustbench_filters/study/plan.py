@@ -49,8 +49,9 @@ QUICK_LM_RECIPE = Recipe(steps=60, batch_size=32, lr=3e-3, weight_decay=0.1, aug
 # The measurements' settings are run-config templates: the same configs `robfilt attack/lipschitz/certify` build.
 # Each piece fills a template's models, seed and checkpoint with dataclasses.replace (study/measure.py), so a
 # study measurement is exactly the run the command line would make.
-# Vision: the default attack (autoattack-fast) judges the claims; PGD-20 (step 0.15 eps, the group's protocol) and
-# FGSM are secondary lines, weaker, showing where a verdict depended on the attack. steps None: each attack's own.
+# Vision: the default attack (apgd-adaptive since issue 32; autoattack-fast before) judges the claims; PGD-20 (step
+# 0.15 eps, the group's protocol) and FGSM are secondary lines, weaker, showing where a verdict depended on the
+# attack. steps None: each attack's own.
 VISION_ATTACK_TEMPLATE = ImageAttackConfig(
     models=VISION_MODELS,
     attacks=(DEFAULT_IMAGE_ATTACK, "pgd", "fgsm"),
