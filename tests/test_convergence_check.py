@@ -18,7 +18,7 @@ from robustbench_filters.checks.convergence import (
     overstatement,
     sample_probability,
 )
-from robustbench_filters.stats import hypergeom_cdf, hypergeom_upper
+from robustbench_filters.stats.intervals import hypergeom_cdf, hypergeom_upper
 
 
 @pytest.mark.parametrize(("population", "sample"), [(1, 1), (12, 5), (40, 40), (60, 17), (128, 64), (200, 3)])
@@ -108,7 +108,7 @@ def test_the_check_fails_on_a_weakened_attack_and_passes_on_the_default(tmp_path
     shipped passes."""
     from pathlib import Path
 
-    from robustbench_filters.api import evaluate
+    from robustbench_filters.api.evaluate import evaluate
     from robustbench_filters.cli import run
 
     cnn = "cnn-at=" + str(Path(__file__).resolve().parents[1] / "benchmarks" / "robust_cnn.py") + ":robust_cnn"

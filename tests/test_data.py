@@ -31,7 +31,7 @@ from robustbench_filters.data import (
     train_tokenizer,
 )
 from robustbench_filters.data import assets as assets_mod
-from robustbench_filters.errors import ChecksumError, RobfiltError
+from robustbench_filters.core.errors import ChecksumError, RobfiltError
 
 FMNIST_CLASSES = [
     "T-shirt/top",

@@ -7,8 +7,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from robustbench_filters import names
-from robustbench_filters.api import evaluate
+from robustbench_filters.core import names
+from robustbench_filters.api.evaluate import evaluate
 from robustbench_filters.attacks.cascade import Batch, CascadeSettings, cascade, convergence_sample
 from robustbench_filters.attacks.catalogue import ATTACKS, DEFAULT_IMAGE_ATTACK, AttackInfo, Norm, register_attack
 from robustbench_filters.cli import run

@@ -17,8 +17,8 @@ from robustbench_filters.data import (
     load_images,
     open_image_source,
 )
-from robustbench_filters.errors import RobfiltError
-from robustbench_filters.loading import load_model
+from robustbench_filters.core.errors import RobfiltError
+from robustbench_filters.models.loading import load_model
 
 
 @pytest.fixture

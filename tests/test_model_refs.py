@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from robustbench_filters.errors import RobfiltError
-from robustbench_filters.loading import validate_model_ref
+from robustbench_filters.core.errors import RobfiltError
+from robustbench_filters.models.loading import validate_model_ref
 from robustbench_filters.models import (
     ModelKind,
     ModelRef,

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from robustbench_filters.data import load_images
-from robustbench_filters.errors import RobfiltError
+from robustbench_filters.core.errors import RobfiltError
 from robustbench_filters.models import create_model
 from robustbench_filters.models.normalize import InputNormalize, attach_normalizer, get_normalizer
 

@@ -9,8 +9,8 @@ import safetensors.torch
 import timm
 import torch
 
-from robustbench_filters.errors import CheckpointError, RobfiltError
-from robustbench_filters.loading import load_model
+from robustbench_filters.core.errors import CheckpointError, RobfiltError
+from robustbench_filters.models.loading import load_model
 from robustbench_filters.models import create_model
 from robustbench_filters.models.normalize import get_normalizer
 

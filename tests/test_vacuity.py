@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from robustbench_filters import vacuity
+from robustbench_filters.stats import vacuity
 from robustbench_filters.gating.decide import baseline_check, decide_threshold
 from robustbench_filters.gating.metrics import Metric, find, metrics_from_rows
 from robustbench_filters.gating.modes import Status

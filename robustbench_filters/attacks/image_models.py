@@ -17,8 +17,8 @@ from torch import nn
 from ..checks.logits import require_logits
 from ..configs import data_label, model_label
 from ..data.labels import check_labels_fit, pool_labels
-from ..errors import RobfiltError
-from ..loading import LoadedModel, load_model
+from ..core.errors import RobfiltError
+from ..models.loading import LoadedModel, load_model
 from ..runs.measurement import Measurement, PrepareContext
 from ..runs.units import batch_slices
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..recipe import Recipe
+from ..train.recipe import Recipe
 from .early import EarlyPGD, EarlyPGDL2
 from .image_models import frozen
 from .params import Norm, parse_norm

@@ -27,7 +27,7 @@ import math
 
 import pandas as pd
 
-from ..stats import hypergeom_upper
+from ..stats.intervals import hypergeom_upper
 from .base import FAIL, PASS, Check
 
 #: the check fails when the upper bound on the overstatement of robust accuracy exceeds this (percentage points)

@@ -6,32 +6,11 @@ import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ..counts import UpTo
-from ..errors import RobfiltError
-from ..family import Family
-from ..names import (
-    AMP_DTYPES,
-    ATTACK_SPECS,
-    CORRUPTION,
-    CORRUPTIONS,
-    DEFAULT_IMAGE_ATTACK,
-    DEFAULT_LM_ATTACK,
-    DEFAULT_RATES,
-    DEFAULT_REPLACEMENT,
-    EMBEDDING_ATTACKS,
-    EPS_MODES,
-    PRECISIONS,
-    SEVERITIES,
-    WORDSWAP,
-    Norm,
-    attack_help,
-    attack_spec,
-    check_corruption,
-    check_severity,
-    parse_norm,
-    validate_rate,
-)
-from ..surface import flag, given
+from ..core.counts import UpTo
+from ..core.errors import RobfiltError
+from ..core.family import Family
+from ..core.names import AMP_DTYPES, ATTACK_SPECS, CORRUPTION, CORRUPTIONS, DEFAULT_IMAGE_ATTACK, DEFAULT_LM_ATTACK, DEFAULT_RATES, DEFAULT_REPLACEMENT, EMBEDDING_ATTACKS, EPS_MODES, PRECISIONS, SEVERITIES, WORDSWAP, Norm, attack_help, attack_spec, check_corruption, check_severity, parse_norm, validate_rate
+from ..core.surface import flag, given
 from .base import (
     DEFAULT_LM_EPS,
     ImageDataConfig,
@@ -296,7 +275,7 @@ class LMAttackConfig(RunConfig):
         if self.precision not in PRECISIONS:
             raise RobfiltError(f"unknown {flag('precision')} {self.precision!r}; use {' or '.join(PRECISIONS)}.")
         if self.precision == "bf16":
-            from ..hf.load import precision_dtype
+            from ..models.hf.load import precision_dtype
 
             precision_dtype(self.precision, self.device)
 

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from ..data.preprocess import InputSpec
-from ..errors import RobfiltError
+from ..core.errors import RobfiltError
 from .bsa import BilateralAttention, PosKernel, bsa_layer
 from .config import FASHION_MNIST_MEAN, FASHION_MNIST_STD, DeiTConfig
 from .grc import BlockStack

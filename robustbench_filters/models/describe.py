@@ -1,15 +1,15 @@
 """Human- and machine-readable descriptions of the model variants (``robfilt models show``; ``models list`` is
-:func:`robustbench_filters.zoo_index.list_table`, which never builds a model)."""
+:func:`robustbench_filters.models.zoo_index.list_table`, which never builds a model)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..errors import RobfiltError
-from ..family import Family
-from ..names import ZOO_MODEL_SIZE, ZOO_MODELS, architecture
-from ..zoo_index import list_table as list_table  # re-exported: `models list` reads cards only (no torch)
-from ..zoo_index import noise_zoo, zoo_entry
+from ..core.errors import RobfiltError
+from ..core.family import Family
+from ..core.names import ZOO_MODEL_SIZE, ZOO_MODELS, architecture
+from .zoo_index import list_table as list_table  # re-exported: `models list` reads cards only (no torch)
+from .zoo_index import noise_zoo, zoo_entry
 from .registry import build_from_spec, resolve_spec
 from .timm_registry import timm_name
 

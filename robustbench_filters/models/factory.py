@@ -11,8 +11,8 @@ from typing import Any
 
 from torch import nn
 
-from ..errors import RobfiltError
-from ..names import ZOO_MODEL_SIZE, ZOO_MODELS
+from ..core.errors import RobfiltError
+from ..core.names import ZOO_MODEL_SIZE, ZOO_MODELS
 from .checkpoint import load_checkpoint, zoo_path
 from .registry import build_from_spec, resolve_spec
 

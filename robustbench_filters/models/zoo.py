@@ -15,7 +15,7 @@ import json
 import sys
 from typing import Any
 
-from ..names import ZOO_MODELS
+from ..core.names import ZOO_MODELS
 from .checkpoint import CARD, ZOO_NOISE_SIGMAS, noise_tag, zoo_path
 from .registry import MODEL_NAMES
 
