@@ -272,10 +272,16 @@ def make_hook(bar: Progress, clock: Callable[[], float] = time.monotonic) -> Cal
 
 @contextmanager
 def progress_bar(quiet: bool) -> Iterator[Any]:
-    """Yield a library progress hook backed by a rich bar on stderr (None when quiet or stderr is not a terminal,
-    so logs and CI output stay free of control characters)."""
-    if quiet or not _stderr.is_terminal:
+    """Yield a library progress hook: a rich bar on stderr when it is a terminal; plain log lines (at least one a
+    minute, with an ETA) when it is not, so logs and CI output stay free of control characters; None when quiet."""
+    if quiet:
         yield None
+        return
+    if not _stderr.is_terminal:
+        from robustbench_filters.progress import LogProgress
+
+        with LogProgress().heartbeat() as hook:
+            yield hook
         return
     bar = Progress(*progress_columns(), console=_stderr, transient=False)
     with bar:

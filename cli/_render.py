@@ -142,11 +142,16 @@ def render_lm_summary(summary: dict) -> None:
     settings.sort(key=lambda k: (k[0] != "contamination", k[1], k[2]))
     scale = summary.get("eps_mode", "relative")
     what = "token perplexity" if summary.get("perplexity_metric") else "perplexity"
+    if "seq_chars" in summary:  # runs from before documents: fixed-length character chunks
+        examples = f"{summary['n_examples']} {summary['data']} test sequences of {summary['seq_chars']} characters"
+    else:
+        split = {"valid": "val"}.get(summary.get("split", "test"), summary.get("split", "test"))
+        examples = f"{summary['n_examples']} {summary['data']} documents (split {split}, rolling token windows)"
+    unit = "sequences" if "seq_chars" in summary else "documents"
     table = Table(
         title=(
-            f"{what} [95% bootstrap CI over sequences] (x clean) and next-token accuracy on {summary['n_examples']} {summary['data']} test "
-            f"sequences of {summary.get('seq_chars', '?')} characters; embedding attacks: {summary['norm']}, "
-            f"{scale} eps, {summary.get('steps', '?')} steps"
+            f"{what} [95% bootstrap CI over {unit}] (x clean) and next-token accuracy on {examples}; embedding "
+            f"attacks: {summary['norm']}, {scale} eps, {summary.get('steps', '?')} steps"
         )
     )
     table.add_column("attack")
@@ -165,8 +170,23 @@ def render_lm_summary(summary: dict) -> None:
     _eps_scale_line(summary)
     for label, metric in (summary.get("perplexity_metric") or {}).items():
         out.print(f"{label}: {metric}", markup=False, style="dim")
+    _lm_cost_line(models)
     render_lm_eval(summary, settings)
     render_checks(summary["checks"], summary["checks_summary"])
+
+
+def _lm_cost_line(models: dict) -> None:
+    """'compute, model passes (forward + backward) per document: lm clean 4.1, pgd 172.4, wordswap 8.2'."""
+    parts = []
+    for label, m in models.items():
+        clean = (m["clean"].get("cost") or {}).get("fwd_per_example")
+        costs = [f"clean {clean:.1f}"] if clean is not None else []
+        costs += [f"{attack} {c['per_example']:.1f}" for attack, c in (m.get("cost") or {}).items()]
+        if costs:
+            parts.append(f"{label} {', '.join(costs)}")
+    if parts:
+        line = "; ".join(parts)
+        console().print(f"compute, model passes (forward + backward) per document: {line}", markup=False, style="dim")
 
 
 def _eps_scale_line(summary: dict) -> None:
@@ -186,12 +206,13 @@ def _lm_eval_cell(entry: dict | None) -> str:
 
 
 def render_lm_eval(summary: dict, settings: list[tuple[str, str, float]]) -> None:
-    """lm-eval's metrics of the models scored lm-eval style (Hugging Face models), per attack and eps/rate."""
+    """lm-eval's metrics of the models scored lm-eval style (every model since documents; Hugging Face models
+    before), per attack and eps/rate."""
     models = {k: m for k, m in summary["models"].items() if "word_perplexity" in m["clean"]}
     if not models:
         return
     table = Table(
-        title="lm-eval metrics on the same sequences: word_perplexity [95% CI] · byte_perplexity · bits_per_byte "
+        title="lm-eval metrics on the same documents: word_perplexity [95% CI] · byte_perplexity · bits_per_byte "
         f"(rolling windows; embedding attacks: {summary['norm']}, {summary.get('eps_mode', 'relative')} eps, scale "
         "above)"
     )

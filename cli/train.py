@@ -17,16 +17,25 @@ from ._options import OUTPUT_PANEL, config_options
 
 
 def _family_defaults() -> dict[str, str]:
-    """The recipe defaults as the help shows them: one value, or the image and LM values where they differ."""
+    """The recipe defaults as the help shows them: one value, or each recipe's where they differ (images, robfilt's
+    LMs trained from scratch, hf: fine-tuning; each is the recipe that command actually uses)."""
+    from robustbench_filters.train_hf import FINETUNE_FIELDS, HF_RECIPE
+
     image, lm = (DEFAULT_RECIPES[f] for f in DEFAULT_RECIPES)
     shown = {}
     for name in Recipe.__dataclass_fields__:
-        a, b = getattr(image, name), getattr(lm, name)
-        if a == b:
-            shown[name] = "none" if a is None else str(a)
+        values = [("images", getattr(image, name)), ("LMs", getattr(lm, name))]
+        if name in FINETUNE_FIELDS:
+            values.append(("hf: fine-tuning", getattr(HF_RECIPE, name)))
+        if len({repr(v) for _, v in values}) == 1:
+            shown[name] = _shown(values[0][1])
         else:
-            shown[name] = f"{'none' if a is None else a} for images, {'none' if b is None else b} for LMs"
+            shown[name] = ", ".join(f"{_shown(v)} for {who}" for who, v in values)
     return shown
+
+
+def _shown(value: Any) -> str:
+    return "none" if value is None else str(value)
 
 
 @config_options(Recipe, shown_defaults=_family_defaults())
@@ -132,7 +141,23 @@ def _report(result: Any, json_out: bool) -> None:
     else:
         size = f" ({result.size})" if result.size else ""
         console().print(f"trained {result.name}{size} in {result.wall_time_s:.0f}s -> {result.out}", markup=False)
-        console().print(f"metrics: {result.metrics}", markup=False)
+        console().print(_metrics_table(result.metrics))
+        for name, value in result.metrics.items():
+            if isinstance(value, str) and " " in value:  # a sentence (how the metrics were computed)
+                console().print(f"{name}: {value}", markup=False, style="dim")
+
+
+def _metrics_table(metrics: dict[str, Any]) -> Any:
+    """The card's metrics, one per row (numbers to 4 significant digits)."""
+    from rich.table import Table
+
+    table = Table(title="metrics (card.json)", title_justify="left")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for name, value in metrics.items():
+        if not (isinstance(value, str) and " " in value):
+            table.add_row(name, f"{value:.4g}" if isinstance(value, float) else str(value))
+    return table
 
 
 def register(app: typer.Typer) -> None:

@@ -108,6 +108,9 @@ def _lm_stats(grp: pd.DataFrame) -> dict[str, float]:
         out["token_acc"] = float(correct.sum() / total_tok)
         # the same bootstrap over sequences: a ratio of sums of proportions, so it stays in [0, 1]
         out["token_acc_lo"], out["token_acc_hi"] = bootstrap_ratio_interval(correct, tok, transform=_identity)
+    if "fwd" in grp.columns:  # the compute ledger: model passes (forward + backward), in total and per document
+        out["passes"] = float(grp["fwd"].sum() + grp["bwd"].sum())
+        out["passes_per_example"] = out["passes"] / max(len(grp), 1)
     return {**out, **lm_eval_columns(grp)}  # lm-eval's word/byte metrics, for rows scored lm-eval style
 
 
@@ -118,8 +121,9 @@ def _identity(x: np.ndarray) -> np.ndarray:
 def perplexity_table(rows: pd.DataFrame) -> pd.DataFrame:
     """Perplexity (and token accuracy) per (model, kind, attack, eps) for LM runs; corruptions excluded.
 
-    ``ppl`` is per token (per character for robfilt's character-level LMs); models scored as lm-eval scores
-    documents (Hugging Face models) add ``word_perplexity``, ``byte_perplexity`` and ``bits_per_byte``."""
+    ``ppl`` is per token (per character for robfilt's character-level LMs), ``x_clean`` its ratio to the model's
+    clean perplexity; rows scored as lm-eval scores documents add ``word_perplexity``, ``byte_perplexity`` and
+    ``bits_per_byte``, and rows with a compute ledger the model ``passes`` (in total and per document)."""
     if rows.empty or "nll_sum" not in rows.columns:
         return pd.DataFrame()
     rows = rows[~is_corruption(rows["attack"])]
@@ -133,6 +137,8 @@ def perplexity_table(rows: pd.DataFrame) -> pd.DataFrame:
     if table.empty:
         return table
     order = {CLEAN: 0}
+    clean = table[table["attack"] == CLEAN].set_index("model")["ppl"]
+    table["x_clean"] = table["ppl"] / table["model"].map(clean)  # NaN for a model without clean rows
     table["_o"] = table["attack"].map(lambda a: order.get(a, 1))
     table["_m"] = table["model"].map({m: i for i, m in enumerate(model_order(rows))})
     return table.sort_values(["_m", "_o", "attack", "eps"]).drop(columns=["_o", "_m"]).reset_index(drop=True)

@@ -106,11 +106,13 @@ def evaluate(
         data: dataset spec (bundled ``fashion-mnist`` for images, ``austen`` for LMs by default), or for images an
             ``(x, y)`` pair of tensors/numpy arrays or a torch ``Dataset`` (then pass ``eps``).
         n_examples: examples drawn (seeded) from the test split, shared by all models; default at most 256 images
-            or 64 sequences (all of them when the data has fewer); None: every example.
+            or 64 documents (all of them when the data has fewer); None: every example.
         out: run folder; None keeps everything in a temporary folder.
         tokenizer: LMs: the tokenizer object (or folder) of the model(s); default: the one saved with each model.
-        max_length, stride, precision: LMs: the window in tokens (default: the model's positions, at most 1024),
-            tokens newly predicted per lm-eval window (default: max_length), and ``fp32`` or ``bf16`` weights.
+        split: LMs: the documents of ``data`` scored: ``all``, ``train``, ``val`` or ``test`` (default).
+        max_length, stride, precision: LMs: lm-eval's rolling window in tokens (default: a Hugging Face model's
+            positions, at most 1024; robfilt's block size), tokens newly predicted per window (default: max_length),
+            and ``fp32`` or ``bf16`` weights.
         config: a ready config instead of models and options.
     """
     given = {"models": models, "attacks": attacks, "eps": eps, **options}

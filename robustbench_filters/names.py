@@ -183,6 +183,26 @@ DATA_PREFIXES: dict[str, tuple[tuple[Family, ...], str]] = {
     HF_DISK: ((Family.IMAGE, Family.LM), "folder"),
     TEXT_PREFIX: ((Family.LM,), "file or folder"),
 }
+#: What ``--split`` takes for text (``val`` is stored as ``valid``, the name of the split files), and its default:
+#: the held-out documents, the ones a model trained by robfilt never saw.
+TEXT_SPLIT_CHOICES: tuple[str, ...] = ("all", "train", "val", "test")
+DEFAULT_TEXT_SPLIT = "test"
+_SPLIT_ALIASES = {"val": "valid", "validation": "valid", "dev": "valid"}
+
+
+def normalise_split(split: str, allow_all: bool = True) -> str:
+    """``all``/``train``/``valid``/``test`` (``val``, ``validation`` and ``dev`` mean ``valid``), else one line."""
+    from .errors import suggest
+
+    s = str(split).strip().lower()
+    s = _SPLIT_ALIASES.get(s, s)
+    known = ("all", "train", "valid", "test") if allow_all else ("train", "valid", "test")
+    if s not in known:
+        shown = TEXT_SPLIT_CHOICES if allow_all else TEXT_SPLIT_CHOICES[1:]
+        raise RobfiltError(f"unknown split {split!r}.{suggest(s, shown)} Use one of: {', '.join(shown)}.")
+    return s
+
+
 DATA_NAMES: dict[Family, tuple[str, ...]] = {
     Family.IMAGE: (BUNDLED_IMAGES, *TORCHVISION_SETS),
     Family.LM: (BUNDLED_TEXT,),

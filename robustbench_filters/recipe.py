@@ -18,8 +18,10 @@ from .family import Family
 from .surface import Surface, flag
 
 _NOT_IN_SPECS = {Surface.SPEC: "a gate spec measures models; it does not train them"}
-#: what a Hugging Face model can be converted to before fine-tuning (hf.convert)
-VARIANTS: tuple[str, ...] = ("bsa", "grc", "bsa-grc")
+#: what a Hugging Face model can be converted to before fine-tuning (hf.convert), and ``none``: the plain model,
+#: fine-tuned with the same recipe (the baseline a conversion is compared with)
+NO_VARIANT = "none"
+VARIANTS: tuple[str, ...] = ("bsa", "grc", "bsa-grc", NO_VARIANT)
 
 
 def _train(default: Any, help: str, value: Any, **kwargs: Any) -> Any:
@@ -48,12 +50,20 @@ class Recipe(Declared):
     ckpt_every: int = _train(
         0, "Steps between resumable states (0: once per epoch for images, 200 steps for LMs).", Int()
     )
-    eval_max: int | None = _train(None, "Cap on test examples or windows of the final metric (none: all).", Int())
+    eval_max: int | None = _train(
+        None,
+        "Cap on the test examples (images) or documents (LMs) of the final metric (none: all).",
+        Int(),
+    )
     tokenizer: str = _train(
         "char", "LM tokenizer: char (characters) or bpe (byte-level BPE trained on the data).", Tokenizer()
     )
     bpe_vocab: int = _train(512, "Vocabulary size of a BPE tokenizer (--tokenizer bpe).", Int())
-    variant: str | None = _train(None, "hf: models: convert to bsa, grc or bsa-grc before fine-tuning.", Text())
+    variant: str | None = _train(
+        None,
+        "hf: models: convert to bsa, grc or bsa-grc before fine-tuning, or none: fine-tune the plain model.",
+        Text(),
+    )
     max_length: int | None = _train(
         None, "hf: models: tokens per training window (default: the model's positions, at most 256).", Int()
     )

@@ -15,6 +15,8 @@ import logging
 import math
 import shutil
 import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -99,11 +101,11 @@ class _Task:
             self.n_train = len(self.train_data.y)
             self.data_checksum = self.train_data.checksum
         else:
-            from .data import encode_corpus, load_text
+            from .data import encode_corpus, load_documents, load_text
             from .data.tokenizers import BPETokenizer, CharTokenizer
 
             train_text = load_text(data, split="train")
-            test_text = load_text(data, split="test")
+            self.test_docs = load_documents(data, "test").texts
             tok_path = out / "tokenizer.json"
             if recipe.tokenizer == "char":
                 self.tokenizer = CharTokenizer.train(train_text)
@@ -111,8 +113,6 @@ class _Task:
                 self.tokenizer = BPETokenizer.train(train_text, vocab_size=recipe.bpe_vocab)
             self.tokenizer.save(tok_path)
             self.train_ids = encode_corpus(train_text, self.tokenizer)
-            self.test_ids = encode_corpus(test_text, self.tokenizer)
-            self.test_chars = len(test_text)
             self.n_train = len(self.train_ids)
             import hashlib
 
@@ -175,25 +175,24 @@ class _Task:
                     )
                     out["test_acc_noisy"] = hits / len(y)
                 return out
-            from .data import eval_windows
-
-            x, y = eval_windows(self.test_ids, self.spec.config.block_size, n_max=self.recipe.eval_max)
-            nll, count = 0.0, 0
-            for i in range(0, len(x), 64):
-                logits = self.model(x[i : i + 64])
-                nll += F.cross_entropy(
-                    logits.reshape(-1, logits.shape[-1]), y[i : i + 64].reshape(-1), reduction="sum"
-                ).item()
-                count += y[i : i + 64].numel()
-            out = {"test_nll": nll / count, "test_ppl": math.exp(nll / count), "test_tokens": count}
-            out["tokenizer"] = self.recipe.tokenizer
-            if self.recipe.tokenizer == "bpe":
-                # per-character equivalent: total nll over the characters those tokens cover
-                chars = self.test_chars * count / max(1, len(self.test_ids))
-                out["test_ppl_per_char"] = math.exp(nll / chars)
-            return out
+            return {**lm_card_metrics(self.model, self.tokenizer, self.test_docs, self.recipe.eval_max),
+                    "tokenizer": self.recipe.tokenizer}  # fmt: skip
         finally:
             self.model.train()
+
+
+def lm_card_metrics(model: nn.Module, tokenizer: Any, docs: Sequence[str], eval_max: int | None) -> dict[str, Any]:
+    """A card's test perplexities of a robfilt LM: lm-eval's rolling windows of its block size over the test
+    documents (``eval_max`` of them: those ``robfilt attack -n eval_max --seed 0`` selects), with the metric code
+    ``robfilt attack`` scores clean rows with."""
+    from .hf.perplexity import card_metrics
+    from .hf.rolling import Rolling, prefix_token
+    from .runs.units import select_examples
+
+    block = int(model.config.block_size)
+    texts = [docs[i] for i in select_examples(len(docs), eval_max, 0).tolist()]
+    device = next(model.parameters()).device
+    return card_metrics(model, tokenizer, texts, Rolling(block, block, prefix_token(tokenizer)), device=device)
 
 
 def _previous(state_dir: Path) -> Path:
@@ -283,6 +282,28 @@ def _build_task(
         torch.manual_seed(seed)
         task.model, task.spec = build_from_spec(spec).train(), spec
     return task
+
+
+@contextmanager
+def training_folder(out: Path, resume: bool, overwrite: bool) -> Iterator[dict[str, Any] | None]:
+    """``--out`` prepared and locked for a training (an earlier training's own files removed, nothing else); yields
+    the card of a finished training that ``--resume`` found there (nothing left to do), else None."""
+    replaced = prepare_training_out(out, resume, overwrite, STATE_DIR)
+    lock = RunLock(out)
+    lock.acquire()
+    try:
+        remove_files(out, replaced)
+        finished = json.loads((out / CARD).read_text()) if resume and _finished(out) else None
+        if finished is not None:
+            log.info("%s is already trained; nothing to resume", out)
+        yield finished
+    finally:
+        lock.release()
+
+
+def card_wall_s(card: dict[str, Any]) -> float:
+    """The training time a card records (robfilt's checkpoints keep it in the recipe, fine-tunes at the top)."""
+    return float((card.get("recipe") or {}).get("wall_time_s", card.get("wall_time_s", 0.0)))
 
 
 def _finished(out: Path) -> bool:
@@ -383,16 +404,9 @@ def train(
     data = data or ("fashion-mnist" if spec.family is Family.IMAGE else "austen")
     out = Path(out or f"runs/train/{name}-{size}-s{seed}")
     state_dir = out / STATE_DIR
-    replaced = prepare_training_out(out, resume, overwrite, STATE_DIR)
-    lock = RunLock(out)
-    lock.acquire()
-    try:
-        remove_files(out, replaced)  # an earlier training's own files, nothing else
-        if resume and _finished(out):
-            card = json.loads((out / CARD).read_text())
-            log.info("%s is already trained; nothing to resume", out)
-            wall_s = card.get("recipe", {}).get("wall_time_s", 0.0)
-            return TrainResult(out, name, size, card.get("metrics", {}), wall_s, recipe)
+    with training_folder(out, resume, overwrite) as finished:
+        if finished is not None:
+            return TrainResult(out, name, size, finished.get("metrics", {}), card_wall_s(finished), recipe)
         task = _build_task(name, size, spec, data, recipe, seed, out, overrides)
         model, spec = task.model, task.spec
         opt = torch.optim.AdamW(_param_groups(model, recipe.weight_decay), lr=recipe.lr, betas=(0.9, 0.95))
@@ -424,10 +438,8 @@ def train(
         model.robfilt_spec = spec
         save_checkpoint(model, out, recipe=recipe_card, metrics=metrics)
         shutil.rmtree(state_dir, ignore_errors=True)
-        log.info("trained %s in %.0fs: %s", name, wall, metrics)
+        log.info("trained %s in %.0fs", name, wall)
         return TrainResult(out, name, size, metrics, wall, recipe)
-    finally:
-        lock.release()
 
 
 __all__ = [

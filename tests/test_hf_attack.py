@@ -42,6 +42,7 @@ def test_cli_attack_contaminate_perplexity_and_report(hf_models, tmp_path, capsy
     for label in ("gpt2", "llama"):
         model = summary["models"][label]
         assert "lm-eval rolling windows (max_length 32, stride 32)" in summary["perplexity_metric"][label]
+        assert model["clean"]["cost"]["fwd"] == model["clean"]["n_windows"]  # one pass per window
         for entry in [model["clean"], *model["results"]]:  # perplexity under every condition, lm-eval's too
             assert entry["word_perplexity"] > 1 and entry["byte_perplexity"] > 1 and entry["bits_per_byte"] > 0
         pgd = [r for r in model["results"] if r["attack"] == "pgd"]
@@ -56,7 +57,9 @@ def test_cli_attack_contaminate_perplexity_and_report(hf_models, tmp_path, capsy
     assert "Token perplexity" in (tables / "perplexity.md").read_text()
     lm_eval = (tables / "lm_eval.md").read_text()
     assert "word_perplexity" in lm_eval and "gpt2" in lm_eval and "llama" in lm_eval
-    assert (tmp_path / "report" / "figures" / "perplexity_vs_rate.png").exists()
+    assert " x1." in (tables / "perplexity.md").read_text()  # the ratio to clean, as the terminal shows it
+    assert "passes" in (tables / "lm_compute_ledger.md").read_text()
+    assert (tmp_path / "report" / "figures" / "perplexity_vs_budget.png").exists()
     assert run(["verify", str(out)]) == 0
 
 

@@ -36,7 +36,8 @@ def _model_rows(rows: pd.DataFrame, model: str, kind: str | None = None) -> pd.D
 
 def _paired_equal(a: pd.DataFrame, b: pd.DataFrame, cols: tuple[str, ...]) -> tuple[int, int]:
     """(number of examples, number that differ in any of ``cols``) after pairing by example_id."""
-    m = a.set_index("example_id")[list(cols)].join(b.set_index("example_id")[list(cols)], rsuffix="_b", how="inner")
+    left, right = a.set_index("example_id")[list(cols)], b.set_index("example_id")[list(cols)]
+    m = left.merge(right, left_index=True, right_index=True, how="inner", suffixes=("", "_b"))
     diff = np.zeros(len(m), dtype=bool)
     for c in cols:
         diff |= ~np.isclose(m[c].to_numpy(float), m[f"{c}_b"].to_numpy(float), rtol=0, atol=0, equal_nan=True)
@@ -47,6 +48,23 @@ def check_finite_outputs(rows: pd.DataFrame, model: str) -> Check:
     """Every sequence of every kind was scored on finite logits (a NaN NLL is a sequence with no prediction)."""
     sub = _model_rows(rows, model)
     return check_finite_rows(pd.Series(~np.isfinite(sub.nll_sum.to_numpy(float))), model, "sequences")
+
+
+def check_tokens_scored(rows: pd.DataFrame, model: str) -> Check:
+    """Every document gave the model at least one token to predict: a perplexity over no tokens would read as the
+    score of a perfect model (word perplexity 1), so a run with such a document fails."""
+    clean = _model_rows(rows, model, "clean")
+    empty = clean[clean.n_tokens <= 0]
+    if len(empty):
+        first = int(empty.example_id.iloc[0])
+        return Check(
+            "every document has tokens", model, FAIL,
+            f"{len(empty)} of {len(clean)} documents have no tokens under this model's tokenizer (first: document "
+            f"{first}); its perplexities over them are not numbers; check the tokenizer",
+        )  # fmt: skip
+    return Check(
+        "every document has tokens", model, PASS, f"{len(clean)} documents, {int(clean.n_tokens.sum())} tokens"
+    )
 
 
 def check_rate0_equals_clean(rows: pd.DataFrame, model: str, attack: str = "wordswap") -> Check | None:

@@ -18,6 +18,7 @@ from ..names import (
     DEFAULT_LM_ATTACK,
     DEFAULT_RATES,
     DEFAULT_REPLACEMENT,
+    DEFAULT_TEXT_SPLIT,
     EMBEDDING_ATTACKS,
     EPS_MODES,
     PRECISIONS,
@@ -28,6 +29,7 @@ from ..names import (
     attack_spec,
     check_corruption,
     check_severity,
+    normalise_split,
     parse_norm,
     validate_rate,
 )
@@ -212,15 +214,22 @@ class LMAttackConfig(RunConfig):
         panel="Model",
     )
     text_column: str | None = option(None, help="hf-disk data: the text column (language models).", panel="Data")
+    split: str = option(
+        DEFAULT_TEXT_SPLIT,
+        help="Language models: the documents of --data to score: all, train, val or test (default test: the held-out "
+        "documents; a source without splits is cut 90/5/5 by characters at document boundaries).",
+        panel="Data",
+    )
     max_length: int | None = option(
         None,
-        help="Language models: window in tokens (default: the block size; hf: models: their positions, at most 1024).",
+        help="Language models: lm-eval's rolling window in tokens (default: the block size; hf: models: their "
+        "positions, at most 1024).",
         value=Int(),
         panel="Data",
     )
     stride: int | None = option(
-        None, help="hf: models: tokens newly predicted per lm-eval window (default: max length).", value=Int(),
-        panel="Data",
+        None, help="Language models: tokens newly predicted per rolling window (default: max length, lm-eval's "
+        "disjoint windows).", value=Int(), panel="Data",
     )  # fmt: skip
     precision: str = option(
         "fp32", help="Language models' weights: fp32 or bf16 (attacks run in it too).", panel="Model"
@@ -286,6 +295,10 @@ class LMAttackConfig(RunConfig):
             raise RobfiltError(f"{flag('step_size')} must be a positive number, got {self.step_size}.")
         if not self.replacement:
             raise RobfiltError(f"{flag('replacement')} is empty; give a token such as AAA.")
+        try:
+            self._set("split", normalise_split(self.split))
+        except RobfiltError:
+            raise RobfiltError(f"unknown {flag('split')} {self.split!r}; use all, train, val or test.") from None
         _positive(self.max_length, "max_length")
         _positive(self.stride, "stride")
         if self.max_length is not None and self.stride is not None and self.stride > self.max_length:

@@ -34,6 +34,9 @@ class Tokenizer(Protocol):
     @property
     def unk_id(self) -> int: ...
 
+    @property
+    def prefix_token_id(self) -> int: ...
+
     def encode(self, text: str) -> list[int]: ...
 
     def decode(self, ids: list[int]) -> str: ...
@@ -73,6 +76,12 @@ class CharTokenizer:
     @property
     def unk_id(self) -> int:
         return 0
+
+    @property
+    def prefix_token_id(self) -> int:
+        """The token a document's first character is predicted from: the newline, which precedes every paragraph
+        of the training stream (blank lines separate documents), else ``<unk>``."""
+        return self._stoi.get("\n", 0)
 
     def encode(self, text: str) -> list[int]:
         get = self._stoi.get
@@ -150,6 +159,13 @@ class BPETokenizer:
     @property
     def unk_id(self) -> int:
         return int(self._tok.token_to_id(UNK))
+
+    @property
+    def prefix_token_id(self) -> int:
+        """The token a document's first token is predicted from: the newline's, when it is one token (it precedes
+        every paragraph of the training stream), else ``<unk>``."""
+        ids = self._tok.encode("\n").ids
+        return int(ids[0]) if len(ids) == 1 else self.unk_id
 
     def encode(self, text: str) -> list[int]:
         return list(self._tok.encode(text).ids)

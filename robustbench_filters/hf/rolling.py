@@ -31,6 +31,7 @@ import math
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import RobfiltError
 
@@ -64,6 +65,16 @@ def disjoint_window(pair: tuple[list[int], list[int]]) -> tuple[list[int], list[
     """The context without the tokens it shares with the continuation; lm-eval's ``make_disjoint_window``."""
     a, b = pair
     return a[: len(a) - (len(b) - 1)], b
+
+
+def prefix_token(tokenizer: Any) -> int:
+    """The token a document's first token is predicted from: the tokenizer's own ``prefix_token_id`` (robfilt's
+    tokenizers: the newline; Hugging Face ones: BOS, else EOS), else a lone newline token, else ``<unk>``."""
+    own = getattr(tokenizer, "prefix_token_id", None)
+    if isinstance(own, int):
+        return own
+    newline = tokenizer.encode("\n")
+    return int(newline[0]) if len(newline) == 1 else int(getattr(tokenizer, "unk_id", 0) or 0)
 
 
 @dataclass(frozen=True)
@@ -188,6 +199,7 @@ __all__ = [
     "count_bytes",
     "count_words",
     "disjoint_window",
+    "prefix_token",
     "rolling_windows",
     "weighted_perplexity",
     "window_rows",

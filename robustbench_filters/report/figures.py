@@ -203,7 +203,7 @@ def perplexity_figure(
             tidy_grid(ax, log)
         for ax in axes.flat[len(attacks) :]:
             ax.set_visible(False)
-        label_figure(fig, subtitle or _default_subtitle(ppl, "sequences"), sources, paper=paper)
+        label_figure(fig, subtitle or _default_subtitle(ppl, "documents"), sources, paper=paper)
         legend_below(fig)
     return fig
 

@@ -12,7 +12,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from .. import vacuity
@@ -88,11 +90,18 @@ def perplexity_layout(table: pd.DataFrame) -> pd.DataFrame:
     """Rows (attack, eps or rate), one column per model: perplexity [95% bootstrap CI]."""
     if table.empty:
         return pd.DataFrame()
-    models, data = _by_condition(
-        table,
-        lambda r: f"{r.ppl:.2f}" + (f" [{r.ppl_lo:.2f}, {r.ppl_hi:.2f}]" if math.isfinite(r.ppl_lo) else ""),
-    )
+    models, data = _by_condition(table, _ppl_cell)
     return pd.DataFrame(data, columns=["attack", "eps / rate", *models])
+
+
+def _ppl_cell(r: Any) -> str:
+    """'12.31 [11.80, 12.90] x1.42': perplexity [95% bootstrap CI] and, under attack, its ratio to clean ('-' when
+    no token was predicted: never a number)."""
+    if not math.isfinite(r.ppl):
+        return "-"
+    cell = f"{r.ppl:.2f}" + (f" [{r.ppl_lo:.2f}, {r.ppl_hi:.2f}]" if math.isfinite(r.ppl_lo) else "")
+    ratio = getattr(r, "x_clean", math.nan)
+    return cell + (f" x{ratio:.2f}" if r.attack != "clean" and math.isfinite(ratio) else "")
 
 
 def lm_eval_layout(table: pd.DataFrame) -> pd.DataFrame:
@@ -103,6 +112,7 @@ def lm_eval_layout(table: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame()
     models = model_order(sub)
     conds = list(dict.fromkeys(_condition(a, e) for a, e in sub[["attack", "eps"]].itertuples(index=False)))
+    sub = sub[np.isfinite(sub["word_perplexity"].to_numpy(float))]
     cells = {
         (r.model, _condition(r.attack, r.eps)): f"{r.word_perplexity:.4g}"
         + (f" [{r.word_perplexity_lo:.4g}, {r.word_perplexity_hi:.4g}]" if math.isfinite(r.word_perplexity_lo) else "")

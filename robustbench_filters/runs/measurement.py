@@ -25,7 +25,8 @@ from ..checks import Check
 from ..errors import RobfiltError
 from .units import Unit, ids_digest, select_examples
 
-Tick = Callable[[int], None]
+#: ``tick(k)`` or ``tick(k, detail)``: ``k`` more work steps done, and where the unit is now (shown with the model).
+Tick = Callable[..., None]
 
 
 @dataclass
