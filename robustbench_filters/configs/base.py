@@ -123,8 +123,9 @@ def _check_device(device: str) -> None:
 
 
 MODEL_HELP = (
-    "Comma list of model references: registry names (deit-grc), timm:<arch>[?key=value&...], file.py:factory or "
-    "pkg.mod:factory; name=ref sets the display name. In Python, torch modules too."
+    "Comma list of model references: registry names (deit-grc, lm), timm:<arch>[?key=value&...], hf:DIR (a Hugging "
+    "Face causal LM folder or cached hub id), file.py:factory or pkg.mod:factory; name=ref sets the display name. In "
+    "Python, torch modules too."
 )
 
 

@@ -181,7 +181,14 @@ def write_up(plan: StudyPlan, out: str | Path = "reports/study", *, report: bool
         raise RobfiltError(f"{out} holds no study ({MANIFEST} is missing); run robfilt study --out {out} first.")
     stored = read_manifest(path)
     if stored.get("plan_fingerprint") != digest(plan.to_dict()):
-        made = stored.get("plan", {})
+        made, wanted = stored.get("plan", {}), plan.to_dict()
+        if made.get("name") == wanted.get("name") and made.get("seeds") == wanted.get("seeds"):
+            changed = sorted(k for k in set(made) | set(wanted) if made.get(k) != wanted.get(k))
+            raise RobfiltError(
+                f"the study in {out} was made with other settings of plan {made.get('name')!r} ({', '.join(changed)} "
+                "differ: this robfilt measures them another way); run the study again (robfilt study --out DIR) to "
+                "write it up."
+            )
         raise RobfiltError(
             f"the study in {out} was made with plan {made.get('name')!r} and seeds {made.get('seeds')}; pass the same "
             "--quick/--seeds to rewrite it."
