@@ -1,9 +1,10 @@
 """``benchmark`` for language models: clean and attacked perplexity of one model, RobustBench's one-call style.
 
 The image ``benchmark`` returns accuracies; a language model has none that means much, so this returns perplexities:
-the token perplexity with its 95% bootstrap interval over sequences, plus lm-eval's ``word_perplexity``,
-``byte_perplexity`` and ``bits_per_byte`` for models scored lm-eval style (Hugging Face models). It runs
-:func:`.api.evaluate` with one embedding attack at one eps, so its numbers equal evaluate's for the same inputs.
+the token perplexity with its 95% bootstrap interval over documents, plus lm-eval's ``word_perplexity``,
+``byte_perplexity`` and ``bits_per_byte`` (every model is scored on whole documents in lm-eval's rolling windows).
+It runs :func:`.api.evaluate` with one embedding attack at one eps, so its numbers equal evaluate's for the same
+inputs.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ DEFAULT_LM_BENCH_EPS = 0.05
 
 @dataclass(frozen=True)
 class Perplexity:
-    """Token perplexity [95% CI] over ``n`` sequences; lm-eval's metrics where the model was scored that way."""
+    """Token perplexity [95% CI] over ``n`` documents, and lm-eval's metrics."""
 
     ppl: float
     lo: float

@@ -47,7 +47,7 @@ def _paired_equal(a: pd.DataFrame, b: pd.DataFrame, cols: tuple[str, ...]) -> tu
 def check_finite_outputs(rows: pd.DataFrame, model: str) -> Check:
     """Every sequence of every kind was scored on finite logits (a NaN NLL is a sequence with no prediction)."""
     sub = _model_rows(rows, model)
-    return check_finite_rows(pd.Series(~np.isfinite(sub.nll_sum.to_numpy(float))), model, "sequences")
+    return check_finite_rows(pd.Series(~np.isfinite(sub.nll_sum.to_numpy(float))), model, "documents")
 
 
 def check_tokens_scored(rows: pd.DataFrame, model: str) -> Check:
@@ -75,8 +75,8 @@ def check_rate0_equals_clean(rows: pd.DataFrame, model: str, attack: str = "word
         return None
     n, bad = _paired_equal(zero, _model_rows(rows, model, "clean"), ("nll_sum", "n_tokens", "correct_tokens"))
     if bad or n != len(zero):
-        return Check("rate 0 equals clean", model, FAIL, f"{bad} of {len(zero)} sequences differ from clean")
-    return Check("rate 0 equals clean", model, PASS, f"{n} sequences identical to clean")
+        return Check("rate 0 equals clean", model, FAIL, f"{bad} of {len(zero)} documents differ from clean")
+    return Check("rate 0 equals clean", model, PASS, f"{n} documents identical to clean")
 
 
 def check_eps0_equals_clean(rows: pd.DataFrame, model: str) -> Check | None:
@@ -89,8 +89,8 @@ def check_eps0_equals_clean(rows: pd.DataFrame, model: str) -> Check | None:
     bad = sum(_paired_equal(g, clean, ("nll_sum", "correct_tokens"))[1] for _, g in zero.groupby("attack"))
     moved = int((zero.pert_norm > 0).sum())
     if bad or moved:
-        return Check("eps=0 equals clean", model, FAIL, f"{moved} perturbations moved, {bad} sequences changed")
-    return Check("eps=0 equals clean", model, PASS, f"{len(zero)} sequences unchanged")
+        return Check("eps=0 equals clean", model, FAIL, f"{moved} perturbations moved, {bad} documents changed")
+    return Check("eps=0 equals clean", model, PASS, f"{len(zero)} documents unchanged")
 
 
 def check_ppl_monotone(rows: pd.DataFrame, model: str) -> Check | None:
@@ -105,7 +105,7 @@ def check_ppl_monotone(rows: pd.DataFrame, model: str) -> Check | None:
             bad.append(attack)
         per = grp.assign(nll=grp.nll_sum / grp.n_tokens.clip(lower=1)).sort_values("eps")
         if per.groupby("example_id").nll.apply(lambda s: bool((s.diff().dropna() < -1e-6).any())).any():
-            bad.append(f"{attack} (per sequence)")
+            bad.append(f"{attack} (per document)")
     if bad:
         return Check("perplexity non-decreasing in eps", model, FAIL, f"decreases for {', '.join(sorted(set(bad)))}")
     return Check("perplexity non-decreasing in eps", model, PASS, "monotone for every attack")
@@ -157,12 +157,12 @@ def check_contamination_rate(rows: pd.DataFrame, model: str) -> Check | None:
     off = (sub.n_swapped - sub.eps * sub.n_eligible).abs() > 1.0 + 1e-9
     if off.any():
         return Check(
-            "swap rate as requested", model, FAIL, f"{int(off.sum())} of {len(sub)} sequences miss it by >1 word"
+            "swap rate as requested", model, FAIL, f"{int(off.sum())} of {len(sub)} documents miss it by >1 word"
         )
     got = ", ".join(
         f"{rate:g}: {100 * g.n_swapped.sum() / max(int(g.n_eligible.sum()), 1):.1f}%" for rate, g in sub.groupby("eps")
     )
-    return Check("swap rate as requested", model, PASS, f"{len(sub)} sequences within 1 word; swapped {got}")
+    return Check("swap rate as requested", model, PASS, f"{len(sub)} documents within 1 word; swapped {got}")
 
 
 def check_embedding_gradients(
@@ -181,8 +181,8 @@ def check_embedding_gradients(
     if zero == len(idx):
         return Check("finite, non-zero gradients", label, FAIL, "all embedding gradients are zero")
     if zero:
-        return Check("finite, non-zero gradients", label, WARN, f"{zero}/{len(idx)} sequences have zero gradient")
-    return Check("finite, non-zero gradients", label, PASS, f"{len(idx)} sequences")
+        return Check("finite, non-zero gradients", label, WARN, f"{zero}/{len(idx)} windows have zero gradient")
+    return Check("finite, non-zero gradients", label, PASS, f"{len(idx)} windows")
 
 
 def check_more_steps(ppl_base: float, ppl_more: float, label: str, factor: int) -> Check:
