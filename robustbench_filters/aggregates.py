@@ -106,7 +106,7 @@ def _lm_stats(grp: pd.DataFrame) -> dict[str, float]:
     if "correct_tokens" in grp.columns and total_tok > 0:
         correct = grp["correct_tokens"].to_numpy(float)
         out["token_acc"] = float(correct.sum() / total_tok)
-        # the same bootstrap over sequences: a ratio of sums of proportions, so it stays in [0, 1]
+        # the same bootstrap over documents: a ratio of sums of proportions, so it stays in [0, 1]
         out["token_acc_lo"], out["token_acc_hi"] = bootstrap_ratio_interval(correct, tok, transform=_identity)
     if "fwd" in grp.columns:  # the compute ledger: model passes (forward + backward), in total and per document
         out["passes"] = float(grp["fwd"].sum() + grp["bwd"].sum())

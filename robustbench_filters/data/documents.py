@@ -124,8 +124,8 @@ def _fix(split: str) -> str:
         return "give text with something in it."
     return (
         f"sources without splits of their own are cut into about 90/5/5% of their characters at document "
-        f"boundaries (blank lines), so the {_name(split)} part needs more documents: pass --split all, add text, or "
-        "give a folder with train.txt, valid.txt, test.txt."
+        f"boundaries (blank lines), so the {_name(split)} part needs more documents: add text (a blank line between "
+        "documents), give a folder with train.txt, valid.txt, test.txt, or (robfilt attack) pass --split all."
     )
 
 

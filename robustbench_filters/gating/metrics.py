@@ -83,8 +83,8 @@ VACUOUS_FLAG: dict[str, str] = {
 #: which 95% interval each metric carries (a footnote of every table that shows them)
 INTERVALS: dict[str, str] = {
     "acc": "Wilson score interval over examples",
-    "token_acc": "percentile bootstrap over sequences",
-    "ppl": "percentile bootstrap over sequences",
+    "token_acc": "percentile bootstrap over documents (LM examples)",
+    "ppl": "percentile bootstrap over documents (LM examples)",
     "lipschitz_upper": "none (a certified bound)",
     "lipschitz_local_upper": "none (median of certified bounds)",
     "lipschitz_lower": "none (the max of per-example lower bounds)",

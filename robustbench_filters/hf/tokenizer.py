@@ -103,7 +103,7 @@ def load_tokenizer_folder(folder: Path, label: str) -> HFTokenizer:
 
     if not folder.is_dir():
         raise RobfiltError(f"{label}: tokenizer folder {folder} does not exist; pass --tokenizer DIR.")
-    if not any((folder / name).is_file() for name in VOCABULARY_FILES):
+    if not any((folder / name).is_file() for name in VOCABULARY_FILES) and not any(folder.glob("*.tiktoken")):
         raise no_tokenizer(folder, label)
     if (folder / "tokenizer_config.json").is_file():
         refuse_custom_code(read_config_json(folder, label, "tokenizer_config.json"), folder, label,
