@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from robustbench_filters.configs import RunConfig
-from robustbench_filters.recipe import DEFAULT_RECIPES, Recipe
+from robustbench_filters.recipe import DEFAULT_RECIPES, FINETUNE_FIELDS, HF_RECIPE, Recipe
 from robustbench_filters.surface import Surface
 
 from ._common import JsonOpt, OverwriteOpt, QuietOpt, ResumeOpt, console, print_json, progress_bar, setup_logging
@@ -19,8 +19,6 @@ from ._options import OUTPUT_PANEL, config_options
 def _family_defaults() -> dict[str, str]:
     """The recipe defaults as the help shows them: one value, or each recipe's where they differ (images, robfilt's
     LMs trained from scratch, hf: fine-tuning; each is the recipe that command actually uses)."""
-    from robustbench_filters.train_hf import FINETUNE_FIELDS, HF_RECIPE
-
     image, lm = (DEFAULT_RECIPES[f] for f in DEFAULT_RECIPES)
     shown = {}
     for name in Recipe.__dataclass_fields__:
@@ -108,7 +106,7 @@ def _train_hf(
     from robustbench_filters.errors import RobfiltError
     from robustbench_filters.models.ref import ModelKind, parse_model_ref
     from robustbench_filters.surface import flag
-    from robustbench_filters.train_hf import HF_RECIPE, train_hf
+    from robustbench_filters.train_hf import train_hf
 
     if "epochs" in given:
         raise RobfiltError(f"fine-tuning is step-based; pass {flag('steps')} instead of {flag('epochs')}.")

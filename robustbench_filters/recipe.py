@@ -121,6 +121,13 @@ DEFAULT_RECIPES: dict[Family, Recipe] = {
     Family.IMAGE: Recipe(epochs=14, batch_size=64, lr=2e-3, weight_decay=0.05, augment=False),
     Family.LM: Recipe(steps=1500, batch_size=32, lr=3e-3, weight_decay=0.1, augment=False, ckpt_every=250),
 }
+#: Fine-tuning a Hugging Face model (``robfilt train --model hf:DIR``): a pretrained model needs fewer steps and a
+#: smaller learning rate than training from scratch.
+HF_RECIPE = Recipe(steps=200, batch_size=8, lr=3e-4, weight_decay=0.1, augment=False, ckpt_every=50)
+#: The recipe fields fine-tuning uses (its card records these, not the image or from-scratch LM settings).
+FINETUNE_FIELDS: tuple[str, ...] = (
+    "steps", "batch_size", "lr", "weight_decay", "warmup_frac", "min_lr_frac", "grad_clip", "ckpt_every", "eval_max",
+)  # fmt: skip
 
 
 def lr_at(step: int, total: int, recipe: Recipe) -> float:

@@ -34,7 +34,7 @@ from .hf.adapter import HFCausalLM
 from .hf.convert import VARIANTS
 from .io import atomic_write_json
 from .progress import ProgressHook, null_progress
-from .recipe import NO_VARIANT, Recipe
+from .recipe import FINETUNE_FIELDS, HF_RECIPE, NO_VARIANT, Recipe
 from .train import STATE_DIR, TrainResult, _fit, _param_groups, _restore, card_wall_s, training_folder
 from .versions import library_versions
 
@@ -44,12 +44,6 @@ CARD = "card.json"
 CARD_FORMAT = "robfilt-hf-finetune"
 #: Default training window: the model's positions, at most this many tokens (--max-length sets it).
 TRAIN_WINDOW = 256
-#: Fine-tuning defaults (a pretrained model needs fewer steps and a smaller learning rate than training from scratch).
-HF_RECIPE = Recipe(steps=200, batch_size=8, lr=3e-4, weight_decay=0.1, augment=False, ckpt_every=50)
-#: The recipe fields fine-tuning uses (a card records these, not the image or from-scratch LM settings).
-FINETUNE_FIELDS: tuple[str, ...] = (
-    "steps", "batch_size", "lr", "weight_decay", "warmup_frac", "min_lr_frac", "grad_clip", "ckpt_every", "eval_max",
-)  # fmt: skip
 
 
 @dataclass
