@@ -12,8 +12,8 @@ import importlib
 import logging
 from typing import Any
 
-from .timm_hook import install as _register_with_timm
-from .versions import __version__
+from .core.versions import __version__
+from .models.timm_hook import install as _register_with_timm
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
 _register_with_timm()  # the BSA/GRC DeiTs join timm's registry as soon as timm is imported (see timm_hook)

@@ -4,7 +4,7 @@ Why a script: the LM zoo was trained before LMs were measured on whole documents
 perplexity of 128-character windows cut from the test split as one text; ``robfilt attack`` now scores whole
 documents (paragraphs) in lm-eval's rolling windows, so the cards' numbers would not be the ones a user reproduces.
 Retraining is not needed: the weights are unchanged, only how their test text is scored. This script loads each
-LM zoo checkpoint with its tokenizer, scores every test document with :func:`robustbench_filters.train.lm_card_metrics`
+LM zoo checkpoint with its tokenizer, scores every test document with :func:`robustbench_filters.train.loop.lm_card_metrics`
 (what ``robfilt train`` writes into a new card) and writes the result into the card's ``metrics``, keeping the
 numbers it replaces under ``metrics_before_documents`` with the protocol that made them. ``make zoo`` retrains
 and writes the new metrics directly; run this only for cards trained before documents.
@@ -21,10 +21,10 @@ from typing import Annotated
 
 import typer
 
+from robustbench_filters.core.io import atomic_write_json
 from robustbench_filters.data import load_documents
-from robustbench_filters.io import atomic_write_json
 from robustbench_filters.models.checkpoint import CARD, load_checkpoint, zoo_path
-from robustbench_filters.train import lm_card_metrics
+from robustbench_filters.train.loop import lm_card_metrics
 
 LM_ZOO = "lm,lm-bsa,lm-grc,lm-bsa-grc"
 OLD_PROTOCOL = (

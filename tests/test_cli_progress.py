@@ -1,6 +1,6 @@
 """Progress: the runner reports every work step to the hook, and the CLI turns it into a bar with counts and an ETA.
 
-The hook contract (:class:`robustbench_filters.progress.ProgressHook`): one task per run, ``completed`` starts at
+The hook contract (:class:`robustbench_filters.core.progress.ProgressHook`): one task per run, ``completed`` starts at
 0 and rises by the steps of each unit (one per eps, rate or severity) to exactly ``total``.
 """
 
@@ -13,7 +13,7 @@ import pytest
 from rich.console import Console
 from rich.progress import Progress
 
-from robustbench_filters.api import evaluate
+from robustbench_filters.api.evaluate import evaluate
 from robustbench_filters.cli import _common, run
 from robustbench_filters.runs.runner import run as run_measurement
 
@@ -77,7 +77,7 @@ def test_runs_report_every_step_up_to_the_total(kwargs: dict, total: int | str) 
 
 
 def test_a_resumed_run_counts_its_finished_units_then_goes_on(tmp_path: Path) -> None:
-    from robustbench_filters.api import measurement_for
+    from robustbench_filters.api.evaluate import measurement_for
     from robustbench_filters.configs import ImageAttackConfig
 
     config = ImageAttackConfig(models=("deit",), attacks=("fgsm",), eps=(0.01, 0.02), n_examples=12, batch_size=4)
@@ -153,7 +153,7 @@ def test_quiet_and_json_silence_the_bar(flag: str, monkeypatch: pytest.MonkeyPat
 
 
 def test_without_a_terminal_progress_is_log_lines() -> None:
-    from robustbench_filters.progress import LogProgress
+    from robustbench_filters.core.progress import LogProgress
 
     assert not _common._stderr.is_terminal  # pytest captures stderr
     with _common.progress_bar(quiet=False) as hook:
@@ -167,11 +167,11 @@ def test_log_lines_come_at_least_once_a_minute_with_an_eta(caplog: pytest.LogCap
     minute from the heartbeat. The clock is injected: no sleeps."""
     import logging
 
-    from robustbench_filters.progress import LogProgress
+    from robustbench_filters.core.progress import LogProgress
 
     now = [0.0]
     hook = LogProgress(clock=lambda: now[0])
-    with caplog.at_level(logging.INFO, logger="robustbench_filters.progress"):
+    with caplog.at_level(logging.INFO, logger="robustbench_filters.core.progress"):
         hook("attack", 0, 100, "")
         for k in range(1, 51):  # 50 steps of 7 s
             now[0] += 7.0
@@ -193,7 +193,7 @@ def test_log_lines_come_at_least_once_a_minute_with_an_eta(caplog: pytest.LogCap
 def test_the_heartbeat_thread_stops_with_the_block() -> None:
     import threading
 
-    from robustbench_filters.progress import LogProgress
+    from robustbench_filters.core.progress import LogProgress
 
     with LogProgress(interval=3600.0).heartbeat():
         assert any(t.name == "robfilt-progress" for t in threading.enumerate())

@@ -21,10 +21,10 @@ from lm_eval.models.huggingface import HFLM
 from lm_eval.tasks.wikitext.preprocess_wikitext import process_results
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 
+from robustbench_filters.core.errors import RobfiltError
 from robustbench_filters.data import load_text
-from robustbench_filters.errors import RobfiltError
-from robustbench_filters.hf import perplexity as P
-from robustbench_filters.hf.load import load_hf
+from robustbench_filters.models.hf import perplexity as P
+from robustbench_filters.models.hf.load import load_hf
 
 WINDOW = 16
 
@@ -143,7 +143,7 @@ def test_train_and_attack_print_lm_evals_numbers_for_a_file_of_paragraphs(hf_mod
 
 def test_attack_rows_hold_each_documents_lm_eval_numbers(hf_models) -> None:
     """The clean rows of an attack run hold each document's lm-eval log-likelihood, words and bytes."""
-    from robustbench_filters.api import evaluate
+    from robustbench_filters.api.evaluate import evaluate
     from robustbench_filters.data import load_documents
 
     run = evaluate(f"hf:{hf_models.gpt2}", "pgd", [0.0], n_examples=5, batch_size=2, steps=1, max_length=24)

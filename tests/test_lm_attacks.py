@@ -11,15 +11,15 @@ import pandas as pd
 import pytest
 import torch
 
-from robustbench_filters.api import evaluate as evaluate_lm
+from robustbench_filters.api.evaluate import evaluate as evaluate_lm
 from robustbench_filters.attacks.catalogue import Norm
 from robustbench_filters.attacks.embedding import EmbeddingAttack, eps_scale, perturbation_size
 from robustbench_filters.attacks.wordswap import WORD_RE, eligible_spans, swap_words
 from robustbench_filters.cli import run
+from robustbench_filters.core.errors import RobfiltError
 from robustbench_filters.data import STOPWORDS, CharTokenizer, load_documents, load_text
-from robustbench_filters.errors import RobfiltError
-from robustbench_filters.hf.rolling import Rolling, window_rows
 from robustbench_filters.models import create_model
+from robustbench_filters.models.hf.rolling import Rolling, window_rows
 from robustbench_filters.models.lm_batch import sequence_nll, window_batch
 
 RATES = (0.0, 0.015, 0.05, 0.1, 0.5, 1.0)

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from robustbench_filters.api import evaluate
+from robustbench_filters.api.evaluate import evaluate
 from robustbench_filters.cli import run
+from robustbench_filters.core.errors import RobfiltError
 from robustbench_filters.data import CharTokenizer, load_documents, load_text
-from robustbench_filters.errors import RobfiltError
 from robustbench_filters.models import create_model
 
 PARAGRAPHS = [  # 40 paragraphs of the same length: 5% of the characters is two of them

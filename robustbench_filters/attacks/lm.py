@@ -27,11 +27,11 @@ from ..checks import model as MC
 from ..checks import summarize as summarize_checks
 from ..checks.logits import require_logits
 from ..configs import WORDSWAP, LMAttackConfig
-from ..counts import UpTo
-from ..errors import RobfiltError, UserCodeError
+from ..core.counts import UpTo
+from ..core.errors import RobfiltError, UserCodeError
 from ..runs.measurement import Measurement, PrepareContext, Tick
 from ..runs.units import Unit, batch_slices, ids_digest
-from ..stats import bootstrap_ratio_interval, lm_eval_columns
+from ..stats.intervals import bootstrap_ratio_interval, lm_eval_columns
 from .catalogue import Norm
 from .embedding import eps_scale
 from .lm_rows import Docs, LMSubject, attack_rows, clean_rows, probe_batch, wordswap_rows

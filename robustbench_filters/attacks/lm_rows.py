@@ -1,12 +1,12 @@
 """Rows of language-model units: documents scored on lm-eval's rolling token windows, clean, attacked or contaminated.
 
 Examples are whole documents (:mod:`robustbench_filters.data.documents`). Each model tokenises a document with its
-own tokenizer and cuts it into lm-eval's rolling windows (:class:`robustbench_filters.hf.rolling.Rolling`:
+own tokenizer and cuts it into lm-eval's rolling windows (:class:`robustbench_filters.models.hf.rolling.Rolling`:
 ``max_length`` inputs, ``stride`` new tokens each, the first token predicted from the tokenizer's prefix token), so
 every token is predicted exactly once and nothing is cut mid-word. A row is one (model, document, attack, eps or
 rate): the sums over the document's windows.
 
-- Clean rows come from :func:`robustbench_filters.hf.perplexity.score_documents`, the one metric code that
+- Clean rows come from :func:`robustbench_filters.models.hf.perplexity.score_documents`, the one metric code that
   ``robfilt train`` writes into its cards too.
 - Embedding attacks (``fgsm``, ``pgd``; :mod:`.embedding`) perturb each window's input embeddings, its context
   included, and score its predicted tokens; eps values run in ascending order and each window keeps the worst
@@ -31,8 +31,8 @@ import pandas as pd
 import torch
 from torch import nn
 
-from ..hf.perplexity import per_document, score_documents
-from ..hf.rolling import Rolling, Window, count_bytes, count_words, window_rows
+from ..models.hf.perplexity import per_document, score_documents
+from ..models.hf.rolling import Rolling, Window, count_bytes, count_words, window_rows
 from ..models.lm_batch import RowScores, score_batch, window_batch
 from ..runs.measurement import Tick
 from ..runs.units import unit_seed

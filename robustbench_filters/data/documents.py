@@ -24,9 +24,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import ChecksumError, RobfiltError, unknown
-from ..names import BUNDLED_TEXT, DEFAULT_TEXT_SPLIT, TEXT_PREFIX, TEXT_SPLIT_CHOICES, normalise_split
-from ..names import HF_DISK as HF_DISK_PREFIX
+from ..core.errors import ChecksumError, RobfiltError, unknown
+from ..core.names import BUNDLED_TEXT, DEFAULT_TEXT_SPLIT, TEXT_PREFIX, TEXT_SPLIT_CHOICES, normalise_split
+from ..core.names import HF_DISK as HF_DISK_PREFIX
 from .assets import asset_path
 from .splits import SPLITS, split_bounds, split_documents
 

@@ -2,7 +2,7 @@
 
 Training samples random windows from one long id tensor (nanoGPT style) with an explicit ``torch.Generator``,
 so a seed fixes every batch and a resumed run can replay them. Measurements do not use these streams: they score
-whole documents in lm-eval's rolling windows (:mod:`robustbench_filters.hf.perplexity`), the same for ``robfilt
+whole documents in lm-eval's rolling windows (:mod:`robustbench_filters.models.hf.perplexity`), the same for ``robfilt
 train``'s card and ``robfilt attack``. :func:`eval_windows` (fixed, non-overlapping windows of one stream) is what
 cards were scored with before documents.
 """
@@ -13,7 +13,7 @@ import logging
 
 import torch
 
-from ..errors import RobfiltError
+from ..core.errors import RobfiltError
 from .tokenizers import Tokenizer
 
 log = logging.getLogger(__name__)

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from ..checks import Check
-from ..errors import RobfiltError
+from ..core.errors import RobfiltError
 from .units import Unit, ids_digest, select_examples
 
 #: ``tick(k)`` or ``tick(k, detail)``: ``k`` more work steps done, and where the unit is now (shown with the model).

@@ -32,8 +32,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from .. import io as _io
-from ..errors import RunStateError
+from ..core import io as _io
+from ..core.errors import RunStateError
 from .lock import LOCK
 
 LEDGER = ".robfilt-outputs.json"
