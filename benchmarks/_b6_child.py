@@ -29,7 +29,7 @@ def main(folder: str, cfg: dict) -> dict:
     import torchattacks
 
     from robustbench_filters.data import open_image_source
-    from robustbench_filters.loading import load_model
+    from robustbench_filters.models.loading import load_model
 
     seed = cfg.get("seed", 0)
     out: dict = {"import_s": time.perf_counter() - T0, "stages": []}

@@ -21,9 +21,9 @@ import pandas as pd
 import torch
 from rich.console import Console
 
-from robustbench_filters.io import atomic_write_json, atomic_write_text
-from robustbench_filters.loading import load_model
+from robustbench_filters.core.io import atomic_write_json, atomic_write_text
 from robustbench_filters.models.checkpoint import CARD, zoo_path
+from robustbench_filters.models.loading import load_model
 from robustbench_filters.report.render import markdown
 from robustbench_filters.runs.outfolder import OutputFolder
 

@@ -64,7 +64,7 @@ def prepare(cfg: dict[str, Any], seed: int = 0) -> tuple[str, Path, Path]:
     from safetensors.torch import save_file
 
     from robustbench_filters.data.sources import open_image_source
-    from robustbench_filters.loading import load_model
+    from robustbench_filters.models.loading import load_model
 
     ref = f"timm:{cfg['arch']}?num_classes={cfg['classes']}"
     root = CACHE / f"b10-{cfg['arch']}-c{cfg['classes']}-n{cfg['n_images']}-m{MIN_MARGIN}-s{seed}"
@@ -110,7 +110,7 @@ def run(
 
     from robustbench_filters.cli import run as robfilt
     from robustbench_filters.data.sources import open_image_source
-    from robustbench_filters.loading import load_model
+    from robustbench_filters.models.loading import load_model
     from robustbench_filters.models.normalize import attach_normalizer, get_normalizer
     from robustbench_filters.runs.folder import load_run
 

@@ -23,7 +23,7 @@ import torch
 import torchattacks
 
 from benchmarks import _common as B
-from robustbench_filters.api import evaluate
+from robustbench_filters.api.evaluate import evaluate
 from robustbench_filters.attacks.cascade import cascade
 from robustbench_filters.attacks.catalogue import Norm
 from robustbench_filters.attacks.image_models import frozen

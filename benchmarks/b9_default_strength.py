@@ -18,7 +18,7 @@ from typing import Any
 import pandas as pd
 
 from benchmarks import _common as B
-from robustbench_filters.api import evaluate
+from robustbench_filters.api.evaluate import evaluate
 from robustbench_filters.attacks.catalogue import DEFAULT_IMAGE_ATTACK
 from robustbench_filters.configs import ImageAttackConfig
 

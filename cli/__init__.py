@@ -27,9 +27,9 @@ try:  # typer >= 0.20 vendors click as typer._click; older releases use click it
 except ImportError:  # pragma: no cover - depends on the installed typer
     from click import exceptions as click_exc
 
-from robustbench_filters.errors import RobfiltError, describe_os_error
-from robustbench_filters.surface import Surface, surface
-from robustbench_filters.versions import __version__
+from robustbench_filters.core.errors import RobfiltError, describe_os_error
+from robustbench_filters.core.surface import Surface, surface
+from robustbench_filters.core.versions import __version__
 
 from . import attack, certify, lipschitz, report, study, train, verify
 from . import models as _models

@@ -25,7 +25,7 @@ from rich.progress import (
 )
 from rich.text import Text
 
-from robustbench_filters.io import _json_default
+from robustbench_filters.core.io import _json_default
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or info logs.")]
@@ -79,7 +79,7 @@ MODEL_HELP = (
 
 def parse_model_list(text: str) -> list[str]:
     """``--model`` split on commas outside brackets and quotes (model arguments may hold lists)."""
-    from robustbench_filters.errors import RobfiltError
+    from robustbench_filters.core.errors import RobfiltError
     from robustbench_filters.models.ref import split_model_list
 
     models = split_model_list(text)
@@ -92,7 +92,7 @@ def distinct_paths(paths: list[Any], what: str) -> list[Any]:
     """A repeatable path option or argument refuses a path given twice (one rule for every list robfilt takes)."""
     from pathlib import Path
 
-    from robustbench_filters.errors import RobfiltError
+    from robustbench_filters.core.errors import RobfiltError
 
     seen: dict[Any, Any] = {}
     for p in paths:
@@ -123,7 +123,7 @@ def exit_for_checks(summary: dict[str, Any], allow_failed: bool) -> None:
 
 def is_primary() -> bool:
     """False on the non-zero ranks of a torchrun launch (they compute; rank 0 prints)."""
-    from robustbench_filters.distributed import env_context
+    from robustbench_filters.core.distributed import env_context
 
     return env_context().is_primary
 

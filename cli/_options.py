@@ -29,8 +29,8 @@ from robustbench_filters.configs.options import (
     declaration,
     declared_fields,
 )
-from robustbench_filters.counts import UpTo
-from robustbench_filters.surface import Surface
+from robustbench_filters.core.counts import UpTo
+from robustbench_filters.core.surface import Surface
 
 #: The own options of the commands (not config fields), in their help panel.
 OUTPUT_PANEL = "Output"

@@ -6,7 +6,7 @@ import math
 
 from rich.table import Table
 
-from robustbench_filters.budgets import eps_text
+from robustbench_filters.core.budgets import eps_text
 
 from ._common import console
 

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from robustbench_filters.configs import CorruptionConfig, ImageAttackConfig, LMAttackConfig
-from robustbench_filters.surface import Surface
+from robustbench_filters.core.surface import Surface
 
 from ._common import (
     AllowFailedOpt,
@@ -50,7 +50,7 @@ def attack_cmd(
     setup_logging(quiet, json_out)
     given = read(options, Surface.CLI)
     config = build(attack_config_class(given["models"], given.get("attacks", ())), given)  # light: refused in < 1 s
-    from robustbench_filters.api import measurement_for
+    from robustbench_filters.api.evaluate import measurement_for
     from robustbench_filters.runs.runner import run
 
     out_dir = Path(out) if out else Path("runs") / f"attack-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S-%f')}"

@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from robustbench_filters.configs import CertifyConfig
-from robustbench_filters.surface import Surface
+from robustbench_filters.core.surface import Surface
 
 from ._common import (
     AllowFailedOpt,
@@ -47,7 +47,7 @@ def certify_cmd(
 
     setup_logging(quiet, json_out)
     config = build(CertifyConfig, read(options, Surface.CLI))  # light: a bad reference is refused in < 1 s
-    from robustbench_filters.api import certify
+    from robustbench_filters.api.evaluate import certify
 
     out_dir = Path(out) if out else Path("runs") / f"certify-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S-%f')}"
     with progress_bar(quiet or json_out) as hook:

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
-from robustbench_filters.errors import RobfiltError
-from robustbench_filters.parsing import parse_number
+from robustbench_filters.core.errors import RobfiltError
+from robustbench_filters.core.parsing import parse_number
 
 if TYPE_CHECKING:
     from robustbench_filters.gating.outcome import GateResult, PlannedCheck
@@ -219,7 +219,7 @@ def check_cmd(
 
     Usage: robfilt check --spec robustness.toml, or robfilt check --run RUN_DIR --baseline FILE.
     """
-    from robustbench_filters.gate import run_gate
+    from robustbench_filters.gating.run import run_gate
 
     setup_logging(quiet, json_out)
     tol = parse_number(tolerance, "--tolerance") if tolerance is not None else None

@@ -9,8 +9,8 @@ import typer
 from rich.table import Table
 
 from robustbench_filters.configs import LipschitzConfig
-from robustbench_filters.surface import Surface
-from robustbench_filters.vacuity import SHORT, label
+from robustbench_filters.core.surface import Surface
+from robustbench_filters.stats.vacuity import SHORT, label
 
 from ._common import (
     AllowFailedOpt,
@@ -65,7 +65,7 @@ def lipschitz(
 
     setup_logging(quiet, json_out)
     config = build(LipschitzConfig, read(options, Surface.CLI))  # light: a bad reference is refused in < 1 s
-    from robustbench_filters.api import estimate_lipschitz
+    from robustbench_filters.api.evaluate import estimate_lipschitz
 
     with progress_bar(quiet or json_out) as hook:
         result = estimate_lipschitz(config=config, out=out, resume=resume, overwrite=overwrite, progress=hook)

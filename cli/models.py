@@ -1,6 +1,6 @@
 """robfilt models list | show.
 
-``list`` reads the zoo cards only (:mod:`robustbench_filters.zoo_index`), so it answers without importing torch;
+``list`` reads the zoo cards only (:mod:`robustbench_filters.models.zoo_index`), so it answers without importing torch;
 ``show`` builds the model to count its parameters.
 """
 
@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from robustbench_filters.zoo_index import list_table
+from robustbench_filters.models.zoo_index import list_table
 
 from ._common import JsonOpt, QuietOpt, console, print_json, setup_logging
 

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from robustbench_filters.parsing import parse_names
+from robustbench_filters.core.parsing import parse_names
 
 from ._common import JsonOpt, QuietOpt, console, print_json, setup_logging
 

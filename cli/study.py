@@ -42,7 +42,7 @@ def study_cmd(
 ) -> None:
     """Train the 4 DeiT and 4 LM variants over several seeds (or reuse matching checkpoints), measure robustness,
     Lipschitz bounds and sequence-length growth, and write a README with a verdict per claim of the paper."""
-    from robustbench_filters.errors import RobfiltError
+    from robustbench_filters.core.errors import RobfiltError
     from robustbench_filters.study import full_plan, quick_plan, run_study, write_up
 
     setup_logging(quiet, json_out)

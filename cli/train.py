@@ -9,8 +9,8 @@ from typing import Annotated, Any
 import typer
 
 from robustbench_filters.configs import RunConfig
-from robustbench_filters.recipe import DEFAULT_RECIPES, Recipe
-from robustbench_filters.surface import Surface
+from robustbench_filters.core.surface import Surface
+from robustbench_filters.train.recipe import DEFAULT_RECIPES, Recipe
 
 from ._common import JsonOpt, OverwriteOpt, QuietOpt, ResumeOpt, console, print_json, progress_bar, setup_logging
 from ._options import OUTPUT_PANEL, config_options
@@ -69,11 +69,11 @@ def _train_registry(
     """Train a registry model from scratch with its family's recipe, changed by the options given."""
     import dataclasses
 
-    from robustbench_filters.errors import RobfiltError
-    from robustbench_filters.names import MODEL_NAMES, parse_name
-    from robustbench_filters.parsing import parse_names
-    from robustbench_filters.surface import flag
-    from robustbench_filters.train import train
+    from robustbench_filters.core.errors import RobfiltError
+    from robustbench_filters.core.names import MODEL_NAMES, parse_name
+    from robustbench_filters.core.parsing import parse_names
+    from robustbench_filters.core.surface import flag
+    from robustbench_filters.train.loop import train
 
     for name in ("variant", "max_length"):
         if name in given:
@@ -92,14 +92,14 @@ def _train_hf(
     model: str, data: str | None, given: dict[str, Any], seed: int, out: str | None, resume: bool, overwrite: bool,
     command: str, quiet: bool,
 ) -> Any:  # fmt: skip
-    """Convert and fine-tune a Hugging Face causal LM (robustbench_filters.train_hf) with HF_RECIPE, changed by
+    """Convert and fine-tune a Hugging Face causal LM (robustbench_filters.train.hf) with HF_RECIPE, changed by
     the options given."""
     import dataclasses
 
-    from robustbench_filters.errors import RobfiltError
+    from robustbench_filters.core.errors import RobfiltError
+    from robustbench_filters.core.surface import flag
     from robustbench_filters.models.ref import ModelKind, parse_model_ref
-    from robustbench_filters.surface import flag
-    from robustbench_filters.train_hf import HF_RECIPE, train_hf
+    from robustbench_filters.train.hf import HF_RECIPE, train_hf
 
     if "epochs" in given:
         raise RobfiltError(f"fine-tuning is step-based; pass {flag('steps')} instead of {flag('epochs')}.")

@@ -15,7 +15,7 @@ def verify_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Verify run folders: every recorded part, rows.parquet and summary.json must match its sha256 (exit 2 if not)."""
-    from robustbench_filters.errors import RobfiltError
+    from robustbench_filters.core.errors import RobfiltError
     from robustbench_filters.runs.folder import verify_run
 
     results = []

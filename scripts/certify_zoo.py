@@ -17,7 +17,7 @@ from typing import Annotated
 
 import typer
 
-from robustbench_filters.errors import RobfiltError
+from robustbench_filters.core.errors import RobfiltError
 from robustbench_filters.models.checkpoint import CARD
 from robustbench_filters.smoothing.certify import DEFAULT_ALPHA, DEFAULT_BATCH, DEFAULT_N, DEFAULT_N0
 from robustbench_filters.smoothing.zoo import CARD_N_EXAMPLES, CARD_RADII, certify_checkpoint, zoo_noise_folder

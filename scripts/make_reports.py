@@ -41,7 +41,7 @@ from typing import Annotated
 
 import typer
 
-from robustbench_filters.errors import RobfiltError
+from robustbench_filters.core.errors import RobfiltError
 from robustbench_filters.models import zoo_path
 from robustbench_filters.report import build_report
 from robustbench_filters.runs.folder import load_run
@@ -73,8 +73,8 @@ def _finished(folder: Path) -> bool:
 def vision(
     runs: Path, reports: Path, n_examples: int, steps: int | None, device: str, reuse: bool, paper: bool
 ) -> Path | None:
-    from robustbench_filters.api import evaluate
-    from robustbench_filters.names import DEFAULT_IMAGE_ATTACK
+    from robustbench_filters.api.evaluate import evaluate
+    from robustbench_filters.core.names import DEFAULT_IMAGE_ATTACK
 
     models = zoo_models(DEIT)
     if not models:
@@ -92,7 +92,7 @@ def vision(
 
 
 def lm(runs: Path, reports: Path, n_examples: int, device: str, reuse: bool, paper: bool) -> Path | None:
-    from robustbench_filters.api import evaluate
+    from robustbench_filters.api.evaluate import evaluate
 
     models = zoo_models(LM)
     if not models:
@@ -106,7 +106,7 @@ def lm(runs: Path, reports: Path, n_examples: int, device: str, reuse: bool, pap
 
 
 def lipschitz(runs: Path, reports: Path, n_examples: int, device: str, reuse: bool, paper: bool) -> Path | None:
-    from robustbench_filters.api import estimate_lipschitz
+    from robustbench_filters.api.evaluate import estimate_lipschitz
     from robustbench_filters.lipschitz.seqlen_run import SeqlenConfig, sequence_length_run
 
     folders = []
@@ -136,7 +136,7 @@ def lipschitz(runs: Path, reports: Path, n_examples: int, device: str, reuse: bo
 
 def certified(runs: Path, reports: Path, n_examples: int, device: str, reuse: bool, paper: bool) -> Path | None:
     """Randomized smoothing of the noise-trained zoo, beside L2 PGD on the same weights and examples."""
-    from robustbench_filters.api import certify, evaluate
+    from robustbench_filters.api.evaluate import certify, evaluate
 
     models = [m for m in zoo_models(DEIT) if zoo_path(m, "micro").with_name(f"{m}-micro-sigma0.25").exists()]
     if not models:

@@ -121,8 +121,8 @@ def verdicts_all(root: Path) -> str:
 
 # --- the zoo --------------------------------------------------------------------------------------------------
 def zoo(root: Path) -> str:
-    from robustbench_filters.names import MODEL_NAMES
-    from robustbench_filters.zoo_index import zoo_entry
+    from robustbench_filters.core.names import MODEL_NAMES
+    from robustbench_filters.models.zoo_index import zoo_entry
 
     lines = [
         "| zoo model (micro) | test metric | test examples / tokens | training time in the card |",
@@ -143,8 +143,8 @@ def zoo(root: Path) -> str:
 
 
 def zoo_noise(root: Path) -> str:
-    from robustbench_filters.names import MODEL_NAMES
-    from robustbench_filters.zoo_index import noise_zoo
+    from robustbench_filters.core.names import MODEL_NAMES
+    from robustbench_filters.models.zoo_index import noise_zoo
 
     head = "| noise-trained model | clean test acc | certified acc at r = {radii} | abstain | train / certify time |"
     lines: list[str] = []
@@ -202,9 +202,9 @@ def bench_gpu(root: Path) -> str:
 # --- the gate -------------------------------------------------------------------------------------------------
 def gate_plan(root: Path) -> str:
     """What each check of the repository's gate detects (80% power), as ``robfilt check`` prints it before its runs."""
-    from robustbench_filters.gate import plan_gate
     from robustbench_filters.gating.baseline import read_baseline
-    from robustbench_filters.spec import load_spec
+    from robustbench_filters.gating.run import plan_gate
+    from robustbench_filters.gating.spec import load_spec
 
     spec = load_spec(root / "robustness.toml")
     baseline = read_baseline(spec.baseline) if spec.baseline is not None and spec.baseline.exists() else None

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from robustbench_filters.api import certify, estimate_lipschitz, evaluate
+from robustbench_filters.api.evaluate import certify, estimate_lipschitz, evaluate
 
 KINDS = ("image", "lm", "corruption", "lipschitz", "certify")
 

@@ -19,7 +19,7 @@ from robustbench_filters.lipschitz.summary import summarize as lipschitz_summari
 from robustbench_filters.smoothing.rows import accuracy_curve
 from robustbench_filters.smoothing.rows import summarize as certify_summarize
 from robustbench_filters.smoothing.run import _by_model, _records
-from robustbench_filters.stats import max_certifiable_radius
+from robustbench_filters.stats.intervals import max_certifiable_radius
 
 
 def checks_part(checks: Iterable[dict[str, str]] = ()) -> dict[str, Any]:

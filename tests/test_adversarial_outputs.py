@@ -19,9 +19,9 @@ import torch
 from torch import nn
 
 import robustbench_filters as rf
-from robustbench_filters.api import evaluate
+from robustbench_filters.api.evaluate import evaluate
 from robustbench_filters.cli import run
-from robustbench_filters.errors import RobfiltError, RunStateError
+from robustbench_filters.core.errors import RobfiltError, RunStateError
 from robustbench_filters.runs.folder import load_adversarial, verify_run
 
 N, CLASSES, BATCH = 12, 4, 5

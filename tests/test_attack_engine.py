@@ -11,11 +11,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from robustbench_filters.api import evaluate
+from robustbench_filters.api.evaluate import evaluate
 from robustbench_filters.attacks import ATTACKS
 from robustbench_filters.cli import run
+from robustbench_filters.core.family import Family
 from robustbench_filters.data import load_images
-from robustbench_filters.family import Family
 
 
 class TinyNet(nn.Module):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from robustbench_filters.api import evaluate
+from robustbench_filters.api.evaluate import evaluate
 from robustbench_filters.attacks.catalogue import ATTACKS, AttackParams, Norm
 from robustbench_filters.data import load_images
 from robustbench_filters.models import create_model

@@ -20,10 +20,10 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 import robustbench_filters as rf
-from robustbench_filters import benchmarking
-from robustbench_filters.api import evaluate
-from robustbench_filters.benchmarking import Accuracy, BenchmarkResult, benchmark
-from robustbench_filters.errors import RobfiltError
+from robustbench_filters.api.benchmark import Accuracy, BenchmarkResult, benchmark
+from robustbench_filters.api.evaluate import benchmark as benchmarking
+from robustbench_filters.api.evaluate import evaluate
+from robustbench_filters.core.errors import RobfiltError
 from robustbench_filters.runs.folder import load_run
 
 N, CLASSES = 40, 4
@@ -161,7 +161,7 @@ class NoisyNet(nn.Module):
 
 def test_a_failed_check_is_a_field_and_a_warning(net_data, caplog: pytest.LogCaptureFixture) -> None:
     _, x, y = net_data
-    with caplog.at_level(logging.WARNING, logger="robustbench_filters.benchmarking"):
+    with caplog.at_level(logging.WARNING, logger="robustbench_filters.api.benchmark"):
         res = benchmark(NoisyNet(), data=(x, y), eps=0.05, n_examples=16, **FAST)
     assert not res.all_checks_passed
     assert "eval mode, deterministic" in [c.name for c in res.failed_checks]

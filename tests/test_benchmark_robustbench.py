@@ -10,8 +10,8 @@ import torch
 from PIL import Image
 from torch import nn
 
-from robustbench_filters.benchmarking import benchmark
-from robustbench_filters.errors import RobfiltError
+from robustbench_filters.api.benchmark import benchmark
+from robustbench_filters.core.errors import RobfiltError
 
 WNIDS = ("n01440764", "n02102040", "n02979186")
 

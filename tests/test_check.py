@@ -12,12 +12,12 @@ import pytest
 from run_summaries import summary_for
 
 from robustbench_filters.cli import run as cli_run
-from robustbench_filters.errors import RegressionError, RobfiltError
-from robustbench_filters.gate import run_gate
+from robustbench_filters.core.errors import RegressionError, RobfiltError
 from robustbench_filters.gating import Decision, decide_baseline
 from robustbench_filters.gating.metrics import Metric
+from robustbench_filters.gating.run import run_gate
+from robustbench_filters.gating.spec import load_spec
 from robustbench_filters.runs.folder import RunWriter
-from robustbench_filters.spec import load_spec
 
 # `robfilt check` is evaluated in this process (tests/conftest.py::gate_in_process), not in a supervised child
 pytestmark = pytest.mark.usefixtures("gate_in_process")

@@ -9,7 +9,7 @@ import pytest
 import safetensors.torch
 import torch
 
-from robustbench_filters.errors import CheckpointError, RobfiltError
+from robustbench_filters.core.errors import CheckpointError, RobfiltError
 from robustbench_filters.models import create_model, load_checkpoint, save_checkpoint
 from robustbench_filters.models.checkpoint import CARD, WEIGHTS, sha256_file
 

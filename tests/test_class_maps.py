@@ -21,12 +21,12 @@ import torch
 from PIL import Image
 from timm.data import ImageNetInfo
 
-from robustbench_filters.api import certify, estimate_lipschitz, evaluate
-from robustbench_filters.benchmarking import benchmark
+from robustbench_filters.api.benchmark import benchmark
+from robustbench_filters.api.evaluate import certify, estimate_lipschitz, evaluate
 from robustbench_filters.cli import run
+from robustbench_filters.core.errors import RobfiltError
 from robustbench_filters.data.class_map import settle_folder_labels
 from robustbench_filters.data.sources import open_image_source
-from robustbench_filters.errors import RobfiltError
 
 ROOT = Path(__file__).resolve().parents[1]
 WNIDS = ("n01440764", "n02102040", "n02979186", "n03000684", "n03028079")  # Imagenette's first five
@@ -243,7 +243,7 @@ def test_a_class_map_applies_to_image_folders_only(tmp_path: Path) -> None:
 
 
 def test_a_spec_class_map_is_read_from_the_spec_folder(named: Path, tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
-    from robustbench_filters.gate import run_gate
+    from robustbench_filters.gating.run import run_gate
 
     gate = tmp_path / "gate"
     gate.mkdir()

@@ -1,6 +1,6 @@
 """Progress: the runner reports every work step to the hook, and the CLI turns it into a bar with counts and an ETA.
 
-The hook contract (:class:`robustbench_filters.progress.ProgressHook`): one task per run, ``completed`` starts at
+The hook contract (:class:`robustbench_filters.core.progress.ProgressHook`): one task per run, ``completed`` starts at
 0 and rises by the steps of each unit (one per eps, rate or severity) to exactly ``total``.
 """
 
@@ -13,7 +13,7 @@ import pytest
 from rich.console import Console
 from rich.progress import Progress
 
-from robustbench_filters.api import evaluate
+from robustbench_filters.api.evaluate import evaluate
 from robustbench_filters.cli import _common, run
 from robustbench_filters.runs.runner import run as run_measurement
 
@@ -64,7 +64,7 @@ def test_runs_report_every_step_up_to_the_total(kwargs: dict, total: int) -> Non
 
 
 def test_a_resumed_run_counts_its_finished_units_then_goes_on(tmp_path: Path) -> None:
-    from robustbench_filters.api import measurement_for
+    from robustbench_filters.api.evaluate import measurement_for
     from robustbench_filters.configs import ImageAttackConfig
 
     config = ImageAttackConfig(models=("deit",), attacks=("fgsm",), eps=(0.01, 0.02), n_examples=12, batch_size=4)

@@ -2,8 +2,8 @@
 
 ``robfilt --help``, ``<command> --help``, ``--version`` and ``models list`` must not import torch, timm,
 torchattacks, pandas or matplotlib (seconds of start-up). Each case runs in a fresh interpreter and reports which
-of them ended up in ``sys.modules``. The names those paths use (:mod:`robustbench_filters.names`,
-:mod:`robustbench_filters.zoo_index`) are checked against the modules that build models and attacks.
+of them ended up in ``sys.modules``. The names those paths use (:mod:`robustbench_filters.core.names`,
+:mod:`robustbench_filters.models.zoo_index`) are checked against the modules that build models and attacks.
 """
 
 from __future__ import annotations
@@ -18,10 +18,11 @@ from typing import Any
 
 import pytest
 
-from robustbench_filters import names, zoo_index
 from robustbench_filters.cli import LAZY, run
-from robustbench_filters.family import Family
-from robustbench_filters.versions import __version__
+from robustbench_filters.core import names
+from robustbench_filters.core.family import Family
+from robustbench_filters.core.versions import __version__
+from robustbench_filters.models import zoo_index
 
 REPO = Path(__file__).resolve().parents[1]
 HEAVY = ("torch", "timm", "torchattacks", "pandas", "matplotlib")

@@ -17,7 +17,7 @@ from robustbench_filters.attacks.corruption import summarize_corruption_rows
 from robustbench_filters.attacks.lm import summarize_lm_rows
 from robustbench_filters.cli._render import render_corruption_summary, render_lm_summary
 from robustbench_filters.report.tables import perplexity_table
-from robustbench_filters.stats import wilson_interval
+from robustbench_filters.stats.intervals import wilson_interval
 
 CHECKS = {"checks": [], "checks_summary": {"passed": True, "pass": 0, "warn": 0, "fail": 0}}
 

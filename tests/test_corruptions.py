@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import torch
 
-from robustbench_filters.api import evaluate as evaluate_corruptions
+from robustbench_filters.api.evaluate import evaluate as evaluate_corruptions
 from robustbench_filters.attacks.corruption import summarize_corruption_rows
 from robustbench_filters.attacks.corruption_transforms import (
     CORRUPTIONS,
@@ -20,8 +20,8 @@ from robustbench_filters.attacks.corruption_transforms import (
     pregenerate,
 )
 from robustbench_filters.cli import run
+from robustbench_filters.core.errors import RobfiltError
 from robustbench_filters.data import load_images
-from robustbench_filters.errors import RobfiltError
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,7 @@ import pytest
 from crash_kill import INTERRUPTED, assert_same_run, finish_here, parts, paused_at
 
 from robustbench_filters.cli import run
-from robustbench_filters.errors import RunStateError
+from robustbench_filters.core.errors import RunStateError
 from robustbench_filters.runs.folder import load_run
 from robustbench_filters.runs.lock import is_locked
 

@@ -20,7 +20,7 @@ import safetensors.torch
 import torch
 from crash_kill import ENV, assert_same_run, finish_here, parts, paused_at
 
-from robustbench_filters.errors import RunStateError
+from robustbench_filters.core.errors import RunStateError
 from robustbench_filters.runs.folder import load_run
 
 ATTACK = [
@@ -134,7 +134,7 @@ def test_write_failure_mid_run_ends_cleanly_and_resume_finishes(tmp_path, capfd,
     """A full disk (or lost permission) after some units: one-line error, complete parts intact, resume works."""
     import errno
 
-    import robustbench_filters.io as results
+    import robustbench_filters.core.io as results
     from robustbench_filters.cli import run
 
     args = ["16" if a == "40" else a for a in ATTACK]

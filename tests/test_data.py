@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+from robustbench_filters.core.errors import ChecksumError, RobfiltError
 from robustbench_filters.data import (
     BPETokenizer,
     CharTokenizer,
@@ -31,7 +32,6 @@ from robustbench_filters.data import (
     train_tokenizer,
 )
 from robustbench_filters.data import assets as assets_mod
-from robustbench_filters.errors import ChecksumError, RobfiltError
 
 FMNIST_CLASSES = [
     "T-shirt/top",

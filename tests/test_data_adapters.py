@@ -10,6 +10,7 @@ import torch
 from PIL import Image
 from torch.utils.data import Dataset, IterableDataset
 
+from robustbench_filters.core.errors import RobfiltError
 from robustbench_filters.data import (
     DatasetSource,
     HFImageSource,
@@ -19,8 +20,7 @@ from robustbench_filters.data import (
     load_text,
     open_image_source,
 )
-from robustbench_filters.errors import RobfiltError
-from robustbench_filters.loading import load_model
+from robustbench_filters.models.loading import load_model
 
 RNG = np.random.default_rng(0)
 X8 = RNG.integers(0, 256, (12, 16, 16, 3), dtype=np.uint8)  # numpy-style NHWC uint8

@@ -10,14 +10,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from robustbench_filters import names
-from robustbench_filters.api import evaluate
+from robustbench_filters.api.evaluate import evaluate
 from robustbench_filters.attacks.cascade import cascade, convergence_subset
 from robustbench_filters.attacks.catalogue import ATTACKS, DEFAULT_IMAGE_ATTACK, AttackInfo, Norm, register_attack
 from robustbench_filters.attacks.image import CONVERGENCE_SHARE
 from robustbench_filters.checks import image as IC
 from robustbench_filters.cli import run
 from robustbench_filters.configs import ImageAttackConfig, LMAttackConfig
+from robustbench_filters.core import names
 from robustbench_filters.data import load_images
 
 

@@ -13,9 +13,9 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from robustbench_filters import distributed as D
 from robustbench_filters.cli import run
-from robustbench_filters.errors import RobfiltError, RunStateError
+from robustbench_filters.core import distributed as D
+from robustbench_filters.core.errors import RobfiltError, RunStateError
 from robustbench_filters.runs.folder import RunWriter
 
 TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK")
@@ -210,7 +210,7 @@ def test_two_process_runs_equal_one_process_for_every_kind(
 
 
 def test_attacks_run_with_frozen_weights_and_restore_the_flags(no_torchrun_env: None) -> None:
-    from robustbench_filters.api import evaluate
+    from robustbench_filters.api.evaluate import evaluate
 
     class Probe(torch.nn.Module):
         """Records whether the weights required gradients while the engine ran the model."""

@@ -110,8 +110,8 @@ def _checked() -> dict[str, str]:
     pins = dict(re.findall(r"^([\w-]+)==(\S+)$", (ROOT / "constraints.txt").read_text(), flags=re.M))
     demo = re.search(r"^demo:.*\n\t(.*)$", (ROOT / "Makefile").read_text(), flags=re.M).group(1)  # type: ignore[union-attr]
     from robustbench_filters.cli._common import FAILED_CHECKS_EXIT
-    from robustbench_filters.errors import RobfiltError
-    from robustbench_filters.names import MODEL_NAMES
+    from robustbench_filters.core.errors import RobfiltError
+    from robustbench_filters.core.names import MODEL_NAMES
 
     return {
         project["requires-python"].removeprefix(">="): "requires-python",

@@ -22,9 +22,9 @@ import timm
 import torch
 from PIL import Image
 
-from robustbench_filters.benchmarking import BenchmarkResult
+from robustbench_filters.api.benchmark import BenchmarkResult
 from robustbench_filters.cli import run
-from robustbench_filters.loading import load_model
+from robustbench_filters.models.loading import load_model
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = (ROOT / "docs" / "own-models.md").read_text()

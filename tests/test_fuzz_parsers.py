@@ -8,8 +8,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from robustbench_filters.cli import run
-from robustbench_filters.errors import RobfiltError
-from robustbench_filters.parsing import parse_names, parse_number, parse_numbers
+from robustbench_filters.core.errors import RobfiltError
+from robustbench_filters.core.parsing import parse_names, parse_number, parse_numbers
 
 TEXT = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=30)
 NUMBERISH = st.one_of(

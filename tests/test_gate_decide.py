@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from run_summaries import summary_for
 
-from robustbench_filters.errors import RobfiltError
+from robustbench_filters.core.errors import RobfiltError
 from robustbench_filters.gating import (
     Mode,
     Status,

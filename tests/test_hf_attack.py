@@ -17,10 +17,10 @@ import pandas as pd
 import pytest
 import torch
 
-from robustbench_filters.api import evaluate
-from robustbench_filters.benchmarking import benchmark
+from robustbench_filters.api.benchmark import benchmark
+from robustbench_filters.api.evaluate import evaluate
 from robustbench_filters.cli import run
-from robustbench_filters.hf.load import load_hf
+from robustbench_filters.models.hf.load import load_hf
 
 COMMON = ["--n-examples", "6", "--batch-size", "3", "--max-length", "32", "--steps", "10", "-q"]
 

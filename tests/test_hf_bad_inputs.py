@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from _hf_models import gpt2, save, train_tokenizer
 
-from robustbench_filters.api import evaluate
+from robustbench_filters.api.evaluate import evaluate
 from robustbench_filters.cli import run
+from robustbench_filters.core.errors import RobfiltError
 from robustbench_filters.data import load_text
-from robustbench_filters.errors import RobfiltError
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +104,7 @@ def test_missing_extra_names_the_install_command(world, tmp_path, capfd, monkeyp
 
 
 def test_bf16_on_a_device_without_it(world, tmp_path, capfd, monkeypatch) -> None:
-    import robustbench_filters.hf.load as load
+    import robustbench_filters.models.hf.load as load
 
     monkeypatch.setattr(load, "bf16_supported", lambda device: False)
     _check_one_line([*ATTACK, "--model", f"hf:{world['gpt2']}", "--precision", "bf16"], "bfloat16 support and cpu has none",

@@ -15,10 +15,10 @@ import torch
 from _hf_models import gpt2, llama, save, train_tokenizer
 
 from robustbench_filters.cli import run
+from robustbench_filters.core.errors import RobfiltError
 from robustbench_filters.data import load_text
-from robustbench_filters.errors import RobfiltError
-from robustbench_filters.hf.convert import conversion_settings, convert
-from robustbench_filters.hf.load import load_hf
+from robustbench_filters.models.hf.convert import conversion_settings, convert
+from robustbench_filters.models.hf.load import load_hf
 
 
 @pytest.fixture(scope="module")
@@ -168,8 +168,8 @@ def test_train_converts_fine_tunes_and_reloads(hf_models, tmp_path, capsys, vari
 
 def test_a_killed_fine_tuning_resumes_to_the_same_weights(hf_models, tmp_path, monkeypatch) -> None:
     """State is saved every --ckpt-every steps; batches and dropout masks depend on (seed, step) only."""
-    from robustbench_filters import train_hf as T
-    from robustbench_filters.recipe import Recipe
+    from robustbench_filters.train.loop import hf as T
+    from robustbench_filters.train.recipe import Recipe
 
     recipe = Recipe(steps=4, batch_size=2, lr=1e-3, ckpt_every=2, augment=False)
     options = dict(data=f"text:{hf_models.text}", recipe=recipe, seed=3, max_length=16)

@@ -17,10 +17,10 @@ from lm_eval.tasks.wikitext.preprocess_wikitext import process_results
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 
 from robustbench_filters.attacks.lm_rows import text_chunks
+from robustbench_filters.core.errors import RobfiltError
 from robustbench_filters.data import load_text
-from robustbench_filters.errors import RobfiltError
-from robustbench_filters.hf import perplexity as P
-from robustbench_filters.hf.load import load_hf
+from robustbench_filters.models.hf import perplexity as P
+from robustbench_filters.models.hf.load import load_hf
 
 
 @pytest.mark.parametrize("n_tokens", [0, 1, 5, 16, 17, 40, 97])
@@ -79,7 +79,7 @@ def test_perplexities_equal_lm_evals(hf_models, which: str, stride: int | None) 
 
 def test_attack_rows_give_the_same_lm_eval_numbers(hf_models) -> None:
     """The clean rows of an attack run hold each chunk's lm-eval log-likelihood, words and bytes."""
-    from robustbench_filters.api import evaluate
+    from robustbench_filters.api.evaluate import evaluate
 
     run = evaluate(f"hf:{hf_models.gpt2}", "pgd", [0.0], n_examples=5, batch_size=2, steps=1, max_length=24)
     clean = run.rows[run.rows.kind == "clean"].sort_values("example_id")

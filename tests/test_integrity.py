@@ -319,7 +319,7 @@ def test_a_left_over_lock_file_never_blocks(tmp_path, content: str) -> None:
 
 
 def test_two_holders_cannot_share_a_lock(tmp_path) -> None:
-    from robustbench_filters.errors import RunStateError
+    from robustbench_filters.core.errors import RunStateError
 
     first = RunLock(tmp_path)
     first.acquire()

@@ -13,7 +13,7 @@ from scipy import stats as st
 from robustbench_filters.gating.metrics import metrics_from_rows
 from robustbench_filters.lipschitz.summary import summarize
 from robustbench_filters.report import tables as T
-from robustbench_filters.stats import (
+from robustbench_filters.stats.intervals import (
     NONNEGATIVE,
     PROPORTION,
     clip,

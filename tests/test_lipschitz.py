@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from timm.layers import Attention
 from torch import nn
 
-from robustbench_filters.api import estimate_lipschitz
+from robustbench_filters.api.evaluate import estimate_lipschitz
 from robustbench_filters.cli import run
-from robustbench_filters.errors import RobfiltError
+from robustbench_filters.core.errors import RobfiltError
 from robustbench_filters.lipschitz import (
     certified_radius,
     jacobian_norm_exact,

@@ -17,9 +17,9 @@ import torch
 from matplotlib.figure import Figure
 from torch import nn
 
-from robustbench_filters.api import estimate_lipschitz
-from robustbench_filters.errors import RobfiltError
-from robustbench_filters.family import Family
+from robustbench_filters.api.evaluate import estimate_lipschitz
+from robustbench_filters.core.errors import RobfiltError
+from robustbench_filters.core.family import Family
 from robustbench_filters.lipschitz import certify as certify_module
 from robustbench_filters.lipschitz import (
     jacobian_norm_exact,

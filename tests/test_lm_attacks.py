@@ -11,14 +11,14 @@ import pandas as pd
 import pytest
 import torch
 
-from robustbench_filters.api import evaluate as evaluate_lm
+from robustbench_filters.api.evaluate import evaluate as evaluate_lm
 from robustbench_filters.attacks.catalogue import Norm
 from robustbench_filters.attacks.embedding import EmbeddingAttack, eps_scale, perturbation_size
 from robustbench_filters.attacks.lm_rows import encode_batch, text_chunks
 from robustbench_filters.attacks.wordswap import WORD_RE, eligible_spans, swap_words
 from robustbench_filters.cli import run
+from robustbench_filters.core.errors import RobfiltError
 from robustbench_filters.data import STOPWORDS, CharTokenizer, load_text
-from robustbench_filters.errors import RobfiltError
 from robustbench_filters.models import create_model
 from robustbench_filters.models.lm_batch import sequence_nll
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from robustbench_filters.errors import RobfiltError
-from robustbench_filters.loading import validate_model_ref
+from robustbench_filters.core.errors import RobfiltError
 from robustbench_filters.models import (
     ModelKind,
     ModelRef,
@@ -14,6 +13,7 @@ from robustbench_filters.models import (
     parse_model_ref,
     split_model_list,
 )
+from robustbench_filters.models.loading import validate_model_ref
 from robustbench_filters.models.ref import format_value, parse_value
 
 

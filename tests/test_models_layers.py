@@ -14,7 +14,7 @@ from timm.layers import Attention
 from timm.models.vision_transformer import Block
 from torch import nn
 
-from robustbench_filters.errors import RobfiltError
+from robustbench_filters.core.errors import RobfiltError
 from robustbench_filters.models import BlockStack, create_model
 from robustbench_filters.models.bsa import (
     BilateralAttention,

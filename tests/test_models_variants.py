@@ -9,7 +9,7 @@ import timm
 import torch
 
 from robustbench_filters import create_model, list_models
-from robustbench_filters.errors import RobfiltError
+from robustbench_filters.core.errors import RobfiltError
 from robustbench_filters.models import BilateralAttention, BlockStack, set_fused_attn
 from robustbench_filters.models.config import IMAGENET_MEAN, IMAGENET_STD
 

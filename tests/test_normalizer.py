@@ -9,8 +9,8 @@ import timm
 import torch
 from torch import nn
 
+from robustbench_filters.core.errors import RobfiltError
 from robustbench_filters.data import load_images
-from robustbench_filters.errors import RobfiltError
 from robustbench_filters.models import create_model
 from robustbench_filters.models.normalize import InputNormalize, attach_normalizer, get_normalizer
 

@@ -13,7 +13,8 @@ import inspect
 import pytest
 import typer
 
-from robustbench_filters import api, benchmarking, spec
+from robustbench_filters.api.evaluate import benchmark as benchmarking
+from robustbench_filters.api.evaluate import evaluate as api
 from robustbench_filters.cli import app
 from robustbench_filters.configs import (
     CertifyConfig,
@@ -25,8 +26,9 @@ from robustbench_filters.configs import (
     internal_reason,
 )
 from robustbench_filters.configs.options import declaration
-from robustbench_filters.recipe import Recipe
-from robustbench_filters.surface import Surface
+from robustbench_filters.core.surface import Surface
+from robustbench_filters.gating import spec
+from robustbench_filters.train.recipe import Recipe
 
 # kind -> (CLI command, API functions, spec section)
 KINDS = {
@@ -114,8 +116,8 @@ def test_a_name_has_one_spelling_everywhere() -> None:
 def test_errors_name_options_as_each_surface_spells_them() -> None:
     """The same bad value: a flag on the command line, a keyword in Python, a key in a spec."""
     from robustbench_filters.configs import build, read
-    from robustbench_filters.errors import RobfiltError
-    from robustbench_filters.surface import surface
+    from robustbench_filters.core.errors import RobfiltError
+    from robustbench_filters.core.surface import surface
 
     messages = {}
     given = {Surface.CLI: ("deit", 0), Surface.API: (["deit"], 0), Surface.SPEC: (["deit"], 0)}

@@ -20,14 +20,14 @@ from report_synthetic import image_rows, write_run
 from run_summaries import image_summary
 
 from robustbench_filters.cli import run
-from robustbench_filters.errors import RobfiltError
-from robustbench_filters.gate import run_gate
+from robustbench_filters.core.errors import RobfiltError
+from robustbench_filters.gating.run import run_gate
 from robustbench_filters.report import build_report
 from robustbench_filters.runs.folder import RunWriter
 from robustbench_filters.runs.outfolder import LEDGER, OutputFolder
 from robustbench_filters.study import full_plan, write_up
 from robustbench_filters.study.folder import open_study_folder
-from robustbench_filters.train import Recipe, train
+from robustbench_filters.train.loop import Recipe, train
 
 USER_FILES = {
     "notes.md": "my notes",

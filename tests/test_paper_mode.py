@@ -18,9 +18,9 @@ from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
 from report_synthetic import CERT_RADII, certify_runs, synthetic_runs
 
-from robustbench_filters.budgets import eps_key, eps_text
+from robustbench_filters.core.budgets import eps_key, eps_text
+from robustbench_filters.core.parsing import parse_number
 from robustbench_filters.gating.metrics import same_eps
-from robustbench_filters.parsing import parse_number
 from robustbench_filters.report import build_report
 from robustbench_filters.report import certified as CT
 from robustbench_filters.report import figures as F

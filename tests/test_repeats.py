@@ -12,8 +12,8 @@ from torch import nn
 
 from robustbench_filters.cli import run
 from robustbench_filters.configs import LipschitzConfig
-from robustbench_filters.errors import RobfiltError
-from robustbench_filters.spec import load_spec
+from robustbench_filters.core.errors import RobfiltError
+from robustbench_filters.gating.spec import load_spec
 from robustbench_filters.study import StudyPlan, run_study
 from robustbench_filters.study.plan import LM_ATTACK_TEMPLATE
 
@@ -67,7 +67,7 @@ def test_api_arguments_refuse_repeats(tmp_path: Path) -> None:
         LipschitzConfig(models=("deit",), gap_rhos=(1e-3, 1e-3))
     torch.manual_seed(0)
     net = nn.Sequential(nn.Flatten(), nn.Linear(784, 10))
-    from robustbench_filters.api import evaluate
+    from robustbench_filters.api.evaluate import evaluate
 
     with pytest.raises(RobfiltError, match="the same model object is given twice"):
         evaluate(models=[net, net], attacks=["fgsm"], eps=[0.1], n_examples=2)

@@ -12,7 +12,7 @@ import pytest
 from run_summaries import summary_for
 
 from robustbench_filters.cli import run as cli_run
-from robustbench_filters.errors import RobfiltError
+from robustbench_filters.core.errors import RobfiltError
 from robustbench_filters.lipschitz.seqlen_run import SeqlenConfig, sequence_length_run
 from robustbench_filters.report import build_report
 from robustbench_filters.report import figures as F
@@ -225,7 +225,7 @@ def test_palette_is_fixed_per_variant() -> None:
 
 def test_full_report_from_engine_runs(tmp_path: Path) -> None:
     """Image attack run (4 variants, real engine), synthetic LM run, Lipschitz run and sequence-length study."""
-    from robustbench_filters.api import estimate_lipschitz, evaluate
+    from robustbench_filters.api.evaluate import estimate_lipschitz, evaluate
 
     img = tmp_path / "img"
     evaluate(["deit", "deit-bsa", "deit-grc", "deit-bsa-grc"], ["fgsm", "pgd"], eps=[0.01, 0.05], n_examples=8,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from robustbench_filters.api import estimate_lipschitz
+from robustbench_filters.api.evaluate import estimate_lipschitz
 from robustbench_filters.configs import LipschitzConfig
 from robustbench_filters.report import build_report
 

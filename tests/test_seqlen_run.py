@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from robustbench_filters.errors import RobfiltError
+from robustbench_filters.core.errors import RobfiltError
 from robustbench_filters.lipschitz import sequence_length_study
 from robustbench_filters.lipschitz.seqlen_run import SeqlenConfig, sequence_length_run
 from robustbench_filters.report.runs import load_runs

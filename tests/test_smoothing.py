@@ -12,7 +12,7 @@ from _smoothing_models import Linear3, TinyMLP, exact_p_top, linear_examples
 from scipy import stats
 
 from robustbench_filters.checks import FAIL, PASS, WARN
-from robustbench_filters.errors import RobfiltError
+from robustbench_filters.core.errors import RobfiltError
 from robustbench_filters.smoothing import (
     ABSTAIN,
     accuracy_curve,

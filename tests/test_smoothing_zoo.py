@@ -11,8 +11,8 @@ import torch
 from robustbench_filters import create_model
 from robustbench_filters.checks import FAIL
 from robustbench_filters.cli import run
+from robustbench_filters.core.errors import CheckpointError
 from robustbench_filters.data import load_images
-from robustbench_filters.errors import CheckpointError
 from robustbench_filters.models.checkpoint import ZOO_NOISE_SIGMAS, load_checkpoint, zoo_path
 from robustbench_filters.models.zoo import MIN_CERTIFIED_ACC, noise_zoo_status
 from robustbench_filters.smoothing import attack_rows, certificate_rows, check_certified_below_attack

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from robustbench_filters.cli import run
-from robustbench_filters.errors import RobfiltError, RunStateError
+from robustbench_filters.core.errors import RobfiltError, RunStateError
 from robustbench_filters.study import (
     CLAIMS,
     StudyPlan,
@@ -36,7 +36,7 @@ from robustbench_filters.study.plan import (
     full_plan,
     quick_plan,
 )
-from robustbench_filters.train import Recipe
+from robustbench_filters.train.loop import Recipe
 
 # --- verdicts from constructed numbers ------------------------------------------------------------------------
 

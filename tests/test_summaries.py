@@ -12,8 +12,8 @@ import pytest
 from run_summaries import image_summary
 
 from robustbench_filters.cli import run as cli_run
-from robustbench_filters.errors import RobfiltError, RunStateError
-from robustbench_filters.io import sha256_file
+from robustbench_filters.core.errors import RobfiltError, RunStateError
+from robustbench_filters.core.io import sha256_file
 from robustbench_filters.runs.folder import RunWriter, load_run, manifest_fingerprint
 from robustbench_filters.summaries import (
     VERSION,
@@ -33,7 +33,7 @@ COMMITTED = Path(__file__).resolve().parents[1] / "reports"
 @pytest.fixture(scope="module")
 def every_kind(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One tiny run of every kind the runner makes, plus a sequence-length study."""
-    from robustbench_filters.api import certify, estimate_lipschitz, evaluate
+    from robustbench_filters.api.evaluate import certify, estimate_lipschitz, evaluate
     from robustbench_filters.lipschitz.seqlen_run import SeqlenConfig, sequence_length_run
 
     out, common = tmp_path_factory.mktemp("kinds"), {"checkpoint": "none", "seed": 1}
@@ -48,7 +48,7 @@ def every_kind(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _written(summary: dict) -> str:
-    return json.dumps(summary, indent=2) + "\n"  # as robustbench_filters.io.atomic_write_json writes it
+    return json.dumps(summary, indent=2) + "\n"  # as robustbench_filters.core.io.atomic_write_json writes it
 
 
 KINDS = {

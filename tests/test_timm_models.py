@@ -9,9 +9,9 @@ import safetensors.torch
 import timm
 import torch
 
-from robustbench_filters.errors import CheckpointError, RobfiltError
-from robustbench_filters.loading import load_model
+from robustbench_filters.core.errors import CheckpointError, RobfiltError
 from robustbench_filters.models import create_model
+from robustbench_filters.models.loading import load_model
 from robustbench_filters.models.normalize import get_normalizer
 
 R18 = "timm:resnet18?num_classes=10&in_chans=1&img_size=32"

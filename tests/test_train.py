@@ -12,10 +12,10 @@ import torch.nn.functional as F
 from PIL import Image
 
 from robustbench_filters.cli import run
-from robustbench_filters.errors import RobfiltError
+from robustbench_filters.core.errors import RobfiltError
 from robustbench_filters.models import load_checkpoint
 from robustbench_filters.models.registry import build_from_spec
-from robustbench_filters.train import DEFAULT_RECIPES, Recipe, _Task, lr_at, train
+from robustbench_filters.train.loop import DEFAULT_RECIPES, Recipe, _Task, lr_at, train
 
 SMALL = {
     "deit-grc": Recipe(steps=12, batch_size=32, lr=2e-3, ckpt_every=4, eval_max=200),

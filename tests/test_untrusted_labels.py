@@ -14,11 +14,11 @@ import torch
 from _untrusted_models import build, level_data, write_level_folder
 from torch.utils.data import Dataset
 
-from robustbench_filters.api import certify, estimate_lipschitz, evaluate
-from robustbench_filters.benchmarking import benchmark
+from robustbench_filters.api.benchmark import benchmark
+from robustbench_filters.api.evaluate import certify, estimate_lipschitz, evaluate
 from robustbench_filters.configs import CertifyConfig, ImageAttackConfig
+from robustbench_filters.core.errors import RobfiltError
 from robustbench_filters.data.labels import label_index, label_indices
-from robustbench_filters.errors import RobfiltError
 
 FAST = dict(eps=[0.03], steps=1, checkpoint="none")
 SUBSET = [0, 1, 2, 3, 4, 5, 6, 8]  # 8 images labelled within 0..8 for a 10-logit model

@@ -17,12 +17,12 @@ import pytest
 import torch
 from _untrusted_models import build, level_data, write_level_folder, write_models
 
-from robustbench_filters.api import certify, estimate_lipschitz, evaluate
-from robustbench_filters.benchmarking import benchmark
+from robustbench_filters.api.benchmark import benchmark
+from robustbench_filters.api.evaluate import certify, estimate_lipschitz, evaluate
 from robustbench_filters.checks.logits import guard_logits, predictions
 from robustbench_filters.cli import run
 from robustbench_filters.configs import CertifyConfig
-from robustbench_filters.errors import RobfiltError
+from robustbench_filters.core.errors import RobfiltError
 from robustbench_filters.smoothing.sampler import sample_counts
 
 LABELS = [0, 1, 2, 3, 0, 1, 2, 3]

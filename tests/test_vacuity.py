@@ -9,13 +9,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from robustbench_filters import vacuity
 from robustbench_filters.gating.decide import baseline_check, decide_threshold
 from robustbench_filters.gating.metrics import Metric, find, metrics_from_rows
 from robustbench_filters.gating.modes import Status
 from robustbench_filters.report import render as R
 from robustbench_filters.report import tables as T
 from robustbench_filters.report.latex import latex_table
+from robustbench_filters.stats.intervals import vacuity
 
 LOWER = [10.0, 20.0, 30.0, 40.0]
 

@@ -3,7 +3,7 @@ language models, word swap and image corruptions. Each kind of run is a measurem
 :mod:`.corruption`; the public entry point is :func:`robustbench_filters.evaluate`.
 """
 
-from ..names import parse_norm
+from ..core.names import parse_norm
 from .catalogue import ATTACKS, AttackInfo, AttackParams, Norm, get_attack, register_attack
 
 __all__ = ["ATTACKS", "AttackInfo", "AttackParams", "Norm", "get_attack", "parse_norm", "register_attack"]

@@ -23,11 +23,11 @@ import torch
 import torchattacks
 from torch import nn
 
-from .. import names
-from ..errors import RobfiltError
-from ..family import Family
-from ..names import ATTACK_SPECS, SINGLE, STRONG, WEAK, AttackSpec, Norm, attack_spec  # noqa: F401 - re-exported
-from ..surface import given
+from ..core import names
+from ..core.errors import RobfiltError
+from ..core.family import Family
+from ..core.names import ATTACK_SPECS, SINGLE, STRONG, WEAK, AttackSpec, Norm, attack_spec  # noqa: F401 - re-exported
+from ..core.surface import given
 from . import strong
 from .apgd import EarlyAPGD, EarlyAPGDT
 from .early import EarlyPGD, EarlyPGDL2
@@ -41,7 +41,7 @@ Builder = Callable[[nn.Module, AttackParams], list[tuple[str, AttackFn]]]
 
 @dataclass(frozen=True)
 class AttackInfo(AttackSpec):
-    """An attack of the vocabulary (:class:`~robustbench_filters.names.AttackSpec`) with the builder that runs it:
+    """An attack of the vocabulary (:class:`~robustbench_filters.core.names.AttackSpec`) with the builder that runs it:
     ``build(model, params)`` returns its components, each a ``(name, attack(x, y) -> x_adv)`` pair. Positional
     construction works as before: ``AttackInfo(name, families, norms, default_norm, description, build)``."""
 

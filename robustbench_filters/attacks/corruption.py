@@ -33,7 +33,7 @@ from ..configs import CORRUPTION as PREFIX
 from ..configs import CorruptionConfig, data_label
 from ..runs.measurement import PrepareContext, Tick
 from ..runs.units import Unit, ids_digest, unit_seed
-from ..stats import finite_interval
+from ..stats.intervals import finite_interval
 from .cascade import margin_loss
 from .corruption_transforms import CORRUPTIONS, corrupt, parameter_table, pregenerate
 from .image import accuracy

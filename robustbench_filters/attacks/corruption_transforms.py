@@ -32,8 +32,8 @@ from dataclasses import dataclass
 import torch
 import torchvision.transforms.v2.functional as TF
 
-from ..errors import RobfiltError, unknown
-from ..names import SEVERITIES, check_severity  # noqa: F401 - SEVERITIES is part of this module's surface
+from ..core.errors import RobfiltError, unknown
+from ..core.names import SEVERITIES, check_severity  # noqa: F401 - SEVERITIES is part of this module's surface
 
 
 @dataclass(frozen=True)

@@ -35,10 +35,10 @@ from ..checks import image as IC
 from ..checks import model as MC
 from ..checks.logits import check_image_rows, guard_logits, predictions, require_logits
 from ..configs import ImageAttackConfig, build, read
-from ..errors import RobfiltError
-from ..names import DEFAULT_IMAGE_ATTACK
+from ..core.errors import RobfiltError
+from ..core.names import DEFAULT_IMAGE_ATTACK
+from ..core.surface import Surface
 from ..runs.adversarial import AdversarialTrace
-from ..surface import Surface
 from .cascade import cascade
 from .image import n_check
 from .image_models import frozen

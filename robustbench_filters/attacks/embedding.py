@@ -34,9 +34,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..errors import RobfiltError, unknown
+from ..core.errors import RobfiltError, unknown
+from ..core.names import EMBEDDING_ATTACKS, EPS_MODES
 from ..models.lm_batch import sequence_nll
-from ..names import EMBEDDING_ATTACKS, EPS_MODES
 from .catalogue import Norm
 
 _TINY = 1e-12

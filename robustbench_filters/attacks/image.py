@@ -27,7 +27,7 @@ from ..configs import ImageAttackConfig, data_label
 from ..runs.adversarial import AdversarialTrace
 from ..runs.measurement import PrepareContext, Tick, UnitOutput
 from ..runs.units import Unit, ids_digest, unit_seed
-from ..stats import wilson_interval
+from ..stats.intervals import wilson_interval
 from .cascade import batch_rows, cascade
 from .catalogue import ATTACKS, PGD_STEPS, STRONG, AttackParams, Norm, get_attack
 from .image_models import ImageModelsMeasurement, frozen

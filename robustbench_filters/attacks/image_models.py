@@ -16,9 +16,9 @@ from torch import nn
 
 from ..checks.logits import require_logits
 from ..configs import data_label, model_label
+from ..core.errors import RobfiltError
 from ..data.labels import check_labels_fit, pool_labels
-from ..errors import RobfiltError
-from ..loading import LoadedModel, load_model
+from ..models.loading import LoadedModel, load_model
 from ..runs.measurement import Measurement, PrepareContext
 from ..runs.units import batch_slices
 

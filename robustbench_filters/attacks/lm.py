@@ -6,7 +6,7 @@ accuracy likewise, always recomputed from the rows.
 eps is relative to the embedding scale by default (see :mod:`.embedding`); the scale of every model is reported.
 
 Hugging Face causal LMs (``hf:DIR`` or a ``transformers`` model with its tokenizer) run through the same code as
-robfilt's own GPT, seen through :class:`robustbench_filters.hf.adapter.HFCausalLM`. They are scored as lm-eval scores
+robfilt's own GPT, seen through :class:`robustbench_filters.models.hf.adapter.HFCausalLM`. They are scored as lm-eval scores
 documents (rolling windows, every token predicted), so their summaries add lm-eval's ``word_perplexity``,
 ``byte_perplexity`` and ``bits_per_byte`` next to the token perplexity; ``perplexity_metric`` names the metric of
 every model (per character for robfilt's character-level LMs).
@@ -30,10 +30,10 @@ from ..checks import model as MC
 from ..checks import summarize as summarize_checks
 from ..checks.logits import require_logits
 from ..configs import WORDSWAP, LMAttackConfig
-from ..errors import RobfiltError, UserCodeError
+from ..core.errors import RobfiltError, UserCodeError
 from ..runs.measurement import Measurement, PrepareContext, Tick
 from ..runs.units import Unit, batch_slices, ids_digest
-from ..stats import bootstrap_ratio_interval, lm_eval_columns
+from ..stats.intervals import bootstrap_ratio_interval, lm_eval_columns
 from .catalogue import Norm
 from .embedding import eps_scale
 from .lm_rows import (

@@ -6,9 +6,9 @@ text, then tokenised by each model's own tokenizer and cut to ``block_size + 1``
 ``[:-1]``, targets ``[1:]``. Sequences of unequal length (word swap shortens text; BPE needs fewer tokens than
 characters) are right-padded and the padding is masked out of every loss and count.
 
-Hugging Face models (``LMSubject.rolling`` set, :mod:`robustbench_filters.hf`) score a chunk as lm-eval scores a
+Hugging Face models (``LMSubject.rolling`` set, :mod:`robustbench_filters.models.hf`) score a chunk as lm-eval scores a
 document instead: every token is predicted, the first from the tokenizer's prefix token (BOS, else EOS), in lm-eval's
-rolling windows of at most ``max_length`` inputs (:mod:`robustbench_filters.hf.rolling`). A batch then holds one
+rolling windows of at most ``max_length`` inputs (:mod:`robustbench_filters.models.hf.rolling`). A batch then holds one
 row per window (``Batch.owner`` names its sequence); a sequence's numbers are the sums over its windows, and its
 rows also carry the clean chunk's words and UTF-8 bytes (lm-eval's denominators; 0 for per-token models).
 
@@ -80,7 +80,7 @@ def encode_batch(
     """Tokenise, cut to ``max_tokens`` tokens, shift into inputs/targets and right-pad with a mask; with
     ``rolling``, lm-eval's windows of every text instead (a text too short for any token gets an empty row)."""
     if rolling is not None:
-        from ..hf.rolling import Window, window_rows
+        from ..models.hf.rolling import Window, window_rows
 
         lists = [tokenizer.encode(t) for t in texts]
         rows = window_rows(lists, rolling)
@@ -134,7 +134,7 @@ def document_counts(subject: LMSubject, texts: Sequence[str]) -> dict[str, np.nd
     """lm-eval's denominators of each clean chunk (words, UTF-8 bytes) for rolling-window models, else nothing."""
     if subject.rolling is None:
         return {}
-    from ..hf.rolling import count_bytes, count_words
+    from ..models.hf.rolling import count_bytes, count_words
 
     return {
         "n_words": np.array([count_words(t) for t in texts], dtype=np.int64),

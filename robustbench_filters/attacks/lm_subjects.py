@@ -1,9 +1,9 @@
 """Who an LM run measures: every model with the tokenizer its weights were trained with, on one device and dtype.
 
 Models come as registry names (robfilt's own GPT, from the zoo, a checkpoint or untrained), ``hf:`` references
-(Hugging Face causal LMs, :mod:`robustbench_filters.hf.load`), or objects: a robfilt ``CausalLM``, a
+(Hugging Face causal LMs, :mod:`robustbench_filters.models.hf.load`), or objects: a robfilt ``CausalLM``, a
 ``transformers`` causal LM with its tokenizer, or an already wrapped
-:class:`~robustbench_filters.hf.adapter.HFCausalLM`. Every one becomes an :class:`~.lm_rows.LMSubject`; Hugging Face
+:class:`~robustbench_filters.models.hf.adapter.HFCausalLM`. Every one becomes an :class:`~.lm_rows.LMSubject`; Hugging Face
 models carry lm-eval's rolling windows (``LMSubject.rolling``) and are checked against their tokenizer.
 """
 
@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from ..configs import model_label
-from ..errors import RobfiltError
+from ..core.errors import RobfiltError
 from .lm_rows import LMSubject
 
 
@@ -36,8 +36,8 @@ def _tokenizer_for(ref: str, size: str, checkpoint: str) -> Any:
 
 
 def _is_hf(model: str | nn.Module) -> bool:
-    from ..hf import is_hf_model
-    from ..hf.adapter import HFCausalLM
+    from ..models.hf import is_hf_model
+    from ..models.hf.adapter import HFCausalLM
     from ..models.ref import ModelKind, parse_model_ref
 
     if isinstance(model, str):
@@ -49,8 +49,8 @@ def _hf_subject(
     model: str | nn.Module, index: int, tokenizer: Any, checkpoint: str | None, options: dict[str, Any]
 ) -> LMSubject:
     """An ``hf:`` reference, a ``transformers`` model or a wrapped one, with its tokenizer and lm-eval windows."""
-    from ..hf.load import as_hf_lm, load_hf, precision_dtype
-    from ..loading import DEFAULT_CHECKPOINTS
+    from ..models.hf.load import as_hf_lm, load_hf, precision_dtype
+    from ..models.loading import DEFAULT_CHECKPOINTS
     from ..models.ref import apply_model_args
 
     window = {"max_length": options.get("max_length"), "stride": options.get("stride")}
@@ -97,10 +97,10 @@ def load_lm_subjects(
     Precedence: ``tokenizer`` when given (an object or a path); a module's own ``tokenizer`` (attached by its
     checkpoint); the checkpoint folder's ``tokenizer.json``; for untrained models a character tokenizer of the data's
     train split. ``hf:`` models and ``transformers`` models take ``max_length``, ``stride``, ``precision`` and
-    ``device`` from ``hf_options`` (:mod:`robustbench_filters.hf.load`).
+    ``device`` from ``hf_options`` (:mod:`robustbench_filters.models.hf.load`).
     """
-    from ..loading import load_model
     from ..models import create_model
+    from ..models.loading import load_model
 
     untrained = checkpoint in (None, "none")
     own = [m for m in models if not _is_hf(m)]
@@ -131,7 +131,7 @@ def load_lm_subjects(
             )
             out.append(LMSubject(lm.label, lm.module.eval(), tok, lm.source))
     if hf_options.get("precision", "fp32") != "fp32":
-        from ..hf.load import precision_dtype
+        from ..models.hf.load import precision_dtype
 
         dtype = precision_dtype(hf_options["precision"], hf_options.get("device", "cpu"))
         for s in out:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..names import Norm, parse_norm  # noqa: F401 - the attack modules take them from here
+from ..core.names import Norm, parse_norm  # noqa: F401 - the attack modules take them from here
 
 AttackFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 

@@ -28,7 +28,7 @@ import re
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from ..names import DEFAULT_RATES, DEFAULT_REPLACEMENT, validate_rate  # noqa: F401 - DEFAULT_RATES is re-exported
+from ..core.names import DEFAULT_RATES, DEFAULT_REPLACEMENT, validate_rate  # noqa: F401 - DEFAULT_RATES is re-exported
 
 # Letters (any script) with apostrophes (ASCII or typographic) allowed only between letters.
 WORD_RE = re.compile(r"[^\W\d_]+(?:['\u2019][^\W\d_]+)*")

@@ -4,7 +4,7 @@ A classifier must return a ``(batch, classes)`` tensor (a language model ``(batc
 
 - **At the start** (:func:`require_logits`), on a probe batch before any folder is written: a tuple, a dict, a
   list, a non-tensor, the wrong rank or batch, or non-finite values cannot be measured honestly, so they are
-  refused in one line (:class:`~robustbench_filters.errors.RobfiltError`, exit 2). The class count a run uses is
+  refused in one line (:class:`~robustbench_filters.core.errors.RobfiltError`, exit 2). The class count a run uses is
   the logits' last dimension, read here, never the data's largest label.
 - **Mid-run** (:func:`guard_logits`), on adversarial, corrupted or noisy inputs and on later batches: a model
   may go bad only there. Raising would lose what it says about the model, and trusting it would be worse
@@ -23,7 +23,7 @@ import pandas as pd
 import torch
 from torch import nn
 
-from ..errors import RobfiltError
+from ..core.errors import RobfiltError
 from .base import FAIL, PASS, Check
 
 #: The check name every kind of run reports for its rows' model outputs.

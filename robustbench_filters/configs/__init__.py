@@ -15,10 +15,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..errors import RobfiltError
-from ..family import Family
-from ..names import AMP_DTYPES, CORRUPTION, WORDSWAP
-from ..surface import Surface, current_surface, flag
+from ..core.errors import RobfiltError
+from ..core.family import Family
+from ..core.names import AMP_DTYPES, CORRUPTION, WORDSWAP
+from ..core.surface import Surface, current_surface, flag
 from .attacks import CorruptionConfig, ImageAttackConfig, LMAttackConfig
 from .base import (
     CONTAMINATIONS,

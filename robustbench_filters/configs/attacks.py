@@ -6,10 +6,10 @@ import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ..counts import UpTo
-from ..errors import RobfiltError
-from ..family import Family
-from ..names import (
+from ..core.counts import UpTo
+from ..core.errors import RobfiltError
+from ..core.family import Family
+from ..core.names import (
     AMP_DTYPES,
     ATTACK_SPECS,
     CORRUPTION,
@@ -31,7 +31,7 @@ from ..names import (
     parse_norm,
     validate_rate,
 )
-from ..surface import flag, given
+from ..core.surface import flag, given
 from .base import (
     DEFAULT_LM_EPS,
     ImageDataConfig,
@@ -296,7 +296,7 @@ class LMAttackConfig(RunConfig):
         if self.precision not in PRECISIONS:
             raise RobfiltError(f"unknown {flag('precision')} {self.precision!r}; use {' or '.join(PRECISIONS)}.")
         if self.precision == "bf16":
-            from ..hf.load import precision_dtype
+            from ..models.hf.load import precision_dtype
 
             precision_dtype(self.precision, self.device)
 

@@ -7,10 +7,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ..errors import RobfiltError
-from ..family import Family
-from ..names import CORRUPTION, WORDSWAP, Norm, check_data_spec
-from ..surface import Surface, flag, given
+from ..core.errors import RobfiltError
+from ..core.family import Family
+from ..core.names import CORRUPTION, WORDSWAP, Norm, check_data_spec
+from ..core.surface import Surface, flag, given
 from .options import Bool, Data, Declared, Int, Models, Pairs, Text, internal, is_module, option
 
 if TYPE_CHECKING:
@@ -68,10 +68,10 @@ def model_family(model: ModelLike, base_dir: str | None = None) -> Family:
     spec = getattr(model, "robfilt_spec", None)
     if spec is not None:
         return spec.family
-    from ..hf import is_hf_model
+    from ..models.hf import is_hf_model
 
     if is_hf_model(model):
-        from ..hf.load import is_causal_config
+        from ..models.hf.load import is_causal_config
 
         return Family.LM if is_causal_config(model.config) else Family.IMAGE
     return Family.LM if hasattr(model, "forward_embeddings") else Family.IMAGE

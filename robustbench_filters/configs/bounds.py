@@ -6,11 +6,11 @@ import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ..counts import UpTo
-from ..errors import RobfiltError
-from ..family import Family
-from ..names import parse_method
-from ..surface import flag, given
+from ..core.counts import UpTo
+from ..core.errors import RobfiltError
+from ..core.family import Family
+from ..core.names import parse_method
+from ..core.surface import flag, given
 from .base import (
     ImageDataConfig,
     _positive,

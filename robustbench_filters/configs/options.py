@@ -3,8 +3,8 @@
 A field's declaration (:func:`option`) carries its flag, its help text and how its values are read; the run kinds it
 applies to are the config classes that have the field. From that one declaration come the typer options of
 ``robfilt attack/certify/lipschitz/train`` (:mod:`robustbench_filters.cli._options`), the keyword arguments of
-:func:`~robustbench_filters.api.evaluate`, :func:`~robustbench_filters.api.certify`,
-:func:`~robustbench_filters.benchmarking.benchmark` and ``estimate_lipschitz``, and the keys of a spec section.
+:func:`~robustbench_filters.api.evaluate.evaluate`, :func:`~robustbench_filters.api.evaluate.certify`,
+:func:`~robustbench_filters.api.benchmark.benchmark` and ``estimate_lipschitz``, and the keys of a spec section.
 So an option cannot exist on one surface and be missing on another, and its name cannot drift.
 
 Values arrive in three forms, one reader each (:class:`Value`): text on the command line (``--eps 0.01,8/255``),
@@ -12,7 +12,7 @@ TOML values in a spec (``eps = [0.01, "8/255"]``) and Python values in the API (
 only convert; the rules (ranges, repeats, what fits what) live once, in the config's ``__post_init__``.
 
 Error messages name an option the way the caller spelt it: ``--n-examples`` on the command line, ``n_examples`` in
-Python and in specs (:mod:`robustbench_filters.surface`).
+Python and in specs (:mod:`robustbench_filters.core.surface`).
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from ..errors import RobfiltError
-from ..parsing import parse_list, parse_number
-from ..surface import SPELLINGS, Spelling, Surface, flag, surface
+from ..core.errors import RobfiltError
+from ..core.parsing import parse_list, parse_number
+from ..core.surface import SPELLINGS, Spelling, Surface, flag, surface
 
 
 def is_module(obj: Any) -> bool:

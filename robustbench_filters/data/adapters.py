@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
-from ..errors import RobfiltError
+from ..core.errors import RobfiltError
 from .folder import as_ids, worker_context
 from .images import tensor_checksum
 from .labels import label_index, label_indices

@@ -14,7 +14,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from ..errors import ChecksumError, RobfiltError
+from ..core.errors import ChecksumError, RobfiltError
 
 log = logging.getLogger(__name__)
 

@@ -41,8 +41,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import RobfiltError
-from ..surface import flag
+from ..core.errors import RobfiltError
+from ..core.surface import flag
 
 log = logging.getLogger(__name__)
 

@@ -42,7 +42,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from ..errors import RobfiltError
+from ..core.errors import RobfiltError
 from .class_map import ClassMap, read_class_map
 from .preprocess import InputSpec, pil_transform, resolve_input_spec
 

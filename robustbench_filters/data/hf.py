@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from ..errors import RobfiltError, suggest
+from ..core.errors import RobfiltError, suggest
 from .adapters import to_unit_float
 from .folder import as_ids, default_workers, worker_context
 from .images import tensor_checksum

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..errors import ChecksumError, RobfiltError, suggest, unknown
+from ..core.errors import ChecksumError, RobfiltError, suggest, unknown
 from .assets import asset_path
 from .folder import IMAGEFOLDER
 from .preprocess import DEFAULT_PREPROCESS, InputSpec, pil_transform, resolve_input_spec

@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..errors import RobfiltError
-from ..surface import flag
+from ..core.errors import RobfiltError
+from ..core.surface import flag
 
 
 def _refuse(what: str, detail: str) -> RobfiltError:

@@ -12,7 +12,7 @@ import logging
 
 import torch
 
-from ..errors import RobfiltError
+from ..core.errors import RobfiltError
 from .tokenizers import Tokenizer
 
 log = logging.getLogger(__name__)

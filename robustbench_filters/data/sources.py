@@ -18,8 +18,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from ..errors import RobfiltError
-from ..surface import flag
+from ..core.errors import RobfiltError
+from ..core.surface import flag
 from .adapters import DatasetSource, TensorSource
 from .folder import IMAGEFOLDER, FolderSource
 from .hf import HF_DISK, HFImageSource

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from ..errors import ChecksumError
+from ..core.errors import ChecksumError
 from .assets import asset_path
 
 __all__ = ["STOPWORDS", "load_stopwords"]

@@ -12,7 +12,7 @@ import gzip
 import logging
 from pathlib import Path
 
-from ..errors import ChecksumError, RobfiltError, suggest, unknown
+from ..core.errors import ChecksumError, RobfiltError, suggest, unknown
 from .assets import asset_path
 from .splits import SPLITS, contiguous_split
 

@@ -12,8 +12,8 @@ import logging
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from ..errors import RobfiltError, unknown
-from ..io import atomic_write_text
+from ..core.errors import RobfiltError, unknown
+from ..core.io import atomic_write_text
 
 log = logging.getLogger(__name__)
 

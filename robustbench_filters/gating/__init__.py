@@ -1,10 +1,10 @@
 """The CI gate's one judging path: statistics, decisions, formats and outputs, independent of how runs are made.
 
-Everything here reads finished run folders only (like :mod:`..report`); :mod:`robustbench_filters.gate` makes
+Everything here reads finished run folders only (like :mod:`..report`); :mod:`robustbench_filters.gating.run` makes
 the runs and calls in.
 
 - :mod:`.metrics`: the named metrics a gate checks (``deit/pgd@0.02/acc``), recomputed from run rows through
-  :mod:`robustbench_filters.aggregates` (the numbers a report prints), and baseline files;
+  :mod:`robustbench_filters.stats.aggregates` (the numbers a report prints), and baseline files;
 - :mod:`.modes`: check modes (paired / interval / point), statuses, the baseline policy, :class:`Decision`;
 - :mod:`.decide`: the pure decision functions for thresholds and baselines;
 - :mod:`.judge`: applies them to runs (find, pair, test, Holm-correct, decide, time) and gives :class:`Outcome` s;

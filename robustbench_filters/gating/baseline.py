@@ -35,10 +35,10 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import RobfiltError, suggest
-from ..io import atomic_write_json
-from ..paired import PairedBinary, PairedRatio
+from ..core.errors import RobfiltError, suggest
+from ..core.io import atomic_write_json
 from ..runs.folder import Run, load_run
+from ..stats.paired import PairedBinary, PairedRatio
 from .metrics import (
     BASELINE_FORMAT,
     LM_EVAL,

@@ -14,7 +14,7 @@ mode, up to float noise (:data:`FLOAT_RTOL`) against a baseline.
 Nothing here reads files or makes runs; the gate passes :class:`~.metrics.Metric` values and, for the
 paired mode, the paired per-example outcomes (:func:`.series.pair_series`).
 
-A certified Lipschitz value that is vacuous (:mod:`robustbench_filters.vacuity`: a bound more than 1e6 times the
+A certified Lipschitz value that is vacuous (:mod:`robustbench_filters.stats.vacuity`: a bound more than 1e6 times the
 rigorous lower bound, a radius below 1e-6 of the one the lower bound gives) certifies nothing about the model, so
 :func:`vacuous_decision` never lets it pass silently: a pass becomes a WARN that says the value is vacuous (the
 limit is met, but by a number that carries no information), and a FAIL keeps failing with the same note (the
@@ -30,9 +30,9 @@ import math
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from ..errors import RobfiltError
-from ..paired import PairedBinary, PairedRatio, sign_flip_ratio_test
-from ..stats import mcnemar_one_sided, paired_margin_score_test
+from ..core.errors import RobfiltError
+from ..stats.intervals import mcnemar_one_sided, paired_margin_score_test
+from ..stats.paired import PairedBinary, PairedRatio, sign_flip_ratio_test
 from .metrics import DIRECTION, RELATIVE, Metric
 from .modes import Decision, Mode, Status, threshold_mode
 from .power import (

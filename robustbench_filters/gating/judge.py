@@ -17,9 +17,9 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ..errors import RobfiltError
+from ..core.errors import RobfiltError
 from ..runs.folder import Run
-from ..stats import holm
+from ..stats.intervals import holm
 from .baseline import Baseline
 from .decide import PairedTest, baseline_check, decide_threshold, fmt, paired_decision, vacuous_decision
 from .junit import Stopwatch, TimedCase

@@ -14,7 +14,7 @@ abstentions and wrong predictions counted as not certified), an example bootstra
 accuracy, and none (``lo == hi == value``) for deterministic quantities such as certified Lipschitz bounds
 (:data:`INTERVALS` names them, for the tables that show them). A certified accuracy no certificate could reach is
 flagged ``vacuous``: every example abstained at that sigma, or the radius lies past the largest one the run's n
-noise draws can certify at its alpha (:func:`~robustbench_filters.stats.max_certifiable_radius`).
+noise draws can certify at its alpha (:func:`~robustbench_filters.stats.intervals.max_certifiable_radius`).
 
 The small baseline file (``robfilt check --write-baseline``) is JSON::
 
@@ -36,11 +36,11 @@ from typing import Any
 
 import pandas as pd
 
-from .. import aggregates as A
-from ..errors import RobfiltError, suggest
-from ..parsing import parse_number
+from ..core.errors import RobfiltError, suggest
+from ..core.parsing import parse_number
 from ..runs.folder import Run, load_run
-from ..stats import max_certifiable_radius, wilson_interval
+from ..stats import aggregates as A
+from ..stats.intervals import max_certifiable_radius, wilson_interval
 from ..summaries import CERTIFY, IMAGE, LIPSCHITZ, LM, Summary, read_summary
 from ..summaries.certify import CertifySummary, SigmaCertificates
 from ..summaries.corruption import CorruptionSummary
@@ -116,7 +116,9 @@ class Metric:
     n: int | None = None
     family: str = ""
     source: str = ""
-    vacuous: bool | None = None  # a certified number that certifies nothing (Lipschitz: robustbench_filters.vacuity)
+    vacuous: bool | None = (
+        None  # a certified number that certifies nothing (Lipschitz: robustbench_filters.stats.vacuity)
+    )
 
     @property
     def key(self) -> str:

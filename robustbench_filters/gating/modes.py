@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from ..errors import RobfiltError, unknown
+from ..core.errors import RobfiltError, unknown
 
 
 class Mode(str, Enum):

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import RegressionError
+from ..core.errors import RegressionError
 from .metrics import condition
 from .modes import BaselinePolicy, Mode, Status
 

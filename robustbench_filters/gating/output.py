@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..io import atomic_write_text
+from ..core.io import atomic_write_text
 from .judge import junit_case
 from .junit import RunTime, junit_xml
 from .metrics import interval_note

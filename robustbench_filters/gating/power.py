@@ -45,7 +45,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..stats import Z95, z_quantile
+from ..stats.intervals import Z95, z_quantile
 from .modes import DEFAULT_ALPHA, DEFAULT_DISCORDANCE, Mode
 
 # Per-sequence correlation of log-perplexities between the baseline and a changed LM on the same text.

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..stats import z_quantile
+from ..stats.intervals import z_quantile
 from .modes import Mode
 from .power import DEFAULT_ALPHA, DEFAULT_POWER, wilson_bound
 

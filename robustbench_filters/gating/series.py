@@ -12,7 +12,7 @@ A paired test is only valid when both runs measured the very same examples. Two 
    same inputs;
 2. each (model, condition) series must hold the same set of example ids in both runs.
 
-Either mismatch is refused with one line (:class:`~robustbench_filters.errors.RobfiltError`): comparing
+Either mismatch is refused with one line (:class:`~robustbench_filters.core.errors.RobfiltError`): comparing
 different examples "paired" would report differences between examples as differences between models.
 """
 
@@ -27,9 +27,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..errors import RobfiltError
-from ..paired import PairedBinary, PairedRatio
+from ..core.errors import RobfiltError
 from ..runs.folder import Run
+from ..stats.paired import PairedBinary, PairedRatio
 from ..summaries import CERTIFY
 from .metrics import (
     certificate_rows,

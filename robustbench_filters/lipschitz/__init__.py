@@ -4,7 +4,7 @@ Lower bounds (per example, rigorous): dense Jacobian + SVD (``exact``), jvp/vjp 
 pair-ratio ascent (``ratio``). Upper bounds (certified): exact per-layer constants composed along the model's
 :class:`.chain.Chain` with the residual and boosting (GRC) rules, globally and on a ball around each input, plus
 the certified radius that follows. Whether a certified number is vacuous is decided by
-:mod:`robustbench_filters.vacuity`. The gap analysis, the ablations and the second-order bound live in
+:mod:`robustbench_filters.stats.vacuity`. The gap analysis, the ablations and the second-order bound live in
 :mod:`.research`. The formulas and their sources are in notes/lipschitz.md; each module's docstring names the
 section it uses.
 """

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from ..errors import RobfiltError
+from ..core.errors import RobfiltError
 from .attention_bound import attention_lipschitz
 from .chain import Chain, Stage, build_chain
 from .compose import residual_step

@@ -30,7 +30,7 @@ import torch
 from timm.models.vision_transformer import VisionTransformer
 from torch import nn
 
-from ..family import Family
+from ..core.family import Family
 from ..models.lm import CausalLM
 from ..models.normalize import get_normalizer, normalize_input
 from .attention_bound import check_attention

@@ -11,7 +11,7 @@ import math
 import torch
 from torch import nn
 
-from ..errors import RobfiltError
+from ..core.errors import RobfiltError
 
 # sup |GELU'(x)| = Phi(sqrt 2) + exp(-1)/sqrt(pi), attained at x = sqrt(2) (exact erf GELU, timm's nn.GELU).
 GELU_LIPSCHITZ: float = 0.5 * (1.0 + math.erf(1.0)) + math.exp(-1.0) / math.sqrt(math.pi)

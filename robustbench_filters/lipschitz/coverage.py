@@ -16,7 +16,7 @@ import math
 import torch
 from torch import nn
 
-from ..errors import RobfiltError
+from ..core.errors import RobfiltError
 from .constants import activation_lipschitz, uncovered
 from .spectral import conv_lipschitz, linear_lipschitz, spectral_norm
 

@@ -16,9 +16,9 @@ from typing import Any
 
 import torch
 
-from ..errors import RobfiltError
-from ..family import Family
-from ..surface import flag
+from ..core.errors import RobfiltError
+from ..core.family import Family
+from ..core.surface import flag
 from .target import Target
 
 SYNTHETIC = "synthetic"

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 from torch.func import jvp, vjp, vmap
 
-from ..errors import RobfiltError
+from ..core.errors import RobfiltError
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ from typing import Protocol
 
 import torch
 
-from ..errors import RobfiltError
+from ..core.errors import RobfiltError
 from .chain import Chain, Stage
 from .layernorm_bound import box_min_variance, token_std
 from .stage_bounds import ReadoutLocal, StageLocal, readout_local, stage_local

@@ -34,11 +34,11 @@ from ..checks import Check
 from ..checks import summarize as summarize_checks
 from ..checks.logits import check_finite_rows, require_logits
 from ..configs import LipschitzConfig
+from ..core.errors import RobfiltError, UserCodeError
+from ..core.family import Family
+from ..core.names import Method
 from ..data.labels import check_labels_fit, label_indices
-from ..errors import RobfiltError, UserCodeError
-from ..family import Family
 from ..models import create_model
-from ..names import Method
 from ..runs.measurement import Measurement, PrepareContext, Tick
 from ..runs.units import Unit, batch_slices, example_count
 
@@ -94,7 +94,7 @@ def _load_model(ref: str, config: LipschitzConfig) -> nn.Module:
     factory references (and any with arguments or ``--model-arg``) load like everywhere else
     (:func:`..loading.load_model`); the target switches a fused-attention copy to the manual path.
     """
-    from ..loading import load_model
+    from ..models.loading import load_model
     from ..models.ref import ModelKind, parse_model_ref
 
     size, checkpoint, seed, args = config.size, config.checkpoint, config.seed, config.parsed_model_args

@@ -16,8 +16,8 @@ from typing import Any, ClassVar
 import pandas as pd
 from torch import nn
 
-from ..errors import RobfiltError
-from ..progress import ProgressHook
+from ..core.errors import RobfiltError
+from ..core.progress import ProgressHook
 from ..runs.measurement import Measurement, PrepareContext, Tick
 from ..runs.runner import RunResult, run
 from ..runs.units import Unit

@@ -3,7 +3,7 @@
 Kept apart from the measurement (:mod:`.run`) because readers need them without the bound machinery: the summary
 is recomputed from the rows alone (plus each model's certified factor table, which depends only on the weights).
 Every certified number in it carries a ``*_vacuous`` flag (True, False, or None when it cannot be judged) by the
-rule of :mod:`robustbench_filters.vacuity`, which the summary also states under ``vacuity``.
+rule of :mod:`robustbench_filters.stats.vacuity`, which the summary also states under ``vacuity``.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .. import vacuity
 from ..checks import FAIL, PASS, Check
-from ..stats import NONNEGATIVE, finite_interval
+from ..stats import vacuity
+from ..stats.intervals import NONNEGATIVE, finite_interval
 
 MODEL_LAYER = "model"
 GAP = "gap/"  # layer prefix of the rows that show where the certified bounds lose (--gap)

@@ -29,8 +29,8 @@ import torch
 from timm.models.vision_transformer import VisionTransformer
 from torch import nn
 
-from ..errors import RobfiltError
-from ..family import Family
+from ..core.errors import RobfiltError
+from ..core.family import Family
 from ..models.deit import set_fused_attn
 from ..models.lm import CausalLM
 

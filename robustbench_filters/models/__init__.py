@@ -3,8 +3,8 @@
 Names are imported on first use, so the light parts (model references in :mod:`.ref`) serve the command line and
 the run configs without torch. The DeiT variants join timm's registry whenever timm is imported after
 ``import robustbench_filters`` (``timm.create_model("deit_tiny_bsa_patch16_224")``; see
-:mod:`robustbench_filters.timm_hook`). Loading any model reference (these, timm, factories, ``hf:``) is
-:func:`robustbench_filters.loading.load_model`, above this package and :mod:`robustbench_filters.hf`.
+:mod:`robustbench_filters.models.timm_hook`). Loading any model reference (these, timm, factories, ``hf:``) is
+:func:`robustbench_filters.models.loading.load_model`, above this package and :mod:`robustbench_filters.models.hf`.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from timm.layers import Attention
 from torch import nn
 
-from ..errors import RobfiltError
+from ..core.errors import RobfiltError
 
 
 class PosKernel(str, Enum):

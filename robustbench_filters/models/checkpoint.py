@@ -21,15 +21,15 @@ import safetensors.torch
 import torch
 from torch import nn
 
-from ..errors import CheckpointError
-from ..family import Family
-from ..io import atomic_write_text
-from ..versions import library_versions
-from ..zoo_index import CARD, WEIGHTS, ZOO_DIR, zoo_folder_name  # ZOO_DIR: a global here, so tests can move it
-from ..zoo_index import ZOO_NOISE_SIGMAS as ZOO_NOISE_SIGMAS  # re-exported: the noise levels of the zoo
-from ..zoo_index import noise_tag as noise_tag  # re-exported: how a noise level names a zoo variant
+from ..core.errors import CheckpointError
+from ..core.family import Family
+from ..core.io import atomic_write_text
+from ..core.versions import library_versions
 from .config import DeiTConfig, LMConfig, config_from_dict
 from .registry import ModelSpec, build_from_spec, parse_name
+from .zoo_index import CARD, WEIGHTS, ZOO_DIR, zoo_folder_name  # ZOO_DIR: a global here, so tests can move it
+from .zoo_index import ZOO_NOISE_SIGMAS as ZOO_NOISE_SIGMAS  # re-exported: the noise levels of the zoo
+from .zoo_index import noise_tag as noise_tag  # re-exported: how a noise level names a zoo variant
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import RobfiltError, suggest
+from ..core.errors import RobfiltError, suggest
 from .bsa import PosKernel, initial_sigmas
 from .grc import GrcSublayers, validate_lambda
 

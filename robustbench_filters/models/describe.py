@@ -1,15 +1,15 @@
 """Human- and machine-readable descriptions of the model variants (``robfilt models show``; ``models list`` is
-:func:`robustbench_filters.zoo_index.list_table`, which never builds a model)."""
+:func:`robustbench_filters.models.zoo_index.list_table`, which never builds a model)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..family import Family
-from ..zoo_index import list_table as list_table  # re-exported: `models list` reads cards only (no torch)
-from ..zoo_index import noise_zoo, zoo_entry
+from ..core.family import Family
 from .registry import build_from_spec, resolve_spec
 from .timm_registry import timm_name
+from .zoo_index import list_table as list_table  # re-exported: `models list` reads cards only (no torch)
+from .zoo_index import noise_zoo, zoo_entry
 
 FORMULATION_NOTE = (
     "These BSA and GRC formulas are this project's formulation of the principles in Abdullaev, Tkachenko & "

@@ -20,7 +20,7 @@ from enum import Enum
 import torch
 from torch import nn
 
-from ..errors import RobfiltError
+from ..core.errors import RobfiltError
 
 
 class GrcSublayers(str, Enum):

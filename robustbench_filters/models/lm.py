@@ -14,7 +14,7 @@ from timm.layers import Attention
 from timm.models.vision_transformer import Block
 from torch import nn
 
-from ..errors import RobfiltError
+from ..core.errors import RobfiltError
 from .bsa import BilateralAttention, PosKernel, bsa_layer
 from .config import LMConfig
 from .deit import set_fused_attn

@@ -1,7 +1,7 @@
 """Token batches as the language models consume them, and the loss every LM measurement sums.
 
 A batch holds inputs, their next-token targets and a mask of the positions that are scored; lm-eval's rolling
-windows (:mod:`robustbench_filters.hf.rolling`) make one row per window, and ``owner`` maps rows back to their
+windows (:mod:`robustbench_filters.models.hf.rolling`) make one row per window, and ``owner`` maps rows back to their
 sequence. Kept beside the models, below the attacks, the checks and the Hugging Face adapter, because all three
 score batches the same way.
 """
@@ -52,7 +52,7 @@ class Batch:
 
 
 def window_batch(windows: Sequence[Any], device: torch.device) -> Batch:
-    """One row per lm-eval window (:class:`robustbench_filters.hf.rolling.Window`), right-padded; only the
+    """One row per lm-eval window (:class:`robustbench_filters.models.hf.rolling.Window`), right-padded; only the
     window's trailing ``n_scored`` targets count."""
     width = max(1, max((len(w.inputs) for w in windows), default=1))
     idx = torch.zeros(len(windows), width, dtype=torch.long)

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from ..errors import RobfiltError
+from ..core.errors import RobfiltError
 
 
 class InputNormalize(nn.Module):

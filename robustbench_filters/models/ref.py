@@ -7,7 +7,7 @@
 factory: ``path/to/file.py:build`` or ``pkg.module:build``. Arguments go to the model's builder: registry config
 fields (``grc_lambda=0``, ``size=tiny``), timm's ``create_model`` keywords (``num_classes=10&in_chans=1``) plus
 robfilt's ``mean``/``std``/``crop_pct``/``interpolation``, BSA/GRC conversion settings for ``hf:`` models
-(``variant=grc&grc_lambda=0.1``, see :mod:`robustbench_filters.hf.convert`), or the factory's keyword arguments. ``name=`` sets the
+(``variant=grc&grc_lambda=0.1``, see :mod:`robustbench_filters.models.hf.convert`), or the factory's keyword arguments. ``name=`` sets the
 label shown in tables (``mynet=models.py:build``).
 
 Values are typed: ``10`` is an int, ``0.5`` and ``8/255`` are floats, ``true``/``false`` bools, ``none`` None,
@@ -25,8 +25,8 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from ..errors import RobfiltError
-from ..parsing import parse_number
+from ..core.errors import RobfiltError
+from ..core.parsing import parse_number
 
 TIMM_PREFIX = "timm:"
 HF_PREFIX = "hf:"
@@ -281,7 +281,7 @@ def model_kind(ref: str | ModelRef, base_dir: str | Path | None = None) -> str:
     (:func:`.resolve.validate_model_ref`, and loading, check it); a factory's callable is checked when the model is
     loaded (that runs the user's code).
     """
-    from ..names import HF_INSTALL, parse_name
+    from ..core.names import HF_INSTALL, parse_name
 
     mref = parse_model_ref(ref)
     if mref.kind is ModelKind.TIMM:

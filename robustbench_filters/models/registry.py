@@ -12,8 +12,8 @@ from typing import Any
 
 from torch import nn
 
-from ..errors import RobfiltError, unknown
-from ..family import Family
+from ..core.errors import RobfiltError, unknown
+from ..core.family import Family
 from .config import DeiTConfig, LMConfig, apply_overrides
 from .deit import DEIT_SIZES, build_deit
 from .lm import LM_SIZES, CausalLM

@@ -1,6 +1,6 @@
 """The BSA/GRC DeiTs in timm's model registry, at every size: how each registered name builds.
 
-``import robustbench_filters`` registers them (:mod:`robustbench_filters.timm_hook`, through timm's public
+``import robustbench_filters`` registers them (:mod:`robustbench_filters.models.timm_hook`, through timm's public
 ``register_model`` and ``generate_default_cfgs``), as soon as timm is imported::
 
     deit_micro_patch4_28, deit_micro_{bsa,grc,bsa_grc}_patch4_28       (28x28 grey, 10 classes: the zoo's models)
@@ -21,7 +21,7 @@ from typing import Any
 
 from torch import nn
 
-from ..errors import CheckpointError, RobfiltError
+from ..core.errors import CheckpointError, RobfiltError
 from .checkpoint import WEIGHTS, zoo_path
 from .config import DeiTConfig
 from .deit import DEIT_SIZES, build_deit, input_spec

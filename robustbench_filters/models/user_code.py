@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..errors import RobfiltError
+from ..core.errors import RobfiltError
 
 
 def describe_exception(exc: BaseException) -> str:

@@ -23,7 +23,7 @@ from typing import Any
 
 from torch import nn
 
-from ..errors import RobfiltError
+from ..core.errors import RobfiltError
 from .ref import ModelKind, ModelRef, is_file_module
 from .user_code import describe_exception, search_path, user_code
 

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..errors import CheckpointError
+from ..core.errors import CheckpointError
 from .checkpoint import WEIGHTS, _is_pickle
 
 log = logging.getLogger(__name__)

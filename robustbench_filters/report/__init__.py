@@ -2,7 +2,7 @@
 
 ``build_report`` turns run folders into paper-ready tables (Markdown, CSV, LaTeX booktabs) and figures (PDF,
 PNG). Everything here reads run folders only and recomputes from per-example rows; making the runs is
-:mod:`robustbench_filters.api`'s job, and the CI gate's judgement lives in :mod:`robustbench_filters.gating`.
+:mod:`robustbench_filters.api.evaluate`'s job, and the CI gate's judgement lives in :mod:`robustbench_filters.gating`.
 
 The names below load on first use, so importing one light module of this package does not pay for pandas and
 matplotlib.

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..errors import RobfiltError, unknown
+from ..core.errors import RobfiltError, unknown
 from ..runs.outfolder import OutputFolder, legacy_report_files
 from . import figures as F
 from . import render as R

@@ -24,7 +24,7 @@ from matplotlib.legend_handler import HandlerErrorbar
 from matplotlib.lines import Line2D
 
 from ..runs.folder import Run
-from ..stats import clopper_pearson, wilson_interval
+from ..stats.intervals import clopper_pearson, wilson_interval
 from .style import (
     ONE_COLUMN,
     TWO_COLUMN,

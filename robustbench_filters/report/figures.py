@@ -25,8 +25,8 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
-from ..budgets import eps_text, grid_step, on_grid
-from ..io import atomic_write
+from ..core.budgets import eps_text, grid_step, on_grid
+from ..core.io import atomic_write
 from .style import (
     DPI,
     ONE_COLUMN,

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..io import atomic_write_text
+from ..core.io import atomic_write_text
 
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; script-src 'unsafe-inline'"
 STATUS_ORDER = {"fail": 0, "warn": 1, "pass": 2}

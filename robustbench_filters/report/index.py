@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from ..io import atomic_write_text
+from ..core.io import atomic_write_text
 from ..runs.folder import Run
 from ..runs.outfolder import REPORT_TITLE
 from . import html as H

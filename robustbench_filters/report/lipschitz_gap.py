@@ -24,8 +24,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from .. import vacuity
-from ..errors import RobfiltError
+from ..core.errors import RobfiltError
+from ..stats import vacuity
 from .style import ONE_COLUMN, TWO_COLUMN, drawn, label_figure, legend_below, mark, new_figure, paper_style
 from .tables import GAP_PREFIX
 
@@ -175,7 +175,7 @@ def gap_table(gap: pd.DataFrame) -> pd.DataFrame:
 
 def gap_layout(table: pd.DataFrame) -> pd.DataFrame:
     """The gap table for people: decades (log10) with two decimals; a certified median more than six decades above
-    the empirical one is labelled vacuous (:mod:`robustbench_filters.vacuity`)."""
+    the empirical one is labelled vacuous (:mod:`robustbench_filters.stats.vacuity`)."""
 
     def dec(values: pd.Series) -> pd.Series:
         return values.map(lambda v: "-" if pd.isna(v) else f"{v:.2f}")

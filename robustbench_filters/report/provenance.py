@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from matplotlib.figure import Figure
 
-from ..io import atomic_write_json
+from ..core.io import atomic_write_json
 
 if TYPE_CHECKING:
     from ..runs.folder import Run

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from .. import vacuity
-from ..budgets import eps_text
-from ..io import atomic_write_text
+from ..core.budgets import eps_text
+from ..core.io import atomic_write_text
+from ..stats import vacuity
 from .latex import format_number, label_for, latex_table
 from .tables import CLEAN, model_order
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import pandas as pd
 
-from ..errors import RobfiltError
+from ..core.errors import RobfiltError
 from ..runs.crosscheck import KEY_FIELDS, example_key, refuse_copies, refuse_label_conflicts, selections_of
 from ..runs.folder import Run, load_run
 

@@ -2,7 +2,7 @@
 perturbation-vs-sequence-length study, and randomized-smoothing certified accuracy.
 
 A certified number that is vacuous is labelled so in its table, and the caption states the rule
-(:mod:`robustbench_filters.vacuity`).
+(:mod:`robustbench_filters.stats.vacuity`).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from .. import vacuity
+from ..stats import vacuity
 from ..summaries import CERTIFY, IMAGE, LIPSCHITZ, SEQLEN
 from . import context as C
 from . import figures as F

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from ..errors import unknown
+from ..core.errors import unknown
 from ..summaries import IMAGE
 from ..summaries.image import ImageAttackSummary
 from . import context as C

@@ -3,7 +3,7 @@
 Every function returns a tidy pandas DataFrame of numbers (one row per model and condition); that is what the
 CSV files hold. :mod:`.render` turns these into paper layouts (one column per model, "acc [lo, hi]" cells) for
 Markdown and LaTeX. The per-model aggregates the gate judges too (accuracy, perplexity, corruption and Lipschitz
-tables, with their intervals) live in :mod:`robustbench_filters.aggregates` and are re-exported here.
+tables, with their intervals) live in :mod:`robustbench_filters.stats.aggregates` and are re-exported here.
 
 Statistics beyond those: a variant is compared with the baseline on the *same* examples: the paired difference in
 accuracy and McNemar's exact two-sided p-value from the discordant counts ``b`` (only the baseline is right) and
@@ -17,8 +17,8 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from .. import vacuity
-from ..aggregates import (
+from ..stats import vacuity
+from ..stats.aggregates import (
     CLEAN,
     CORRUPTION_PREFIX,
     MODEL_LAYER,
@@ -34,7 +34,7 @@ from ..aggregates import (
     model_order,
     perplexity_table,
 )
-from ..stats import mcnemar_exact
+from ..stats.intervals import mcnemar_exact
 
 GAP_PREFIX = "gap/"  # how a Lipschitz run folder marks its gap rows (robfilt lipschitz --gap)
 BASELINES: tuple[str, ...] = ("deit", "lm")

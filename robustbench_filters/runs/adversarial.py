@@ -33,8 +33,8 @@ from typing import Any
 
 import torch
 
-from .. import io as _io
-from ..errors import RobfiltError, RunStateError
+from ..core import io as _io
+from ..core.errors import RobfiltError, RunStateError
 from .units import Unit
 
 DIR = "adversarial"

@@ -21,7 +21,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ..errors import RunStateError
+from ..core.errors import RunStateError
 from ..summaries import SEQLEN
 from .folder import Run
 

@@ -35,10 +35,10 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from .. import io as _io
-from ..errors import RobfiltError, RunStateError
+from ..core import io as _io
+from ..core.errors import RobfiltError, RunStateError
+from ..core.versions import git_commit, library_versions
 from ..summaries import Summary, read_summary, report_family, written_summary
-from ..versions import git_commit, library_versions
 from . import adversarial as _adv
 from .lock import LOCK, RunLock
 from .prepare import check_writable, prepare_out

@@ -15,7 +15,7 @@ import os
 import socket
 from pathlib import Path
 
-from ..errors import RunStateError
+from ..core.errors import RunStateError
 
 LOCK = ".lock"
 _RETRIES = 5

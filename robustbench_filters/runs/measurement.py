@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from ..checks import Check
-from ..errors import RobfiltError
+from ..core.errors import RobfiltError
 from .units import Unit, ids_digest, select_examples
 
 Tick = Callable[[int], None]

@@ -9,8 +9,8 @@ import json
 import os
 from pathlib import Path
 
-from .. import io as _io
-from ..errors import RunStateError
+from ..core import io as _io
+from ..core.errors import RunStateError
 from .lock import LOCK
 from .outfolder import TRAINING_FILES, foreign_files, output_kind, run_folder_files, training_folder_files
 

@@ -32,10 +32,10 @@ import pandas as pd
 import torch
 from torch import nn
 
-from .. import distributed
 from ..checks import Check
-from ..errors import RobfiltError, RunStateError, UserCodeError
-from ..progress import ProgressHook, null_progress
+from ..core import distributed
+from ..core.errors import RobfiltError, RunStateError, UserCodeError
+from ..core.progress import ProgressHook, null_progress
 from .adversarial import AdversarialExamples
 from .folder import FORMAT_VERSION, RunWriter, load_run
 from .measurement import Measurement, PrepareContext, UnitOutput

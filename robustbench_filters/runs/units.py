@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..counts import example_count
+from ..core.counts import example_count
 
 
 @dataclass(frozen=True, order=True)

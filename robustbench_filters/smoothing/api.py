@@ -20,8 +20,8 @@ from torch import nn
 
 from ..checks import Check
 from ..checks.logits import require_logits
+from ..core.errors import RobfiltError
 from ..data.labels import check_labels_fit, label_indices
-from ..errors import RobfiltError
 from .attack import DEFAULT_DRAWS, DEFAULT_STEPS
 from .bounds import max_certifiable_radius
 from .certify import DEFAULT_ALPHA, DEFAULT_BATCH, DEFAULT_N, DEFAULT_N0, validate_settings

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..checks.logits import guard_logits
-from ..errors import RobfiltError
+from ..core.errors import RobfiltError
 from .sampler import DEFAULT_BATCH, example_noise, model_device
 
 DEFAULT_STEPS = 20

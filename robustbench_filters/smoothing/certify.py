@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..errors import RobfiltError
+from ..core.errors import RobfiltError
 from .bounds import binom_test_half, clopper_pearson_lower, radius_from_lower
 from .sampler import DEFAULT_BATCH, sample_counts
 

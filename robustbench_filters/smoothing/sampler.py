@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from ..checks.logits import guard_logits, predictions, require_logits
-from ..errors import RobfiltError
+from ..core.errors import RobfiltError
 
 BLOCK = 100  # draws per noise block: one generator per (example, phase, block)
 # Samples per forward pass. 128 suits CPUs: the micro DeiT classifies ~1.5x more samples per second at batch

@@ -18,9 +18,9 @@ from typing import Any
 import torch
 
 from ..configs import CertifyConfig
+from ..core.errors import CheckpointError
+from ..core.io import atomic_write_text
 from ..data.images import load_images, stratified_prefix
-from ..errors import CheckpointError
-from ..io import atomic_write_text
 from ..models.checkpoint import CARD, ZOO_NOISE_SIGMAS, load_checkpoint, zoo_path
 from ..runs.runner import run
 from .certify import DEFAULT_ALPHA, DEFAULT_BATCH, DEFAULT_N, DEFAULT_N0

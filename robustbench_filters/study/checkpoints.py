@@ -1,7 +1,7 @@
 """Train-or-reuse: a study checkpoint is reused only when its card proves it came from the same recipe.
 
 A card (``card.json``) records the model name and size, the full recipe, the data spec, the data checksum and
-the seed (see :mod:`robustbench_filters.train`). A candidate folder is reused when all of these equal what the
+the seed (see :mod:`robustbench_filters.train.loop`). A candidate folder is reused when all of these equal what the
 study would train; anything else (another recipe, other data, another seed, a half-written folder) is not
 trusted and the model is trained again. A killed training resumes from its saved state.
 """
@@ -18,12 +18,12 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from ..errors import CheckpointError
-from ..family import Family
+from ..core.errors import CheckpointError
+from ..core.family import Family
+from ..core.progress import ProgressHook
 from ..models.checkpoint import CARD, WEIGHTS, read_card
 from ..models.registry import parse_name
-from ..progress import ProgressHook
-from ..train import STATE_DIR, Recipe, card_recipe_value, train
+from ..train.loop import STATE_DIR, Recipe, card_recipe_value, train
 from .plan import StudyPlan, recipe_tag
 
 log = logging.getLogger(__name__)

@@ -3,7 +3,7 @@
 The unit of replication is the training seed: every model is trained once per seed and measured on the same
 examples, so for a claim "variant V beats baseline B on metric M" we have one paired difference per seed,
 d_s = M(V, s) - M(B, s). Orient it so that positive means "in the claimed direction" (d'_s = direction * d_s)
-and take the mean and the 95% Student-t interval [lo, hi] across seeds (:func:`robustbench_filters.stats.
+and take the mean and the 95% Student-t interval [lo, hi] across seeds (:func:`robustbench_filters.stats.intervals.
 mean_interval`, a paired t-interval). With ``delta`` the smallest effect the claim would need to matter:
 
 - **supported**: lo > 0 (the interval excludes 0 in the claimed direction);
@@ -11,7 +11,7 @@ mean_interval`, a paired t-interval). With ``delta`` the smallest effect the cla
   (the estimate goes the other way and the interval excludes the claimed effect size);
 - **inconclusive at this scale**: anything else, including fewer than two seeds (no interval), a
   measurement that was not made, or certified Lipschitz bounds that are vacuous in some seed
-  (:mod:`robustbench_filters.vacuity`: a difference between two bounds that say nothing about the constants is
+  (:mod:`robustbench_filters.stats.vacuity`: a difference between two bounds that say nothing about the constants is
   not evidence about the constants).
 
 A claim about the combination being *best* holds only if it beats every other variant: supported when all its
@@ -27,8 +27,8 @@ from enum import Enum
 
 import pandas as pd
 
-from ..names import DEFAULT_IMAGE_ATTACK
-from ..stats import mean_interval
+from ..core.names import DEFAULT_IMAGE_ATTACK
+from ..stats.intervals import mean_interval
 from .scores import VACUOUS_SCORES, vacuous_cells
 from .tables import domain
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import RunStateError
+from ..core.errors import RunStateError
 from ..runs.folder import check_writable
 from ..runs.outfolder import LEDGER, OutputFolder, output_kind, remove_files, remove_output
 from .readme import REPORT_DIR

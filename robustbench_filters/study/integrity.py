@@ -20,7 +20,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import RunStateError
+from ..core.errors import RunStateError
 from ..lipschitz.seqlen_run import KIND as SEQLEN_LAYER_KIND
 from ..runs.crosscheck import refuse_copies, refuse_label_conflicts, weights_of
 from ..runs.folder import Run

@@ -16,10 +16,10 @@ from typing import Any
 from torch import nn
 
 from ..configs import RunConfig
-from ..errors import RobfiltError
+from ..core.errors import RobfiltError
+from ..core.progress import ProgressHook
 from ..lipschitz.seqlen_run import SeqlenConfig, sequence_length_run
 from ..models import load_checkpoint
-from ..progress import ProgressHook
 from ..runs.runner import run
 from . import plan as P
 from .checkpoints import CheckpointInfo
@@ -128,7 +128,7 @@ def run_measurement(
     progress: ProgressHook | None = None,
 ) -> None:
     """Make one measurement piece; ``folder`` ends as a finished run folder."""
-    from ..api import measurement_for
+    from ..api.evaluate import measurement_for
 
     kind, names = piece.kind, family_models(plan, piece.kind)
     if kind == P.SEQLEN_LM:

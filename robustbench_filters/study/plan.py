@@ -28,11 +28,11 @@ from ..configs import (
     RunConfig,
 )
 from ..configs.options import internal_reason
-from ..errors import RobfiltError
-from ..family import Family
+from ..core.errors import RobfiltError
+from ..core.family import Family
+from ..core.names import DEFAULT_IMAGE_ATTACK
 from ..models.registry import parse_name
-from ..names import DEFAULT_IMAGE_ATTACK
-from ..train import Recipe, recipe_identity
+from ..train.loop import Recipe, recipe_identity
 
 VISION_MODELS: tuple[str, ...] = ("deit", "deit-bsa", "deit-grc", "deit-bsa-grc")
 LM_MODELS: tuple[str, ...] = ("lm", "lm-bsa", "lm-grc", "lm-bsa-grc")

@@ -15,9 +15,9 @@ from typing import Any
 
 import pandas as pd
 
-from .. import vacuity
-from ..family import Family
-from ..train import DEFAULT_RECIPES
+from ..core.family import Family
+from ..stats import vacuity
+from ..train.loop import DEFAULT_RECIPES
 from .claims import MIN_SEEDS, ClaimResult, Verdict
 from .plan import StudyPlan
 from .scores import StudyScores, vacuous_cells

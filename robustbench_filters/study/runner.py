@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import RobfiltError, RunStateError
-from ..io import atomic_write_json
-from ..progress import ProgressHook, null_progress
+from ..core.errors import RobfiltError, RunStateError
+from ..core.io import atomic_write_json
+from ..core.progress import ProgressHook, null_progress
 from ..runs.folder import load_run
 from ..runs.lock import RunLock, is_locked
 from ..runs.outfolder import OutputFolder, remove_output

@@ -27,10 +27,10 @@ from typing import Any, TypeVar
 import numpy as np
 import pandas as pd
 
-from .. import vacuity
-from ..errors import RobfiltError
+from ..core.errors import RobfiltError
 from ..runs.folder import Run
-from ..stats import mcnemar_exact
+from ..stats import vacuity
+from ..stats.intervals import mcnemar_exact
 from ..summaries import (
     CorruptionSummary,
     ImageAttackSummary,
@@ -98,7 +98,7 @@ def lm_scores(summary: LMAttackSummary, seed: int) -> list[dict]:
     return out
 
 
-#: certified score -> the score that says whether it is vacuous (1.0) or not (0.0) (robustbench_filters.vacuity)
+#: certified score -> the score that says whether it is vacuous (1.0) or not (0.0) (robustbench_filters.stats.vacuity)
 VACUOUS_SCORES: dict[str, str] = {
     "lip_log10_upper": "lip_upper_vacuous",
     "lip_layer_log10_upper": "lip_layer_upper_vacuous",

@@ -27,7 +27,7 @@ import pandas as pd
 import torch
 from torch import nn
 
-from ..errors import RobfiltError
+from ..core.errors import RobfiltError
 from ..runs.measurement import Measurement, PrepareContext, Tick
 from ..runs.units import Unit
 

@@ -1,7 +1,7 @@
 """Across-seed tables for the write-up: mean and 95% t-interval per model, paired differences, McNemar.
 
 Each cell aggregates the per-seed values of one (model, metric, condition) with
-:func:`robustbench_filters.stats.mean_interval`. Perplexities and Lipschitz bounds are averaged on the log
+:func:`robustbench_filters.stats.intervals.mean_interval`. Perplexities and Lipschitz bounds are averaged on the log
 scale, so a perplexity cell is a geometric mean across seeds with its interval mapped back through ``exp``, and a
 paired perplexity difference is a ratio (variant / baseline).
 """
@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 
 import pandas as pd
 
-from ..stats import NONNEGATIVE, PROPORTION, UNBOUNDED, Domain, difference_domain, mean_interval
+from ..stats.intervals import NONNEGATIVE, PROPORTION, UNBOUNDED, Domain, difference_domain, mean_interval
 
 Fmt = Callable[[float], str]
 

@@ -13,7 +13,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ..io import atomic_write_json, atomic_write_text
+from ..core.io import atomic_write_json, atomic_write_text
 from ..runs.outfolder import OutputFolder
 from . import plan as P
 from .claims import ClaimResult

@@ -2,7 +2,7 @@
 
 A run folder's manifest says what it holds (``kind``, and ``family`` for attack runs); :func:`read_summary` picks
 the summary's class from that alone. Readers (report, gate, study) use attributes, so a key a writer renames fails
-loudly instead of reading as ``None``. This package sits low: it imports only :mod:`robustbench_filters.errors`.
+loudly instead of reading as ``None``. This package sits low: it imports only :mod:`robustbench_filters.core.errors`.
 
 - :mod:`.record`: the typed-record machinery (strict reading, key-for-key writing);
 - :mod:`.base`: the format version, the sanity-check records, :class:`Summary`;

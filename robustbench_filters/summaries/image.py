@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ..errors import RobfiltError
+from ..core.errors import RobfiltError
 from .base import Checked, CheckRecord, ChecksSummary, Summary
 from .record import Record, optional, present
 

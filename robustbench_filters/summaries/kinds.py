@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..errors import RobfiltError, RunStateError
+from ..core.errors import RobfiltError, RunStateError
 from .base import VERSION, Summary
 from .certify import CertifySummary
 from .corruption import CorruptionSummary

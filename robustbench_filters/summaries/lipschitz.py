@@ -1,6 +1,6 @@
 """The summary of a Lipschitz run (kind ``lipschitz``), as :func:`robustbench_filters.lipschitz.summary.summarize`
 writes it: per model the lower bounds, the certified local and global upper bounds with their vacuity flags
-(:mod:`robustbench_filters.vacuity`; older runs lack the flags), per block the same, and with ``--gap`` the median
+(:mod:`robustbench_filters.stats.vacuity`; older runs lack the flags), per block the same, and with ``--gap`` the median
 log10 of each bound per layer and ball radius.
 """
 

@@ -11,7 +11,7 @@ from typing import ClassVar
 from .base import Checked, CheckRecord, ChecksSummary, Summary
 from .record import Record, optional, present
 
-#: lm-eval's metrics, present for models scored lm-eval style (robustbench_filters.hf.rolling)
+#: lm-eval's metrics, present for models scored lm-eval style (robustbench_filters.models.hf.rolling)
 LM_EVAL: tuple[str, ...] = ("word_perplexity", "byte_perplexity", "bits_per_byte")
 
 

@@ -20,7 +20,7 @@ import types
 import typing
 from typing import Any, ClassVar, Self
 
-from ..errors import RobfiltError
+from ..core.errors import RobfiltError
 
 
 class _Absent:

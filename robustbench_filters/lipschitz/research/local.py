@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 from torch.func import vjp, vmap
 
-from ...errors import RobfiltError
+from ...core.errors import RobfiltError
 from ..chain import Chain, Stage, build_chain
 from ..local_bound import LocalBounds, StageRecord, check_forward, first_norm_floor, sweep
 from ..stage_bounds import ReadoutLocal, StageLocal

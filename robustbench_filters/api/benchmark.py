@@ -1,0 +1,297 @@
+"""One call in RobustBench's style: ``benchmark(model, data, threat_model, eps)`` -> clean and robust accuracy.
+
+RobustBench's ``benchmark`` returns two bare numbers. This one runs the same engine as :func:`.api.evaluate`
+(config -> runner -> image measurement -> run folder) for one model, one attack and one eps, and returns what
+makes those numbers trustworthy: each accuracy with its 95% Wilson interval and n, and the sanity checks. A
+failed check is a field of the result and a logged warning, never dropped. Nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+from torch import nn
+
+from ..attacks.catalogue import ATTACKS, DEFAULT_IMAGE_ATTACK, Norm, get_attack
+from ..checks import FAIL, WARN
+from ..configs import (
+    CORRUPTION,
+    CorruptionConfig,
+    ImageAttackConfig,
+    LMAttackConfig,
+    RunConfig,
+    build,
+    model_family,
+    read,
+)
+from ..configs.options import api_signature
+from ..core.errors import RobfiltError, unknown
+from ..core.family import Family
+from ..core.progress import ProgressHook
+from ..core.surface import Surface
+from ..runs.runner import RunResult
+from ..stats.intervals import wilson_interval
+from .benchmark_lm import LMBenchmarkResult, benchmark_lm
+from .evaluate import evaluate
+from .robustbench_args import robustbench_options
+
+log = logging.getLogger(__name__)
+
+#: RobustBench's threat models, spelt as RobustBench spells them, and the norm each one attacks in.
+THREAT_MODELS: dict[str, Norm | None] = {"Linf": Norm.LINF, "L2": Norm.L2, "corruptions": None}
+#: RobustBench's standard CIFAR budgets, used when ``eps`` is not given.
+DEFAULT_BENCH_EPS: dict[Norm, float] = {Norm.LINF: 8 / 255, Norm.L2: 0.5}
+DEFAULT_ATTACK = DEFAULT_IMAGE_ATTACK
+
+
+@dataclass(frozen=True)
+class Accuracy:
+    """An accuracy with its 95% Wilson interval over ``n`` examples."""
+
+    acc: float
+    lo: float
+    hi: float
+    n: int
+
+
+@dataclass(frozen=True)
+class SanityCheck:
+    """One sanity check of the run: ``status`` is ``pass``, ``warn`` or ``fail``; ``detail`` says what was seen."""
+
+    name: str
+    status: str
+    detail: str
+
+    @property
+    def passed(self) -> bool:
+        return self.status != FAIL
+
+
+@dataclass(frozen=True)
+class BenchmarkResult:
+    """Clean and robust accuracy of one model, the checks behind them, and where the run folder is.
+
+    ``robust`` is the accuracy under ``attack`` at ``eps`` (Linf/L2), or, for ``corruptions``, the mean accuracy
+    over every corruption and severity. ``run_dir`` is None when the run went to a temporary folder.
+    ``run`` holds the full rows and summary (what :func:`.api.evaluate` returns).
+    """
+
+    model: str
+    threat_model: str
+    attack: str
+    eps: float | None
+    clean: Accuracy
+    robust: Accuracy
+    checks: tuple[SanityCheck, ...]
+    all_checks_passed: bool
+    run_dir: Path | None
+    run: RunResult = field(repr=False, compare=False)
+
+    @property
+    def failed_checks(self) -> tuple[SanityCheck, ...]:
+        return tuple(c for c in self.checks if c.status == FAIL)
+
+    @property
+    def accuracies(self) -> tuple[float, float]:
+        """``(clean_accuracy, robust_accuracy)``: what RobustBench's ``benchmark`` returns."""
+        return self.clean.acc, self.robust.acc
+
+    def adversarial(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(ids, x_adv)`` of a run made with ``save_adversarial=True``: the example ids (ascending) and their
+        adversarial points under ``attack`` at ``eps`` (float32, CPU); see :meth:`.runs.runner.RunResult.adversarial`."""
+        if self.threat_model == "corruptions":
+            raise RobfiltError("threat_model='corruptions' attacks nothing, so there are no adversarial examples.")
+        return self.run.adversarial(eps=self.eps)
+
+
+def _threat_model(value: Any) -> str:
+    name = str(getattr(value, "value", value))  # RobustBench's ThreatModel enum works too
+    for key in THREAT_MODELS:
+        if name.lower() == key.lower():
+            return key
+    raise unknown("threat_model", name, THREAT_MODELS)
+
+
+def _check_model(model: Any) -> None:
+    if isinstance(model, list | tuple):
+        raise RobfiltError("benchmark takes one model; to compare several, use evaluate([model_a, model_b], ...).")
+    if not isinstance(model, nn.Module | str):
+        got = f"the class {model.__name__}; pass an instance" if isinstance(model, type) else type(model).__name__
+        raise RobfiltError(
+            f"model must be a torch nn.Module or a model reference such as 'timm:resnet18?num_classes=10', got {got}."
+        )
+
+
+def _eps(eps: Any, norm: Norm | None) -> float | None:
+    if norm is None:
+        if eps is not None:
+            raise RobfiltError("eps does not apply to threat_model='corruptions' (severities 1-5 are run); drop eps.")
+        return None
+    if eps is None:
+        return DEFAULT_BENCH_EPS[norm]
+    if isinstance(eps, Sequence) and not isinstance(eps, str):
+        raise RobfiltError("benchmark takes one eps; for an eps grid use evaluate(model, eps=[...]).")
+    try:
+        value = float(eps)
+    except (TypeError, ValueError):
+        raise RobfiltError(f"eps must be a number such as 8/255, got {eps!r}.") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise RobfiltError(f"eps must be a positive finite budget on the [0, 1] image scale, got {eps!r}; e.g. 8/255.")
+    return value
+
+
+def _attack(attack: str | None, norm: Norm | None, steps: int | None) -> str:
+    if norm is None:
+        if attack is not None or steps is not None:
+            raise RobfiltError("threat_model='corruptions' runs no attack; drop attack and steps.")
+        return CORRUPTION
+    name = DEFAULT_ATTACK if attack is None else str(attack)
+    info = get_attack(name)
+    if norm not in info.norms:
+        fits = sorted(n for n, a in ATTACKS.items() if norm in a.norms)
+        raise RobfiltError(
+            f"attack {name!r} has no {norm.value} version; for this threat model use one of: {', '.join(fits)}."
+        )
+    return name
+
+
+def _config(threat: str, attack: str, eps: float | None, given: dict[str, Any]) -> RunConfig:
+    if threat == "corruptions":
+        return build(CorruptionConfig, {"attacks": (CORRUPTION,), "baseline": None, **given})
+    if "attacks" in given:
+        raise RobfiltError("corruptions= applies to threat_model='corruptions'; drop it.")
+    return build(ImageAttackConfig, {"attacks": (attack,), "eps": (eps,), "norm": THREAT_MODELS[threat], **given})
+
+
+def _corruption_accuracy(rows: pd.DataFrame) -> Accuracy:
+    """Mean accuracy over every corruption and severity, with a Wilson interval over the ``n`` examples.
+
+    The cells of one example are correlated, so they are not n x cells independent trials. Each example's
+    score (its share of correct cells) lies in [0, 1] with variance at most p(1 - p), so a Wilson interval at
+    the example count is at least as wide as the truth needs (asymptotically): conservative, never too narrow.
+    """
+    cells = rows[rows.kind == "contamination"]
+    per_example = cells.groupby("example_id").correct.mean()
+    n = len(per_example)
+    p = float(per_example.mean())
+    lo, hi = wilson_interval(p * n, n)  # type: ignore[arg-type]
+    return Accuracy(p, lo, hi, n)
+
+
+def _accuracy(entry: dict[str, Any]) -> Accuracy:
+    return Accuracy(float(entry["acc"]), float(entry["lo"]), float(entry["hi"]), int(entry["n"]))
+
+
+def _result(label: str, threat: str, attack: str, eps: float | None, run: RunResult, row_label: str) -> BenchmarkResult:
+    per_model = run.summary["models"][row_label]
+    clean = _accuracy(per_model["clean"])
+    if threat == "corruptions":
+        robust = _corruption_accuracy(run.rows)
+    else:
+        (entry,) = per_model["robust"]
+        robust = _accuracy(entry)
+    checks = tuple(SanityCheck(c["name"], c["status"], c["detail"]) for c in run.summary["checks"])
+    for c in checks:
+        if c.status == FAIL:
+            log.warning("benchmark of %s: sanity check FAILED: %s: %s", label, c.name, c.detail)
+        elif c.status == WARN:
+            log.info("benchmark of %s: sanity check warns: %s: %s", label, c.name, c.detail)
+    passed = all(c.passed for c in checks)
+    return BenchmarkResult(label, threat, attack, eps, clean, robust, checks, passed, run.out, run)
+
+
+def benchmark(
+    model: nn.Module | str,
+    data: Any = None,
+    threat_model: Any = "Linf",
+    eps: float | None = None,
+    *,
+    attack: str | None = None,
+    out: str | Path | None = None,
+    resume: bool = False,
+    overwrite: bool = False,
+    progress: ProgressHook | None = None,
+    dataset: Any = None,
+    data_dir: str | Path | None = None,
+    to_disk: bool = False,
+    model_name: str | None = None,
+    corruptions: Any = None,
+    **options: Any,
+) -> BenchmarkResult | LMBenchmarkResult:
+    """Clean and robust accuracy of ``model`` on ``data``, with intervals and sanity checks (RobustBench's style).
+
+    Runs through :func:`.api.evaluate` (one model, one attack, one eps), so its numbers equal evaluate's for the
+    same inputs and seed. The default attack is robfilt's default everywhere, ``autoattack-fast``: the per-example
+    worst case of APGD-CE and APGD-T (3 targets; torchattacks' APGD with early exit), the second on the survivors
+    of the first, with a convergence check. It has fewer iterations and components than the reference
+    AutoAttack (see docs/attacks.md for every difference), so read it as an upper bound on what reference
+    AutoAttack would report; ``attack="autoattack"`` adds FAB-T and Square (about 3x the time), and
+    ``attack="pgd"`` (20 steps of 0.15 eps; ``steps=``) is faster but weaker.
+    ``threat_model="corruptions"`` runs robfilt's corruption suite instead (Gaussian and impulse noise, Gaussian
+    blur, contrast and JPEG at severities 1-5, computed on the fly): ``robust`` is the mean accuracy over those
+    cells. It is not CIFAR-10-C (15 fixed corruptions), so its numbers are not RobustBench's leaderboard numbers.
+
+    Args:
+        model: an ``nn.Module`` taking [0, 1] images and returning logits, or a model reference
+            (``deit-grc``, ``timm:resnet18?num_classes=10``, ``models.py:build``).
+        data: a data spec (``fashion-mnist``, ``cifar10``, ``imagefolder:<path>``, ``hf-disk:<path>``), an
+            ``(x, y)`` pair of tensors or numpy arrays, or a torch ``Dataset`` of (image, label).
+        threat_model: ``"Linf"``, ``"L2"`` or ``"corruptions"`` (case-insensitive; RobustBench's enum works).
+        eps: the budget on the [0, 1] scale; default 8/255 (Linf) or 0.5 (L2), RobustBench's CIFAR budgets.
+        attack: the attack (default: the strongest robfilt offers, see above).
+        options: any option of an image attack run, named as everywhere (``n_examples``, ``batch_size``,
+            ``device``, ``seed``, ``steps``, ``checkpoint``, ``data_root``, ``img_size``, ...); ``n_examples``
+            defaults to every example (as RobustBench's does); None means the same.
+        out: keep the run folder there; None runs in a temporary folder that is removed (``run_dir`` None).
+        save_adversarial: keep the adversarial examples; ``result.adversarial()`` returns ``(ids, x_adv)``.
+        dataset, data_dir, to_disk, model_name, corruptions: RobustBench's keywords with RobustBench's meanings
+            (:mod:`.robustbench_args`); RobustBench's ``log_path``, ``preprocessing`` and ``aa_state_path`` are
+            refused with what to use instead.
+
+    A language model (``lm``, ``hf:DIR``, or a ``transformers`` causal LM with ``tokenizer``) gets an
+    :class:`.benchmarking_lm.LMBenchmarkResult` instead: clean and attacked perplexity (token perplexity with its
+    95% interval, and lm-eval's word/byte perplexity and bits per byte for Hugging Face models) under embedding
+    ``pgd`` (or ``fgsm``) at a relative eps (default 0.05) on up to 64 sequences of ``data`` (default ``austen``);
+    ``tokenizer``, ``max_length``, ``stride`` and ``precision`` apply to it.
+    """
+    _check_model(model)
+    robustbench = {"dataset": dataset, "data_dir": data_dir, "to_disk": to_disk, "model_name": model_name,
+                   "corruptions": corruptions}  # fmt: skip
+    options, data, kept = robustbench_options({**options, **robustbench}, data)
+    model_name = options.pop("model_name", None)
+    if model_name is not None and isinstance(model, str):
+        from ..models.ref import parse_model_ref
+
+        model = str(dataclasses.replace(parse_model_ref(model), name=model_name))
+    threat = _threat_model(threat_model)
+    norm = THREAT_MODELS[threat]
+    out = out if out is not None else kept
+    if model_family(model) is Family.LM:
+        given = read(options, Surface.API)
+        return benchmark_lm(model, data or "austen", threat, norm, eps, attack, given, out, resume, overwrite)
+    value = _eps(eps, norm)
+    name = _attack(attack, norm, options.get("steps"))
+    data = "fashion-mnist" if data is None else data
+    given = read({"n_examples": None, **options, "models": (model,), "data": data}, Surface.API)
+    config = _config(threat, name, value, given)
+    run = evaluate(config=config, out=out, resume=resume, overwrite=overwrite, progress=progress)  # type: ignore[arg-type]
+    return _result(model_name or config.labels[0], threat, name, value, run, config.labels[0])
+
+
+api_signature(
+    benchmark,
+    ImageAttackConfig,
+    CorruptionConfig,
+    LMAttackConfig,
+    skip=("models", "attacks", "norm", "eps", "severities", "baseline"),
+)
+
+__all__ = ["Accuracy", "BenchmarkResult", "LMBenchmarkResult", "SanityCheck", "THREAT_MODELS", "benchmark"]

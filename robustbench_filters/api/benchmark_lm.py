@@ -1,0 +1,106 @@
+"""``benchmark`` for language models: clean and attacked perplexity of one model, RobustBench's one-call style.
+
+The image ``benchmark`` returns accuracies; a language model has none that means much, so this returns perplexities:
+the token perplexity with its 95% bootstrap interval over sequences, plus lm-eval's ``word_perplexity``,
+``byte_perplexity`` and ``bits_per_byte`` for models scored lm-eval style (Hugging Face models). It runs
+:func:`.api.evaluate` with one embedding attack at one eps, so its numbers equal evaluate's for the same inputs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..checks import FAIL, Check
+from ..configs import LMAttackConfig, build
+from ..core.errors import RobfiltError
+from ..runs.runner import RunResult
+
+#: The default relative eps (a fraction of the mean token-embedding norm; see attacks.embedding).
+DEFAULT_LM_BENCH_EPS = 0.05
+
+
+@dataclass(frozen=True)
+class Perplexity:
+    """Token perplexity [95% CI] over ``n`` sequences; lm-eval's metrics where the model was scored that way."""
+
+    ppl: float
+    lo: float
+    hi: float
+    n: int
+    word_perplexity: float | None = None
+    byte_perplexity: float | None = None
+    bits_per_byte: float | None = None
+
+
+@dataclass(frozen=True)
+class LMBenchmarkResult:
+    """Clean and attacked perplexity of one language model, the checks behind them, and the run folder."""
+
+    model: str
+    threat_model: str
+    attack: str
+    eps: float
+    clean: Perplexity
+    robust: Perplexity
+    checks: tuple[Check, ...]
+    all_checks_passed: bool
+    run_dir: Path | None
+    run: RunResult = field(repr=False, compare=False)
+
+    @property
+    def perplexities(self) -> tuple[float, float]:
+        """``(clean, attacked)`` token perplexity."""
+        return self.clean.ppl, self.robust.ppl
+
+
+def _perplexity(entry: dict[str, Any]) -> Perplexity:
+    extra = {k: entry.get(k) for k in ("word_perplexity", "byte_perplexity", "bits_per_byte")}
+    return Perplexity(float(entry["ppl"]), float(entry["ppl_lo"]), float(entry["ppl_hi"]), int(entry["n_sequences"]),
+                      **extra)  # fmt: skip
+
+
+def benchmark_lm(
+    model: Any,
+    data: str,
+    threat: str,
+    norm: Any,
+    eps: float | None,
+    attack: str | None,
+    options: dict[str, Any],
+    out: str | Path | None = None,
+    resume: bool = False,
+    overwrite: bool = False,
+) -> LMBenchmarkResult:
+    """The language-model branch of :func:`.benchmarking.benchmark` (see there for the arguments)."""
+    from .evaluate import evaluate
+
+    if norm is None:
+        raise RobfiltError(
+            "threat_model='corruptions' is for image models; for a language model use "
+            "evaluate(model, attacks=['wordswap'], tokenizer=...) for word-swap contamination."
+        )
+    if not isinstance(data, str):
+        raise RobfiltError(
+            f"a language model reads text: pass data='austen', 'text:FILE' or 'hf-disk:DIR', not {type(data).__name__}."
+        )
+    name = attack or "pgd"
+    if name not in ("fgsm", "pgd"):
+        raise RobfiltError(f"attack {name!r} has no language-model version; use 'pgd' or 'fgsm' (embedding space).")
+    value = DEFAULT_LM_BENCH_EPS if eps is None else float(eps)
+    if not (value > 0 and math.isfinite(value)):
+        raise RobfiltError(f"eps must be a positive relative embedding radius, got {eps!r}; e.g. 0.05.")
+    given = {k: v for k, v in options.items() if v is not None}
+    config = build(LMAttackConfig, {"models": (model,), "attacks": (name,), "eps": (value,), "norm": norm,
+                                    "data": data, **given})  # fmt: skip
+    run = evaluate(config=config, out=out, resume=resume, overwrite=overwrite)  # type: ignore[arg-type]
+    label = config.labels[0]
+    per_model = run.summary["models"][label]
+    (entry,) = [r for r in per_model["results"] if r["attack"] == name]
+    checks = tuple(Check(c["name"], c["model"], c["status"], c["detail"]) for c in run.summary["checks"])
+    return LMBenchmarkResult(
+        label, threat, name, value, _perplexity(per_model["clean"]), _perplexity(entry), checks,
+        all(c.status != FAIL for c in checks), run.out, run,
+    )  # fmt: skip

@@ -1,0 +1,170 @@
+"""The public Python API: attack models (:func:`evaluate`), estimate Lipschitz constants (:func:`estimate_lipschitz`)
+and certify smoothed models (:func:`certify`), each through the shared runner.
+
+Every function takes its options explicitly, or a ready config object (:mod:`.configs`), and returns the merged,
+checked rows and summary. An option that does not apply to the kind of run is an error, not silently ignored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ..configs import (
+    CertifyConfig,
+    CorruptionConfig,
+    ImageAttackConfig,
+    LipschitzConfig,
+    LMAttackConfig,
+    ModelLike,
+    RunConfig,
+    attack_config_class,
+    build,
+    read,
+)
+from ..configs.options import api_signature
+from ..core.errors import RobfiltError
+from ..core.progress import ProgressHook
+from ..core.surface import Surface
+from ..lipschitz.run import LipschitzResult
+from ..runs.measurement import Measurement
+from ..runs.runner import RunResult, run
+
+
+def measurement_for(config: RunConfig) -> Measurement:
+    """The measurement that runs ``config`` (one per kind of run)."""
+    if isinstance(config, ImageAttackConfig):
+        from ..attacks.image import ImageAttack
+
+        return ImageAttack(config)
+    if isinstance(config, LMAttackConfig):
+        from ..attacks.lm import LMAttack
+
+        return LMAttack(config)
+    if isinstance(config, CorruptionConfig):
+        from ..attacks.corruption import Corruptions
+
+        return Corruptions(config)
+    if isinstance(config, CertifyConfig):
+        from ..smoothing.run import Certify
+
+        return Certify(config)
+    from ..lipschitz.run import Lipschitz
+
+    return Lipschitz(config)
+
+
+def _config(
+    config: RunConfig | None, kinds: tuple[type[RunConfig], ...], given: dict[str, Any], what: str
+) -> RunConfig:
+    """The config of an API call: ``config`` as given, or one built from the keyword options (read as Python
+    values, refused when they do not apply), exactly as the CLI and specs build theirs."""
+    if config is not None:
+        if any(v is not None for v in given.values()):
+            raise RobfiltError(f"{what} takes either config or models and options, not both.")
+        if not isinstance(config, kinds):
+            names = " or ".join(k.__name__ for k in kinds)
+            raise RobfiltError(f"{what} takes a {names} as config, not {type(config).__name__}.")
+        return config
+    if given.get("models") is None:
+        raise RobfiltError("no model given; pass models=[...] (a reference such as 'deit-grc' or a module) or config.")
+    values = read(given, Surface.API)
+    if len(kinds) == 1:
+        return build(kinds[0], values)
+    return build(attack_config_class(values["models"], values.get("attacks", ())), values)
+
+
+def evaluate(
+    models: ModelLike | Sequence[ModelLike] | None = None,
+    attacks: str | Sequence[str] | None = None,
+    eps: float | Sequence[float] | None = None,
+    *,
+    out: str | Path | None = None,
+    resume: bool = False,
+    overwrite: bool = False,
+    progress: ProgressHook | None = None,
+    config: ImageAttackConfig | LMAttackConfig | CorruptionConfig | None = None,
+    **options: Any,
+) -> RunResult:
+    """Attack models on the same examples; returns per-example rows and a summary with its sanity checks.
+
+    The kind of run follows from the models and attacks: image models with catalogue attacks (eps cascade),
+    language models with ``fgsm``/``pgd`` in embedding space and ``wordswap``, or image models with
+    ``corruption`` / ``corruption:<name>``. Every other keyword is an option of that kind of run, with the name it
+    has everywhere (``robfilt attack --n-examples`` is ``n_examples=``; see :mod:`.configs`); an option that does
+    not apply to the kind raises :class:`RobfiltError`, and options left out take the kind's defaults.
+
+    Args:
+        models: registry names (``deit-grc``), ``timm:<arch>``, ``hf:<folder>``, ``pkg.mod:factory`` or modules
+            (a ``transformers`` causal LM too, with ``tokenizer``); one model alone works too (an ``nn.Sequential``
+            is one model, never the list of its layers).
+        attacks: catalogue names (``robustbench_filters.attacks.catalogue.ATTACKS``), ``wordswap`` or
+            ``corruption[:<name>]``; None: the strongest attack robfilt has for the models (``autoattack-fast``
+            for images, embedding PGD for language models). ``fgsm`` and ``pgd`` are weaker (upper bounds).
+        eps: perturbation budgets ([0, 1] image scale; relative embedding radii for LMs); default: the data's grid.
+        data: dataset spec (bundled ``fashion-mnist`` for images, ``austen`` for LMs by default), or for images an
+            ``(x, y)`` pair of tensors/numpy arrays or a torch ``Dataset`` (then pass ``eps``).
+        n_examples: examples drawn (seeded) from the test split, shared by all models; default at most 256 images
+            or 64 sequences (all of them when the data has fewer); None: every example.
+        out: run folder; None keeps everything in a temporary folder.
+        tokenizer: LMs: the tokenizer object (or folder) of the model(s); default: the one saved with each model.
+        max_length, stride, precision: LMs: the window in tokens (default: the model's positions, at most 1024),
+            tokens newly predicted per lm-eval window (default: max_length), and ``fp32`` or ``bf16`` weights.
+        config: a ready config instead of models and options.
+    """
+    given = {"models": models, "attacks": attacks, "eps": eps, **options}
+    config = _config(config, (ImageAttackConfig, LMAttackConfig, CorruptionConfig), given, "evaluate")
+    return run(measurement_for(config), out=out, resume=resume, overwrite=overwrite, progress=progress)
+
+
+def certify(
+    models: ModelLike | Sequence[ModelLike] | None = None,
+    sigmas: float | Sequence[float] | None = None,
+    *,
+    out: str | Path | None = None,
+    resume: bool = False,
+    overwrite: bool = False,
+    progress: ProgressHook | None = None,
+    config: CertifyConfig | None = None,
+    **options: Any,
+) -> RunResult:
+    """Certify Gaussian-smoothed image models (Cohen et al. 2019) on shared examples: rows, summary and checks.
+
+    Defaults certify the noise-trained zoo (sigma 0.25) on at most 64 bundled test images with n0 = 100,
+    n = 1000 and alpha = 0.001. Every other keyword is a :class:`CertifyConfig` option, named as on the command
+    line (``robfilt certify --attack-radii`` is ``attack_radii=``).
+    """
+    config = _config(config, (CertifyConfig,), {"models": models, "sigmas": sigmas, **options}, "certify")
+    return run(measurement_for(config), out=out, resume=resume, overwrite=overwrite, progress=progress)
+
+
+def estimate_lipschitz(
+    models: ModelLike | Sequence[ModelLike] | None = None,
+    *,
+    out: str | Path | None = None,
+    resume: bool = False,
+    overwrite: bool = False,
+    progress: ProgressHook | None = None,
+    config: LipschitzConfig | None = None,
+    **options: Any,
+) -> LipschitzResult:
+    """Lower and certified upper Lipschitz bounds for each model, per example (see :mod:`.lipschitz.run`).
+
+    Every keyword is a :class:`LipschitzConfig` option, named as on the command line (``--per-layer`` is
+    ``per_layer=``); ``inputs`` (and ``input_labels``) give your own tensors instead of data.
+    """
+    from ..lipschitz.run import lipschitz_result
+
+    config = _config(config, (LipschitzConfig,), {"models": models, **options}, "estimate_lipschitz")
+    return lipschitz_result(
+        run(measurement_for(config), out=out, resume=resume, overwrite=overwrite, progress=progress)
+    )
+
+
+api_signature(evaluate, ImageAttackConfig, LMAttackConfig, CorruptionConfig)
+api_signature(certify, CertifyConfig)
+api_signature(estimate_lipschitz, LipschitzConfig)
+
+
+__all__ = ["LipschitzResult", "RunResult", "certify", "estimate_lipschitz", "evaluate", "measurement_for"]

@@ -1,0 +1,198 @@
+"""Per-model aggregates recomputed from a run's per-example rows: what report tables show and gate metrics judge.
+
+Every function returns a tidy pandas DataFrame (one row per model and condition). They live below both readers
+(:mod:`robustbench_filters.report.tables` lays them out for papers; :mod:`robustbench_filters.gating.metrics`
+turns them into named metrics) so the gate judges exactly the numbers a report prints, without importing the
+report.
+
+Statistics:
+- accuracies carry a 95% Wilson score interval over examples (:func:`robustbench_filters.stats.intervals.wilson_interval`);
+- perplexity is exp(sum nll / sum tokens) over examples, with a 95% percentile bootstrap interval over
+  examples (tokens of one example are not independent, so examples are the resampling unit); token accuracy
+  (sum correct / sum tokens) gets the same bootstrap, so both intervals stay inside their domains;
+- Lipschitz bounds carry no interval (a certified bound is not a sample); each certified one says whether it is
+  vacuous (:mod:`robustbench_filters.stats.vacuity`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from ..core.budgets import eps_key
+from . import vacuity
+from .intervals import BOOTSTRAP, bootstrap_ratio_interval, lm_eval_columns, wilson_interval
+
+CLEAN = "clean"
+CORRUPTION_PREFIX = "corruption:"
+MODEL_LAYER = "model"
+
+
+def eps_label(eps: float) -> str:
+    """A budget in a condition key ('pgd@8/255'): every digit needed to parse it back (:func:`.budgets.eps_key`).
+
+    Tables, axes and terminal lines show budgets with :func:`.budgets.eps_text` (k/255 or 3 significant digits).
+    """
+    return eps_key(eps)
+
+
+def model_order(rows: pd.DataFrame) -> list[str]:
+    """Models in order of first appearance (the order the user listed them)."""
+    return list(dict.fromkeys(rows["model"].tolist())) if "model" in rows.columns else []
+
+
+def _wilson_row(correct: pd.Series) -> dict[str, float]:
+    n, k = int(len(correct)), int(correct.astype(bool).sum())
+    lo, hi = wilson_interval(k, n)
+    return {"n": n, "correct": k, "acc": k / n if n else math.nan, "lo": lo, "hi": hi}
+
+
+def is_corruption(attack: pd.Series) -> pd.Series:
+    return attack.astype(str).str.startswith(CORRUPTION_PREFIX)
+
+
+def classifier_rows(rows: pd.DataFrame) -> pd.DataFrame:
+    """Rows of classifiers (a boolean ``correct`` per example)."""
+    if rows.empty or "correct" not in rows.columns or "nll_sum" in rows.columns:
+        return rows.iloc[0:0]
+    return rows
+
+
+def accuracy_table(rows: pd.DataFrame) -> pd.DataFrame:
+    """Clean and robust accuracy per (model, attack, eps) with 95% Wilson intervals; clean first (eps 0)."""
+    rows = classifier_rows(rows)
+    rows = rows[~is_corruption(rows["attack"])] if not rows.empty else rows
+    records = []
+    for model in model_order(rows):
+        sub = rows[rows["model"] == model]
+        clean = sub[sub["attack"] == CLEAN]
+        if len(clean):
+            records.append({"model": model, "attack": CLEAN, "eps": 0.0, **_wilson_row(clean["correct"])})
+        for (attack, eps), grp in sub[sub["attack"] != CLEAN].groupby(["attack", "eps"], sort=True):
+            records.append({"model": model, "attack": attack, "eps": float(eps), **_wilson_row(grp["correct"])})
+    return pd.DataFrame(records, columns=["model", "attack", "eps", "n", "correct", "acc", "lo", "hi"])
+
+
+def corruption_table(rows: pd.DataFrame) -> pd.DataFrame:
+    """Accuracy (classifiers) or perplexity (LMs) per (model, corruption, severity); clean as severity 0."""
+    if rows.empty or "attack" not in rows.columns:
+        return pd.DataFrame()
+    corrupt = rows[is_corruption(rows["attack"])]
+    if corrupt.empty:
+        return pd.DataFrame()
+    models = model_order(corrupt)
+    records = []
+    for model in models:
+        sub = rows[rows["model"] == model]
+        clean = sub[sub["attack"] == CLEAN]
+        groups = [("clean", 0.0, clean)] if len(clean) else []
+        cs = sub[is_corruption(sub["attack"])]
+        groups += [(a[len(CORRUPTION_PREFIX) :], float(s), g) for (a, s), g in cs.groupby(["attack", "eps"], sort=True)]
+        for name, severity, grp in groups:
+            record = {"model": model, "corruption": name, "severity": severity}
+            record.update(_lm_stats(grp) if "nll_sum" in grp.columns else _wilson_row(grp["correct"]))
+            records.append(record)
+    return pd.DataFrame(records)
+
+
+def _lm_stats(grp: pd.DataFrame) -> dict[str, float]:
+    nll, tok = grp["nll_sum"].to_numpy(float), grp["n_tokens"].to_numpy(float)
+    total_tok = tok.sum()
+    ppl = math.exp(nll.sum() / total_tok) if total_tok > 0 else math.nan
+    lo, hi = bootstrap_ratio_interval(nll, tok)
+    out = {"n": int(len(grp)), "n_tokens": int(total_tok), "ppl": ppl, "ppl_lo": lo, "ppl_hi": hi}
+    if "correct_tokens" in grp.columns and total_tok > 0:
+        correct = grp["correct_tokens"].to_numpy(float)
+        out["token_acc"] = float(correct.sum() / total_tok)
+        # the same bootstrap over sequences: a ratio of sums of proportions, so it stays in [0, 1]
+        out["token_acc_lo"], out["token_acc_hi"] = bootstrap_ratio_interval(correct, tok, transform=_identity)
+    return {**out, **lm_eval_columns(grp)}  # lm-eval's word/byte metrics, for rows scored lm-eval style
+
+
+def _identity(x: np.ndarray) -> np.ndarray:
+    return x
+
+
+def perplexity_table(rows: pd.DataFrame) -> pd.DataFrame:
+    """Perplexity (and token accuracy) per (model, kind, attack, eps) for LM runs; corruptions excluded.
+
+    ``ppl`` is per token (per character for robfilt's character-level LMs); models scored as lm-eval scores
+    documents (Hugging Face models) add ``word_perplexity``, ``byte_perplexity`` and ``bits_per_byte``."""
+    if rows.empty or "nll_sum" not in rows.columns:
+        return pd.DataFrame()
+    rows = rows[~is_corruption(rows["attack"])]
+    records = []
+    for model in model_order(rows):
+        sub = rows[rows["model"] == model]
+        for (attack, eps), grp in sub.groupby(["attack", "eps"], sort=True):
+            kind = str(grp["kind"].iloc[0]) if "kind" in grp.columns else ""
+            records.append({"model": model, "kind": kind, "attack": attack, "eps": float(eps), **_lm_stats(grp)})
+    table = pd.DataFrame(records)
+    if table.empty:
+        return table
+    order = {CLEAN: 0}
+    table["_o"] = table["attack"].map(lambda a: order.get(a, 1))
+    table["_m"] = table["model"].map({m: i for i, m in enumerate(model_order(rows))})
+    return table.sort_values(["_m", "_o", "attack", "eps"]).drop(columns=["_o", "_m"]).reset_index(drop=True)
+
+
+def finite_values(s: pd.Series) -> pd.Series:
+    return s[np.isfinite(s.to_numpy(dtype=float))]
+
+
+def lipschitz_table(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per model: lower bounds (mean, max over examples), certified local (median) and global upper bounds, the
+    mean certified radius, and whether each certified number is vacuous (:mod:`robustbench_filters.stats.vacuity`)."""
+    if rows.empty or "lower" not in rows.columns:
+        return pd.DataFrame()
+    examples = rows[rows["layer"] == MODEL_LAYER] if "layer" in rows.columns else rows
+    records = []
+    for model in model_order(examples):
+        g = examples[examples["model"] == model]
+        local, glob, radius = finite_values(g.get("local_upper", pd.Series(dtype=float))), None, None
+        if "global_upper" in g.columns and len(finite_values(g["global_upper"])):
+            glob = float(finite_values(g["global_upper"]).max())
+        if "radius" in g.columns and len(finite_values(g["radius"])):
+            radius = float(finite_values(g["radius"]).mean())
+        lower_max = float(g["lower"].max())
+        flags = (
+            vacuity.model_vacuity(g)
+            if {"local_upper", "global_upper"} <= set(g.columns)
+            else dict.fromkeys(("global_upper_vacuous", "local_upper_vacuous", "radius_vacuous"))
+        )
+        records.append(
+            {
+                "model": model,
+                "method": str(g["method"].iloc[0]) if "method" in g.columns else "",
+                "n": int(len(g)),
+                "lower_mean": float(g["lower"].mean()),
+                "lower_max": lower_max,
+                "local_upper_median": float(local.median()) if len(local) else math.nan,
+                "global_upper": glob if glob is not None else math.nan,
+                "upper_over_lower": glob / lower_max if glob and lower_max > 0 else math.nan,
+                "radius_mean": radius if radius is not None else math.nan,
+                **flags,
+            }
+        )
+    return pd.DataFrame(records)
+
+
+__all__ = [
+    "BOOTSTRAP",
+    "CLEAN",
+    "CORRUPTION_PREFIX",
+    "MODEL_LAYER",
+    "accuracy_table",
+    "bootstrap_ratio_interval",
+    "classifier_rows",
+    "corruption_table",
+    "eps_label",
+    "finite_values",
+    "is_corruption",
+    "lipschitz_table",
+    "lm_eval_columns",
+    "model_order",
+    "perplexity_table",
+]

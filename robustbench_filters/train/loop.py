@@ -1,0 +1,442 @@
+"""``robfilt train``: deterministic, resumable training for both families.
+
+AdamW with linear warmup and cosine decay, gradient clipping, and a data order that is a pure function of
+(seed, step): image batches come from a per-epoch permutation seeded by (seed, epoch), LM batches from a
+generator seeded by (seed, step). A killed run therefore resumes from its last saved step and reaches the
+same final weights as an uninterrupted run. Training state (weights, optimizer moments, step) is stored as
+safetensors plus JSON; nothing is pickled.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import safetensors.torch
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..core.errors import RobfiltError, RunStateError
+from ..core.family import Family
+from ..core.io import atomic_write_json
+from ..core.progress import ProgressHook, null_progress
+from ..models.checkpoint import CARD, save_checkpoint
+from ..models.registry import ModelSpec, build_from_spec, resolve_spec
+from ..runs.lock import RunLock
+from ..runs.outfolder import remove_files
+from ..runs.prepare import prepare_training_out
+from .recipe import DEFAULT_RECIPES, Recipe, card_recipe_value, lr_at, recipe_identity
+
+log = logging.getLogger(__name__)
+
+STATE_DIR = "train_state"
+
+
+@dataclass
+class TrainResult:
+    out: Path
+    name: str
+    size: str
+    metrics: dict[str, float]
+    wall_time_s: float
+    recipe: Recipe = field(default_factory=Recipe)
+
+
+def _augment(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """Random 2-pixel shifts and horizontal flips, drawn from ``gen`` (deterministic per step)."""
+    b, _, h, w = x.shape
+    padded = F.pad(x, (2, 2, 2, 2))
+    dy = torch.randint(0, 5, (b,), generator=gen)
+    dx = torch.randint(0, 5, (b,), generator=gen)
+    rows = (dy[:, None] + torch.arange(h)[None]).view(b, 1, h, 1).expand(b, x.shape[1], h, w + 4)
+    out = padded.gather(2, rows)
+    cols = (dx[:, None] + torch.arange(w)[None]).view(b, 1, 1, w).expand(b, x.shape[1], h, w)
+    out = out.gather(3, cols)
+    flip = torch.rand(b, generator=gen) < 0.5
+    return torch.where(flip.view(b, 1, 1, 1), out.flip(-1), out)
+
+
+def add_gaussian_noise(x: torch.Tensor, sigma: float, gen: torch.Generator) -> torch.Tensor:
+    """Gaussian data augmentation for randomized smoothing: ``x + N(0, sigma^2 I)``, drawn from ``gen``.
+
+    No clipping to [0, 1]: the smoothed classifier that ``robustbench_filters.smoothing`` certifies adds
+    unclipped noise too (Cohen et al. 2019), and the base classifier must be trained on that distribution.
+    """
+    return x + sigma * torch.randn(x.shape, generator=gen, dtype=x.dtype)
+
+
+class _Task:
+    """Family-specific data, loss and metric; the loop itself is shared."""
+
+    def __init__(self, model: nn.Module, spec: Any, data: str, recipe: Recipe, seed: int, out: Path) -> None:
+        self.model, self.spec, self.recipe, self.seed = model, spec, recipe, seed
+        self.family = spec.family
+        if self.family is Family.IMAGE:
+            from ..data import load_images
+
+            self.train_data = load_images(data, split="train")
+            self.test_data = load_images(data, split="test")
+            cfg = spec.config
+            shape = tuple(self.train_data.x.shape[1:])
+            if shape != (cfg.in_chans, cfg.img_size, cfg.img_size):
+                raise RobfiltError(
+                    f"data {data!r} has images of shape {shape} but {spec.name} ({spec.size}) expects "
+                    f"{(cfg.in_chans, cfg.img_size, cfg.img_size)}; pick a matching --size or --data."
+                )
+            if len(self.train_data.classes) != cfg.num_classes:
+                raise RobfiltError(
+                    f"data {data!r} has {len(self.train_data.classes)} classes but {spec.name} has "
+                    f"{cfg.num_classes}; pick a matching --size or --data."
+                )
+            self.n_train = len(self.train_data.y)
+            self.data_checksum = self.train_data.checksum
+        else:
+            from ..data import encode_corpus, load_text
+            from ..data.tokenizers import BPETokenizer, CharTokenizer
+
+            train_text = load_text(data, split="train")
+            test_text = load_text(data, split="test")
+            tok_path = out / "tokenizer.json"
+            if recipe.tokenizer == "char":
+                self.tokenizer = CharTokenizer.train(train_text)
+            else:
+                self.tokenizer = BPETokenizer.train(train_text, vocab_size=recipe.bpe_vocab)
+            self.tokenizer.save(tok_path)
+            self.train_ids = encode_corpus(train_text, self.tokenizer)
+            self.test_ids = encode_corpus(test_text, self.tokenizer)
+            self.test_chars = len(test_text)
+            self.n_train = len(self.train_ids)
+            import hashlib
+
+            self.data_checksum = hashlib.sha256(train_text.encode()).hexdigest()
+
+    def total_steps(self) -> int:
+        if self.recipe.steps is not None:
+            return self.recipe.steps
+        if self.family is Family.LM:
+            raise RobfiltError("LM training is step-based; pass --steps.")
+        return self.recipe.epochs * self.steps_per_epoch()
+
+    def steps_per_epoch(self) -> int:
+        return max(1, self.n_train // self.recipe.batch_size)
+
+    def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + step)
+        if self.family is Family.IMAGE:
+            spe = self.steps_per_epoch()
+            epoch, i = divmod(step, spe)
+            perm = torch.randperm(self.n_train, generator=torch.Generator().manual_seed(self.seed * 7919 + epoch))
+            idx = perm[i * self.recipe.batch_size : (i + 1) * self.recipe.batch_size]
+            x, y = self.train_data.x[idx], self.train_data.y[idx]
+            if self.recipe.augment:
+                x = _augment(x, gen)
+            if self.recipe.noise_sigma > 0:
+                x = add_gaussian_noise(x, self.recipe.noise_sigma, gen)
+            return x, y
+        from ..data import get_batch
+
+        return get_batch(self.train_ids, self.spec.config.block_size, self.recipe.batch_size, gen)
+
+    def loss(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, float]:
+        logits = self.model(x)
+        if self.family is Family.IMAGE:
+            loss = F.cross_entropy(logits, y, label_smoothing=self.recipe.label_smoothing)
+            return loss, (logits.argmax(-1) == y).float().mean().item()
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+        return loss, math.exp(min(loss.item(), 20.0))
+
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, float]:
+        self.model.eval()
+        try:
+            if self.family is Family.IMAGE:
+                x, y = self.test_data.x, self.test_data.y
+                if self.recipe.eval_max:
+                    x, y = x[: self.recipe.eval_max], y[: self.recipe.eval_max]
+                correct = sum(
+                    (self.model(x[i : i + 500]).argmax(-1) == y[i : i + 500]).sum().item()
+                    for i in range(0, len(y), 500)
+                )
+                out = {"test_acc": correct / len(y), "test_n": len(y)}
+                if self.recipe.noise_sigma > 0:
+                    # the base classifier on one fixed noise draw per test image (seeded, so reproducible)
+                    noisy = add_gaussian_noise(x, self.recipe.noise_sigma, torch.Generator().manual_seed(self.seed))
+                    hits = sum(
+                        (self.model(noisy[i : i + 500]).argmax(-1) == y[i : i + 500]).sum().item()
+                        for i in range(0, len(y), 500)
+                    )
+                    out["test_acc_noisy"] = hits / len(y)
+                return out
+            from ..data import eval_windows
+
+            x, y = eval_windows(self.test_ids, self.spec.config.block_size, n_max=self.recipe.eval_max)
+            nll, count = 0.0, 0
+            for i in range(0, len(x), 64):
+                logits = self.model(x[i : i + 64])
+                nll += F.cross_entropy(
+                    logits.reshape(-1, logits.shape[-1]), y[i : i + 64].reshape(-1), reduction="sum"
+                ).item()
+                count += y[i : i + 64].numel()
+            out = {"test_nll": nll / count, "test_ppl": math.exp(nll / count), "test_tokens": count}
+            out["tokenizer"] = self.recipe.tokenizer
+            if self.recipe.tokenizer == "bpe":
+                # per-character equivalent: total nll over the characters those tokens cover
+                chars = self.test_chars * count / max(1, len(self.test_ids))
+                out["test_ppl_per_char"] = math.exp(nll / chars)
+            return out
+        finally:
+            self.model.train()
+
+
+def _previous(state_dir: Path) -> Path:
+    """Where _save_state keeps the last complete state while it writes the next one."""
+    return state_dir.with_name(state_dir.name + ".old")
+
+
+def _save_state(folder: Path, model: nn.Module, opt: torch.optim.Optimizer, step: int, meta: dict) -> None:
+    """Resumable state: weights + optimizer moments (safetensors) and scalars (JSON), written atomically."""
+    tmp = folder.with_name(folder.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    safetensors.torch.save_model(model, str(tmp / "model.safetensors"))
+    tensors, scalars = {}, {}
+    for pid, st in opt.state_dict()["state"].items():
+        for key, value in st.items():
+            if torch.is_tensor(value):
+                tensors[f"{pid}.{key}"] = value.contiguous()
+            else:
+                scalars[f"{pid}.{key}"] = value
+    safetensors.torch.save_file(tensors, str(tmp / "optimizer.safetensors"))
+    atomic_write_json(tmp / "state.json", {"step": step, "scalars": scalars, **meta})
+    old = _previous(folder)
+    shutil.rmtree(old, ignore_errors=True)
+    if folder.exists():
+        folder.rename(old)
+    tmp.rename(folder)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _load_state(folder: Path, model: nn.Module, opt: torch.optim.Optimizer) -> dict:
+    safetensors.torch.load_model(model, str(folder / "model.safetensors"))
+    meta = json.loads((folder / "state.json").read_text())
+    tensors = safetensors.torch.load_file(str(folder / "optimizer.safetensors"))
+    state: dict[int, dict[str, Any]] = {}
+    for key, value in tensors.items():
+        pid, name = key.split(".", 1)
+        state.setdefault(int(pid), {})[name] = value
+    for key, value in meta["scalars"].items():
+        pid, name = key.split(".", 1)
+        state.setdefault(int(pid), {})[name] = value
+    sd = opt.state_dict()
+    sd["state"] = state
+    opt.load_state_dict(sd)
+    return meta
+
+
+def _rebuild_command(name: str, size: str, data: str, seed: int, out: Path, recipe: Recipe, family: Family) -> str:
+    """A canonical command that retrains this checkpoint from scratch (recorded in the card)."""
+    base = DEFAULT_RECIPES[family]
+    parts = ["robfilt train", f"--model {name}", f"--size {size}", f"--data {data}", f"--seed {seed}"]
+    for field_name, flag in (
+        ("epochs", "--epochs"),
+        ("steps", "--steps"),
+        ("batch_size", "--batch-size"),
+        ("lr", "--lr"),
+        ("tokenizer", "--tokenizer"),
+        ("ckpt_every", "--ckpt-every"),
+        ("noise_sigma", "--noise-sigma"),
+    ):
+        value = getattr(recipe, field_name)
+        if value != getattr(base, field_name) and value is not None:
+            parts.append(f"{flag} {value}")
+    parts += [f"--out {out}", "--overwrite"]
+    return " ".join(parts)
+
+
+def _param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    """No weight decay on biases, norms, embeddings' positions, BSA widths and GRC lambdas (nanoGPT rule)."""
+    decay, no_decay, seen = [], [], set()
+    for _, p in model.named_parameters():
+        if not p.requires_grad or id(p) in seen:
+            continue
+        seen.add(id(p))
+        (decay if p.dim() >= 2 and p.shape[0] > 1 else no_decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def _build_task(
+    name: str, size: str, spec: ModelSpec, data: str, recipe: Recipe, seed: int, out: Path, overrides: dict
+) -> _Task:
+    """The seeded model and its data; an LM is rebuilt (same seed) when the tokenizer fixes another vocabulary."""
+    torch.manual_seed(seed)
+    task = _Task(build_from_spec(spec).train(), spec, data, recipe, seed, out)
+    if spec.family is Family.LM and task.tokenizer.vocab_size != spec.config.vocab_size:
+        spec = resolve_spec(name, size, **{**overrides, "vocab_size": task.tokenizer.vocab_size})
+        torch.manual_seed(seed)
+        task.model, task.spec = build_from_spec(spec).train(), spec
+    return task
+
+
+def _finished(out: Path) -> bool:
+    """A card and no training state (current or the previous one kept while saving): nothing left to resume."""
+    state_dir = out / STATE_DIR
+    return (out / CARD).exists() and not state_dir.exists() and not _previous(state_dir).exists()
+
+
+def _restore(
+    state_dir: Path, task: _Task, opt: torch.optim.Optimizer, fingerprint: dict
+) -> tuple[int, float, list[int]]:
+    """(step, wall seconds so far, torch thread counts used so far) of a killed run, refusing state from another
+    recipe, model, data or seed."""
+    old_state = _previous(state_dir)
+    if not state_dir.exists() and old_state.exists():
+        # killed between the two renames of _save_state: the previous complete state is in .old
+        old_state.rename(state_dir)
+    if not state_dir.exists():
+        return 0, 0.0, []
+    meta = _load_state(state_dir, task.model, opt)
+    if meta.get("fingerprint") != json.loads(json.dumps(fingerprint, default=str)):
+        raise RunStateError(
+            f"--out {state_dir.parent} holds a different training run (other model, data, seed or recipe); "
+            "use --overwrite."
+        )
+    return meta["step"], meta.get("wall_time_s", 0.0), list(meta.get("torch_threads", []))
+
+
+def _fit(
+    name: str,
+    task: _Task,
+    opt: torch.optim.Optimizer,
+    start: tuple[int, float, list[int]],
+    state_dir: Path,
+    fingerprint: dict,
+    progress: ProgressHook,
+) -> tuple[float | None, float, list[int]]:
+    """The optimisation loop from ``start`` = (step, wall seconds, thread counts); state is saved every epoch (or
+    --ckpt-every).
+
+    Returns the running loss, the total wall time and every torch thread count the training ran with: float
+    reductions split across threads add in another order, so the same seed gives other weights under another
+    count, and the card says which counts made these."""
+    recipe, model = task.recipe, task.model
+    total = task.total_steps()
+    every = recipe.ckpt_every or (task.steps_per_epoch() if task.spec.family is Family.IMAGE else 200)
+    label = "acc" if task.spec.family is Family.IMAGE else "ppl"
+    (step, wall_before, threads), t0, run_loss = start, time.perf_counter(), None
+    threads = sorted({*threads, torch.get_num_threads()})
+    while step < total:
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, total, recipe)
+        x, y = task.batch(step)
+        loss, metric = task.loss(x, y)
+        if not torch.isfinite(loss):
+            raise RobfiltError(f"training diverged at step {step} (loss {loss.item()}); lower --lr.")
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if recipe.grad_clip:
+            nn.utils.clip_grad_norm_(model.parameters(), recipe.grad_clip)
+        opt.step()
+        step += 1
+        run_loss = loss.item() if run_loss is None else 0.95 * run_loss + 0.05 * loss.item()
+        progress(f"train {name}", step, total, f"loss {run_loss:.3f} {label} {metric:.3f}")
+        if step % max(1, total // 10) == 0:
+            log.info("%s step %d/%d: loss %.3f, batch %s %.3f", name, step, total, run_loss, label, metric)
+        if step % every == 0 or step == total:
+            wall = wall_before + time.perf_counter() - t0
+            meta = {"fingerprint": fingerprint, "wall_time_s": wall, "torch_threads": threads}
+            _save_state(state_dir, model, opt, step, meta)
+    return run_loss, wall_before + time.perf_counter() - t0, threads
+
+
+def train(
+    name: str,
+    size: str = "micro",
+    data: str | None = None,
+    recipe: Recipe | None = None,
+    seed: int = 0,
+    out: str | Path | None = None,
+    resume: bool = False,
+    overwrite: bool = False,
+    command: str | None = None,
+    progress: ProgressHook | None = None,
+    **overrides: Any,
+) -> TrainResult:
+    """Train ``name`` from scratch (or resume) and write a checkpoint folder with its card.
+
+    The card records the exact ``command``, the data checksum, the recipe, the metrics and the wall time.
+    """
+    spec = resolve_spec(name, size, **overrides)
+    recipe = dataclasses.replace(recipe or DEFAULT_RECIPES[spec.family])
+    recipe.validate()
+    if spec.family is Family.LM and recipe.noise_sigma:
+        raise RobfiltError("--noise-sigma is for image models (Gaussian noise on pixels); drop it for LM training.")
+    if spec.family is Family.LM and recipe.steps is None:
+        raise RobfiltError("LM training is step-based; pass --steps.")
+    data = data or ("fashion-mnist" if spec.family is Family.IMAGE else "austen")
+    out = Path(out or f"runs/train/{name}-{size}-s{seed}")
+    state_dir = out / STATE_DIR
+    replaced = prepare_training_out(out, resume, overwrite, STATE_DIR)
+    lock = RunLock(out)
+    lock.acquire()
+    try:
+        remove_files(out, replaced)  # an earlier training's own files, nothing else
+        if resume and _finished(out):
+            card = json.loads((out / CARD).read_text())
+            log.info("%s is already trained; nothing to resume", out)
+            wall_s = card.get("recipe", {}).get("wall_time_s", 0.0)
+            return TrainResult(out, name, size, card.get("metrics", {}), wall_s, recipe)
+        task = _build_task(name, size, spec, data, recipe, seed, out, overrides)
+        model, spec = task.model, task.spec
+        opt = torch.optim.AdamW(_param_groups(model, recipe.weight_decay), lr=recipe.lr, betas=(0.9, 0.95))
+        fingerprint = {
+            "name": name,
+            "size": size,
+            "data": data,
+            "seed": seed,
+            "recipe": dataclasses.asdict(recipe),
+            "overrides": overrides,
+        }
+        start = _restore(state_dir, task, opt, fingerprint) if resume else (0, 0.0, [])
+        if start[0]:
+            log.info("resuming %s at step %d/%d", name, start[0], task.total_steps())
+        run_loss, wall, threads = _fit(name, task, opt, start, state_dir, fingerprint, progress or null_progress)
+        metrics = {"train_loss": run_loss, **task.evaluate()}
+        model.eval()
+        recipe_card = {
+            **dataclasses.asdict(recipe),
+            "data": data,
+            "data_checksum": task.data_checksum,
+            "seed": seed,
+            "total_steps": task.total_steps(),
+            "wall_time_s": round(wall, 1),
+            "torch_threads": threads,
+            "command": command or f"robfilt train --model {name} --size {size} --seed {seed} --out {out}",
+            "rebuild_command": _rebuild_command(name, size, data, seed, out, recipe, family=spec.family),
+        }
+        model.robfilt_spec = spec
+        save_checkpoint(model, out, recipe=recipe_card, metrics=metrics)
+        shutil.rmtree(state_dir, ignore_errors=True)
+        log.info("trained %s in %.0fs: %s", name, wall, metrics)
+        return TrainResult(out, name, size, metrics, wall, recipe)
+    finally:
+        lock.release()
+
+
+__all__ = [
+    "DEFAULT_RECIPES",
+    "Recipe",
+    "TrainResult",
+    "add_gaussian_noise",
+    "card_recipe_value",
+    "lr_at",
+    "recipe_identity",
+    "train",
+]

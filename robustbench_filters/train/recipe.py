@@ -1,0 +1,123 @@
+"""Training recipes: the hyper-parameters, their validation, their identity for checkpoint matching, the defaults
+per family and the learning-rate schedule.
+
+Kept apart from the training loop (:mod:`.loop`) because the study plan, the zoo cards and checkpoint reuse all
+reason about recipes without training anything.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from ..configs.options import Bool, Declared, Int, Number, Text, Tokenizer, option
+from ..core.errors import RobfiltError
+from ..core.family import Family
+from ..core.surface import Surface, flag
+
+_NOT_IN_SPECS = {Surface.SPEC: "a gate spec measures models; it does not train them"}
+#: what a Hugging Face model can be converted to before fine-tuning (hf.convert)
+VARIANTS: tuple[str, ...] = ("bsa", "grc", "bsa-grc")
+
+
+def _train(default: Any, help: str, value: Any, **kwargs: Any) -> Any:
+    return option(default, help=help, value=value, not_on=_NOT_IN_SPECS, panel="Training", **kwargs)
+
+
+@dataclass
+class Recipe(Declared):
+    """A training recipe. ``steps`` wins over ``epochs`` when both are set."""
+
+    epochs: int | None = _train(None, "Epochs (images).", Int())
+    steps: int | None = _train(None, "Optimizer steps (wins over --epochs).", Int())
+    batch_size: int = _train(128, "Examples per optimizer step.", Int())
+    lr: float = _train(2e-3, "Peak learning rate.", Number())
+    weight_decay: float = _train(0.05, "AdamW weight decay.", Number())
+    warmup_frac: float = _train(0.05, "Share of the steps spent in linear warmup.", Number())
+    min_lr_frac: float = _train(0.02, "Cosine decay ends at this fraction of the peak learning rate.", Number())
+    grad_clip: float = _train(1.0, "Clip the gradient norm to this (0: no clipping).", Number())
+    label_smoothing: float = _train(0.0, "Label smoothing of the image loss.", Number())
+    augment: bool = _train(True, "Images: random shifts (pad 2) and horizontal flips.", Bool(), negatable=True)
+    noise_sigma: float = _train(
+        0.0,
+        "Images: add N(0, sigma^2) noise to the [0, 1] inputs while training (for randomized smoothing).",
+        Number(),
+    )
+    ckpt_every: int = _train(
+        0, "Steps between resumable states (0: once per epoch for images, 200 steps for LMs).", Int()
+    )
+    eval_max: int | None = _train(None, "Cap on test examples or windows of the final metric (none: all).", Int())
+    tokenizer: str = _train(
+        "char", "LM tokenizer: char (characters) or bpe (byte-level BPE trained on the data).", Tokenizer()
+    )
+    bpe_vocab: int = _train(512, "Vocabulary size of a BPE tokenizer (--tokenizer bpe).", Int())
+    variant: str | None = _train(None, "hf: models: convert to bsa, grc or bsa-grc before fine-tuning.", Text())
+    max_length: int | None = _train(
+        None, "hf: models: tokens per training window (default: the model's positions, at most 256).", Int()
+    )
+
+    def validate(self) -> None:
+        for name in ("epochs", "steps"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise RobfiltError(f"{flag(name)} must be positive, got {value}.")
+        if self.epochs is None and self.steps is None:
+            raise RobfiltError(f"give {flag('epochs')} or {flag('steps')}.")
+        if self.batch_size <= 0:
+            raise RobfiltError(f"{flag('batch_size')} must be positive, got {self.batch_size}.")
+        if not (self.lr > 0 and math.isfinite(self.lr)):
+            raise RobfiltError(f"{flag('lr')} must be a positive number, got {self.lr}.")
+        for name in ("weight_decay", "grad_clip", "label_smoothing"):
+            if not (getattr(self, name) >= 0 and math.isfinite(getattr(self, name))):
+                raise RobfiltError(f"{flag(name)} must be a finite number >= 0, got {getattr(self, name)}.")
+        for name in ("warmup_frac", "min_lr_frac"):
+            if not (0 <= getattr(self, name) <= 1):
+                raise RobfiltError(f"{flag(name)} must be a fraction in [0, 1], got {getattr(self, name)}.")
+        if not (math.isfinite(self.noise_sigma) and self.noise_sigma >= 0):
+            raise RobfiltError(f"{flag('noise_sigma')} must be a finite number >= 0, got {self.noise_sigma}.")
+        if self.ckpt_every < 0:
+            raise RobfiltError(f"{flag('ckpt_every')} must be 0 or more, got {self.ckpt_every}.")
+        if self.eval_max is not None and self.eval_max <= 0:
+            raise RobfiltError(f"{flag('eval_max')} must be positive, got {self.eval_max}.")
+        if self.variant is None and self.tokenizer not in ("char", "bpe"):  # hf: fine-tuning takes a folder
+            raise RobfiltError(f"unknown {flag('tokenizer')} {self.tokenizer!r} for training; use char or bpe.")
+        if self.variant is not None and self.variant not in VARIANTS:
+            raise RobfiltError(f"unknown {flag('variant')} {self.variant!r}; use one of: {', '.join(VARIANTS)}.")
+        if self.max_length is not None and self.max_length <= 0:
+            raise RobfiltError(f"{flag('max_length')} must be positive, got {self.max_length}.")
+        if self.bpe_vocab <= 0:
+            raise RobfiltError(f"{flag('bpe_vocab')} must be positive, got {self.bpe_vocab}.")
+
+
+# Fields added after checkpoints were already in circulation, with the value that reproduces the old behaviour.
+# A card without such a field was trained with that value, and a recipe at that value keeps its old identity.
+LATER_FIELDS: dict[str, Any] = {"noise_sigma": 0.0, "variant": None, "max_length": None}
+
+
+def recipe_identity(recipe: Recipe) -> dict[str, Any]:
+    """The recipe as a dict for digests and card matching: later fields at their neutral value are left out,
+    so checkpoint folders named before those fields existed keep their names."""
+    return {k: v for k, v in dataclasses.asdict(recipe).items() if not (k in LATER_FIELDS and v == LATER_FIELDS[k])}
+
+
+def card_recipe_value(card_recipe: dict[str, Any], key: str) -> Any:
+    """A recipe field as recorded in a card, reading a missing later field as its neutral value."""
+    return card_recipe.get(key, LATER_FIELDS.get(key))
+
+
+DEFAULT_RECIPES: dict[Family, Recipe] = {
+    Family.IMAGE: Recipe(epochs=14, batch_size=64, lr=2e-3, weight_decay=0.05, augment=False),
+    Family.LM: Recipe(steps=1500, batch_size=32, lr=3e-3, weight_decay=0.1, augment=False, ckpt_every=250),
+}
+
+
+def lr_at(step: int, total: int, recipe: Recipe) -> float:
+    """Linear warmup, then cosine decay to ``min_lr_frac * lr``."""
+    warmup = max(1, int(recipe.warmup_frac * total))
+    if step < warmup:
+        return recipe.lr * (step + 1) / warmup
+    progress = (step - warmup) / max(1, total - warmup)
+    floor = recipe.min_lr_frac * recipe.lr
+    return floor + 0.5 * (recipe.lr - floor) * (1 + math.cos(math.pi * min(1.0, progress)))
