@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from robustbench_filters.api.evaluate import evaluate as api
+from robustbench_filters.api import evaluate as api
 from robustbench_filters.cli import run as cli_run
 from robustbench_filters.gating.run import run_gate
 from robustbench_filters.runs.folder import load_run
