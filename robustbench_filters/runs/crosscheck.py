@@ -12,7 +12,7 @@ those records:
 - two names compared with each other are two models: distinct labels with one weights digest compare a model with
   itself (a paired difference of exactly zero that claims to be a comparison).
 
-Each refusal is one line naming the folder (:class:`~robustbench_filters.errors.RunStateError`).
+Each refusal is one line naming the folder (:class:`~robustbench_filters.core.errors.RunStateError`).
 """
 
 from __future__ import annotations
