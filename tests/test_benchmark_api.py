@@ -21,7 +21,7 @@ from torch.utils.data import TensorDataset
 
 import robustbench_filters as rf
 from robustbench_filters.api.benchmark import Accuracy, BenchmarkResult, benchmark
-from robustbench_filters.api.evaluate import benchmark as benchmarking
+from robustbench_filters.api import benchmark as benchmarking
 from robustbench_filters.api.evaluate import evaluate
 from robustbench_filters.core.errors import RobfiltError
 from robustbench_filters.runs.folder import load_run

@@ -13,7 +13,7 @@ import inspect
 import pytest
 import typer
 
-from robustbench_filters.api.evaluate import benchmark as benchmarking
+from robustbench_filters.api import benchmark as benchmarking
 from robustbench_filters.api.evaluate import evaluate as api
 from robustbench_filters.cli import app
 from robustbench_filters.configs import (

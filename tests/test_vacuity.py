@@ -15,7 +15,7 @@ from robustbench_filters.gating.modes import Status
 from robustbench_filters.report import render as R
 from robustbench_filters.report import tables as T
 from robustbench_filters.report.latex import latex_table
-from robustbench_filters.stats.intervals import vacuity
+from robustbench_filters.stats import vacuity
 
 LOWER = [10.0, 20.0, 30.0, 40.0]
 
