@@ -168,7 +168,7 @@ def test_train_converts_fine_tunes_and_reloads(hf_models, tmp_path, capsys, vari
 
 def test_a_killed_fine_tuning_resumes_to_the_same_weights(hf_models, tmp_path, monkeypatch) -> None:
     """State is saved every --ckpt-every steps; batches and dropout masks depend on (seed, step) only."""
-    from robustbench_filters.train.loop import hf as T
+    from robustbench_filters.train import hf as T
     from robustbench_filters.train.recipe import Recipe
 
     recipe = Recipe(steps=4, batch_size=2, lr=1e-3, ckpt_every=2, augment=False)

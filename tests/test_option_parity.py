@@ -14,7 +14,7 @@ import pytest
 import typer
 
 from robustbench_filters.api import benchmark as benchmarking
-from robustbench_filters.api.evaluate import evaluate as api
+from robustbench_filters.api import evaluate as api
 from robustbench_filters.cli import app
 from robustbench_filters.configs import (
     CertifyConfig,
