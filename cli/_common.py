@@ -8,7 +8,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -26,6 +26,9 @@ from rich.progress import (
 from rich.text import Text
 
 from robustbench_filters.core.io import _json_default
+
+if TYPE_CHECKING:
+    from robustbench_filters.summaries import Summary
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or info logs.")]
@@ -110,12 +113,12 @@ AllowFailedOpt = Annotated[
 FAILED_CHECKS_EXIT = 3
 
 
-def exit_for_checks(summary: dict[str, Any], allow_failed: bool) -> None:
+def exit_for_checks(summary: Summary, allow_failed: bool) -> None:
     """A run whose sanity checks failed ends with exit code 3 (its numbers are unreliable), unless allowed."""
-    counts = summary.get("checks_summary") or {}
-    if counts.get("fail", 0) and not allow_failed:
+    failed = sum(c.status == "fail" for c in summary.sanity_checks())
+    if failed and not allow_failed:
         console_err(
-            f"error: {counts['fail']} sanity check(s) failed, so these numbers are unreliable (exit "
+            f"error: {failed} sanity check(s) failed, so these numbers are unreliable (exit "
             f"{FAILED_CHECKS_EXIT}); fix the cause, or pass --allow-failed-checks to accept them."
         )
         raise typer.Exit(FAILED_CHECKS_EXIT)

@@ -59,7 +59,7 @@ def attack_cmd(
     if not is_primary():  # under torchrun, rank 0 alone prints the merged result
         return
     if json_out:
-        print_json({"out": str(result.out), **result.summary})
+        print_json({"out": str(result.out), **result.summary.to_dict()})
     else:
         render_summary(result.summary)
         console().print(f"run folder: {result.out}", markup=False, style="dim")

@@ -200,7 +200,7 @@ def test_attack_equals_what_a_run_saves(net_data) -> None:
         assert adv.shape == x.shape and (adv - x).abs().amax() <= 0.1 + 1e-6 and 0 <= adv.min() <= adv.max() <= 1
         with torch.no_grad():
             robust = (net(adv).argmax(1) == y).float().mean().item()
-        assert robust == pytest.approx(ran.summary["models"]["model0"]["robust"][0]["acc"])
+        assert robust == pytest.approx(ran.summary.models["model0"].robust[0].acc)
     rng = torch.get_rng_state()
     assert torch.equal(rf.attack(net, x, y, attack="pgd", eps=0.1, steps=3, batch_size=BATCH, seed=2), adv)
     assert torch.equal(rf.attack(net, x, y, eps=0), x)

@@ -11,6 +11,7 @@ import logging
 import math
 from enum import Enum
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -20,8 +21,8 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 import robustbench_filters as rf
-from robustbench_filters.api.benchmark import Accuracy, BenchmarkResult, benchmark
 from robustbench_filters.api import benchmark as benchmarking
+from robustbench_filters.api.benchmark import Accuracy, BenchmarkResult, benchmark
 from robustbench_filters.api.evaluate import evaluate
 from robustbench_filters.core.errors import RobfiltError
 from robustbench_filters.runs.folder import load_run
@@ -47,17 +48,17 @@ def net_data() -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
     return net, x, y
 
 
-def _acc(entry: dict) -> Accuracy:
-    return Accuracy(entry["acc"], entry["lo"], entry["hi"], entry["n"])
+def _acc(entry: Any) -> Accuracy:
+    return Accuracy(entry.acc, entry.lo, entry.hi, entry.n)
 
 
 def test_tensors_give_evaluates_numbers(net_data) -> None:
     net, x, y = net_data
     res = benchmark(net, data=(x, y), eps=0.05, n_examples=32, **FAST)
     ref = evaluate(net, "pgd", eps=[0.05], data=(x, y), n_examples=32, steps=5)
-    model = ref.summary["models"]["model0"]
+    model = ref.summary.models["model0"]
     assert isinstance(res, BenchmarkResult)
-    assert res.clean == _acc(model["clean"]) and res.robust == _acc(model["robust"][0])
+    assert res.clean == _acc(model.clean) and res.robust == _acc(model.robust[0])
     pd.testing.assert_frame_equal(res.run.rows, ref.rows)
     assert (res.model, res.threat_model, res.attack, res.eps) == ("model0", "Linf", "pgd", 0.05)
     assert res.clean.n == res.robust.n == 32 and res.clean.acc == 1.0
@@ -99,7 +100,7 @@ def test_l2_threat_model(net_data) -> None:
     res = benchmark(net, data=(x, y), threat_model="L2", n_examples=24, **FAST)
     linf = benchmark(net, data=(x, y), threat_model="Linf", eps=0.5, n_examples=24, **FAST)
     assert res.eps == 0.5 and res.threat_model == "L2"  # RobustBench's L2 budget by default
-    assert res.run.summary["norm"] == "l2" and set(res.run.rows.norm) == {"l2"}
+    assert res.run.summary.norm == "l2" and set(res.run.rows.norm) == {"l2"}
     adv = res.run.rows[res.run.rows.attack == "pgd"]
     assert (adv.pert_norm <= 0.5 + 1e-5).all()
     assert res.robust.acc > linf.robust.acc  # an L2 ball of 0.5 is far smaller than an Linf ball of 0.5
@@ -119,24 +120,24 @@ def test_robustbench_threat_model_enum_is_accepted(net_data) -> None:
 def test_corruptions_mean_accuracy_over_cells(net_data) -> None:
     net, x, y = net_data
     res = benchmark(net, data=(x, y), threat_model="corruptions", n_examples=16)
-    model = res.run.summary["models"]["model0"]
+    model = res.run.summary.models["model0"]
     assert (res.attack, res.eps) == ("corruption", None)
-    assert res.robust.n == 16 and math.isclose(res.robust.acc, model["mean_acc"])
+    assert res.robust.n == 16 and math.isclose(res.robust.acc, model.mean_acc)
     cells = res.run.rows[res.run.rows.kind == "contamination"]
     assert len(cells) == 16 * 5 * 5  # examples x corruptions x severities
     assert math.isclose(res.robust.acc, cells.correct.mean())
     assert res.robust.lo <= res.robust.acc <= res.robust.hi
-    assert res.clean == _acc(model["clean"])
+    assert res.clean == _acc(model.clean)
 
 
 def test_zoo_reference_keeps_its_verified_run_folder(tmp_path: Path) -> None:
     res = benchmark("deit", n_examples=16, attack="pgd", steps=2, out=tmp_path / "run")
     ref = evaluate(["deit"], ["pgd"], eps=[8 / 255], n_examples=16, steps=2)
     assert res.model == "deit" and res.run_dir == tmp_path / "run"
-    assert res.clean == _acc(ref.summary["models"]["deit"]["clean"])
-    assert res.robust == _acc(ref.summary["models"]["deit"]["robust"][0])
+    assert res.clean == _acc(ref.summary.models["deit"].clean)
+    assert res.robust == _acc(ref.summary.models["deit"].robust[0])
     finished = load_run(res.run_dir)  # hashes verified
-    assert finished.summary["checks_summary"]["passed"] is True
+    assert finished.summary.checks_summary.passed is True
 
 
 def test_default_attack_is_the_strong_ensemble(net_data) -> None:
@@ -145,7 +146,7 @@ def test_default_attack_is_the_strong_ensemble(net_data) -> None:
     assert (res.attack, res.eps) == ("autoattack-fast", 8 / 255)
     fooled = set(res.run.rows.fooled_by) - {""}
     assert fooled <= {"clean", "apgd-ce", "apgd-t"} and fooled - {"clean"}  # the stages, per-example worst case
-    assert res.run.summary["models"][res.model]["robust"][0]["strength"] == "strong"
+    assert res.run.summary.models[res.model].robust[0].strength == "strong"
 
 
 class NoisyNet(nn.Module):

@@ -107,12 +107,13 @@ def test_every_table_names_its_interval(tmp_path, capsys) -> None:
     from robustbench_filters.cli.lipschitz import render_lipschitz_summary
     from robustbench_filters.gating.outcome import GateResult, Outcome
     from robustbench_filters.gating.output import markdown_summary
+    from robustbench_filters.summaries import LipschitzSummary
 
     rows = pd.DataFrame([{"model": "deit", "layer": "model", "example_id": i, "method": "power", "lower": v,
                           "local_upper": np.nan, "global_upper": np.nan, "radius": np.nan}
                          for i, v in enumerate([0.05, 0.316])])  # fmt: skip
     checks = {"checks": [], "checks_summary": {"passed": True, "pass": 0, "warn": 0, "fail": 0}}
-    render_lipschitz_summary({**summarize(rows), **checks}, "power", per_layer=False, gap=False)
+    render_lipschitz_summary(LipschitzSummary.build({**summarize(rows), **checks}), "power", per_layer=False, gap=False)
     assert "lower mean [95% t-CI, clipped at 0]" in capsys.readouterr().out
     outcome = Outcome("threshold", "image", "deit", "clean", "acc", ">= 50.0", 0.6, 0.5, 0.7, "pass", "ok", "run")
     text = markdown_summary(GateResult(name="g", outcomes=[outcome], runs=["run"], out=tmp_path))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -41,8 +42,10 @@ BAD_AT_START = {
 }
 
 
-def _failed(summary: dict) -> dict[str, str]:
-    return {c["name"]: c["detail"] for c in summary["checks"] if c["status"] == "fail"}
+def _failed(summary: Any) -> dict[str, str]:
+    """The failed checks of a run's summary (typed, or the JSON a command printed): name -> detail."""
+    checks = [c.to_dict() for c in summary.checks] if hasattr(summary, "checks") else summary["checks"]
+    return {c["name"]: c["detail"] for c in checks if c["status"] == "fail"}
 
 
 # --- the shared guard ---------------------------------------------------------------------------------------------
@@ -188,7 +191,7 @@ def test_bad_outputs_on_adversarial_inputs_fail_a_check_and_count_as_no_predicti
     adv = res.rows[res.rows.attack == attack]
     assert clean.correct.all()  # the model is perfect on the clean (on-grid) images
     assert not adv.correct.any() and adv.margin.isna().all()  # labels 0 included: NaN never becomes class 0
-    assert "model outputs finite" in _failed(res.summary) and not res.summary["checks_summary"]["passed"]
+    assert "model outputs finite" in _failed(res.summary) and not res.summary.checks_summary.passed
 
 
 def test_corrupted_inputs_with_nan_outputs_fail_a_check() -> None:

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 import torch
 from torch import nn
 
@@ -38,7 +37,11 @@ from ..core.family import Family
 from ..core.progress import ProgressHook
 from ..core.surface import Surface
 from ..runs.runner import RunResult
-from ..stats.intervals import wilson_interval
+from ..stats.aggregates import mean_cell_accuracy
+from ..summaries import CorruptionSummary, ImageAttackSummary
+from ..summaries import image as summaries
+from ..summaries.corruption import CorruptionModelResults
+from ..summaries.image import RobustAccuracy
 from .benchmark_lm import LMBenchmarkResult, benchmark_lm
 from .evaluate import evaluate
 from .robustbench_args import robustbench_options
@@ -171,34 +174,21 @@ def _config(threat: str, attack: str, eps: float | None, given: dict[str, Any]) 
     return build(ImageAttackConfig, {"attacks": (attack,), "eps": (eps,), "norm": THREAT_MODELS[threat], **given})
 
 
-def _corruption_accuracy(rows: pd.DataFrame) -> Accuracy:
-    """Mean accuracy over every corruption and severity, with a Wilson interval over the ``n`` examples.
-
-    The cells of one example are correlated, so they are not n x cells independent trials. Each example's
-    score (its share of correct cells) lies in [0, 1] with variance at most p(1 - p), so a Wilson interval at
-    the example count is at least as wide as the truth needs (asymptotically): conservative, never too narrow.
-    """
-    cells = rows[rows.kind == "contamination"]
-    per_example = cells.groupby("example_id").correct.mean()
-    n = len(per_example)
-    p = float(per_example.mean())
-    lo, hi = wilson_interval(p * n, n)  # type: ignore[arg-type]
-    return Accuracy(p, lo, hi, n)
-
-
-def _accuracy(entry: dict[str, Any]) -> Accuracy:
-    return Accuracy(float(entry["acc"]), float(entry["lo"]), float(entry["hi"]), int(entry["n"]))
+def _accuracy(entry: summaries.Accuracy | RobustAccuracy) -> Accuracy:
+    return Accuracy(float(entry.acc), float(entry.lo), float(entry.hi), int(entry.n))
 
 
 def _result(label: str, threat: str, attack: str, eps: float | None, run: RunResult, row_label: str) -> BenchmarkResult:
-    per_model = run.summary["models"][row_label]
-    clean = _accuracy(per_model["clean"])
-    if threat == "corruptions":
-        robust = _corruption_accuracy(run.rows)
+    summary = run.summary
+    assert isinstance(summary, ImageAttackSummary | CorruptionSummary)
+    per_model = summary.models[row_label]
+    clean = _accuracy(per_model.clean)
+    if isinstance(per_model, CorruptionModelResults):
+        robust = Accuracy(**mean_cell_accuracy(run.rows[run.rows["model"] == row_label]))
     else:
-        (entry,) = per_model["robust"]
+        (entry,) = per_model.robust
         robust = _accuracy(entry)
-    checks = tuple(SanityCheck(c["name"], c["status"], c["detail"]) for c in run.summary["checks"])
+    checks = tuple(SanityCheck(c.name, c.status, c.detail) for c in summary.checks)
     for c in checks:
         if c.status == FAIL:
             log.warning("benchmark of %s: sanity check FAILED: %s: %s", label, c.name, c.detail)

@@ -17,6 +17,9 @@ from ..checks import FAIL, Check
 from ..configs import LMAttackConfig, build
 from ..core.errors import RobfiltError
 from ..runs.runner import RunResult
+from ..summaries import LMAttackSummary
+from ..summaries import lm as summaries
+from ..summaries.lm import LMAttackResult
 
 #: The default relative eps (a fraction of the mean token-embedding norm; see attacks.embedding).
 DEFAULT_LM_BENCH_EPS = 0.05
@@ -56,10 +59,9 @@ class LMBenchmarkResult:
         return self.clean.ppl, self.robust.ppl
 
 
-def _perplexity(entry: dict[str, Any]) -> Perplexity:
-    extra = {k: entry.get(k) for k in ("word_perplexity", "byte_perplexity", "bits_per_byte")}
-    return Perplexity(float(entry["ppl"]), float(entry["ppl_lo"]), float(entry["ppl_hi"]), int(entry["n_sequences"]),
-                      **extra)  # fmt: skip
+def _perplexity(entry: summaries.Perplexity | LMAttackResult) -> Perplexity:
+    extra = {name: value for name, (value, _, _) in entry.lm_eval().items()}
+    return Perplexity(float(entry.ppl), float(entry.ppl_lo), float(entry.ppl_hi), int(entry.n_sequences), **extra)
 
 
 def benchmark_lm(
@@ -97,10 +99,12 @@ def benchmark_lm(
                                     "data": data, **given})  # fmt: skip
     run = evaluate(config=config, out=out, resume=resume, overwrite=overwrite)  # type: ignore[arg-type]
     label = config.labels[0]
-    per_model = run.summary["models"][label]
-    (entry,) = [r for r in per_model["results"] if r["attack"] == name]
-    checks = tuple(Check(c["name"], c["model"], c["status"], c["detail"]) for c in run.summary["checks"])
+    summary = run.summary
+    assert isinstance(summary, LMAttackSummary)
+    per_model = summary.models[label]
+    (entry,) = [r for r in per_model.results if r.attack == name]
+    checks = tuple(Check(c.name, c.model, c.status, c.detail) for c in summary.checks)
     return LMBenchmarkResult(
-        label, threat, name, value, _perplexity(per_model["clean"]), _perplexity(entry), checks,
+        label, threat, name, value, _perplexity(per_model.clean), _perplexity(entry), checks,
         all(c.status != FAIL for c in checks), run.out, run,
     )  # fmt: skip

@@ -33,10 +33,11 @@ from ..configs import CORRUPTION as PREFIX
 from ..configs import CorruptionConfig, data_label
 from ..runs.measurement import PrepareContext, Tick
 from ..runs.units import Unit, ids_digest, unit_seed
+from ..stats.aggregates import accuracy
 from ..stats.intervals import finite_interval
+from ..summaries import CorruptionSummary
 from .cascade import margin_loss
 from .corruption_transforms import CORRUPTIONS, corrupt, parameter_table, pregenerate
-from .image import accuracy
 from .image_models import ImageModelsMeasurement, frozen
 
 DEFAULT_BASELINE = "deit"
@@ -265,9 +266,9 @@ class Corruptions(ImageModelsMeasurement):
                  CC.check_severity_distance(rows, label))  # fmt: skip
         return [ch for ch in found if ch is not None]
 
-    def summarise(self, rows: pd.DataFrame, checks: list[Check]) -> dict[str, Any]:
+    def summarise(self, rows: pd.DataFrame, checks: list[Check]) -> CorruptionSummary:
         c, labels = self.config, self.labels
-        return {
+        return CorruptionSummary.build({
             "kind": "corruption",
             "family": "image",
             "data": data_label(c.data),
@@ -281,4 +282,4 @@ class Corruptions(ImageModelsMeasurement):
             "models": summarize_corruption_rows(rows, c.baseline),
             "checks": [ch.to_dict() for ch in sorted(checks, key=lambda ch: labels.index(ch.model))],
             "checks_summary": summarize_checks(checks),
-        }
+        })  # fmt: skip

@@ -41,6 +41,7 @@ from ..data.labels import check_labels_fit, label_indices
 from ..models import create_model
 from ..runs.measurement import Measurement, PrepareContext, Tick
 from ..runs.units import Unit, batch_slices, example_count
+from ..summaries import LipschitzSummary
 
 if TYPE_CHECKING:
     from ..runs.runner import RunResult
@@ -63,7 +64,7 @@ class LipschitzResult:
 
     examples: pd.DataFrame
     layers: pd.DataFrame
-    summary: dict[str, Any]
+    summary: LipschitzSummary
     path: Path | None = None
     gap: pd.DataFrame = field(default_factory=pd.DataFrame)
 
@@ -320,11 +321,9 @@ class Lipschitz(Measurement):
             bad |= examples["pred"].to_numpy() < 0
         return [check_finite_rows(pd.Series(bad), label, "examples"), *lipschitz_checks(rows, label)]
 
-    def summarise(self, rows: pd.DataFrame, checks: list[Check]) -> dict[str, Any]:
-        summary = summarize(rows, self.factors)
-        summary["checks"] = [c.to_dict() for c in checks]
-        summary["checks_summary"] = summarize_checks(checks)
-        return summary
+    def summarise(self, rows: pd.DataFrame, checks: list[Check]) -> LipschitzSummary:
+        checked = {"checks": [c.to_dict() for c in checks], "checks_summary": summarize_checks(checks)}
+        return LipschitzSummary.build({**summarize(rows, self.factors), **checked})
 
 
 def lipschitz_result(result: RunResult) -> LipschitzResult:

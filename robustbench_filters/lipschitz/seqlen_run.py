@@ -21,6 +21,7 @@ from ..core.progress import ProgressHook
 from ..runs.measurement import Measurement, PrepareContext, Tick
 from ..runs.runner import RunResult, run
 from ..runs.units import Unit
+from ..summaries import SeqlenSummary
 from .seqlen import DEFAULT_NS, _layers, sequence_length_study
 
 KIND = "seqlen"
@@ -96,8 +97,8 @@ class SeqlenLayer(Measurement):
         tick(1)
         return rows
 
-    def summarise(self, rows: pd.DataFrame, checks: list[Any]) -> dict[str, Any]:
-        return {"kind": KIND, "n_values": sorted(int(n) for n in rows["n"].unique())}
+    def summarise(self, rows: pd.DataFrame, checks: list[Any]) -> SeqlenSummary:
+        return SeqlenSummary.build({"kind": KIND, "n_values": sorted(int(n) for n in rows["n"].unique())})
 
 
 def sequence_length_run(

@@ -104,7 +104,7 @@ class ReportBuilder:
     # -- index ---------------------------------------------------------------------------------------------
     def checks_notes(self) -> None:
         for run in self.rs.runs:
-            failed = [f"{c.model}: {c.name}" for c in run.typed_summary.sanity_checks() if c.status == "fail"]
+            failed = [f"{c.model}: {c.name}" for c in run.summary.sanity_checks() if c.status == "fail"]
             if failed:
                 self.result.notes.append(
                     f"run {run.run_id}: {len(failed)} sanity check(s) FAILED ({'; '.join(failed)}); "

@@ -131,7 +131,7 @@ def attention_section(b: ReportBuilder) -> None:
     from .attention import maps_from_run
 
     for run in b.rs.families.get(IMAGE, []):
-        summary = run.typed_summary
+        summary = run.summary
         if isinstance(summary, ImageAttackSummary) and set(ATTENTION_MODELS) <= set(summary.recorded_attention().maps):
             break
     else:

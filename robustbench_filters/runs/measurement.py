@@ -23,6 +23,7 @@ from torch import nn
 
 from ..checks import Check
 from ..core.errors import RobfiltError
+from ..summaries import Summary
 from .units import Unit, ids_digest, select_examples
 
 Tick = Callable[[int], None]
@@ -122,8 +123,9 @@ class Measurement(ABC):
         return []
 
     @abstractmethod
-    def summarise(self, rows: pd.DataFrame, checks: list[Check]) -> dict[str, Any]:
-        """The summary document, recomputed from the merged rows."""
+    def summarise(self, rows: pd.DataFrame, checks: list[Check]) -> Summary:
+        """The typed summary of the run's kind, recomputed from the merged rows (the run writer stamps its
+        fingerprint on it)."""
 
     @contextlib.contextmanager
     def session(self) -> Iterator[None]:

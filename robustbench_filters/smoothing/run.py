@@ -26,6 +26,7 @@ from ..checks import summarize as summarize_checks
 from ..configs import CertifyConfig, data_label
 from ..runs.measurement import PrepareContext, Tick
 from ..runs.units import Unit, ids_digest
+from ..summaries import CertifySummary
 from .bounds import max_certifiable_radius
 from .rows import ROW_COLUMNS, accuracy_curve, certificate_rows, summarize
 from .soundness import (
@@ -115,7 +116,7 @@ class Certify(ImageModelsMeasurement):
             checks.append(check_certified_below_attack(attacks, label))
         return checks
 
-    def summarise(self, rows: pd.DataFrame, checks: list[Check]) -> dict[str, Any]:
+    def summarise(self, rows: pd.DataFrame, checks: list[Check]) -> CertifySummary:
         c = self.config
         # the certificate columns by name: dropping all-NaN columns (the attack rows' ones) would also drop
         # certified_correct_radius when no example is certified correct, e.g. an untrained model
@@ -130,7 +131,7 @@ class Certify(ImageModelsMeasurement):
                                   "n_examples": len(g), "smoothed_robust_acc": float(g["robust"].mean()),
                                   "certified_acc": float(g["certified"].mean())})  # fmt: skip
         labels = self.labels
-        return {
+        return CertifySummary.build({
             "kind": "certify",
             "family": "image",
             "data": data_label(c.data),
@@ -146,7 +147,7 @@ class Certify(ImageModelsMeasurement):
             "empirical_l2": empirical,
             "checks": [ch.to_dict() for ch in sorted(checks, key=lambda ch: labels.index(ch.model))],
             "checks_summary": summarize_checks(checks),
-        }
+        })  # fmt: skip
 
 
 def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:

@@ -87,7 +87,7 @@ def certify_checkpoint(
     result = run(Certify(config), out=out, resume=out is not None, overwrite=False)
     wall = time.perf_counter() - t0
     summary = result.summary
-    table = summary["models"][str(card["name"])][f"{sigma:g}"]["certified"]
+    table = summary.models[str(card["name"])][f"{sigma:g}"].certified
     certs = result.rows[result.rows["kind"] == CERTIFICATE]
     block = {
         "method": "randomized smoothing, CERTIFY of Cohen, Rosenfeld & Kolter (2019); L2 radii on [0, 1] inputs",
@@ -102,11 +102,11 @@ def certify_checkpoint(
         "examples": "stratified prefix of the test split (robustbench_filters.data.images.stratified_prefix)",
         "examples_digest": data.digest(torch.as_tensor(ids)),
         "radii": list(radii),
-        "certified_acc": [float(r["certified_acc"]) for r in table],
-        "ci95": [[float(r["ci_low"]), float(r["ci_high"])] for r in table],
+        "certified_acc": [float(r.certified_acc) for r in table],
+        "ci95": [[float(r.ci_low), float(r.ci_high)] for r in table],
         "abstain_rate": float(certs.abstain.mean()),
-        "max_certifiable_radius": summary["max_certifiable_radius"][f"{sigma:g}"],
-        "checks": summary["checks"],
+        "max_certifiable_radius": summary.max_certifiable_radius[f"{sigma:g}"],
+        "checks": [c.to_dict() for c in summary.checks],
         "wall_time_s": round(wall, 1),
         "samples_per_s": round(len(ids) * (n0 + n) / wall, 1) if wall > 0 else None,
         "torch_threads": torch.get_num_threads(),

@@ -30,6 +30,7 @@ from torch import nn
 from ..core.errors import RobfiltError
 from ..runs.measurement import Measurement, PrepareContext, Tick
 from ..runs.units import Unit
+from ..summaries import StudySeqlenSummary
 
 COLUMNS = ("model", "n", "window", "start", "gain")
 
@@ -167,5 +168,5 @@ class SeqlenLM(Measurement):
         tick(1)
         return rows
 
-    def summarise(self, rows: pd.DataFrame, checks: list[Any]) -> dict[str, Any]:
-        return {"kind": KIND, "definition": DEFINITION, "models": summarize_seqlen(rows)}
+    def summarise(self, rows: pd.DataFrame, checks: list[Any]) -> StudySeqlenSummary:
+        return StudySeqlenSummary.build({"kind": KIND, "definition": DEFINITION, "models": summarize_seqlen(rows)})

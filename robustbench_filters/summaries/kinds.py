@@ -98,17 +98,22 @@ def read_summary(doc: Any, kind: Any, family: Any, where: str) -> Summary:
     return cls.from_dict(doc, where)
 
 
-def written_summary(doc: dict[str, Any], kind: str, family: str | None, out: Path) -> Summary:
-    """The typed summary a writer is about to write to ``out``: it must read back as itself, key for key, so the
-    file is exactly what the typed summary says. A mismatch is a bug in the writer (or in its typed summary)."""
+def written_summary(summary: Summary, kind: str, family: str | None, out: Path) -> dict[str, Any]:
+    """The document a writer is about to write to ``out`` for ``summary``: it must be the summary type of the run's
+    kind and read back as itself, key for key, so the file is exactly what the typed summary says. A mismatch is a
+    bug in the measurement (or in its typed summary)."""
+    doc = summary.to_dict()
     try:
+        expected = summary_type(kind, family, f"run folder {out}")
+        if type(summary) is not expected:
+            raise RobfiltError(f"it is a {type(summary).__name__}, not a {expected.__name__}")
         typed = read_summary(doc, kind, family, f"run folder {out}")
     except RobfiltError as exc:
         raise RunStateError(f"the {kind} summary written to {out} does not match its typed summary ({exc}); "
                             "this is a bug.") from None  # fmt: skip
     if _dumps(typed.to_dict()) != _dumps(doc):
         raise RunStateError(f"the {kind} summary written to {out} does not read back key for key; this is a bug.")
-    return typed
+    return doc
 
 
 def _dumps(doc: Any) -> str:
