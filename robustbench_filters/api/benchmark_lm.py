@@ -8,21 +8,19 @@ the token perplexity with its 95% bootstrap interval over sequences, plus lm-eva
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..checks import FAIL, Check
-from ..configs import LMAttackConfig, build
+from ..configs import LMAttackConfig, build, read
 from ..core.errors import RobfiltError
+from ..core.names import Norm
+from ..core.surface import Surface
 from ..runs.runner import RunResult
 from ..summaries import LMAttackSummary
 from ..summaries import lm as summaries
 from ..summaries.lm import LMAttackResult
-
-#: The default relative eps (a fraction of the mean token-embedding norm; see attacks.embedding).
-DEFAULT_LM_BENCH_EPS = 0.05
 
 
 @dataclass(frozen=True)
@@ -64,19 +62,30 @@ def _perplexity(entry: summaries.Perplexity | LMAttackResult) -> Perplexity:
     return Perplexity(float(entry.ppl), float(entry.ppl_lo), float(entry.ppl_hi), int(entry.n_sequences), **extra)
 
 
+def one_eps(config: Any) -> None:
+    """A benchmark measures one budget: its config (the given eps, or the config's default grid) must hold one."""
+    if len(config.eps) != 1:
+        shown = ", ".join(f"{e:g}" for e in config.eps)
+        raise RobfiltError(
+            f"benchmark measures one eps, as RobustBench's does (where eps is required), not {shown}; pass one, e.g. "
+            "eps=8/255 (Linf) or eps=0.5 (L2) for images, eps=0.05 for a language model; for an eps grid use "
+            "evaluate(model, eps=[...])."
+        )
+
+
 def benchmark_lm(
     model: Any,
     data: str,
     threat: str,
-    norm: Any,
-    eps: float | None,
+    norm: Norm | None,
     attack: str | None,
+    eps: Any,
     options: dict[str, Any],
     out: str | Path | None = None,
     resume: bool = False,
     overwrite: bool = False,
 ) -> LMBenchmarkResult:
-    """The language-model branch of :func:`.benchmarking.benchmark` (see there for the arguments)."""
+    """The language-model branch of :func:`.benchmark.benchmark` (see there for the arguments)."""
     from .evaluate import evaluate
 
     if norm is None:
@@ -88,16 +97,17 @@ def benchmark_lm(
         raise RobfiltError(
             f"a language model reads text: pass data='austen', 'text:FILE' or 'hf-disk:DIR', not {type(data).__name__}."
         )
-    name = attack or "pgd"
-    if name not in ("fgsm", "pgd"):
-        raise RobfiltError(f"attack {name!r} has no language-model version; use 'pgd' or 'fgsm' (embedding space).")
-    value = DEFAULT_LM_BENCH_EPS if eps is None else float(eps)
-    if not (value > 0 and math.isfinite(value)):
-        raise RobfiltError(f"eps must be a positive relative embedding radius, got {eps!r}; e.g. 0.05.")
+    if attack is not None and attack not in ("fgsm", "pgd"):
+        raise RobfiltError(f"attack {attack!r} has no language-model version; use 'pgd' or 'fgsm' (embedding space).")
+    extra = {"attacks": attack} if attack is not None else {}
+    extra |= {"eps": eps} if eps is not None else {}
     given = {k: v for k, v in options.items() if v is not None}
-    config = build(LMAttackConfig, {"models": (model,), "attacks": (name,), "eps": (value,), "norm": norm,
-                                    "data": data, **given})  # fmt: skip
+    config = build(LMAttackConfig, {"models": (model,), "norm": norm, "data": data, **given,
+                                    **read(extra, Surface.API)})  # fmt: skip
+    assert isinstance(config, LMAttackConfig)
+    one_eps(config)
     run = evaluate(config=config, out=out, resume=resume, overwrite=overwrite)  # type: ignore[arg-type]
+    name, value = config.attacks[0], config.eps[0]
     label = config.labels[0]
     summary = run.summary
     assert isinstance(summary, LMAttackSummary)

@@ -37,7 +37,7 @@ from ..configs import LipschitzConfig
 from ..core.errors import RobfiltError, UserCodeError
 from ..core.family import Family
 from ..core.names import Method
-from ..data.labels import check_labels_fit, label_indices
+from ..data.labels import check_labels_fit
 from ..models import create_model
 from ..runs.measurement import Measurement, PrepareContext, Tick
 from ..runs.units import Unit, batch_slices, example_count
@@ -46,7 +46,7 @@ from ..summaries import LipschitzSummary
 if TYPE_CHECKING:
     from ..runs.runner import RunResult
 from .certify import certified_radius, margins, trace_bounds
-from .data import DEFAULT_DATA, Inputs, load_inputs
+from .data import DEFAULT_DATA, Inputs, given_inputs, load_inputs
 from .jacobian import jacobian_norm_exact, jacobian_norm_power
 from .profile import layer_profile
 from .ratio import pair_ratio_ascent
@@ -254,11 +254,7 @@ class Lipschitz(Measurement):
         self.outputs: list[int] = []  # each model's output width (classes); its labels must index it
         for t in self.targets:
             if c.inputs is not None:
-                n = example_count(len(c.inputs), c.n_examples)
-                y = c.input_labels[:n] if c.input_labels is not None else None
-                y = label_indices(y, n, "input_labels") if y is not None else None
-                x = torch.as_tensor(c.inputs[:n]).detach()  # the caller's tensor, never its graph
-                inp = Inputs(x=x, y=y, ids=torch.arange(n))
+                inp = given_inputs(t, c.inputs, c.input_labels, example_count(len(c.inputs), c.n_examples))
             else:
                 select = lambda total, n, name=t.name: ctx.select(total, n, name=name, ordered=False)  # noqa: E731
                 inp = load_inputs(t, c, select)

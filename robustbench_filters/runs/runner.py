@@ -131,6 +131,8 @@ def run(
         "examples": prep.examples,
     }
     units = measurement.plan()
+    if not units:  # no example was selected: there would be no rows to summarise
+        raise RobfiltError(f"the {measurement.kind} run has nothing to measure (no examples); give data with examples.")
     keys = [u.key for u in units]
     if len(set(keys)) != len(keys):
         raise RunStateError("the measurement planned two units with one key; this is a bug.")
