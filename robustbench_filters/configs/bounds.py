@@ -127,6 +127,10 @@ class CertifyConfig(ImageDataConfig):
     attack_draws: int = option(
         16, help="Noise draws per step of that attack (its expectation over noise).", value=Int(), panel="Certify"
     )
+    noise_batch: int = option(
+        128, help="Noise samples per forward pass: draws of several examples share a pass (on a GPU pass "
+        "thousands). Batching never changes a certificate.", value=Int(), panel="Certify",
+    )  # fmt: skip
     checkpoint: str | None = "zoo:sigma0.25"
     n_examples: int | None = UpTo(64)
     batch_size: int = 16
@@ -161,3 +165,4 @@ class CertifyConfig(ImageDataConfig):
             raise RobfiltError(f"{flag('attack_examples')} must be 0 or more, got {self.attack_examples}.")
         _positive(self.attack_steps, "attack_steps")
         _positive(self.attack_draws, "attack_draws")
+        _positive(self.noise_batch, "noise_batch")

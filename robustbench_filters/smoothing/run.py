@@ -29,6 +29,7 @@ from ..runs.units import Unit, ids_digest
 from ..summaries import CertifySummary
 from .bounds import max_certifiable_radius
 from .rows import ROW_COLUMNS, accuracy_curve, certificate_rows, summarize
+from .settings import Sampling
 from .soundness import (
     attack_rows,
     check_abstention,
@@ -60,8 +61,8 @@ class Certify(ImageModelsMeasurement):
             "radii": list(c.radii), "attack_examples": self.attacked, "attack_radii": list(c.attack_radii),
             "attack_steps": c.attack_steps, "attack_draws": c.attack_draws, "data": data_label(c.data),
             "data_checksum": self.source.checksum, "n_examples": c.n_examples,
-            "example_ids_sha256": ids_digest(self.ids), "batch_size": c.batch_size, "size": c.size,
-            "checkpoint": c.checkpoint,
+            "example_ids_sha256": ids_digest(self.ids), "batch_size": c.batch_size, "noise_batch": c.noise_batch,
+            "size": c.size, "checkpoint": c.checkpoint,
         }  # fmt: skip
 
     def _attack_batches(self) -> list[int]:
@@ -75,14 +76,14 @@ class Certify(ImageModelsMeasurement):
     def work(self, unit: Unit) -> int:
         return len(self.config.sigmas) * (1 if unit.part == "certify" else 1 + len(self.config.attack_radii))
 
+    def _sampling(self, mi: int) -> Sampling:
+        return Sampling.of(self.config, num_classes=self.classes[mi])
+
     def _certificates(self, mi: int, ids: torch.Tensor) -> tuple[pd.DataFrame, torch.Tensor, torch.Tensor]:
-        c, lm = self.config, self.loaded[mi]
+        lm = self.loaded[mi]
         x, y = self.source.take(ids)
         x, y = x.to(self.device), y.to(self.device)
-        rows = certificate_rows(
-            lm.module, x, y, ids.tolist(), c.sigmas, model_label=lm.label, n0=c.n0, n=c.n, alpha=c.alpha,
-            batch_size=max(c.batch_size * 8, 128), seed=c.seed, num_classes=self.classes[mi],
-        )  # fmt: skip
+        rows = certificate_rows(lm.module, x, y, ids.tolist(), self.config.sigmas, self._sampling(mi), lm.label)
         return rows, x, y
 
     def measure(self, unit: Unit, tick: Tick) -> pd.DataFrame:
@@ -95,18 +96,14 @@ class Certify(ImageModelsMeasurement):
         rows, x, y = self._certificates(unit.model, ids)
         tick(len(self.config.sigmas))
         c = self.config
-        attacks = attack_rows(
-            self.loaded[unit.model].module, x, y, rows, c.attack_radii, steps=c.attack_steps, draws=c.attack_draws,
-            batch_size=max(c.batch_size * 8, 128), num_classes=self.classes[unit.model],
-        )  # fmt: skip
+        attacks = attack_rows(self.loaded[unit.model].module, x, y, rows, c.attack_radii, self._sampling(unit.model))
         tick(len(c.sigmas) * len(c.attack_radii))
         return attacks.assign(kind=ATTACK)
 
     def model_checks(self, model: int) -> list[Check]:
-        c, lm = self.config, self.loaded[model]
         ids = self.ids[: min(4, len(self.ids))]
         rows, x, y = self._certificates(model, ids)
-        return [check_determinism(lm.module, x, y, rows, max(c.batch_size * 8, 128))]
+        return [check_determinism(self.loaded[model].module, x, y, rows, self._sampling(model))]
 
     def row_checks(self, rows: pd.DataFrame, label: str) -> list[Check]:
         certs = rows[(rows["kind"] == CERTIFICATE) & (rows["model"] == label)]

@@ -23,8 +23,8 @@ from ..core.io import atomic_write_text
 from ..data.images import load_images, stratified_prefix
 from ..models.checkpoint import CARD, ZOO_NOISE_SIGMAS, load_checkpoint, zoo_path
 from ..runs.runner import run
-from .certify import DEFAULT_ALPHA, DEFAULT_BATCH, DEFAULT_N, DEFAULT_N0
 from .run import CERTIFICATE, Certify
+from .settings import Sampling
 
 log = logging.getLogger(__name__)
 
@@ -49,10 +49,11 @@ def certify_checkpoint(
     folder: str | Path,
     *,
     n_examples: int = CARD_N_EXAMPLES,
-    n0: int = DEFAULT_N0,
-    n: int = DEFAULT_N,
-    alpha: float = DEFAULT_ALPHA,
-    batch_size: int = DEFAULT_BATCH,
+    n0: int = Sampling.defaults().n0,
+    n: int = Sampling.defaults().n,
+    alpha: float = Sampling.defaults().alpha,
+    batch_size: int = 128,
+    noise_batch: int = 1024,
     seed: int = 0,
     radii: tuple[float, ...] = CARD_RADII,
     write: bool = True,
@@ -63,6 +64,9 @@ def certify_checkpoint(
     The certificates are a ``certify`` run like any other (:func:`robustbench_filters.runs.runner.run`, the same
     measurement as ``robfilt certify``), kept in ``out`` when given (resumable) and in a temporary folder otherwise;
     only the examples differ: the card's stratified prefix instead of a seeded selection.
+
+    ``batch_size`` examples make a unit of the run, and ``noise_batch`` noise samples a forward pass (the cards
+    were measured with 128 and 1024).
 
     The examples are the stratified prefix of ``n_examples`` images of the test split of the checkpoint's
     training data; the noise of example i is seeded by (seed, sigma, i, phase), so the numbers are reproducible.
@@ -81,7 +85,7 @@ def certify_checkpoint(
     config = CertifyConfig(
         models=(str(card["name"]),), checkpoint=str(folder), size=str(card.get("size", "micro")), data=data.name,
         sigmas=(sigma,), n0=n0, n=n, alpha=alpha, radii=tuple(radii), attack_examples=0, batch_size=batch_size,
-        seed=seed, example_ids=tuple(int(i) for i in ids), n_examples=len(ids),
+        noise_batch=noise_batch, seed=seed, example_ids=tuple(int(i) for i in ids), n_examples=len(ids),
     )  # fmt: skip
     t0 = time.perf_counter()
     result = run(Certify(config), out=out, resume=out is not None, overwrite=False)
