@@ -22,7 +22,7 @@ from robustbench_filters.smoothing import (
     check_certified_below_attack,
     summarize,
 )
-from robustbench_filters.smoothing.zoo import CARD_RADII, certify_checkpoint, metric_key
+from robustbench_filters.smoothing.zoo import CARD_RADII, CARD_SAMPLING, certify_checkpoint, metric_key
 
 DEITS = ["deit", "deit-bsa", "deit-grc", "deit-bsa-grc"]
 
@@ -80,7 +80,7 @@ def test_zoo_bar_covers_the_noise_trained_models() -> None:
 def test_certify_checkpoint_writes_a_card_block_that_keeps_the_checkpoint_loadable(tmp_path) -> None:
     folder = tmp_path / "deit-sigma"
     shutil.copytree(zoo_path("deit", "micro", 0.25), folder)
-    block = certify_checkpoint(folder, n_examples=6, n0=10, n=50, alpha=0.01, batch_size=128)
+    block = certify_checkpoint(folder, n_examples=6, sampling=CARD_SAMPLING.replace(n0=10, n=50, alpha=0.01))
     card = json.loads((folder / "card.json").read_text())
     assert card["certification"] == block and block["n_examples"] == 6 and block["n"] == 50
     assert {c["name"] for c in block["checks"]} == {
@@ -96,7 +96,7 @@ def test_certify_checkpoint_refuses_a_model_trained_without_noise(tmp_path) -> N
     folder = tmp_path / "plain"
     shutil.copytree(zoo_path("deit", "micro"), folder)
     with pytest.raises(CheckpointError, match="not trained with noise"):
-        certify_checkpoint(folder, n_examples=2, n0=5, n=5, write=False)
+        certify_checkpoint(folder, n_examples=2, sampling=CARD_SAMPLING.replace(n0=5, n=5), write=False)
 
 
 def test_certified_accuracy_is_below_smoothed_robust_accuracy_on_a_zoo_model() -> None:
@@ -121,7 +121,9 @@ def test_zoo_certification_is_a_certify_run_with_the_cards_numbers(tmp_path) -> 
     from robustbench_filters.runs.folder import verify_run
 
     folder = zoo_path("deit", "micro", 0.25)
-    block = certify_checkpoint(folder, n_examples=6, n0=10, n=50, alpha=0.01, write=False, out=tmp_path / "run")
+    block = certify_checkpoint(
+        folder, n_examples=6, sampling=CARD_SAMPLING.replace(n0=10, n=50, alpha=0.01), write=False, out=tmp_path / "run"
+    )
     manifest = verify_run(tmp_path / "run")
     assert manifest["kind"] == "certify" and manifest["config"]["n_examples"] == 6
     data = load_images("fashion-mnist", split="test")

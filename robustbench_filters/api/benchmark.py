@@ -41,7 +41,7 @@ from ..summaries import CorruptionSummary, ImageAttackSummary
 from ..summaries import image as summaries
 from ..summaries.corruption import CorruptionModelResults
 from ..summaries.image import RobustAccuracy
-from .benchmark_lm import LMBenchmarkResult, benchmark_lm, one_eps
+from .benchmark_lm import LMBenchmarkResult, benchmark_lm, given_run, one_eps
 from .evaluate import evaluate
 from .robustbench_args import robustbench_options
 
@@ -132,10 +132,8 @@ def _check_model(model: Any) -> None:
 def _config(threat: str, attack: str | None, eps: Any, given: dict[str, Any]) -> RunConfig:
     """The run of one benchmark: corruptions, or ``attack`` at ``eps`` in the threat model's norm. Every default
     and rule is the config's; benchmark adds only that it measures one eps."""
-    if threat == "corruptions":
-        extra = {"attacks": (attack,)} if attack is not None else {}
-        extra |= {"eps": eps} if eps is not None else {}  # refused by the config: a corruption run has no eps
-        return build(CorruptionConfig, {"attacks": (CORRUPTION,), "baseline": None, **given, **extra})
+    if threat == "corruptions":  # attack or eps given are refused by the config: a corruption run has neither
+        return build(CorruptionConfig, {"attacks": (CORRUPTION,), "baseline": None, **given, **given_run(attack, eps)})
     if "attacks" in given:
         raise RobfiltError("corruptions= applies to threat_model='corruptions'; drop it.")
     norm = THREAT_MODELS[threat]
@@ -149,9 +147,7 @@ def _config(threat: str, attack: str | None, eps: Any, given: dict[str, Any]) ->
         raise RobfiltError(  # the config's rule, said for threat_model (benchmark has no norm parameter)
             f"attack {attack!r} has no {norm.value} version; for this threat model use one of: {', '.join(fits)}."
         )
-    extra = {"attacks": attack} if attack is not None else {}
-    extra |= {"eps": eps} if eps is not None else {}
-    config = build(ImageAttackConfig, {"norm": THREAT_MODELS[threat], **given, **read(extra, Surface.API)})
+    config = build(ImageAttackConfig, {"norm": norm, **given, **given_run(attack, eps)})
     one_eps(config)
     return config
 
@@ -247,10 +243,9 @@ def benchmark(
     threat = _threat_model(threat_model)
     out = out if out is not None else kept
     if model_family(model) is Family.LM:
-        given = read(options, Surface.API)
-        return benchmark_lm(
-            model, data or "austen", threat, THREAT_MODELS[threat], attack, eps, given, out, resume, overwrite
-        )
+        given = {**read(options, Surface.API), **given_run(attack, eps)}
+        return benchmark_lm(model, data or "austen", threat, THREAT_MODELS[threat], given, out=out, resume=resume,
+                            overwrite=overwrite)  # fmt: skip
     data = "fashion-mnist" if data is None else data
     given = read({"n_examples": None, **options, "models": (model,), "data": data}, Surface.API)
     config = _config(threat, attack, eps, given)

@@ -62,6 +62,13 @@ def _perplexity(entry: summaries.Perplexity | LMAttackResult) -> Perplexity:
     return Perplexity(float(entry.ppl), float(entry.ppl_lo), float(entry.ppl_hi), int(entry.n_sequences), **extra)
 
 
+def given_run(attack: Any, eps: Any) -> dict[str, Any]:
+    """benchmark's ``attack`` and ``eps`` as the run's options (read as Python values); left out when not given,
+    so the config's defaults and rules apply."""
+    given = {"attacks": attack} if attack is not None else {}
+    return read({**given, "eps": eps} if eps is not None else given, Surface.API)
+
+
 def one_eps(config: Any) -> None:
     """A benchmark measures one budget: its config (the given eps, or the config's default grid) must hold one."""
     if len(config.eps) != 1:
@@ -74,18 +81,11 @@ def one_eps(config: Any) -> None:
 
 
 def benchmark_lm(
-    model: Any,
-    data: str,
-    threat: str,
-    norm: Norm | None,
-    attack: str | None,
-    eps: Any,
-    options: dict[str, Any],
-    out: str | Path | None = None,
-    resume: bool = False,
-    overwrite: bool = False,
+    model: Any, data: Any, threat: str, norm: Norm | None, given: dict[str, Any], **folder: Any
 ) -> LMBenchmarkResult:
-    """The language-model branch of :func:`.benchmark.benchmark` (see there for the arguments)."""
+    """The language-model branch of :func:`.benchmark.benchmark` (see there): ``given`` are the run's options
+    (``attack`` and ``eps`` among them), ``norm`` the threat model's (None: corruptions) and ``folder`` the run
+    folder's (``out``, ``resume``, ``overwrite``)."""
     from .evaluate import evaluate
 
     if norm is None:
@@ -97,16 +97,16 @@ def benchmark_lm(
         raise RobfiltError(
             f"a language model reads text: pass data='austen', 'text:FILE' or 'hf-disk:DIR', not {type(data).__name__}."
         )
-    if attack is not None and attack not in ("fgsm", "pgd"):
-        raise RobfiltError(f"attack {attack!r} has no language-model version; use 'pgd' or 'fgsm' (embedding space).")
-    extra = {"attacks": attack} if attack is not None else {}
-    extra |= {"eps": eps} if eps is not None else {}
-    given = {k: v for k, v in options.items() if v is not None}
-    config = build(LMAttackConfig, {"models": (model,), "norm": norm, "data": data, **given,
-                                    **read(extra, Surface.API)})  # fmt: skip
+    attacks = given.get("attacks", ())
+    if any(a not in ("fgsm", "pgd") for a in attacks):
+        raise RobfiltError(
+            f"attack {attacks[0]!r} has no language-model version; use 'pgd' or 'fgsm' (embedding space)."
+        )
+    given = {k: v for k, v in given.items() if v is not None}
+    config = build(LMAttackConfig, {"models": (model,), "norm": norm, "data": data, **given})
     assert isinstance(config, LMAttackConfig)
     one_eps(config)
-    run = evaluate(config=config, out=out, resume=resume, overwrite=overwrite)  # type: ignore[arg-type]
+    run = evaluate(config=config, **folder)
     name, value = config.attacks[0], config.eps[0]
     label = config.labels[0]
     summary = run.summary

@@ -18,18 +18,16 @@ from ..checks.logits import require_logits
 from ..configs import data_label, model_label
 from ..core.errors import RobfiltError
 from ..data.labels import check_labels_fit, pool_labels
-from ..models.loading import LoadedModel, load_model
+from ..models.loading import LoadedModel, Loading, load_model
 from ..runs.measurement import Measurement, PrepareContext
 from ..runs.units import batch_slices
 
 
 def load_image_models(config: Any) -> list[LoadedModel]:
     """The config's models, loaded for evaluation (registry names, ``timm:``, factories, or modules as given)."""
-    args = config.parsed_model_args
+    how = Loading.of(config)
     return [
-        load_model(m, config.size, config.checkpoint, config.seed, config.allow_pickle, config.base_dir, args)
-        if isinstance(m, str)
-        else LoadedModel(model_label(m, i), "custom", m.eval(), "module")
+        load_model(m, how) if isinstance(m, str) else LoadedModel(model_label(m, i), "custom", m.eval(), "module")
         for i, m in enumerate(config.models)
     ]
 

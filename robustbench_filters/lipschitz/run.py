@@ -95,12 +95,13 @@ def _load_model(ref: str, config: LipschitzConfig) -> nn.Module:
     factory references (and any with arguments or ``--model-arg``) load like everywhere else
     (:func:`..loading.load_model`); the target switches a fused-attention copy to the manual path.
     """
-    from ..models.loading import load_model
+    from ..models.loading import Loading, load_model
     from ..models.ref import ModelKind, parse_model_ref
 
-    size, checkpoint, seed, args = config.size, config.checkpoint, config.seed, config.parsed_model_args
-    if parse_model_ref(ref).kind is not ModelKind.REGISTRY or parse_model_ref(ref).args or args:
-        return load_model(ref, size, checkpoint, seed, config.allow_pickle, config.base_dir, args).module
+    how = Loading.of(config)
+    size, checkpoint, seed = how.size, how.checkpoint, how.seed
+    if parse_model_ref(ref).kind is not ModelKind.REGISTRY or parse_model_ref(ref).args or how.model_args:
+        return load_model(ref, how).module
     ref = parse_model_ref(ref).target
     if checkpoint is None or str(checkpoint).lower() == "none":
         with torch.random.fork_rng(devices=[]):
