@@ -50,12 +50,11 @@ def attack_cmd(
     setup_logging(quiet, json_out)
     given = read(options, Surface.CLI)
     config = build(attack_config_class(given["models"], given.get("attacks", ())), given)  # light: refused in < 1 s
-    from robustbench_filters.api.evaluate import measurement_for
-    from robustbench_filters.runs.runner import run
+    from robustbench_filters.api.evaluate import evaluate
 
     out_dir = Path(out) if out else Path("runs") / f"attack-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S-%f')}"
     with progress_bar(quiet or json_out) as hook:
-        result = run(measurement_for(config), out=out_dir, resume=resume, overwrite=overwrite, progress=hook)
+        result = evaluate(config=config, out=out_dir, resume=resume, overwrite=overwrite, progress=hook)  # type: ignore[arg-type]
     if not is_primary():  # under torchrun, rank 0 alone prints the merged result
         return
     if json_out:

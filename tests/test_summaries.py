@@ -25,6 +25,7 @@ from robustbench_filters.summaries import (
     SeqlenSummary,
     read_summary,
     report_family,
+    summary_type,
 )
 
 COMMITTED = Path(__file__).resolve().parents[1] / "reports"
@@ -217,3 +218,26 @@ def test_a_summary_json_baseline_holds_the_metrics_of_its_run_folder(every_kind:
 
     from_summary = table(every_kind / kind / "summary.json")
     assert from_summary and from_summary == table(every_kind / kind)
+
+
+def test_the_registry_of_run_kinds_names_each_kinds_classes() -> None:
+    """Every row's config and measurement import (they are named by module path: the table sits below them), and
+    each class finds its row again; the measurement's kind is the row's name."""
+    from robustbench_filters.summaries import RUN_KINDS, kind_of
+
+    assert len({(k.name, k.family) for k in RUN_KINDS}) == len(RUN_KINDS)
+    for row in RUN_KINDS:
+        config, measurement = row.config_class(), row.measurement_class()
+        assert kind_of(config) is row and kind_of(measurement) is row and kind_of(row.summary) is row
+        assert summary_type(row.name, row.family, "r") is row.summary
+    with pytest.raises(RunStateError, match="in no row of the registry"):
+        kind_of(dict)
+
+
+def test_the_api_builds_each_kinds_measurement_from_the_registry() -> None:
+    from robustbench_filters.api.evaluate import measurement_for
+    from robustbench_filters.configs import CertifyConfig, CorruptionConfig, ImageAttackConfig, LipschitzConfig
+
+    for cls, kind in ((ImageAttackConfig, "attack"), (CorruptionConfig, "corruption"), (CertifyConfig, "certify"),
+                      (LipschitzConfig, "lipschitz")):  # fmt: skip
+        assert measurement_for(cls(models=("deit",))).kind == kind

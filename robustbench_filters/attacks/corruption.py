@@ -183,7 +183,6 @@ def _model_checks(
 class Corruptions(ImageModelsMeasurement):
     """Image models x corruptions x severities on shared examples, with mCE relative to a baseline model."""
 
-    kind = "corruption"
     config: CorruptionConfig
 
     def prepare(self, ctx: PrepareContext) -> None:

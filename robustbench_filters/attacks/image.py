@@ -67,7 +67,6 @@ def autocast(device: torch.device, amp: str | None) -> AbstractContextManager:
 class ImageAttack(ImageModelsMeasurement):
     """Image models x catalogue attacks over an eps grid, on examples shared by every model."""
 
-    kind = "attack"
     config: ImageAttackConfig
 
     def prepare(self, ctx: PrepareContext) -> None:

@@ -124,7 +124,6 @@ def _window(subjects: Sequence[LMSubject], max_length: int | None, stride: int |
 class LMAttack(Measurement):
     """Language models x (embedding attacks, word swap) on the same seeded text sequences."""
 
-    kind = "attack"
     config: LMAttackConfig
 
     def prepare(self, ctx: PrepareContext) -> None:

@@ -57,7 +57,6 @@ class ImageAttackConfig(ImageDataConfig):
     so ``--resume`` with the other setting is refused (the rows are the same either way).
     """
 
-    KIND: ClassVar[str] = "attack"
     FAMILY: ClassVar[Family | None] = Family.IMAGE
     DESCRIPTION: ClassVar[str] = "image attack"
 
@@ -178,7 +177,6 @@ class LMAttackConfig(RunConfig):
     With no attack named, embedding-space PGD runs: the strongest attack robfilt has for language models.
     """
 
-    KIND: ClassVar[str] = "attack"
     FAMILY: ClassVar[Family | None] = Family.LM
     DESCRIPTION: ClassVar[str] = "language-model attack"
 
@@ -305,7 +303,6 @@ class LMAttackConfig(RunConfig):
 class CorruptionConfig(ImageDataConfig):
     """Common corruptions at severities 1-5 on image models, with mCE (see :mod:`.attacks.corruption`)."""
 
-    KIND: ClassVar[str] = "corruption"
     FAMILY: ClassVar[Family | None] = Family.IMAGE
     DESCRIPTION: ClassVar[str] = "corruption"
 

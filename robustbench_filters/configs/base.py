@@ -132,7 +132,6 @@ MODEL_HELP = (
 class RunConfig(Declared):
     """What every kind of run shares: the models, the data, the seed and where the models come from."""
 
-    KIND: ClassVar[str] = ""
     FAMILY: ClassVar[Family | None] = None
     DESCRIPTION: ClassVar[str] = ""
     #: random inputs of the model's shape are data too (Lipschitz runs)

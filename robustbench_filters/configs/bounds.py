@@ -24,7 +24,6 @@ class LipschitzConfig(ImageDataConfig):
     """Lower and certified upper Lipschitz bounds per example (see :mod:`.lipschitz.run`); image models read their
     data with the image-data options, language models with ``text_column`` and ``seq_len``."""
 
-    KIND: ClassVar[str] = "lipschitz"
     FAMILY: ClassVar[Family | None] = None
     DESCRIPTION: ClassVar[str] = "Lipschitz"
     SYNTHETIC: ClassVar[bool] = True
@@ -102,7 +101,6 @@ class CertifyConfig(ImageDataConfig):
     on its first ``attack_examples`` examples to check that no certificate claims more than an attack can refute.
     """
 
-    KIND: ClassVar[str] = "certify"
     FAMILY: ClassVar[Family | None] = Family.IMAGE
     DESCRIPTION: ClassVar[str] = "certify"
 

@@ -15,14 +15,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from ..api.evaluate import measurement_for
+from ..api.evaluate import run_config
 from ..core.errors import RobfiltError, RunStateError
 from ..core.progress import ProgressHook
 from ..core.surface import Surface, surface
 from ..runs.crosscheck import example_key, refuse_copies, refuse_label_conflicts
 from ..runs.folder import Run, load_run
 from ..runs.outfolder import OutputFolder
-from ..runs.runner import run
 from ..summaries import CERTIFY
 from .baseline import Baseline, read_baseline
 from .baseline import write_baseline as write_baseline_file
@@ -146,7 +145,7 @@ def produce_runs(spec: Spec, out: Path, progress: ProgressHook | None = None) ->
         folder = out / fam
         log.info("check: making the fresh %s run in %s", fam, folder)
         with surface(Surface.SPEC):  # a problem found while running names the spec's key, not a command-line flag
-            run(measurement_for(section.config), out=folder, overwrite=True, progress=progress)
+            run_config(section.config, out=folder, overwrite=True, progress=progress)
         runs.append(load_run(folder))
     return runs
 

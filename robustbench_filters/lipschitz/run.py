@@ -222,7 +222,6 @@ def _gap_rows(
 class Lipschitz(Measurement):
     """Per-example lower bounds and certified upper bounds (and per-block profiles) for each model."""
 
-    kind = "lipschitz"
     config: LipschitzConfig
 
     def prepare(self, ctx: PrepareContext) -> None:

@@ -15,7 +15,7 @@ import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 import pandas as pd
 import torch
@@ -23,7 +23,7 @@ from torch import nn
 
 from ..checks import Check
 from ..core.errors import RobfiltError
-from ..summaries import Summary
+from ..summaries import Summary, kind_of
 from .units import Unit, ids_digest, select_examples
 
 Tick = Callable[[int], None]
@@ -73,10 +73,13 @@ class PrepareContext:
 class Measurement(ABC):
     """One kind of measurement. Subclasses fill the hooks; see the module docstring for the order of calls."""
 
-    kind: ClassVar[str]
-
     def __init__(self, config: Any) -> None:
         self.config = config
+
+    @property
+    def kind(self) -> str:
+        """The run's kind, as the manifest records it: its row in the registry of run kinds (summaries/kinds.py)."""
+        return kind_of(type(self)).name
 
     @property
     def family(self) -> str | None:

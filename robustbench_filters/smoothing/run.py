@@ -44,7 +44,6 @@ CERTIFICATE, ATTACK = "certificate", "attack"
 class Certify(ImageModelsMeasurement):
     """Smoothed image models x sigmas: certified L2 radii per example, with the attack check on a subset."""
 
-    kind = "certify"
     config: CertifyConfig
 
     def prepare(self, ctx: PrepareContext) -> None:

@@ -30,7 +30,7 @@ from torch import nn
 from ..core.errors import RobfiltError
 from ..runs.measurement import Measurement, PrepareContext, Tick
 from ..runs.units import Unit
-from ..summaries import StudySeqlenSummary
+from ..summaries import STUDY_SEQLEN, StudySeqlenSummary
 
 COLUMNS = ("model", "n", "window", "start", "gain")
 
@@ -98,7 +98,6 @@ def summarize_seqlen(rows: pd.DataFrame, value: str = "gain") -> dict[str, dict]
     return out
 
 
-KIND = "study-seqlen"  # not "seqlen": that kind is the synthetic one-layer study (lipschitz.seqlen_run)
 DEFINITION = (
     "gain(N) = ||delta logits at the last position|| / per-token embedding noise; slope = d log mean gain / d log N"
 )
@@ -125,8 +124,6 @@ class SeqlenLMConfig:
 
 class SeqlenLM(Measurement):
     """One unit per model: :func:`lm_seqlen_rows` on the shared tokenization of the test text."""
-
-    kind: ClassVar[str] = KIND
 
     def __init__(
         self, config: SeqlenLMConfig, models: Sequence[nn.Module], names: Sequence[str],
@@ -169,4 +166,6 @@ class SeqlenLM(Measurement):
         return rows
 
     def summarise(self, rows: pd.DataFrame, checks: list[Any]) -> StudySeqlenSummary:
-        return StudySeqlenSummary.build({"kind": KIND, "definition": DEFINITION, "models": summarize_seqlen(rows)})
+        return StudySeqlenSummary.build(
+            {"kind": STUDY_SEQLEN, "definition": DEFINITION, "models": summarize_seqlen(rows)}
+        )

@@ -7,7 +7,7 @@ one line (:func:`.kinds.read_summary`) rather than guessing at keys that may mea
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Self
+from typing import Any, Self
 
 from ..core.errors import RobfiltError, RunStateError
 from .record import Record, renamed
@@ -42,8 +42,6 @@ class Summary(Record):
     A measurement builds its summary with :meth:`build` (``fingerprint`` still empty); the run writer stamps the
     run's fingerprint on it when it writes the folder. Reading ``summary.json`` requires both keys (a default is
     not an absent key: only :func:`.record.optional` fields may be missing)."""
-
-    KIND: ClassVar[str]
 
     format_version: int = VERSION
     fingerprint: str = ""
