@@ -32,7 +32,6 @@ if TYPE_CHECKING:
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or info logs.")]
-SeedOpt = Annotated[int, typer.Option("--seed", help="Random seed; same seed, same numbers.")]
 ResumeOpt = Annotated[bool, typer.Option("--resume", help="Continue a killed run in --out.", rich_help_panel="Output")]
 OverwriteOpt = Annotated[bool, typer.Option("--overwrite", help="Replace the run in --out.", rich_help_panel="Output")]
 
@@ -72,23 +71,6 @@ def setup_logging(quiet: bool, json_out: bool = False) -> None:
     root.handlers = [RichHandler(console=_stderr, show_path=False, show_time=False, markup=False)]
     root.setLevel(level)
     root.propagate = False
-
-
-MODEL_HELP = (
-    "Comma list of model references: registry names (deit-grc), timm:<arch>[?key=value&...], hf:<folder> "
-    "(Hugging Face causal LM), file.py:factory or pkg.mod:factory; name=ref sets the display name."
-)
-
-
-def parse_model_list(text: str) -> list[str]:
-    """``--model`` split on commas outside brackets and quotes (model arguments may hold lists)."""
-    from robustbench_filters.core.errors import RobfiltError
-    from robustbench_filters.models.ref import split_model_list
-
-    models = split_model_list(text)
-    if not models or any(not m.strip() for m in models):
-        raise RobfiltError(f"--model {text!r} has an empty item; give a comma-separated list like 'deit,deit-grc'.")
-    return [m.strip() for m in models]
 
 
 def distinct_paths(paths: list[Any], what: str) -> list[Any]:

@@ -20,7 +20,6 @@ from robustbench_filters.stats.intervals import (
     difference_domain,
     finite_interval,
     mean_interval,
-    t_interval_name,
 )
 from robustbench_filters.study.claims import Comparison, compare
 from robustbench_filters.study.tables import domain, interval_cell, paired_table, seed_table
@@ -54,8 +53,6 @@ def test_a_clipped_interval_keeps_its_coverage_and_its_estimand() -> None:
     assert clip(-3.0, -1.0, NONNEGATIVE) == (0.0, 0.0)  # an interval entirely outside collapses onto the bound
     assert difference_domain(PROPORTION) == (-1.0, 1.0) and difference_domain(NONNEGATIVE) == (None, None)
     assert finite_interval([0.1], NONNEGATIVE) == (None, None)
-    assert t_interval_name(PROPORTION) == "95% t-interval, clipped to [0, 1]"
-    assert t_interval_name(NONNEGATIVE) == "95% t-interval, clipped at 0"
 
 
 def _scores(metric: str, values: dict[str, list[float]], family: str = "image") -> pd.DataFrame:

@@ -35,7 +35,8 @@ from .image_models import ImageModelsMeasurement, frozen
 
 log = logging.getLogger(__name__)
 
-AMP_DTYPES: dict[str, torch.dtype] = {"bf16": torch.bfloat16}
+#: the torch dtype of each --amp choice (their names: core.names.AMP_DTYPES)
+AUTOCAST_DTYPES: dict[str, torch.dtype] = {"bf16": torch.bfloat16}
 #: Examples the model-level sanity checks probe: one per 16 examples of the run, 1 to N_CHECK. The checks then
 #: cost a few percent of an attack (PGD-10 spends 31 passes per example; the checks about 7 on each probed one).
 N_CHECK = 16
@@ -61,7 +62,7 @@ def autocast(device: torch.device, amp: str | None) -> AbstractContextManager:
     """bf16 autocast when asked for (``--amp``), otherwise nothing: fp32 stays the default everywhere."""
     if amp is None:
         return contextlib.nullcontext()
-    return torch.autocast(device_type=device.type, dtype=AMP_DTYPES[amp])
+    return torch.autocast(device_type=device.type, dtype=AUTOCAST_DTYPES[amp])
 
 
 class ImageAttack(ImageModelsMeasurement):

@@ -31,7 +31,7 @@ from ..core.errors import RobfiltError
 from ..data.preprocess import InputSpec, input_spec_of
 from .checkpoint import CARD, is_zoo_ref
 from .factory import create_model
-from .ref import ModelKind, ModelRef, apply_model_args, model_kind, parse_model_ref
+from .ref import ModelKind, ModelRef, apply_model_args, parse_model_ref
 from .registry import parse_name
 
 DEFAULT_CHECKPOINTS = (None, "none", "zoo")
@@ -45,21 +45,6 @@ class LoadedModel:
     source: str  # where the weights came from
     input: InputSpec | None = None  # how its images must be prepared (None: the model does not say)
     ref: ModelRef | None = None  # the parsed reference it was built from
-
-
-def validate_model_ref(ref: str | ModelRef) -> str:
-    """:func:`.ref.model_kind`, with a timm architecture checked against timm's registry too."""
-    kind = model_kind(ref)
-    if kind == "timm":
-        from .timm_models import check_timm_arch
-
-        check_timm_arch(parse_model_ref(ref).target)
-    mref = parse_model_ref(ref)
-    if mref.kind is ModelKind.HF and mref.args:
-        from .hf.convert import conversion_settings
-
-        conversion_settings(mref.args, mref.label)
-    return kind
 
 
 @dataclass(frozen=True)

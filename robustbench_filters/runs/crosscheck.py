@@ -110,17 +110,12 @@ def refuse_label_conflicts(runs: Iterable[Run], what: str = "runs compared on th
             by_digest.setdefault(digest, (label, run))
 
 
-def seed_of(run: Run) -> Any:
-    return run.manifest.get("seed")
-
-
 __all__ = [
     "FALLBACK_KEY_FIELDS",
     "KEY_FIELDS",
     "example_key",
     "refuse_copies",
     "refuse_label_conflicts",
-    "seed_of",
     "selections_of",
     "weights_of",
 ]
