@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import datetime as _dt
 import json
 import logging
 import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -104,6 +106,28 @@ def exit_for_checks(summary: Summary, allow_failed: bool) -> None:
             f"{FAILED_CHECKS_EXIT}); fix the cause, or pass --allow-failed-checks to accept them."
         )
         raise typer.Exit(FAILED_CHECKS_EXIT)
+
+
+def run_folder(out: str | None, command: str) -> Path:
+    """``--out``, or ``runs/<command>-<time>`` when it is left out."""
+    return Path(out) if out else Path("runs") / f"{command}-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S-%f')}"
+
+
+def show_run(
+    summary: Summary, where: dict[str, Any], render: Callable[[Summary], None], json_out: bool, allow_failed: bool
+) -> None:
+    """Print a finished run on rank 0: one JSON object (``where`` and the summary), or the tables ``render`` draws and
+    the run folder (``where``'s path, when there is one); then exit 3 when a sanity check failed, unless allowed."""
+    if not is_primary():  # under torchrun, rank 0 alone prints the merged result
+        return
+    if json_out:
+        print_json({**where, **summary.to_dict()})
+    else:
+        render(summary)
+        folder = next(iter(where.values()), None)
+        if folder is not None:
+            console().print(f"run folder: {folder}", markup=False, style="dim")
+    exit_for_checks(summary, allow_failed)
 
 
 def is_primary() -> bool:

@@ -5,6 +5,7 @@ Every table reads the typed summary a run returns (:mod:`robustbench_filters.sum
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from rich.table import Table
@@ -19,7 +20,7 @@ from robustbench_filters.summaries import (
     Summary,
 )
 from robustbench_filters.summaries.image import ImageModelResults
-from robustbench_filters.summaries.lm import LMAttackResult, Perplexity
+from robustbench_filters.summaries.lm import LMAttackResult, LMModelResults, Perplexity
 from robustbench_filters.summaries.record import present
 
 from ._common import console
@@ -160,24 +161,16 @@ def render_lm_summary(summary: LMAttackSummary) -> None:
     settings = _lm_settings(summary)
     metric = present(summary.perplexity_metric, {})
     what = "token perplexity" if metric else "perplexity"
-    table = Table(
-        title=(
-            f"{what} [95% bootstrap CI over sequences] (x clean) and next-token accuracy on {summary.n_examples} "
-            f"{summary.data} test sequences of {summary.seq_chars} characters; embedding attacks: {summary.norm}, "
-            f"{summary.eps_mode} eps, {summary.steps} steps"
-        )
+    title = (
+        f"{what} [95% bootstrap CI over sequences] (x clean) and next-token accuracy on {summary.n_examples} "
+        f"{summary.data} test sequences of {summary.seq_chars} characters; embedding attacks: {summary.norm}, "
+        f"{summary.eps_mode} eps, {summary.steps} steps"
     )
-    table.add_column("attack")
-    for label in models:
-        table.add_column(label, justify="right")
-    table.add_row("clean", *[_ppl_cell(m.clean) for m in models.values()])
-    for setting in settings:
-        cells = []
-        for m in models.values():
-            hit = _lm_result(m.results, setting)
-            cells.append(_ppl_cell(hit, m.clean.ppl) if hit else "-")
-        table.add_row(_setting(*setting), *cells)
-    out.print(table)
+
+    def cell(entry: LMAttackResult | None, clean: Perplexity) -> str:
+        return _ppl_cell(entry, clean.ppl) if entry is not None else "-"
+
+    out.print(_lm_table(title, models, settings, cell, _ppl_cell))
     if summary.eps_scale and summary.eps:
         per = ", ".join(f"{k} {v:.3g}" for k, v in summary.eps_scale.items())
         out.print(f"eps scale ({summary.eps_scale_definition}): {per}", markup=False, style="dim")
@@ -203,17 +196,29 @@ def render_lm_eval(summary: LMAttackSummary, settings: list[tuple[str, str, floa
     models = {k: m for k, m in summary.models.items() if "word_perplexity" in m.clean.lm_eval()}
     if not models:
         return
-    table = Table(
-        title="lm-eval metrics on the same sequences: word_perplexity [95% CI] · byte_perplexity · bits_per_byte "
+    title = (
+        "lm-eval metrics on the same sequences: word_perplexity [95% CI] · byte_perplexity · bits_per_byte "
         f"(rolling windows; embedding attacks: {summary.norm}, {summary.eps_mode} eps, scale above)"
     )
+    console().print(_lm_table(title, models, settings, lambda entry, _: _lm_eval_cell(entry), _lm_eval_cell))
+
+
+def _lm_table(
+    title: str,
+    models: dict[str, LMModelResults],
+    settings: list[tuple[str, str, float]],
+    cell: Callable[[LMAttackResult | None, Perplexity], str],
+    clean_cell: Callable[[Perplexity], str],
+) -> Table:
+    """One row per setting (clean first), one column per model: ``cell(entry or None, the model's clean entry)``."""
+    table = Table(title=title)
     table.add_column("attack")
     for label in models:
         table.add_column(label, justify="right")
-    table.add_row("clean", *[_lm_eval_cell(m.clean) for m in models.values()])
+    table.add_row("clean", *[clean_cell(m.clean) for m in models.values()])
     for setting in settings:
-        table.add_row(_setting(*setting), *[_lm_eval_cell(_lm_result(m.results, setting)) for m in models.values()])
-    console().print(table)
+        table.add_row(_setting(*setting), *[cell(_lm_result(m.results, setting), m.clean) for m in models.values()])
+    return table
 
 
 def _fmt(value: float | None, pct: bool = True) -> str:

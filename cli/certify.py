@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as _dt
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -11,7 +9,7 @@ from rich.table import Table
 
 from robustbench_filters.configs import CertifyConfig
 from robustbench_filters.core.surface import Surface
-from robustbench_filters.summaries import CertifySummary
+from robustbench_filters.summaries import CertifySummary, Summary
 
 from ._common import (
     AllowFailedOpt,
@@ -20,11 +18,10 @@ from ._common import (
     QuietOpt,
     ResumeOpt,
     console,
-    exit_for_checks,
-    is_primary,
-    print_json,
     progress_bar,
+    run_folder,
     setup_logging,
+    show_run,
 )
 from ._options import OUTPUT_PANEL, config_options
 from ._render import render_checks
@@ -50,21 +47,15 @@ def certify_cmd(
     config = build(CertifyConfig, read(options, Surface.CLI))  # light: a bad reference is refused in < 1 s
     from robustbench_filters.api.evaluate import certify
 
-    out_dir = Path(out) if out else Path("runs") / f"certify-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S-%f')}"
     with progress_bar(quiet or json_out) as hook:
-        result = certify(config=config, out=out_dir, resume=resume, overwrite=overwrite, progress=hook)
-    if not is_primary():
-        return
-    if json_out:
-        print_json({"out": str(result.out), **result.summary.to_dict()})
-    else:
-        render_certificates(result.summary)
-        console().print(f"run folder: {result.out}", markup=False, style="dim")
-    exit_for_checks(result.summary, allow_failed_checks)
+        result = certify(config=config, out=run_folder(out, "certify"), resume=resume, overwrite=overwrite,
+                         progress=hook)  # fmt: skip
+    show_run(result.summary, {"out": str(result.out)}, render_certificates, json_out, allow_failed_checks)
 
 
-def render_certificates(summary: CertifySummary) -> None:
+def render_certificates(summary: Summary) -> None:
     """Certified accuracy % [95% CI] per model and sigma at each radius, the abstention rate, then the checks."""
+    assert isinstance(summary, CertifySummary)
     models = summary.models
     first = next(iter(models.values()))
     radii = [r.radius for r in next(iter(first.values())).certified]

@@ -11,7 +11,7 @@ from rich.table import Table
 from robustbench_filters.configs import LipschitzConfig
 from robustbench_filters.core.surface import Surface
 from robustbench_filters.stats.vacuity import SHORT, label
-from robustbench_filters.summaries import LipschitzSummary
+from robustbench_filters.summaries import LipschitzSummary, Summary
 from robustbench_filters.summaries.lipschitz import GapMedian, LipschitzLayer, LipschitzModel
 from robustbench_filters.summaries.record import present
 
@@ -22,11 +22,9 @@ from ._common import (
     QuietOpt,
     ResumeOpt,
     console,
-    exit_for_checks,
-    is_primary,
-    print_json,
     progress_bar,
     setup_logging,
+    show_run,
 )
 from ._options import OUTPUT_PANEL, config_options
 from ._render import render_checks
@@ -72,18 +70,14 @@ def lipschitz(
 
     with progress_bar(quiet or json_out) as hook:
         result = estimate_lipschitz(config=config, out=out, resume=resume, overwrite=overwrite, progress=hook)
-    if not is_primary():  # under torchrun, rank 0 alone prints the merged result
-        return
-    if json_out:
-        print_json({"path": str(result.path) if result.path else None, **result.summary.to_dict()})
-        exit_for_checks(result.summary, allow_failed_checks)
-        return
-    setting = f"{config.method}, l2, rho={config.rho:g}"
-    render_lipschitz_summary(result.summary, setting, config.per_layer, config.gap)
-    render_checks(result.summary.checks, result.summary.checks_summary)
-    if result.path is not None:
-        console().print(f"run folder: {result.path}", markup=False)
-    exit_for_checks(result.summary, allow_failed_checks)
+
+    def render(summary: Summary) -> None:
+        assert isinstance(summary, LipschitzSummary)
+        render_lipschitz_summary(summary, f"{config.method}, l2, rho={config.rho:g}", config.per_layer, config.gap)
+        render_checks(summary.checks, summary.checks_summary)
+
+    where = {"path": str(result.path) if result.path else None}
+    show_run(result.summary, where, render, json_out, allow_failed_checks)
 
 
 def _caption(vacuous: bool) -> str | None:

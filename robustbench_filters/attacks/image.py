@@ -23,15 +23,15 @@ from ..checks import image as IC
 from ..checks import model as MC
 from ..checks import summarize as summarize_checks
 from ..checks.logits import GuardedLogits, check_image_rows, guard_logits, predictions
-from ..configs import ImageAttackConfig, data_label
+from ..configs import ImageAttackConfig
 from ..runs.adversarial import AdversarialTrace
 from ..runs.measurement import PrepareContext, Tick, UnitOutput
-from ..runs.units import Unit, ids_digest, unit_seed
+from ..runs.units import Unit, unit_seed
 from ..stats.aggregates import attack_accuracies
 from ..summaries import ImageAttackSummary
 from .cascade import batch_rows, cascade
 from .catalogue import ATTACKS, PGD_STEPS, STRONG, AttackParams, Norm, get_attack
-from .image_models import ImageModelsMeasurement, frozen
+from .image_models import ImageModelsMeasurement, frozen, units_then_clean
 
 log = logging.getLogger(__name__)
 
@@ -87,13 +87,7 @@ class ImageAttack(ImageModelsMeasurement):
             "step_size": c.step_size,
             "early_stop": c.early_stop,
             "convergence": {"attacks": list(convergence_attacks(c)), "share": CONVERGENCE_SHARE},
-            "data": data_label(c.data),
-            "data_checksum": self.source.checksum,
-            "n_examples": c.n_examples,
-            "example_ids_sha256": ids_digest(self.ids),
-            "batch_size": c.batch_size,
-            "size": c.size,
-            "checkpoint": c.checkpoint,
+            **self.described_examples(),
             "check_masking": c.check_masking,
         }
         if c.amp is not None:
@@ -103,10 +97,7 @@ class ImageAttack(ImageModelsMeasurement):
         return described
 
     def plan(self) -> list[Unit]:
-        """Attack units first, clean units last: round-robin sharding then mixes cheap and expensive units."""
-        n_models, n_batches = len(self.loaded), len(self.batches)
-        attack = [Unit(mi, a, bi) for mi in range(n_models) for a in self.config.attacks for bi in range(n_batches)]
-        return attack + [Unit(mi, "clean", bi) for mi in range(n_models) for bi in range(n_batches)]
+        return units_then_clean(len(self.loaded), self.config.attacks, len(self.batches))
 
     def work(self, unit: Unit) -> int:
         return 1 if unit.part == "clean" else len(self.config.eps)
@@ -227,11 +218,7 @@ class ImageAttack(ImageModelsMeasurement):
     def summarise(self, rows: pd.DataFrame, checks: list[Check]) -> ImageAttackSummary:
         c = self.config
         return ImageAttackSummary.build({
-            "kind": "attack",
-            "family": "image",
-            "data": data_label(c.data),
-            "n_examples": c.n_examples,
-            "seed": c.seed,
+            **self.summary_head(),
             "attacks": list(c.attacks),
             "eps": list(c.eps),
             "norm": c.norm.value,

@@ -23,9 +23,9 @@ import torch
 from ..attacks.image_models import ImageModelsMeasurement
 from ..checks import Check
 from ..checks import summarize as summarize_checks
-from ..configs import CertifyConfig, data_label
+from ..configs import CertifyConfig
 from ..runs.measurement import PrepareContext, Tick
-from ..runs.units import Unit, ids_digest
+from ..runs.units import Unit
 from ..summaries import CertifySummary
 from .bounds import max_certifiable_radius
 from .rows import ROW_COLUMNS, accuracy_curve, certificate_rows, summarize
@@ -58,10 +58,8 @@ class Certify(ImageModelsMeasurement):
         return {
             "models": self.labels, "sigmas": list(c.sigmas), "n0": c.n0, "n": c.n, "alpha": c.alpha,
             "radii": list(c.radii), "attack_examples": self.attacked, "attack_radii": list(c.attack_radii),
-            "attack_steps": c.attack_steps, "attack_draws": c.attack_draws, "data": data_label(c.data),
-            "data_checksum": self.source.checksum, "n_examples": c.n_examples,
-            "example_ids_sha256": ids_digest(self.ids), "batch_size": c.batch_size, "noise_batch": c.noise_batch,
-            "size": c.size, "checkpoint": c.checkpoint,
+            "attack_steps": c.attack_steps, "attack_draws": c.attack_draws, "noise_batch": c.noise_batch,
+            **self.described_examples(),
         }  # fmt: skip
 
     def _attack_batches(self) -> list[int]:
@@ -128,11 +126,7 @@ class Certify(ImageModelsMeasurement):
                                   "certified_acc": float(g["certified"].mean())})  # fmt: skip
         labels = self.labels
         return CertifySummary.build({
-            "kind": "certify",
-            "family": "image",
-            "data": data_label(c.data),
-            "n_examples": c.n_examples,
-            "seed": c.seed,
+            **self.summary_head(),
             "sigmas": list(c.sigmas),
             "n0": c.n0,
             "n": c.n,

@@ -171,24 +171,3 @@ def written_summary(summary: Summary, kind: str, family: str | None, out: Path) 
 
 def _dumps(doc: Any) -> str:
     return json.dumps(doc, default=str)
-
-
-__all__ = [
-    "ATTACK",
-    "CERTIFY",
-    "CORRUPTION",
-    "IMAGE",
-    "KINDS",
-    "LIPSCHITZ",
-    "LM",
-    "RUN_KINDS",
-    "SEQLEN",
-    "STUDY_SEQLEN",
-    "RunKind",
-    "kind_of",
-    "read_summary",
-    "report_family",
-    "run_kind",
-    "summary_type",
-    "written_summary",
-]
