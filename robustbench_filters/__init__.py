@@ -25,7 +25,7 @@ _LAZY: dict[str, str] = {
     "load_model": ".models.loading",
     "save_checkpoint": ".models",
     "evaluate": ".api.evaluate",
-    "attack": ".attacks.direct",
+    "attack": ".api.attack",
     "load_adversarial": ".runs.folder",
     "benchmark": ".api.benchmark",
     "BenchmarkResult": ".api.benchmark",

@@ -82,7 +82,7 @@ def test_python_api_takes_a_loaded_model_and_its_tokenizer(hf_models, tmp_path) 
     assert result.run_dir == tmp_path / "bench" and next(model.parameters()).dtype == torch.float32
 
     wrapped = load_hf(str(hf_models.gpt2), max_length=32)
-    assert evaluate(wrapped, "fgsm", [0.1], n_examples=2, data=f"text:{hf_models.text}").summary["checks_summary"][
+    assert evaluate(wrapped, "fgsm", [0.1], n_examples=2, data=f"text:{hf_models.text}").summary.to_dict()["checks_summary"][
         "fail"] == 0  # fmt: skip
 
 

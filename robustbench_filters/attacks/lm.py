@@ -34,6 +34,7 @@ from ..core.errors import RobfiltError, UserCodeError
 from ..runs.measurement import Measurement, PrepareContext, Tick
 from ..runs.units import Unit, batch_slices, ids_digest
 from ..stats.intervals import bootstrap_ratio_interval, lm_eval_columns
+from ..summaries import LMAttackSummary
 from .catalogue import Norm
 from .embedding import eps_scale
 from .lm_rows import (
@@ -123,7 +124,6 @@ def _window(subjects: Sequence[LMSubject], max_length: int | None, stride: int |
 class LMAttack(Measurement):
     """Language models x (embedding attacks, word swap) on the same seeded text sequences."""
 
-    kind = "attack"
     config: LMAttackConfig
 
     def prepare(self, ctx: PrepareContext) -> None:
@@ -285,9 +285,9 @@ class LMAttack(Measurement):
         ]
         return [ch for ch in found if ch is not None]
 
-    def summarise(self, rows: pd.DataFrame, checks: list[Check]) -> dict[str, Any]:
+    def summarise(self, rows: pd.DataFrame, checks: list[Check]) -> LMAttackSummary:
         c, labels = self.config, self.labels
-        return {
+        return LMAttackSummary.build({
             "kind": "attack",
             "family": "lm",
             "data": c.data,
@@ -309,4 +309,4 @@ class LMAttack(Measurement):
             "models": summarize_lm_rows(rows),
             "checks": [ch.to_dict() for ch in sorted(checks, key=lambda ch: labels.index(ch.model))],
             "checks_summary": summarize_checks(checks),
-        }
+        })  # fmt: skip

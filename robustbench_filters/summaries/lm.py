@@ -6,7 +6,6 @@ writes it. Models scored lm-eval style (Hugging Face models) add lm-eval's three
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
 from .base import Checked, CheckRecord, ChecksSummary, Summary
 from .record import Record, optional, present
@@ -89,8 +88,6 @@ class LMModelResults(Record):
 
 @dataclass(frozen=True, kw_only=True)
 class LMAttackSummary(Checked, Summary):
-    KIND: ClassVar[str] = "attack"
-
     kind: str
     family: str
     data: str
