@@ -47,7 +47,7 @@ def settings(full: dict[str, Any], smoke_cfg: dict[str, Any], smoke: bool, reps:
 
 def eval_model(name: str, checkpoint: str, device: torch.device, seed: int = 0) -> torch.nn.Module:
     """A micro model (``checkpoint`` from :func:`pick_checkpoint`) in eval mode on ``device``."""
-    return load_model(name, "micro", checkpoint, seed).module.to(device).eval()
+    return load_model(name, checkpoint=checkpoint, seed=seed).module.to(device).eval()
 
 
 def resolve_device(device: str) -> torch.device:

@@ -28,7 +28,7 @@ SMOKE = {"models": ("deit",), "eps": (0.05,), "n_examples": 12, "reps": 1, "step
 
 
 def _robust(result: Any) -> dict[tuple[str, float], dict[str, Any]]:
-    return {(label, r["eps"]): r for label, m in result.summary["models"].items() for r in m["robust"]}
+    return {(label, r.eps): r for label, m in result.summary.models.items() for r in m.robust}
 
 
 def run(
@@ -58,13 +58,13 @@ def run(
         s, p, a = strong[key], pgd[key], ref[key]
         cells.append(
             {
-                "model": key[0], "eps": key[1], "n": s["n"],
-                "pgd_robust": p["correct"], "default_robust": s["correct"], "autoattack_robust": a["correct"],
-                "default_minus_autoattack": s["correct"] - a["correct"],
-                "default_passes_per_ex": round(s["cost"]["fwd_per_example"] + s["cost"]["bwd_per_example"], 1),
-                "pgd_passes_per_ex": round(p["cost"]["fwd_per_example"] + p["cost"]["bwd_per_example"], 1),
-                "broken_by": ", ".join(f"{k} {v}" for k, v in s["broken_by"].items()),
-                "convergence": f"{s['convergence']['broken']}/{s['convergence']['checked']}" if "convergence" in s else "-",
+                "model": key[0], "eps": key[1], "n": s.n,
+                "pgd_robust": p.correct, "default_robust": s.correct, "autoattack_robust": a.correct,
+                "default_minus_autoattack": s.correct - a.correct,
+                "default_passes_per_ex": round(s.cost["fwd_per_example"] + s.cost["bwd_per_example"], 1),
+                "pgd_passes_per_ex": round(p.cost["fwd_per_example"] + p.cost["bwd_per_example"], 1),
+                "broken_by": ", ".join(f"{k} {v}" for k, v in s.broken_by.items()),
+                "convergence": f"{s.convergence['broken']}/{s.convergence['checked']}" if s.convergence else "-",
             }
         )  # fmt: skip
     table = pd.DataFrame(cells)
@@ -79,7 +79,7 @@ def run(
     )  # fmt: skip
     excess = int(table["default_minus_autoattack"].max())
     checks = {
-        label: [c["name"] for c in r.summary["checks"] if c["status"] == "fail"]
+        label: [c.name for c in r.summary.checks if c.status == "fail"]
         for label, r in (("default", values["default"]), ("pgd", values["pgd"]), ("autoattack", aa))
     }
     result = {

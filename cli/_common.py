@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import datetime as _dt
 import json
 import logging
 import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Annotated, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -27,9 +29,11 @@ from rich.text import Text
 
 from robustbench_filters.core.io import _json_default
 
+if TYPE_CHECKING:
+    from robustbench_filters.summaries import Summary
+
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or info logs.")]
-SeedOpt = Annotated[int, typer.Option("--seed", help="Random seed; same seed, same numbers.")]
 ResumeOpt = Annotated[bool, typer.Option("--resume", help="Continue a killed run in --out.", rich_help_panel="Output")]
 OverwriteOpt = Annotated[bool, typer.Option("--overwrite", help="Replace the run in --out.", rich_help_panel="Output")]
 
@@ -71,23 +75,6 @@ def setup_logging(quiet: bool, json_out: bool = False) -> None:
     root.propagate = False
 
 
-MODEL_HELP = (
-    "Comma list of model references: registry names (deit-grc), timm:<arch>[?key=value&...], hf:<folder> "
-    "(Hugging Face causal LM), file.py:factory or pkg.mod:factory; name=ref sets the display name."
-)
-
-
-def parse_model_list(text: str) -> list[str]:
-    """``--model`` split on commas outside brackets and quotes (model arguments may hold lists)."""
-    from robustbench_filters.core.errors import RobfiltError
-    from robustbench_filters.models.ref import split_model_list
-
-    models = split_model_list(text)
-    if not models or any(not m.strip() for m in models):
-        raise RobfiltError(f"--model {text!r} has an empty item; give a comma-separated list like 'deit,deit-grc'.")
-    return [m.strip() for m in models]
-
-
 def distinct_paths(paths: list[Any], what: str) -> list[Any]:
     """A repeatable path option or argument refuses a path given twice (one rule for every list robfilt takes)."""
     from pathlib import Path
@@ -110,15 +97,37 @@ AllowFailedOpt = Annotated[
 FAILED_CHECKS_EXIT = 3
 
 
-def exit_for_checks(summary: dict[str, Any], allow_failed: bool) -> None:
+def exit_for_checks(summary: Summary, allow_failed: bool) -> None:
     """A run whose sanity checks failed ends with exit code 3 (its numbers are unreliable), unless allowed."""
-    counts = summary.get("checks_summary") or {}
-    if counts.get("fail", 0) and not allow_failed:
+    failed = sum(c.status == "fail" for c in summary.sanity_checks())
+    if failed and not allow_failed:
         console_err(
-            f"error: {counts['fail']} sanity check(s) failed, so these numbers are unreliable (exit "
+            f"error: {failed} sanity check(s) failed, so these numbers are unreliable (exit "
             f"{FAILED_CHECKS_EXIT}); fix the cause, or pass --allow-failed-checks to accept them."
         )
         raise typer.Exit(FAILED_CHECKS_EXIT)
+
+
+def run_folder(out: str | None, command: str) -> Path:
+    """``--out``, or ``runs/<command>-<time>`` when it is left out."""
+    return Path(out) if out else Path("runs") / f"{command}-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S-%f')}"
+
+
+def show_run(
+    summary: Summary, where: dict[str, Any], render: Callable[[Summary], None], json_out: bool, allow_failed: bool
+) -> None:
+    """Print a finished run on rank 0: one JSON object (``where`` and the summary), or the tables ``render`` draws and
+    the run folder (``where``'s path, when there is one); then exit 3 when a sanity check failed, unless allowed."""
+    if not is_primary():  # under torchrun, rank 0 alone prints the merged result
+        return
+    if json_out:
+        print_json({**where, **summary.to_dict()})
+    else:
+        render(summary)
+        folder = next(iter(where.values()), None)
+        if folder is not None:
+            console().print(f"run folder: {folder}", markup=False, style="dim")
+    exit_for_checks(summary, allow_failed)
 
 
 def is_primary() -> bool:

@@ -14,7 +14,6 @@ the page's table from it (tests/test_docs_numbers.py fails when the table and th
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
@@ -58,7 +57,7 @@ def main(
         assert folder.name == name, folder
     commands = block_commands()
     os.chdir(work)
-    summary = None
+    summary: Path | None = None
     for argv in commands:
         print("robfilt", " ".join(shlex.quote(a) for a in argv), flush=True)
         code = run([*argv, "--overwrite"])
@@ -66,11 +65,11 @@ def main(
             raise SystemExit(f"robfilt {' '.join(argv)} exited {code}")
         if argv[0] == "attack":
             out = Path(argv[argv.index("--out") + 1])
-            summary = json.loads((out / "summary.json").read_text())
+            summary = out / "summary.json"
     if summary is None:
         raise SystemExit(f"the block under {HEADING!r} has no robfilt attack line")
     OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    shutil.copyfile(summary, OUT)  # the run's summary.json as written
     print(f"wrote {OUT.relative_to(ROOT)}")
     if not workdir:
         shutil.rmtree(work, ignore_errors=True)

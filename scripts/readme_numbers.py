@@ -34,6 +34,7 @@ import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 BLOCK = re.compile(r"(<!-- robfilt:begin (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- robfilt:end (?P=name) -->)", re.S)
@@ -237,35 +238,37 @@ def gate_mde(root: Path) -> str:
 
 
 # --- Hugging Face variants ------------------------------------------------------------------------------------
-def _ppl(entry: dict, clean: float | None = None) -> str:
-    cell = f"{entry['ppl']:.2f} [{entry['ppl_lo']:.2f}, {entry['ppl_hi']:.2f}]"
-    return cell + (f" x{entry['ppl'] / clean:.3f}" if clean else "")
+def _ppl(entry: Any, clean: float | None = None) -> str:
+    cell = f"{entry.ppl:.2f} [{entry.ppl_lo:.2f}, {entry.ppl_hi:.2f}]"
+    return cell + (f" x{entry.ppl / clean:.3f}" if clean else "")
 
 
 def hf_variants(root: Path) -> str:
     """The fine-tuned GPT-2 variants vs the plain one fine-tuned alike, from ``reports/hf/variants.json`` (the
     summary of docs/hf-models.md's comparison, run as written by ``scripts/hf_variants.py``)."""
-    s = json.loads((root / "reports" / "hf" / "variants.json").read_text())
-    pgd = max(e for e in s["eps"])
-    rate = max(r for r in s["rates"])
+    from robustbench_filters.summaries.kinds import read_summary
+
+    path = root / "reports" / "hf" / "variants.json"
+    s = read_summary(json.loads(path.read_text()), "attack", "lm", str(path.relative_to(root)))
+    pgd, rate = max(s.eps), max(s.rates)
     lines = [
-        f"| model ({s['n_examples']} test documents) | clean token perplexity [95% CI] | PGD eps {pgd:g} (x clean) "
+        f"| model ({s.n_examples} test documents) | clean token perplexity [95% CI] | PGD eps {pgd:g} (x clean) "
         f"| word swap rate {rate:g} (x clean) | clean word perplexity | passes per document (PGD) |",
         "|---|---|---|---|---|---|",
     ]
-    for label, m in s["models"].items():
-        clean = m["clean"]
-        at = {(r["attack"], r["eps"]): r for r in m["results"]}
+    for label, m in s.models.items():
+        clean = m.clean
+        at = {(r.attack, r.eps): r for r in m.results}
         lines.append(
-            f"| `{label}` | {_ppl(clean)} | {_ppl(at[('pgd', pgd)], clean['ppl'])} | "
-            f"{_ppl(at[('wordswap', rate)], clean['ppl'])} | {clean['word_perplexity']:.4g} | "
-            f"{m['cost']['pgd']['per_example']:.0f} |"
+            f"| `{label}` | {_ppl(clean)} | {_ppl(at[('pgd', pgd)], clean.ppl)} | "
+            f"{_ppl(at[('wordswap', rate)], clean.ppl)} | {clean.word_perplexity:.4g} | "
+            f"{m.cost['pgd']['per_example']:.0f} |"
         )
-    failed = s["checks_summary"]["fail"]
+    counts = s.checks_summary
     lines += [
         "",
-        f"Embedding PGD: {s['steps']} steps, {s['norm']}, eps relative to each model's mean embedding norm; "
-        f"sanity checks: {s['checks_summary']['pass']} pass, {s['checks_summary']['warn']} warn, {failed} fail.",
+        f"Embedding PGD: {s.steps} steps, {s.norm}, eps relative to each model's mean embedding norm; "
+        f"sanity checks: {counts.passes} pass, {counts.warn} warn, {counts.fail} fail.",
     ]
     return "\n".join(lines) + "\n"
 

@@ -83,8 +83,8 @@ def named(tmp_path: Path) -> Path:
 
 
 def _acc(res) -> float:  # noqa: ANN001
-    (summary,) = res.summary["models"].values()
-    return summary["clean"]["acc"]
+    (summary,) = res.summary.models.values()
+    return summary.clean.acc
 
 
 def _manifest(out: Path) -> dict:

@@ -85,7 +85,7 @@ def test_python_api_takes_a_loaded_model_and_its_tokenizer(hf_models, tmp_path) 
     assert result.run_dir == tmp_path / "bench" and next(model.parameters()).dtype == torch.float32
 
     wrapped = load_hf(str(hf_models.gpt2), max_length=32)
-    assert evaluate(wrapped, "fgsm", [0.1], n_examples=2, data=f"text:{hf_models.text}").summary["checks_summary"][
+    assert evaluate(wrapped, "fgsm", [0.1], n_examples=2, data=f"text:{hf_models.text}").summary.to_dict()["checks_summary"][
         "fail"] == 0  # fmt: skip
 
 
@@ -100,8 +100,8 @@ def test_bf16_runs_and_is_recorded(hf_models, tmp_path, capsys) -> None:
     assert json.loads((out / "manifest.json").read_text())["config"]["precision"] == "bf16"
     fp32 = evaluate(f"hf:{hf_models.gpt2}", "pgd", [0.1], n_examples=6, batch_size=3, steps=10, max_length=32,
                     data=f"text:{hf_models.text}")  # fmt: skip
-    ppl16, ppl32 = (s["models"][k]["clean"]["ppl"] for s, k in ((summary, f"hf:{hf_models.gpt2}"),
-                                                                 (fp32.summary, f"hf:{hf_models.gpt2}")))  # fmt: skip
+    ppl16 = summary["models"][f"hf:{hf_models.gpt2}"]["clean"]["ppl"]  # the --json output
+    ppl32 = fp32.summary.models[f"hf:{hf_models.gpt2}"].clean.ppl  # the typed summary
     assert ppl16 == pytest.approx(ppl32, rel=0.02)
 
 

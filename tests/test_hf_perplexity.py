@@ -153,7 +153,7 @@ def test_attack_rows_hold_each_documents_lm_eval_numbers(hf_models) -> None:
     ref = P.evaluate_perplexity(load_hf(str(hf_models.gpt2), max_length=24), docs)
     assert (-clean.nll_sum.to_numpy()).tolist() == pytest.approx(ref.loglikelihoods, rel=1e-6)
     assert clean.n_words.tolist() == list(ref.n_words) and clean.n_bytes.tolist() == list(ref.n_bytes)
-    entry = run.summary["models"][f"hf:{hf_models.gpt2}"]["clean"]
+    entry = run.summary.models[f"hf:{hf_models.gpt2}"].clean.to_dict()
     assert entry["word_perplexity"] == pytest.approx(ref.word_perplexity, rel=1e-6)
     assert entry["bits_per_byte"] == pytest.approx(ref.bits_per_byte, rel=1e-6)
     assert math.isfinite(entry["word_perplexity_lo"]) and entry["word_perplexity_lo"] <= entry["word_perplexity"]

@@ -113,7 +113,7 @@ def test_success_sanity_failure_and_a_printing_model_print_one_object(project, c
 
 
 def test_ctrl_c_and_a_bug_print_one_object(project, capsys, monkeypatch) -> None:
-    import robustbench_filters.runs.runner as runner
+    import robustbench_filters.api.evaluate as runner  # the CLI runs through the API, which calls the runner
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt

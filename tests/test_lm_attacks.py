@@ -184,17 +184,17 @@ def test_engine_rows_and_checks_on_a_tiny_model(trained, tmp_path: Path) -> None
     rows = res.rows
     assert set(rows.kind) == {"clean", "adversarial", "contamination"}
     assert len(rows) == 6 * (1 + 3 + 3 + 2)
-    m = next(iter(res.summary["models"].values()))
+    m = next(iter(res.summary.to_dict()["models"].values()))
     pgd = {r["eps"]: r["ppl"] for r in m["results"] if r["attack"] == "pgd"}
     assert pgd[0.0] == pytest.approx(m["clean"]["ppl"]) and pgd[0.2] > pgd[0.05] > pgd[0.0]
-    statuses = {c["name"]: c["status"] for c in res.summary["checks"]}
+    statuses = {c.name: c.status for c in res.summary.checks}
     assert statuses["rate 0 equals clean"] == "pass"
     assert statuses["eps=0 equals clean"] == "pass"
     assert statuses["inside eps-ball, finite"] == "pass"
     assert statuses["perplexity non-decreasing in eps"] == "pass"
     assert statuses["swap rate as requested"] == "pass"
     assert statuses["5x steps not weaker"] == "pass"
-    assert res.summary["checks_summary"]["fail"] == 0, res.summary["checks"]
+    assert res.summary.checks_summary.fail == 0, res.summary.checks
 
 
 # --- CLI --------------------------------------------------------------------------------------------------------
@@ -262,6 +262,6 @@ def test_checkpoint_folder_brings_its_tokenizer(trained, tmp_path: Path) -> None
         evaluate_lm(["lm"], ["wordswap"], checkpoint=str(folder), n_examples=3, rates=[0.1])
     tok.save(folder / "tokenizer.json")
     res = evaluate_lm(["lm"], ["wordswap"], checkpoint=str(folder), n_examples=3, rates=[0.1], check_masking=True)
-    assert res.summary["models"]["lm"]["clean"]["ppl"] < 40  # the trained weights were loaded, not random ones
-    assert res.summary["windows"]["lm"]["max_length"] == TINY["block_size"]
-    assert res.summary["windows"]["lm"]["prefix_token_id"] == tok.encode("\n")[0]  # documents start after a newline
+    assert res.summary.models["lm"].clean.ppl < 40  # the trained weights were loaded, not random ones
+    assert res.summary.windows["lm"]["max_length"] == TINY["block_size"]
+    assert res.summary.windows["lm"]["prefix_token_id"] == tok.encode("\n")[0]  # documents start after a newline

@@ -71,9 +71,9 @@ def test_the_run_says_which_documents_and_why_fewer_than_asked(book: Path, caplo
     text = caplog.text
     assert f"text:{book}: split test (the default; --split all, train, val or test), 2 documents" in text
     assert "scoring all 2 documents" in text and "fewer than --n-examples 64" in text
-    assert res.summary["n_examples"] == 2 and res.summary["split"] == "test"
+    assert res.summary.n_examples == 2 and res.summary.split == "test"
     res = evaluate(["lm"], ["wordswap"], checkpoint="none", data=f"text:{book}", rates=[0.1], split="all")
-    assert res.summary["n_examples"] == 40
+    assert res.summary.n_examples == 40
 
 
 def _tiny_lm(block: int = 32):
@@ -97,7 +97,7 @@ def test_windows_roll_over_whole_documents(book: Path) -> None:
     assert clean[(32, None)].n_windows.tolist() == [math.ceil(len(docs[i]) / 32) for i in ids]
     assert clean[(32, 16)].n_windows.tolist() == [1 + math.ceil((len(docs[i]) - 32) / 16) for i in ids]
     assert clean[(32, 16)].nll_sum.tolist() != clean[(32, None)].nll_sum.tolist()  # --stride does something
-    assert next(iter(runs[(32, 16)].summary["windows"].values())) == {
+    assert next(iter(runs[(32, 16)].summary.windows.values())) == {
         "max_length": 32,
         "stride": 16,
         "prefix_token_id": tok.encode("\n")[0],
@@ -115,10 +115,10 @@ def test_rows_carry_the_compute_ledger(book: Path) -> None:
     assert (pgd.fwd == 4 * pgd.n_windows).all() and (pgd.bwd == 3 * pgd.n_windows).all()  # 3 steps + scoring
     fgsm0 = rows[(rows.attack == "fgsm") & (rows.eps == 0.0)].set_index("example_id")
     assert (fgsm0.fwd == fgsm0.n_windows).all() and (fgsm0.bwd == 0).all()  # eps 0: nothing to attack
-    (m,) = res.summary["models"].values()
-    assert m["clean"]["cost"]["fwd"] == float(clean.fwd.sum())
-    assert m["cost"]["pgd"]["passes"] == float(rows[rows.attack == "pgd"][["fwd", "bwd"]].to_numpy().sum())
-    assert m["cost"]["pgd"]["per_example"] == m["cost"]["pgd"]["passes"] / 4
+    (m,) = res.summary.models.values()
+    assert m.clean.cost["fwd"] == float(clean.fwd.sum())
+    assert m.cost["pgd"]["passes"] == float(rows[rows.attack == "pgd"][["fwd", "bwd"]].to_numpy().sum())
+    assert m.cost["pgd"]["per_example"] == m.cost["pgd"]["passes"] / 4
 
 
 class NoTokens(CharTokenizer):
@@ -135,12 +135,12 @@ def test_a_document_without_tokens_fails_a_check_and_prints_no_perplexity(book: 
         warnings.simplefilter("error", RuntimeWarning)  # numpy's All-NaN slice, mean of empty slice, 0/0
         res = evaluate([model], ["pgd", "wordswap"], [0.05], tokenizer=tok, data=f"text:{book}", split="all",
                        n_examples=3, steps=1, rates=[0.0, 0.1])  # fmt: skip
-    checks = {c["name"]: c for c in res.summary["checks"]}
-    assert checks["every document has tokens"]["status"] == "fail"
-    assert "3 of 3 documents have no tokens" in checks["every document has tokens"]["detail"]
-    clean = next(iter(res.summary["models"].values()))["clean"]
+    checks = {c.name: c for c in res.summary.checks}
+    assert checks["every document has tokens"].status == "fail"
+    assert "3 of 3 documents have no tokens" in checks["every document has tokens"].detail
+    clean = next(iter(res.summary.models.values())).clean
     for key in ("ppl", "ppl_lo", "ppl_hi", "word_perplexity", "byte_perplexity", "bits_per_byte", "ppl_median_seq"):
-        assert math.isnan(clean[key]), key
+        assert math.isnan(getattr(clean, key)), key
 
 
 def test_the_cli_exits_3_and_shows_no_number_for_no_tokens(book: Path, tmp_path: Path, capsys, monkeypatch) -> None:

@@ -128,3 +128,17 @@ def test_errors_name_options_as_each_surface_spells_them() -> None:
     assert messages[Surface.CLI].startswith("--n-examples must be positive")
     assert messages[Surface.API].startswith("n_examples must be positive")
     assert messages[Surface.SPEC].startswith("n_examples must be positive")
+
+
+def test_model_loading_defaults_are_the_run_configs() -> None:
+    """load_model's record of model options (models/loading.py sits below configs/) defaults as a run config does."""
+    import dataclasses
+
+    from robustbench_filters.configs import RunConfig
+    from robustbench_filters.models.loading import Loading
+
+    config = {f.name: f.default for f in dataclasses.fields(RunConfig)}
+    loading = Loading()
+    for name in ("size", "checkpoint", "seed", "allow_pickle", "base_dir"):
+        assert getattr(loading, name) == config[name], name
+    assert Loading.of(ImageAttackConfig(models=("deit",), model_args=("depth=2",))).model_args == {"depth": 2}

@@ -30,29 +30,18 @@ from ..core.surface import Surface
 from ..lipschitz.run import LipschitzResult
 from ..runs.measurement import Measurement
 from ..runs.runner import RunResult, run
+from ..summaries import kind_of
 
 
 def measurement_for(config: RunConfig) -> Measurement:
-    """The measurement that runs ``config`` (one per kind of run)."""
-    if isinstance(config, ImageAttackConfig):
-        from ..attacks.image import ImageAttack
+    """The measurement that runs ``config``: its kind's row in the registry of run kinds (summaries/kinds.py)."""
+    return kind_of(type(config)).measurement_class()(config)
 
-        return ImageAttack(config)
-    if isinstance(config, LMAttackConfig):
-        from ..attacks.lm import LMAttack
 
-        return LMAttack(config)
-    if isinstance(config, CorruptionConfig):
-        from ..attacks.corruption import Corruptions
-
-        return Corruptions(config)
-    if isinstance(config, CertifyConfig):
-        from ..smoothing.run import Certify
-
-        return Certify(config)
-    from ..lipschitz.run import Lipschitz
-
-    return Lipschitz(config)
+def run_config(config: RunConfig, **folder: Any) -> RunResult:
+    """Run a ready ``config`` of any kind through the runner (``folder``: ``out``, ``resume``, ``overwrite``,
+    ``progress``): what :func:`evaluate`, :func:`certify`, :func:`estimate_lipschitz`, the gate and the study do."""
+    return run(measurement_for(config), **folder)
 
 
 def _config(
@@ -117,7 +106,7 @@ def evaluate(
     """
     given = {"models": models, "attacks": attacks, "eps": eps, **options}
     config = _config(config, (ImageAttackConfig, LMAttackConfig, CorruptionConfig), given, "evaluate")
-    return run(measurement_for(config), out=out, resume=resume, overwrite=overwrite, progress=progress)
+    return run_config(config, out=out, resume=resume, overwrite=overwrite, progress=progress)
 
 
 def certify(
@@ -138,7 +127,7 @@ def certify(
     line (``robfilt certify --attack-radii`` is ``attack_radii=``).
     """
     config = _config(config, (CertifyConfig,), {"models": models, "sigmas": sigmas, **options}, "certify")
-    return run(measurement_for(config), out=out, resume=resume, overwrite=overwrite, progress=progress)
+    return run_config(config, out=out, resume=resume, overwrite=overwrite, progress=progress)
 
 
 def estimate_lipschitz(
@@ -159,9 +148,7 @@ def estimate_lipschitz(
     from ..lipschitz.run import lipschitz_result
 
     config = _config(config, (LipschitzConfig,), {"models": models, **options}, "estimate_lipschitz")
-    return lipschitz_result(
-        run(measurement_for(config), out=out, resume=resume, overwrite=overwrite, progress=progress)
-    )
+    return lipschitz_result(run_config(config, out=out, resume=resume, overwrite=overwrite, progress=progress))
 
 
 api_signature(evaluate, ImageAttackConfig, LMAttackConfig, CorruptionConfig)
@@ -169,4 +156,12 @@ api_signature(certify, CertifyConfig)
 api_signature(estimate_lipschitz, LipschitzConfig)
 
 
-__all__ = ["LipschitzResult", "RunResult", "certify", "estimate_lipschitz", "evaluate", "measurement_for"]
+__all__ = [
+    "LipschitzResult",
+    "RunResult",
+    "certify",
+    "estimate_lipschitz",
+    "evaluate",
+    "measurement_for",
+    "run_config",
+]

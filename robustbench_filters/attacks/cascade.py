@@ -227,7 +227,7 @@ def cascade(
     check: it changes no row's outcome.
 
     ``trace``: receives every example's point after each eps (and which examples were attacked there), for
-    ``--save-adversarial`` and :func:`~.direct.attack`; recording changes nothing the cascade computes.
+    ``--save-adversarial`` and :func:`robustbench_filters.api.attack.attack`; recording changes nothing the cascade computes.
     """
     info = get_attack(attack)
     model = GuardedLogits(model, n_classes)

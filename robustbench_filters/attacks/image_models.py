@@ -18,18 +18,16 @@ from ..checks.logits import require_logits
 from ..configs import data_label, model_label
 from ..core.errors import RobfiltError
 from ..data.labels import check_labels_fit, pool_labels
-from ..models.loading import LoadedModel, load_model
+from ..models.loading import LoadedModel, Loading, load_model
 from ..runs.measurement import Measurement, PrepareContext
-from ..runs.units import batch_slices
+from ..runs.units import Unit, batch_slices, ids_digest
 
 
 def load_image_models(config: Any) -> list[LoadedModel]:
     """The config's models, loaded for evaluation (registry names, ``timm:``, factories, or modules as given)."""
-    args = config.parsed_model_args
+    how = Loading.of(config)
     return [
-        load_model(m, config.size, config.checkpoint, config.seed, config.allow_pickle, config.base_dir, args)
-        if isinstance(m, str)
-        else LoadedModel(model_label(m, i), "custom", m.eval(), "module")
+        load_model(m, how) if isinstance(m, str) else LoadedModel(model_label(m, i), "custom", m.eval(), "module")
         for i, m in enumerate(config.models)
     ]
 
@@ -94,6 +92,13 @@ def frozen(modules: list[nn.Module]) -> Iterator[None]:
             p.requires_grad_(flag)
 
 
+def units_then_clean(n_models: int, parts: list[str] | tuple[str, ...], n_batches: int) -> list[Unit]:
+    """(model, part, batch) units of every part first, then one clean unit per (model, batch): round-robin
+    sharding then mixes cheap and expensive units."""
+    units = [Unit(mi, part, bi) for mi in range(n_models) for part in parts for bi in range(n_batches)]
+    return units + [Unit(mi, "clean", bi) for mi in range(n_models) for bi in range(n_batches)]
+
+
 class ImageModelsMeasurement(Measurement):
     """Base of the measurements over image models: ``open_examples`` sets ``loaded``, ``source``, ``ids``,
     ``batches`` and ``classes`` (each model's class count, from its logits) and records the selection's digest
@@ -117,6 +122,20 @@ class ImageModelsMeasurement(Measurement):
         if self.class_map is not None:
             ctx.examples["examples"]["labels"] = self.class_map
         self.batches = batch_slices(len(self.ids), c.batch_size)
+
+    def described_examples(self) -> dict[str, Any]:
+        """What every image run's description records of its examples and models' origin (the fingerprint hashes
+        the description with sorted keys, so where these keys stand does not matter)."""
+        c = self.config
+        return {"data": data_label(c.data), "data_checksum": self.source.checksum, "n_examples": c.n_examples,
+                "example_ids_sha256": ids_digest(self.ids), "batch_size": c.batch_size, "size": c.size,
+                "checkpoint": c.checkpoint}  # fmt: skip
+
+    def summary_head(self) -> dict[str, Any]:
+        """The keys every image run's summary starts with: kind, family, data, example count and seed."""
+        c = self.config
+        return {"kind": self.kind, "family": "image", "data": data_label(c.data), "n_examples": c.n_examples,
+                "seed": c.seed}  # fmt: skip
 
     @property
     def labels(self) -> list[str]:

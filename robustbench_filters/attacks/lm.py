@@ -32,6 +32,7 @@ from ..core.errors import RobfiltError, UserCodeError
 from ..runs.measurement import Measurement, PrepareContext, Tick
 from ..runs.units import Unit, batch_slices, ids_digest
 from ..stats.intervals import bootstrap_ratio_interval, lm_eval_columns
+from ..summaries import LMAttackSummary
 from .catalogue import Norm
 from .embedding import eps_scale
 from .lm_rows import Docs, LMSubject, attack_rows, clean_rows, probe_batch, wordswap_rows
@@ -152,7 +153,6 @@ def _announce(docs: Any, n: int, requested: int | None, split_given: bool) -> No
 class LMAttack(Measurement):
     """Language models x (embedding attacks, word swap) on the same seeded documents."""
 
-    kind = "attack"
     config: LMAttackConfig
 
     def prepare(self, ctx: PrepareContext) -> None:
@@ -314,9 +314,9 @@ class LMAttack(Measurement):
         ]
         return [ch for ch in found if ch is not None]
 
-    def summarise(self, rows: pd.DataFrame, checks: list[Check]) -> dict[str, Any]:
+    def summarise(self, rows: pd.DataFrame, checks: list[Check]) -> LMAttackSummary:
         c, labels = self.config, self.labels
-        return {
+        return LMAttackSummary.build({
             "kind": "attack",
             "family": "lm",
             "data": c.data,
@@ -339,7 +339,7 @@ class LMAttack(Measurement):
             "models": summarize_lm_rows(rows),
             "checks": [ch.to_dict() for ch in sorted(checks, key=lambda ch: labels.index(ch.model))],
             "checks_summary": summarize_checks(checks),
-        }
+        })  # fmt: skip
 
 
 __all__ = ["LMAttack", "ledger", "perplexity_metric", "scale_definition", "summarize_lm_rows"]

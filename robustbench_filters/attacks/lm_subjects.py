@@ -159,7 +159,7 @@ def load_lm_subjects(
             torch.manual_seed(seed)
             label, module, tok, source = m, create_model(m, size, vocab_size=fallback.vocab_size), fallback, "untrained"
         else:
-            lm = load_model(m, size, checkpoint, seed, base_dir=base_dir, model_args=model_args)
+            lm = load_model(m, size=size, checkpoint=checkpoint, seed=seed, base_dir=base_dir, model_args=model_args)
             tok = (
                 own_tok or getattr(lm.module, "tokenizer", None) or _tokenizer_for(lm.ref.target, size, str(checkpoint))
             )

@@ -46,6 +46,21 @@ from .base import (
 from .options import Bool, Int, Many, Number, Text, Tokenizer, option
 
 
+def _attack_names(values: Any) -> tuple[str, ...]:
+    """The attacks of a run: at least one, none twice."""
+    attacks = _unique(_names(values), "attacks")
+    if not attacks:
+        raise RobfiltError(f"no attack given; pass {given('attacks', 'NAME[,NAME...]')}.")
+    return attacks
+
+
+def _check_steps(steps: int | None, step_size: float | None) -> None:
+    """Iterations and step size of iterative attacks: positive when given."""
+    _positive(steps, "steps")
+    if step_size is not None and not (step_size > 0 and math.isfinite(step_size)):
+        raise RobfiltError(f"{flag('step_size')} must be a positive number, got {step_size}.")
+
+
 @dataclass(frozen=True, kw_only=True)
 class ImageAttackConfig(ImageDataConfig):
     """Adversarial attacks on image models, over an ascending eps grid (see :mod:`.attacks.image`).
@@ -59,7 +74,6 @@ class ImageAttackConfig(ImageDataConfig):
     so ``--resume`` with the other setting is refused (the rows are the same either way).
     """
 
-    KIND: ClassVar[str] = "attack"
     FAMILY: ClassVar[Family | None] = Family.IMAGE
     DESCRIPTION: ClassVar[str] = "image attack"
 
@@ -117,9 +131,7 @@ class ImageAttackConfig(ImageDataConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        attacks = _unique(_names(self.attacks), "attacks")
-        if not attacks:
-            raise RobfiltError(f"no attack given; pass {given('attacks', 'NAME[,NAME...]')}.")
+        attacks = _attack_names(self.attacks)
         for a in attacks:
             if a == WORDSWAP:
                 raise RobfiltError(
@@ -152,9 +164,7 @@ class ImageAttackConfig(ImageDataConfig):
             if norm is Norm.LINF and e > 1.0:
                 raise RobfiltError(f"eps {e:g} is above 1 on the [0, 1] input scale; did you mean {e:g}/255?")
         self._set("eps", tuple(sorted(eps)))
-        _positive(self.steps, "steps")
-        if self.step_size is not None and not (self.step_size > 0 and math.isfinite(self.step_size)):
-            raise RobfiltError(f"{flag('step_size')} must be a positive number, got {self.step_size}.")
+        _check_steps(self.steps, self.step_size)
         if not isinstance(self.early_stop, bool):
             raise RobfiltError(f"{flag('early_stop')} must be true or false, got {self.early_stop!r}.")
         if self.check_convergence is not None and not isinstance(self.check_convergence, bool):
@@ -180,7 +190,6 @@ class LMAttackConfig(RunConfig):
     With no attack named, embedding-space PGD runs: the strongest attack robfilt has for language models.
     """
 
-    KIND: ClassVar[str] = "attack"
     FAMILY: ClassVar[Family | None] = Family.LM
     DESCRIPTION: ClassVar[str] = "language-model attack"
 
@@ -240,9 +249,7 @@ class LMAttackConfig(RunConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        attacks = _unique(_names(self.attacks), "attacks")
-        if not attacks:
-            raise RobfiltError(f"no attack given; pass {given('attacks', 'NAME[,NAME...]')}.")
+        attacks = _attack_names(self.attacks)
         for a in attacks:
             if a == WORDSWAP:
                 continue
@@ -290,9 +297,7 @@ class LMAttackConfig(RunConfig):
             raise RobfiltError(f"unknown {flag('norm')} {self.norm!r}; use linf or l2.") from None
         if self.eps_mode not in EPS_MODES:
             raise RobfiltError(f"unknown {flag('eps_mode')} {self.eps_mode!r}; use relative or absolute.")
-        _positive(self.steps, "steps")
-        if self.step_size is not None and not (self.step_size > 0 and math.isfinite(self.step_size)):
-            raise RobfiltError(f"{flag('step_size')} must be a positive number, got {self.step_size}.")
+        _check_steps(self.steps, self.step_size)
         if not self.replacement:
             raise RobfiltError(f"{flag('replacement')} is empty; give a token such as AAA.")
         try:
@@ -318,7 +323,6 @@ class LMAttackConfig(RunConfig):
 class CorruptionConfig(ImageDataConfig):
     """Common corruptions at severities 1-5 on image models, with mCE (see :mod:`.attacks.corruption`)."""
 
-    KIND: ClassVar[str] = "corruption"
     FAMILY: ClassVar[Family | None] = Family.IMAGE
     DESCRIPTION: ClassVar[str] = "corruption"
 

@@ -133,7 +133,6 @@ MODEL_HELP = (
 class RunConfig(Declared):
     """What every kind of run shares: the models, the data, the seed and where the models come from."""
 
-    KIND: ClassVar[str] = ""
     FAMILY: ClassVar[Family | None] = None
     DESCRIPTION: ClassVar[str] = ""
     #: random inputs of the model's shape are data too (Lipschitz runs)
@@ -234,9 +233,19 @@ class RunConfig(Declared):
         return tuple(f.name for f in dataclasses.fields(cls))
 
 
+def _empty(values: Any) -> bool:
+    """An array, tensor or sequence of length 0 (shapes are checked where the data is read)."""
+    try:
+        return len(values) == 0
+    except TypeError:
+        return False
+
+
 def _check_image_data(config: Any) -> None:
     """Image data options: a positive image size and worker count (0 workers decodes in this process), and a
     class map only for image folders, read now so a bad map is refused before any model is built."""
+    if isinstance(config.data, tuple | list) and len(config.data) == 2 and _empty(config.data[0]):
+        raise RobfiltError(f"{flag('data')} holds no images; give at least one (image, label) pair.")
     _positive(config.img_size, "img_size")
     if config.num_workers is not None and (isinstance(config.num_workers, bool) or int(config.num_workers) < 0):
         raise RobfiltError(f"{flag('num_workers')} must be 0 or more, got {config.num_workers}.")

@@ -24,7 +24,6 @@ class LipschitzConfig(ImageDataConfig):
     """Lower and certified upper Lipschitz bounds per example (see :mod:`.lipschitz.run`); image models read their
     data with the image-data options, language models with ``text_column`` and ``seq_len``."""
 
-    KIND: ClassVar[str] = "lipschitz"
     FAMILY: ClassVar[Family | None] = None
     DESCRIPTION: ClassVar[str] = "Lipschitz"
     SYNTHETIC: ClassVar[bool] = True
@@ -102,7 +101,6 @@ class CertifyConfig(ImageDataConfig):
     on its first ``attack_examples`` examples to check that no certificate claims more than an attack can refute.
     """
 
-    KIND: ClassVar[str] = "certify"
     FAMILY: ClassVar[Family | None] = Family.IMAGE
     DESCRIPTION: ClassVar[str] = "certify"
 
@@ -127,6 +125,10 @@ class CertifyConfig(ImageDataConfig):
     attack_draws: int = option(
         16, help="Noise draws per step of that attack (its expectation over noise).", value=Int(), panel="Certify"
     )
+    noise_batch: int = option(
+        128, help="Noise samples per forward pass: draws of several examples share a pass (on a GPU pass "
+        "thousands). Batching never changes a certificate.", value=Int(), panel="Certify",
+    )  # fmt: skip
     checkpoint: str | None = "zoo:sigma0.25"
     n_examples: int | None = UpTo(64)
     batch_size: int = 16
@@ -161,3 +163,4 @@ class CertifyConfig(ImageDataConfig):
             raise RobfiltError(f"{flag('attack_examples')} must be 0 or more, got {self.attack_examples}.")
         _positive(self.attack_steps, "attack_steps")
         _positive(self.attack_draws, "attack_draws")
+        _positive(self.noise_batch, "noise_batch")

@@ -132,8 +132,7 @@ def attacks_for(family: Family) -> tuple[str, ...]:
     return tuple(n for n, a in ATTACK_SPECS.items() if family in a.families)
 
 
-#: Image attacks of the catalogue, in catalogue order; the language-model ones (embedding attacks).
-IMAGE_ATTACKS: tuple[str, ...] = attacks_for(Family.IMAGE)
+#: The language-model attacks of the catalogue (embedding attacks), in catalogue order.
 LM_ATTACKS: tuple[str, ...] = attacks_for(Family.LM)
 EMBEDDING_ATTACKS: tuple[str, ...] = LM_ATTACKS
 #: How an LM eps is read: relative to the mean token-embedding norm, or as an absolute embedding radius.

@@ -183,7 +183,7 @@ def sanity_outcomes(runs: Sequence[Run], mode: str) -> list[Outcome]:
         return []
     out = []
     for run in runs:
-        for c in run.typed_summary.sanity_checks():
+        for c in run.summary.sanity_checks():
             status = {"pass": "pass", "warn": "warn", "fail": "fail" if mode == "fail" else "warn"}.get(
                 c.status, "warn"
             )

@@ -41,7 +41,7 @@ from ..core.parsing import parse_number
 from ..runs.folder import Run, load_run
 from ..stats import aggregates as A
 from ..stats.intervals import max_certifiable_radius, wilson_interval
-from ..summaries import CERTIFY, IMAGE, LIPSCHITZ, LM, Summary, read_summary
+from ..summaries import CERTIFY, IMAGE, LIPSCHITZ, LM, Summary, kind_of, read_summary
 from ..summaries.certify import CertifySummary, SigmaCertificates
 from ..summaries.corruption import CorruptionSummary
 from ..summaries.image import ImageAttackSummary
@@ -332,7 +332,7 @@ def _from_summary(summary: Summary, source: str) -> list[Metric]:
                 attack = f"{A.CORRUPTION_PREFIX}{name}"
                 out += [_accuracy(model, condition(attack, s.severity), s, source) for s in c.by_severity]
     else:
-        raise RobfiltError(f"{source} is the summary of a {summary.KIND} run, which holds no gate metrics; pass an "
+        raise RobfiltError(f"{source} is the summary of a {kind_of(type(summary)).name} run, which holds no gate metrics; pass an "
                            "attack, corruption, lipschitz or certify run.")  # fmt: skip
     return out
 

@@ -62,12 +62,6 @@ def check_keys(spec: Path, table: Mapping[str, Any], allowed: Iterable[str], whe
             )
 
 
-def _int(spec: Path, value: Any, what: str, minimum: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise spec_error(spec, f"{what} must be an integer >= {minimum}, got {value!r}.")
-    return value
-
-
 def read_number(spec: Path, value: Any, what: str) -> float:
     if isinstance(value, bool):
         raise spec_error(spec, f"{what} must be a number, got {value!r}.")

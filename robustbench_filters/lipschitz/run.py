@@ -37,15 +37,16 @@ from ..configs import LipschitzConfig
 from ..core.errors import RobfiltError, UserCodeError
 from ..core.family import Family
 from ..core.names import Method
-from ..data.labels import check_labels_fit, label_indices
+from ..data.labels import check_labels_fit
 from ..models import create_model
 from ..runs.measurement import Measurement, PrepareContext, Tick
 from ..runs.units import Unit, batch_slices, example_count
+from ..summaries import LipschitzSummary
 
 if TYPE_CHECKING:
     from ..runs.runner import RunResult
 from .certify import certified_radius, margins, trace_bounds
-from .data import DEFAULT_DATA, Inputs, load_inputs
+from .data import DEFAULT_DATA, Inputs, given_inputs, load_inputs
 from .jacobian import jacobian_norm_exact, jacobian_norm_power
 from .profile import layer_profile
 from .ratio import pair_ratio_ascent
@@ -63,7 +64,7 @@ class LipschitzResult:
 
     examples: pd.DataFrame
     layers: pd.DataFrame
-    summary: dict[str, Any]
+    summary: LipschitzSummary
     path: Path | None = None
     gap: pd.DataFrame = field(default_factory=pd.DataFrame)
 
@@ -94,12 +95,13 @@ def _load_model(ref: str, config: LipschitzConfig) -> nn.Module:
     factory references (and any with arguments or ``--model-arg``) load like everywhere else
     (:func:`..loading.load_model`); the target switches a fused-attention copy to the manual path.
     """
-    from ..models.loading import load_model
+    from ..models.loading import Loading, load_model
     from ..models.ref import ModelKind, parse_model_ref
 
-    size, checkpoint, seed, args = config.size, config.checkpoint, config.seed, config.parsed_model_args
-    if parse_model_ref(ref).kind is not ModelKind.REGISTRY or parse_model_ref(ref).args or args:
-        return load_model(ref, size, checkpoint, seed, config.allow_pickle, config.base_dir, args).module
+    how = Loading.of(config)
+    size, checkpoint, seed = how.size, how.checkpoint, how.seed
+    if parse_model_ref(ref).kind is not ModelKind.REGISTRY or parse_model_ref(ref).args or how.model_args:
+        return load_model(ref, how).module
     ref = parse_model_ref(ref).target
     if checkpoint is None or str(checkpoint).lower() == "none":
         with torch.random.fork_rng(devices=[]):
@@ -220,7 +222,6 @@ def _gap_rows(
 class Lipschitz(Measurement):
     """Per-example lower bounds and certified upper bounds (and per-block profiles) for each model."""
 
-    kind = "lipschitz"
     config: LipschitzConfig
 
     def prepare(self, ctx: PrepareContext) -> None:
@@ -253,11 +254,7 @@ class Lipschitz(Measurement):
         self.outputs: list[int] = []  # each model's output width (classes); its labels must index it
         for t in self.targets:
             if c.inputs is not None:
-                n = example_count(len(c.inputs), c.n_examples)
-                y = c.input_labels[:n] if c.input_labels is not None else None
-                y = label_indices(y, n, "input_labels") if y is not None else None
-                x = torch.as_tensor(c.inputs[:n]).detach()  # the caller's tensor, never its graph
-                inp = Inputs(x=x, y=y, ids=torch.arange(n))
+                inp = given_inputs(t, c.inputs, c.input_labels, example_count(len(c.inputs), c.n_examples))
             else:
                 select = lambda total, n, name=t.name: ctx.select(total, n, name=name, ordered=False)  # noqa: E731
                 inp = load_inputs(t, c, select)
@@ -320,11 +317,9 @@ class Lipschitz(Measurement):
             bad |= examples["pred"].to_numpy() < 0
         return [check_finite_rows(pd.Series(bad), label, "examples"), *lipschitz_checks(rows, label)]
 
-    def summarise(self, rows: pd.DataFrame, checks: list[Check]) -> dict[str, Any]:
-        summary = summarize(rows, self.factors)
-        summary["checks"] = [c.to_dict() for c in checks]
-        summary["checks_summary"] = summarize_checks(checks)
-        return summary
+    def summarise(self, rows: pd.DataFrame, checks: list[Check]) -> LipschitzSummary:
+        checked = {"checks": [c.to_dict() for c in checks], "checks_summary": summarize_checks(checks)}
+        return LipschitzSummary.build({**summarize(rows, self.factors), **checked})
 
 
 def lipschitz_result(result: RunResult) -> LipschitzResult:

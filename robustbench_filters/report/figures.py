@@ -68,11 +68,6 @@ def _with_clean(table: pd.DataFrame, model: str, attack: str) -> pd.DataFrame:
     return mine.sort_values("eps", kind="stable")
 
 
-def on_255_grid(eps: Sequence[float]) -> bool:
-    """True when every non-zero budget prints as k/255 (:func:`..budgets.eps_text`), as the tables show it."""
-    return on_grid(list(eps))
-
-
 MAX_EPS_TICKS = 9  # more measured budgets than this: matplotlib places the ticks (still labelled by eps_text)
 
 

@@ -162,21 +162,30 @@ def _certified(values: pd.Series, flags: pd.Series, kind: str = "upper") -> pd.S
     return pd.Series([vacuity.label(t, f, kind) for t, f in zip(text, flags, strict=True)], index=values.index)
 
 
+def _bounds(table: pd.DataFrame, names: tuple[str, str, str, str]) -> dict[str, pd.Series]:
+    """The lower bound (mean, max) and the certified local and global upper bounds, under ``names``."""
+    lower_mean, lower_max, local, upper = names
+    return {
+        lower_mean: table["lower_mean"].map(sci),
+        lower_max: table["lower_max"].map(sci),
+        local: _certified(table["local_upper_median"], table["local_upper_vacuous"]),
+        upper: _certified(table["global_upper"], table["global_upper_vacuous"]),
+    }
+
+
 def lipschitz_layout(table: pd.DataFrame) -> pd.DataFrame:
     if table.empty:
         return pd.DataFrame()
+    bounds = _bounds(table, ("lower (mean)", "lower (max)", "local upper (median)", "certified upper"))
     return pd.DataFrame(
         {
             "model": table["model"],
             "method": table["method"],
             "n": table["n"],
-            "lower (mean)": table["lower_mean"].map(sci),
-            "lower (max)": table["lower_max"].map(sci),
-            "local upper (median)": _certified(table["local_upper_median"], table["local_upper_vacuous"]),
-            "certified upper": _certified(table["global_upper"], table["global_upper_vacuous"]),
+            **bounds,
             "upper / lower": table["upper_over_lower"].map(sci),
             "radius (mean)": _certified(table["radius_mean"], table["radius_vacuous"], "radius"),
-        }
+        }  # fmt: skip
     )
 
 
@@ -184,16 +193,8 @@ def lipschitz_layer_layout(table: pd.DataFrame) -> pd.DataFrame:
     """Per model and block: the empirical gain (mean, max over examples) and the certified block constants."""
     if table.empty:
         return pd.DataFrame()
-    return pd.DataFrame(
-        {
-            "model": table["model"],
-            "block": table["block"],
-            "gain (mean)": table["lower_mean"].map(sci),
-            "gain (max)": table["lower_max"].map(sci),
-            "certified local (median)": _certified(table["local_upper_median"], table["local_upper_vacuous"]),
-            "certified block constant": _certified(table["global_upper"], table["global_upper_vacuous"]),
-        }
-    )
+    names = ("gain (mean)", "gain (max)", "certified local (median)", "certified block constant")
+    return pd.DataFrame({"model": table["model"], "block": table["block"], **_bounds(table, names)})
 
 
 def seqlen_layout(table: pd.DataFrame) -> pd.DataFrame:

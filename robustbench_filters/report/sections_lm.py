@@ -59,17 +59,9 @@ def lm_section(b: ReportBuilder) -> None:
                 LM,
             )
         if (table["attack"] != T.CLEAN).any():
-            src = b.rs.ids(LM)
             sub = C.lm_subtitle(b.rs.families[LM], rows, int(table["n"].max()))
-            b.figure(
-                "perplexity_vs_budget",
-                "Perplexity vs contamination rate and embedding eps",
-                F.perplexity_caption,
-                lambda paper: F.perplexity_figure(table, src, sub, paper=paper),
-                src,
-                sub,
-                b.rs.families[LM],
-            )
+            b.family_figure(LM, "perplexity_vs_budget", "Perplexity vs contamination rate and embedding eps",
+                            F.perplexity_caption, F.perplexity_figure, table, sub)  # fmt: skip
         else:
             b.skip("perplexity figure", "only clean rows")
     corruption_section(b, rows, LM)

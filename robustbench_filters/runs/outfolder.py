@@ -40,7 +40,7 @@ LEDGER = ".robfilt-outputs.json"
 LEDGER_FORMAT = "robfilt-outputs"
 RUN_FORMAT = "robfilt-run"
 CARD_FORMAT = "robfilt-checkpoint"
-#: files of a training folder (models/checkpoint.py and train.py name them)
+#: files of a training folder (models/checkpoint.py and train/loop.py name them)
 TRAINING_FILES = ("model.safetensors", "card.json", "tokenizer.json", "model.safetensors.tmp")
 #: what a Hugging Face fine-tuning writes besides those (save_pretrained and its tokenizer; train_hf)
 HF_TRAINING_FILES = ("config.json", "generation_config.json", "tokenizer_config.json", "special_tokens_map.json")

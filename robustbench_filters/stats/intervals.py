@@ -93,15 +93,6 @@ def finite_interval(values: list[float], domain: Domain = UNBOUNDED) -> tuple[fl
     return (lo, hi) if math.isfinite(lo) and math.isfinite(hi) else (None, None)
 
 
-def t_interval_name(domain: Domain = UNBOUNDED) -> str:
-    """How a table names the interval :func:`mean_interval` gives for ``domain``."""
-    low, high = domain
-    if low is None and high is None:
-        return "95% t-interval"
-    bounds = f"[{low:g}, {high:g}]" if high is not None else f"at {low:g}"
-    return f"95% t-interval, clipped {'to' if high is not None else ''} {bounds}".replace("  ", " ")
-
-
 def _t_quantile_975(df: int) -> float:
     """Student-t 97.5% quantile (scipy; a table of rounded values understated or overstated it between rows)."""
     from scipy import stats

@@ -7,7 +7,7 @@ the compute ledger; older runs' summaries lack them and read as written.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 from .base import Checked, CheckRecord, ChecksSummary, Summary
 from .record import Record, optional, present
@@ -88,8 +88,6 @@ class LMModelResults(Record):
 
 @dataclass(frozen=True, kw_only=True)
 class LMAttackSummary(Checked, Summary):
-    KIND: ClassVar[str] = "attack"
-
     kind: str
     family: str
     data: str

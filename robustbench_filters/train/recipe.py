@@ -1,7 +1,7 @@
 """Training recipes: the hyper-parameters, their validation, their identity for checkpoint matching, the defaults
 per family and the learning-rate schedule.
 
-Kept apart from the training loop (:mod:`.train`) because the study plan, the zoo cards and checkpoint reuse all
+Kept apart from the training loop (:mod:`.loop`) because the study plan, the zoo cards and checkpoint reuse all
 reason about recipes without training anything.
 """
 

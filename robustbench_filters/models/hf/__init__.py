@@ -14,7 +14,7 @@ the gate and reports. The pieces:
 - :mod:`.trust`: a folder's JSON configs read by robfilt, and a folder that needs its own code refused;
 - :mod:`.convert` (with :mod:`.gpt2`, :mod:`.llama`): this project's BSA and GRC for GPT-2, GRC for Llama-style
   blocks, recorded in ``config.json`` and rebuilt on load;
-- :mod:`.train`: ``robfilt train --model hf:DIR --variant ...``: convert, fine-tune, save a loadable folder.
+- :mod:`robustbench_filters.train.hf`: ``robfilt train --model hf:DIR --variant ...``: convert, fine-tune, save a loadable folder.
 
 Importing this package does not import ``transformers`` (the ``hf`` extra); every entry point that needs it calls
 :func:`require_transformers`, which names the install command in one line when it is missing.
