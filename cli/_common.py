@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -131,17 +132,26 @@ def is_primary() -> bool:
 SIGPIPE_EXIT = 141  # what a shell reports for a program ended by SIGPIPE
 
 
+def torchrun_rank() -> int:
+    """This process's rank under torchrun (``RANK``; 0 without torchrun), read without importing torch."""
+    raw = os.environ.get("RANK", "").strip()
+    return int(raw) if raw.isdigit() else 0
+
+
 class JsonChannel:
     """Under ``--json`` stdout carries exactly one JSON document, whatever path the command ends by.
 
     :meth:`open` keeps the real stdout for JSON and points ``sys.stdout`` at stderr, so nothing else (a model's
     ``print``, a help page, a table) reaches it; :func:`print_json` writes the one document; :meth:`close` writes
     a fallback object (the exit code, and the error when there was one) when the command ended without one.
+    Under torchrun every rank runs the command and their stdouts are joined: rank 0 alone writes the document
+    (the merged result, or its error), the other ranks write nothing to stdout.
     """
 
     def __init__(self) -> None:
         self.stream: Any = None
         self.emitted = False
+        self.primary = True
         self._saved: Any = None
 
     @property
@@ -150,12 +160,14 @@ class JsonChannel:
 
     def open(self) -> None:
         self.stream, self.emitted, self._saved = sys.stdout, False, sys.stdout
+        self.primary = torchrun_rank() == 0
         sys.stdout = sys.stderr
 
     def write(self, data: Any) -> None:
-        """Write ``data`` as the one JSON document (a second one is dropped: the first already answered)."""
+        """Write ``data`` as the one JSON document (a second one is dropped: the first already answered; so is
+        any from a torchrun rank other than 0)."""
         stream = self.stream if self.active else sys.stdout
-        if self.active and self.emitted:
+        if self.active and (self.emitted or not self.primary):
             return
         try:
             stream.write(json.dumps(data, indent=2, default=_json_default) + "\n")
