@@ -39,6 +39,7 @@ from ..core.family import Family
 from ..core.names import Method
 from ..data.labels import check_labels_fit, label_indices
 from ..models import create_model
+from ..models.factory import UNTRAINED, wants_untrained
 from ..runs.measurement import Measurement, PrepareContext, Tick
 from ..runs.units import Unit, batch_slices, example_count
 
@@ -89,7 +90,7 @@ class _Settings:
 def _load_model(ref: str, config: LipschitzConfig) -> nn.Module:
     """Build by name directly on the manual attention path (no copy needed; see :mod:`.target`).
 
-    Untrained weights (``checkpoint`` None/"none") are drawn from a seeded, forked RNG, so the same seed gives
+    Untrained weights (``checkpoint="none"``; None is the zoo default) are drawn from a seeded, forked RNG, so the same seed gives
     the same model (and ``--resume`` finds the same run) without touching the caller's RNG state. ``timm:`` and
     factory references (and any with arguments or ``--model-arg``) load like everywhere else
     (:func:`..loading.load_model`); the target switches a fused-attention copy to the manual path.
@@ -101,10 +102,10 @@ def _load_model(ref: str, config: LipschitzConfig) -> nn.Module:
     if parse_model_ref(ref).kind is not ModelKind.REGISTRY or parse_model_ref(ref).args or args:
         return load_model(ref, size, checkpoint, seed, config.allow_pickle, config.base_dir, args).module
     ref = parse_model_ref(ref).target
-    if checkpoint is None or str(checkpoint).lower() == "none":
+    if wants_untrained(checkpoint):
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed * 1_000_003 + zlib.crc32(ref.encode()))
-            return create_model(ref, size, fused_attn=False)
+            return create_model(ref, size, checkpoint=UNTRAINED, fused_attn=False)
     return create_model(ref, size, checkpoint=checkpoint, fused_attn=False)
 
 

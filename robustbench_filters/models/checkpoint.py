@@ -24,6 +24,7 @@ from torch import nn
 from ..core.errors import CheckpointError
 from ..core.family import Family
 from ..core.io import atomic_write_text
+from ..core.surface import given
 from ..core.versions import library_versions
 from .config import DeiTConfig, LMConfig, config_from_dict
 from .registry import ModelSpec, build_from_spec, parse_name
@@ -144,7 +145,8 @@ def _resolve_paths(path: str | Path, name: str | None, size: str) -> tuple[Path,
             extra = f" --noise-sigma {noise:g}" if noise else ""
             raise CheckpointError(
                 f"no {path} weights for {name} ({size}); train them with "
-                f"`robfilt train --model {name} --size {size}{extra} --out {folder}` or pass --checkpoint PATH."
+                f"`robfilt train --model {name} --size {size}{extra} --out {folder}`, pass "
+                f"{given('checkpoint', 'PATH')}, or {given('checkpoint', 'none')} for untrained weights."
             )
         return folder / WEIGHTS, folder / CARD
     path = Path(path)

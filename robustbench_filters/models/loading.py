@@ -29,7 +29,7 @@ from torch import nn
 from ..core.errors import RobfiltError
 from ..data.preprocess import InputSpec, input_spec_of
 from .checkpoint import CARD, is_zoo_ref
-from .factory import create_model
+from .factory import UNTRAINED, create_model, wants_untrained
 from .ref import ModelKind, ModelRef, apply_model_args, model_kind, parse_model_ref
 from .registry import parse_name
 
@@ -66,15 +66,15 @@ def _registry(ref: ModelRef, size: str, checkpoint: Any, seed: int, allow_pickle
     size = str(overrides.pop("size", size))
     name = ref.target
     parse_name(name)  # raises with suggestions
-    if checkpoint in (None, "none"):
+    if wants_untrained(checkpoint):
         torch.manual_seed(seed)
-        return create_model(name, size, **overrides), "untrained"
+        return create_model(name, size, checkpoint=UNTRAINED, **overrides), "untrained"
     path = Path(str(checkpoint)).expanduser()
     if not is_zoo_ref(checkpoint) and path.is_file() and not (path.parent / CARD).exists():
         # a plain state dict (e.g. trained with timm under the registered name): build from the reference, load it
         from .weights import load_weights
 
-        model = create_model(name, size, **overrides)
+        model = create_model(name, size, checkpoint=UNTRAINED, **overrides)
         return load_weights(model, path, ref.label, allow_pickle).eval(), str(checkpoint)
     if allow_pickle and not is_zoo_ref(checkpoint):
         from .checkpoint import load_checkpoint
@@ -95,7 +95,7 @@ def _timm(ref: ModelRef, checkpoint: Any, seed: int, allow_pickle: bool) -> tupl
             )
         return build_timm(ref, seed, pretrained=True), "zoo"
     model = build_timm(ref, seed)
-    if checkpoint in (None, "none"):
+    if wants_untrained(checkpoint):
         return model, f"random init (seed {seed})"
     from .weights import load_weights
 
@@ -110,7 +110,7 @@ def _factory(
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = build_factory(ref, base_dir)
-    if checkpoint in DEFAULT_CHECKPOINTS:
+    if checkpoint in DEFAULT_CHECKPOINTS or wants_untrained(checkpoint):
         return model.eval(), "factory"  # the factory's own weights: nothing to load
     from .weights import load_weights
 
@@ -120,7 +120,7 @@ def _factory(
 def _hf(ref: ModelRef, checkpoint: Any, base_dir: str | Path | None, **options: Any) -> tuple[nn.Module, str]:
     from .hf.load import load_hf
 
-    if checkpoint not in DEFAULT_CHECKPOINTS:
+    if checkpoint not in DEFAULT_CHECKPOINTS and not wants_untrained(checkpoint):
         raise RobfiltError(f"--checkpoint does not apply to {ref.label}: the hf: folder holds its weights; drop it.")
     module = load_hf(ref.target, label=ref.label, base_dir=base_dir, conversion=ref.args, **options)
     return module, f"hf:{ref.target}"
@@ -139,9 +139,11 @@ def load_model(
 
     ``model_args`` (e.g. from ``--model-arg``) override the reference's own arguments. ``base_dir`` is where
     relative factory paths and dotted factory modules are looked up (default: the working directory; for a spec,
-    pass the spec's folder). ``checkpoint``: ``"zoo"`` (default weights of the kind: zoo for registry models, the
-    factory's own), ``"none"``/None (untrained, seeded by ``seed``) or a path.
+    pass the spec's folder). ``checkpoint``: ``"zoo"`` (the default, as on the command line; None means the same:
+    default weights of the kind, zoo for registry models, the factory's own), ``"none"`` (untrained, seeded by
+    ``seed``: only on this explicit request) or a path.
     """
+    checkpoint = "zoo" if checkpoint is None else checkpoint
     mref = apply_model_args(parse_model_ref(ref), model_args)
     if mref.kind is ModelKind.TIMM:
         module, source = _timm(mref, checkpoint, seed, allow_pickle)
