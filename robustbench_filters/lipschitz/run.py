@@ -33,10 +33,13 @@ from torch import nn
 from ..checks import Check
 from ..checks import summarize as summarize_checks
 from ..checks.logits import check_finite_rows, require_logits
+from ..checks.model import require_model_device
 from ..configs import LipschitzConfig
 from ..core.errors import RobfiltError, UserCodeError
 from ..core.family import Family
 from ..core.names import Method
+from ..core.seeds import derived_seed
+from ..data.adapters import require_values
 from ..data.labels import check_labels_fit, label_indices
 from ..models import create_model
 from ..models.factory import UNTRAINED, wants_untrained
@@ -104,7 +107,7 @@ def _load_model(ref: str, config: LipschitzConfig) -> nn.Module:
     ref = parse_model_ref(ref).target
     if wants_untrained(checkpoint):
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed * 1_000_003 + zlib.crc32(ref.encode()))
+            torch.manual_seed(derived_seed(seed, 1_000_003, zlib.crc32(ref.encode())))
             return create_model(ref, size, checkpoint=UNTRAINED, fused_attn=False)
     return create_model(ref, size, checkpoint=checkpoint, fused_attn=False)
 
@@ -234,6 +237,8 @@ class Lipschitz(Measurement):
                                   int(c.power_iters), float(c.tol), int(c.ratio_steps), int(c.batch_size), int(c.seed))  # fmt: skip
         self.settings.rhos = [c.rho * 10 ** (-k / 2) for k in range(2 * RHO_GRID_DECADES + 1)]
         self.built = [_load_model(m, c) if isinstance(m, str) else m for m in c.models]
+        for m, label in zip(self.built, c.labels, strict=True):
+            require_model_device(m, label, ctx.device)
         # a reference's label (its display name or the reference, with --model-arg merged in) names it, as in
         # attack and certify runs
         names_given = [label if isinstance(m, str) else None for m, label in zip(c.models, c.labels, strict=True)]
@@ -258,6 +263,7 @@ class Lipschitz(Measurement):
                 y = c.input_labels[:n] if c.input_labels is not None else None
                 y = label_indices(y, n, "input_labels") if y is not None else None
                 x = torch.as_tensor(c.inputs[:n]).detach()  # the caller's tensor, never its graph
+                require_values(x, "inputs")
                 inp = Inputs(x=x, y=y, ids=torch.arange(n))
             else:
                 select = lambda total, n, name=t.name: ctx.select(total, n, name=name, ordered=False)  # noqa: E731
@@ -305,7 +311,7 @@ class Lipschitz(Measurement):
     def measure(self, unit: Unit, tick: Tick) -> pd.DataFrame:
         t = self.targets[unit.model]
         key = f"{t.name}-{unit.batch:04d}"  # the generator seed keeps the name-based key of format 1 runs
-        gen = torch.Generator().manual_seed(self.settings.seed * 1_000_003 + zlib.crc32(key.encode()))
+        gen = torch.Generator().manual_seed(derived_seed(self.settings.seed, 1_000_003, zlib.crc32(key.encode())))
         if unit.part == "gap":
             rows = _gap_rows(t, self.inputs[unit.model], self.batches[unit.batch], self.config, gen)
         else:
