@@ -33,6 +33,17 @@ QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars 
 SeedOpt = Annotated[int, typer.Option("--seed", help="Random seed; same seed, same numbers.")]
 ResumeOpt = Annotated[bool, typer.Option("--resume", help="Continue a killed run in --out.", rich_help_panel="Output")]
 OverwriteOpt = Annotated[bool, typer.Option("--overwrite", help="Replace the run in --out.", rich_help_panel="Output")]
+#: the one declaration of --threads, on every computing command (robustbench_filters.core.threads explains the default)
+ThreadsOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--threads",
+        help="CPU threads for torch (default: OMP_NUM_THREADS, else one per core; waiting threads sleep instead of "
+        "spinning, so a busy machine costs little extra CPU time: docs/scaling.md).",
+        metavar="N",
+        show_default=False,
+    ),
+]
 
 
 class StdoutClosed(Exception):
@@ -57,6 +68,13 @@ def console() -> Console:
 
 def console_err(message: str) -> None:
     _stderr.print(message, style="red", markup=False, highlight=False)
+
+
+def setup_threads(threads: int | None) -> None:
+    """``--threads`` and the OpenMP wait policy, set before the command imports torch (see core.threads)."""
+    from robustbench_filters.core.threads import configure_threads
+
+    configure_threads(threads)
 
 
 def setup_logging(quiet: bool, json_out: bool = False) -> None:

@@ -18,12 +18,14 @@ from ._common import (
     OverwriteOpt,
     QuietOpt,
     ResumeOpt,
+    ThreadsOpt,
     console,
     exit_for_checks,
     is_primary,
     print_json,
     progress_bar,
     setup_logging,
+    setup_threads,
 )
 from ._options import OUTPUT_PANEL, config_options
 from ._render import render_checks
@@ -40,9 +42,11 @@ def certify_cmd(
     allow_failed_checks: AllowFailedOpt = False,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
+    threads: ThreadsOpt = None,
     **options: Any,
 ) -> None:
     """Certified L2 robustness of Gaussian-smoothed models: certified accuracy per radius, with sanity checks."""
+    setup_threads(threads)  # first: before anything imports torch
     from robustbench_filters.configs import build, read
 
     setup_logging(quiet, json_out)
