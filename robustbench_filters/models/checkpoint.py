@@ -150,11 +150,21 @@ def _resolve_paths(path: str | Path, name: str | None, size: str) -> tuple[Path,
             )
         return folder / WEIGHTS, folder / CARD
     path = Path(path)
+    refuse_non_utf8(path)
     if not path.exists():
         raise CheckpointError(f"checkpoint {path} does not exist; pass a folder with {WEIGHTS} and {CARD}.")
     if path.is_dir():
         return path / WEIGHTS, path / CARD
     return path, path.parent / CARD
+
+
+def refuse_non_utf8(path: Path) -> None:
+    """safetensors opens files by UTF-8 path only: a checkpoint under a path that is not UTF-8 is refused by name
+    (before its card is read), instead of failing halfway as if the file were truncated."""
+    from ..core.io import non_utf8_path
+
+    if non_utf8_path(path):
+        raise CheckpointError(f"checkpoint {path} is not a UTF-8 path, which safetensors cannot open; rename it.")
 
 
 def _is_pickle(weights: Path) -> bool:
