@@ -20,6 +20,7 @@ from typing import Any
 import pandas as pd
 import torch
 from rich.console import Console
+from rich.markup import escape
 
 from robustbench_filters.core.io import atomic_write_json, atomic_write_text
 from robustbench_filters.models.checkpoint import CARD, zoo_path
@@ -175,8 +176,8 @@ def show(result: dict[str, Any], tables: dict[str, pd.DataFrame]) -> None:
         console.print(
             f"[{style}]{key}: {t['value']} (target {t['target']}) {verdict}{SMOKE_CAVEAT if smoke else ''}[/]"
         )
-    for note in result.get("notes", []):
-        console.print(f"[dim]note: {note}[/]")
+    for note in result.get("notes", []):  # escaped: a note's brackets ([image]) are text, not rich markup
+        console.print(f"[dim]note: {escape(note)}[/]")
 
 
 def exit_code(result: dict[str, Any], strict: bool) -> int:

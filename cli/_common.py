@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import logging
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -36,6 +37,17 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JS
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or info logs.")]
 ResumeOpt = Annotated[bool, typer.Option("--resume", help="Continue a killed run in --out.", rich_help_panel="Output")]
 OverwriteOpt = Annotated[bool, typer.Option("--overwrite", help="Replace the run in --out.", rich_help_panel="Output")]
+#: the one declaration of --threads, on every computing command (robustbench_filters.core.threads explains the default)
+ThreadsOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--threads",
+        help="CPU threads for torch (default: OMP_NUM_THREADS, else one per core; waiting threads sleep instead of "
+        "spinning, so a busy machine costs little extra CPU time: docs/scaling.md).",
+        metavar="N",
+        show_default=False,
+    ),
+]
 
 
 class StdoutClosed(Exception):
@@ -60,6 +72,13 @@ def console() -> Console:
 
 def console_err(message: str) -> None:
     _stderr.print(message, style="red", markup=False, highlight=False)
+
+
+def setup_threads(threads: int | None) -> None:
+    """``--threads`` and the OpenMP wait policy, set before the command imports torch (see core.threads)."""
+    from robustbench_filters.core.threads import configure_threads
+
+    configure_threads(threads)
 
 
 def setup_logging(quiet: bool, json_out: bool = False) -> None:
@@ -140,17 +159,26 @@ def is_primary() -> bool:
 SIGPIPE_EXIT = 141  # what a shell reports for a program ended by SIGPIPE
 
 
+def torchrun_rank() -> int:
+    """This process's rank under torchrun (``RANK``; 0 without torchrun), read without importing torch."""
+    raw = os.environ.get("RANK", "").strip()
+    return int(raw) if raw.isdigit() else 0
+
+
 class JsonChannel:
     """Under ``--json`` stdout carries exactly one JSON document, whatever path the command ends by.
 
     :meth:`open` keeps the real stdout for JSON and points ``sys.stdout`` at stderr, so nothing else (a model's
     ``print``, a help page, a table) reaches it; :func:`print_json` writes the one document; :meth:`close` writes
     a fallback object (the exit code, and the error when there was one) when the command ended without one.
+    Under torchrun every rank runs the command and their stdouts are joined: rank 0 alone writes the document
+    (the merged result, or its error), the other ranks write nothing to stdout.
     """
 
     def __init__(self) -> None:
         self.stream: Any = None
         self.emitted = False
+        self.primary = True
         self._saved: Any = None
 
     @property
@@ -159,12 +187,14 @@ class JsonChannel:
 
     def open(self) -> None:
         self.stream, self.emitted, self._saved = sys.stdout, False, sys.stdout
+        self.primary = torchrun_rank() == 0
         sys.stdout = sys.stderr
 
     def write(self, data: Any) -> None:
-        """Write ``data`` as the one JSON document (a second one is dropped: the first already answered)."""
+        """Write ``data`` as the one JSON document (a second one is dropped: the first already answered; so is
+        any from a torchrun rank other than 0)."""
         stream = self.stream if self.active else sys.stdout
-        if self.active and self.emitted:
+        if self.active and (self.emitted or not self.primary):
             return
         try:
             stream.write(json.dumps(data, indent=2, default=_json_default) + "\n")

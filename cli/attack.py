@@ -15,9 +15,11 @@ from ._common import (
     OverwriteOpt,
     QuietOpt,
     ResumeOpt,
+    ThreadsOpt,
     progress_bar,
     run_folder,
     setup_logging,
+    setup_threads,
     show_run,
 )
 from ._options import OUTPUT_PANEL, config_options
@@ -35,12 +37,14 @@ def attack_cmd(
     allow_failed_checks: AllowFailedOpt = False,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
+    threads: ThreadsOpt = None,
     **options: Any,
 ) -> None:
     """Attack one or more models on the same examples and print a checked comparison table.
 
     Image models: catalogue attacks over an eps grid, or corruptions. Language models: fgsm, pgd, wordswap.
     """
+    setup_threads(threads)  # first: before anything imports torch
     from robustbench_filters.configs import attack_config_class, build, read
 
     setup_logging(quiet, json_out)

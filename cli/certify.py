@@ -17,10 +17,12 @@ from ._common import (
     OverwriteOpt,
     QuietOpt,
     ResumeOpt,
+    ThreadsOpt,
     console,
     progress_bar,
     run_folder,
     setup_logging,
+    setup_threads,
     show_run,
 )
 from ._options import OUTPUT_PANEL, config_options
@@ -38,9 +40,11 @@ def certify_cmd(
     allow_failed_checks: AllowFailedOpt = False,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
+    threads: ThreadsOpt = None,
     **options: Any,
 ) -> None:
     """Certified L2 robustness of Gaussian-smoothed models: certified accuracy per radius, with sanity checks."""
+    setup_threads(threads)  # first: before anything imports torch
     from robustbench_filters.configs import build, read
 
     setup_logging(quiet, json_out)

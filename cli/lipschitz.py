@@ -21,9 +21,11 @@ from ._common import (
     OverwriteOpt,
     QuietOpt,
     ResumeOpt,
+    ThreadsOpt,
     console,
     progress_bar,
     setup_logging,
+    setup_threads,
     show_run,
 )
 from ._options import OUTPUT_PANEL, config_options
@@ -56,12 +58,14 @@ def lipschitz(
     allow_failed_checks: AllowFailedOpt = False,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
+    threads: ThreadsOpt = None,
     **options: Any,
 ) -> None:
     """Lower bound (mean, max), certified upper bound and their ratio, per model.
 
     Inputs are [0, 1] pixels for image models and token embeddings for LMs (output: last-position logits).
     """
+    setup_threads(threads)  # first: before anything imports torch
     from robustbench_filters.configs import build, read
 
     setup_logging(quiet, json_out)

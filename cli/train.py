@@ -12,7 +12,18 @@ from robustbench_filters.configs import RunConfig
 from robustbench_filters.core.surface import Surface
 from robustbench_filters.train.recipe import DEFAULT_RECIPES, FINETUNE_FIELDS, HF_RECIPE, Recipe
 
-from ._common import JsonOpt, OverwriteOpt, QuietOpt, ResumeOpt, console, print_json, progress_bar, setup_logging
+from ._common import (
+    JsonOpt,
+    OverwriteOpt,
+    QuietOpt,
+    ResumeOpt,
+    ThreadsOpt,
+    console,
+    print_json,
+    progress_bar,
+    setup_logging,
+    setup_threads,
+)
 from ._options import OUTPUT_PANEL, config_options
 
 
@@ -53,14 +64,17 @@ def train_cmd(
     overwrite: OverwriteOpt = False,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
+    threads: ThreadsOpt = None,
     **options: Any,
 ) -> None:  # fmt: skip
     """Train a model on bundled (or your) data and write a safetensors checkpoint with its card."""
+    setup_threads(threads)  # first: before anything imports torch
     from robustbench_filters.configs import read
+    from robustbench_filters.core.seeds import check_seed
 
     setup_logging(quiet, json_out)
     given = read(options, Surface.CLI)
-    size, data, seed = given.pop("size", None), given.pop("data", None), given.pop("seed", 0)
+    size, data, seed = given.pop("size", None), given.pop("data", None), check_seed(given.pop("seed", 0))
     command = "robfilt " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     if model.strip().startswith("hf:") or "=hf:" in model:
         result = _train_hf(model, data, given, seed, out, resume, overwrite, command, quiet or json_out)

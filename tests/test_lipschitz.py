@@ -66,7 +66,7 @@ def jacobian_dense(fn, x: torch.Tensor) -> torch.Tensor:
 
 def tiny(name: str, **extra) -> nn.Module:
     kw = TINY_DEIT if name.startswith("deit") else TINY_LM
-    return create_model(name, **{**kw, **extra})
+    return create_model(name, **{**kw, **extra}, checkpoint="none")
 
 
 def tiny_inputs(target, seed: int, n: int = 2) -> torch.Tensor:
@@ -415,7 +415,7 @@ def test_cli_rejects_bad_input_before_creating_the_folder(tmp_path, capsys, monk
     assert run(["lipschitz", "--model", "deit,deit", "--out", str(out)]) == 2
 
     def with_hardswish(name, size="micro", checkpoint=None, **overrides):
-        model = create_model(name, size, **overrides)
+        model = create_model(name, size, **overrides, checkpoint="none")
         model.blocks[0].mlp.act = nn.Hardswish()
         return model
 

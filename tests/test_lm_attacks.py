@@ -112,7 +112,7 @@ def trained(text: str) -> tuple[torch.nn.Module, CharTokenizer, object]:
     """A 1-layer LM trained for a few seconds, so its loss surface is not the flat one of random weights."""
     tok = CharTokenizer.train(text)
     torch.manual_seed(0)
-    model = create_model("lm", vocab_size=tok.vocab_size, **TINY).train()
+    model = create_model("lm", vocab_size=tok.vocab_size, **TINY, checkpoint="none").train()
     data = torch.tensor(tok.encode(text))
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     g = torch.Generator().manual_seed(0)

@@ -259,7 +259,9 @@ def _tiny_lm() -> torch.nn.Module:
 
     tok = CharTokenizer.train(load_text("austen", split="train"))
     torch.manual_seed(0)
-    model = create_model("lm", vocab_size=tok.vocab_size, n_layer=1, n_head=2, n_embd=16, block_size=32).eval()
+    model = create_model(
+        "lm", vocab_size=tok.vocab_size, n_layer=1, n_head=2, n_embd=16, block_size=32, checkpoint="none"
+    ).eval()
     model.tokenizer = tok
     return model
 

@@ -15,7 +15,8 @@ import torch
 from torch import nn
 
 from ..checks.logits import require_logits
-from ..configs import data_label, model_label
+from ..checks.model import model_device, require_input_dependence, require_model_device
+from ..configs import ImageAttackConfig, data_label, model_label
 from ..core.errors import RobfiltError
 from ..data.labels import check_labels_fit, pool_labels
 from ..models.loading import LoadedModel, Loading, load_model
@@ -43,9 +44,11 @@ def open_images(config: Any, models: list[LoadedModel]) -> Any:
     )  # fmt: skip
 
 
-def check_fits(lm: LoadedModel, x: torch.Tensor, data: str) -> int:
-    """Refuse, before any folder is written, a model that cannot take this data or does not return finite
-    (batch, classes) logits; return its class count (the logits' last dimension)."""
+def check_fits(lm: LoadedModel, x: torch.Tensor, data: str, device: torch.device | str = "cpu") -> int:
+    """Refuse, before any folder is written, a model that is on another device than the run's, cannot take this
+    data or does not return finite (batch, classes) logits; return its class count (the logits' last dimension)."""
+    require_model_device(lm.module, lm.label, device)
+    x = x.to(model_device(lm.module) or "cpu")
     try:
         with torch.no_grad(), frozen([lm.module]):
             out = lm.module.eval()(x)
@@ -116,7 +119,11 @@ class ImageModelsMeasurement(Measurement):
         self.ids = ctx.select(len(self.source), c.n_examples) if fixed is None else ctx.use(len(self.source), fixed)
         probe, _ = self.source.take(self.ids[:2])
         data = data_label(c.data)
-        self.classes = [check_fits(lm, probe, data) for lm in self.loaded]
+        self.classes = [check_fits(lm, probe, data, ctx.device) for lm in self.loaded]
+        if isinstance(c, ImageAttackConfig):  # gradient attacks: the logits must depend on the input, by gradient
+            for lm in self.loaded:
+                with frozen([lm.module]):
+                    require_input_dependence(lm.module, lm.label, probe.to(model_device(lm.module) or "cpu"))
         self.class_map = check_labels(self.source, self.ids, self.loaded, self.classes, data)
         ctx.record_data("examples", self.source.digest(self.ids))  # after the labels are settled
         if self.class_map is not None:

@@ -129,9 +129,10 @@ def load_lm_subjects(
     ``device`` from ``hf_options`` (:mod:`robustbench_filters.models.hf.load`).
     """
     from ..models import create_model
+    from ..models.factory import wants_untrained
     from ..models.loading import load_model
 
-    untrained = checkpoint in (None, "none")
+    untrained = wants_untrained(checkpoint)
     own = [m for m in models if not _is_hf(m)]
     own_tok = _own_tokenizer(tokenizer) if own else None
     fallback = own_tok
@@ -157,7 +158,12 @@ def load_lm_subjects(
             )
         elif untrained:
             torch.manual_seed(seed)
-            label, module, tok, source = m, create_model(m, size, vocab_size=fallback.vocab_size), fallback, "untrained"
+            label, module, tok, source = (
+                m,
+                create_model(m, size, checkpoint="none", vocab_size=fallback.vocab_size),
+                fallback,
+                "untrained",
+            )
         else:
             lm = load_model(m, size=size, checkpoint=checkpoint, seed=seed, base_dir=base_dir, model_args=model_args)
             tok = (

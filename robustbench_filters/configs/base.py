@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from ..core.errors import RobfiltError
 from ..core.family import Family
 from ..core.names import CORRUPTION, WORDSWAP, Norm, check_data_spec
+from ..core.seeds import check_seed
 from ..core.surface import Surface, flag, given
 from .options import Bool, Data, Declared, Int, Models, Pairs, Text, internal, is_module, option
 
@@ -34,6 +35,10 @@ DEFAULT_EPS: dict[str, dict[Norm, tuple[float, ...]]] = {
 DEFAULT_LM_EPS: tuple[float, ...] = (0.01, 0.02, 0.05, 0.1)
 DEFAULT_LM_SEQUENCES = 64
 DEVICES = ("cpu", "cuda")
+#: a side of 4096 pixels is 200 MB per float image; larger sizes are typos that would exhaust memory
+MAX_IMG_SIZE = 4096
+#: decoding processes: more than this is a typo that would fork the machine to a halt
+MAX_WORKERS = 256
 
 
 def default_eps(data: str, norm: Norm) -> tuple[float, ...]:
@@ -208,8 +213,7 @@ class RunConfig(Declared):
             )
         _positive(self.n_examples, "n_examples")
         _positive(self.batch_size, "batch_size")
-        if isinstance(self.seed, bool) or int(self.seed) != self.seed:
-            raise RobfiltError(f"{flag('seed')} must be an integer, got {self.seed}.")
+        self._set("seed", check_seed(self.seed))
         _check_device(str(self.device))
 
     @property
@@ -247,8 +251,12 @@ def _check_image_data(config: Any) -> None:
     if isinstance(config.data, tuple | list) and len(config.data) == 2 and _empty(config.data[0]):
         raise RobfiltError(f"{flag('data')} holds no images; give at least one (image, label) pair.")
     _positive(config.img_size, "img_size")
-    if config.num_workers is not None and (isinstance(config.num_workers, bool) or int(config.num_workers) < 0):
-        raise RobfiltError(f"{flag('num_workers')} must be 0 or more, got {config.num_workers}.")
+    if config.img_size is not None and config.img_size > MAX_IMG_SIZE:
+        raise RobfiltError(f"{flag('img_size')} must be at most {MAX_IMG_SIZE} pixels, got {config.img_size}.")
+    if config.num_workers is not None and (
+        isinstance(config.num_workers, bool) or not 0 <= int(config.num_workers) <= MAX_WORKERS
+    ):
+        raise RobfiltError(f"{flag('num_workers')} must be from 0 to {MAX_WORKERS}, got {config.num_workers}.")
     if config.class_map is not None:
         if not (isinstance(config.data, str) and config.data.strip().startswith("imagefolder:")):
             raise RobfiltError(

@@ -19,6 +19,20 @@ from .base import (
 from .options import Bool, Int, Many, Number, api_only, internal, option
 
 
+def _check_examples(value: Any, name: str) -> None:
+    """``inputs`` / ``input_labels``: a non-empty batch (a tensor, an array or a list of examples), not a scalar,
+    text or a mapping; what each example must be is checked when the run reads them."""
+    if value is None:
+        return
+    try:
+        count = 0 if isinstance(value, str | bytes | dict) or getattr(value, "ndim", 1) == 0 else len(value)
+    except TypeError:
+        count = 0
+    if not count:
+        what = f"shape {tuple(value.shape)}" if hasattr(value, "shape") else type(value).__name__
+        raise RobfiltError(f"{name} must be a non-empty tensor or array of examples (N, ...), got {what}.")
+
+
 @dataclass(frozen=True, kw_only=True)
 class LipschitzConfig(ImageDataConfig):
     """Lower and certified upper Lipschitz bounds per example (see :mod:`.lipschitz.run`); image models read their
@@ -85,6 +99,8 @@ class LipschitzConfig(ImageDataConfig):
         self._set("gap_rhos", _unique(map(float, self.gap_rhos), "gap_rhos"))
         if any(not (r > 0 and math.isfinite(r)) for r in self.gap_rhos):
             raise RobfiltError(f"{flag('gap_rhos')} must be positive finite radii, got {list(self.gap_rhos)}.")
+        for name in ("inputs", "input_labels"):  # Python objects: refused by kind before anything reads them
+            _check_examples(getattr(self, name), name)
         short = self.inputs is not None and self.n_examples is not None and len(self.inputs) < self.n_examples
         if short and not isinstance(self.n_examples, UpTo):
             raise RobfiltError(

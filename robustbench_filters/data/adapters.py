@@ -58,9 +58,17 @@ def _as_tensor(x: Any, what: str) -> torch.Tensor:
         t = torch.from_numpy(np.ascontiguousarray(x)) if isinstance(x, np.ndarray) else torch.as_tensor(x)
     except (TypeError, ValueError, RuntimeError) as exc:
         raise RobfiltError(f"{what} cannot be read as an array of images ({type(x).__name__}: {exc}).") from None
-    if t.device.type == "meta":
-        raise RobfiltError(f"{what} are on the meta device (a shape without values); give tensors that hold data.")
+    require_values(t, what)
     return t.detach()
+
+
+def require_values(t: torch.Tensor, what: str) -> None:
+    """Refuse a tensor on the meta device: it has a shape but no values to measure (on any other device robfilt
+    copies what it reads to the run's device)."""
+    if t.device.type == "meta":
+        raise RobfiltError(
+            f"{what} are on the meta device, which holds no values; give tensors with data (e.g. on cpu)."
+        )
 
 
 def to_unit_float(x: Any, what: str = "images", channel_last: bool | None = None) -> torch.Tensor:

@@ -8,6 +8,7 @@ own small language: keys per family, conditions checked against the section's ru
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,21 @@ THRESHOLDS: dict[str, dict[str, str]] = {
     },
     CERTIFY: {"min_certified_acc": "certified_acc"},
 }
+#: metric -> (lowest, highest) value it can take and how to say so: a limit outside would pass or fail whatever
+#: was measured (min_acc = 1.5 always fails, max_ppl = 0.5 too; min_acc = -0.2 always passes)
+DOMAINS: dict[str, tuple[float, float, str]] = {
+    "acc": (0.0, 1.0, "a share of examples in [0, 1]"),
+    "token_acc": (0.0, 1.0, "a share of tokens in [0, 1]"),
+    "certified_acc": (0.0, 1.0, "a share of examples in [0, 1]"),
+    "ppl": (1.0, math.inf, "a perplexity, at least 1"),
+    "word_perplexity": (1.0, math.inf, "a perplexity, at least 1"),
+    "byte_perplexity": (1.0, math.inf, "a perplexity, at least 1"),
+    "bits_per_byte": (0.0, math.inf, "a number of bits, at least 0"),
+    "lipschitz_upper": (0.0, math.inf, "a Lipschitz constant, at least 0"),
+    "lipschitz_local_upper": (0.0, math.inf, "a Lipschitz constant, at least 0"),
+    "lipschitz_lower": (0.0, math.inf, "a Lipschitz constant, at least 0"),
+    "radius": (0.0, math.inf, "a radius, at least 0"),
+}
 #: what selects a requirement's conditions: attack and eps, or for certify the smoothed classifier and the radius
 CONDITION_KEYS: dict[str, frozenset[str]] = {CERTIFY: frozenset({"sigma", "radius"})}
 REQUIRE_KEYS: dict[str, frozenset[str]] = {
@@ -63,9 +79,12 @@ def check_keys(spec: Path, table: Mapping[str, Any], allowed: Iterable[str], whe
 
 
 def read_number(spec: Path, value: Any, what: str) -> float:
+    """A finite number (TOML's ``nan`` and ``inf`` are refused: no limit or level is infinite or undefined)."""
     if isinstance(value, bool):
         raise spec_error(spec, f"{what} must be a number, got {value!r}.")
     if isinstance(value, int | float):
+        if not math.isfinite(value):
+            raise spec_error(spec, f"{what} must be a finite number, got {value!r}.")
         return float(value)
     if isinstance(value, str):
         return parse_number(value, f"{spec.name}: {what}")
@@ -183,8 +202,9 @@ def read_requirements(spec: Path, fam: str, models: list[str], entries: Any, con
             threshold = read_number(spec, value, f"{where} {key}")
             metric = THRESHOLDS[fam][key]
             bound = "min" if key.startswith("min_") else "max"
-            if metric == "certified_acc" and not 0 <= threshold <= 1:
-                raise spec_error(spec, f"{where} {key} must be a share of examples in [0, 1], got {threshold:g}.")
+            lo, hi, domain = DOMAINS[metric]
+            if not lo <= threshold <= hi:
+                raise spec_error(spec, f"{where} {key} must be {domain}, got {threshold:g}.")
             for name in names:
                 for attack, eps in conditions:
                     req = Requirement(fam, name, attack, eps, metric, bound, threshold, where, mode)

@@ -33,12 +33,15 @@ from torch import nn
 from ..checks import Check
 from ..checks import summarize as summarize_checks
 from ..checks.logits import check_finite_rows, require_logits
+from ..checks.model import require_model_device
 from ..configs import LipschitzConfig
 from ..core.errors import RobfiltError, UserCodeError
 from ..core.family import Family
 from ..core.names import Method
+from ..core.seeds import derived_seed
 from ..data.labels import check_labels_fit
 from ..models import create_model
+from ..models.factory import UNTRAINED, wants_untrained
 from ..runs.measurement import Measurement, PrepareContext, Tick
 from ..runs.units import Unit, batch_slices, example_count
 from ..summaries import LipschitzSummary
@@ -90,7 +93,7 @@ class _Settings:
 def _load_model(ref: str, config: LipschitzConfig) -> nn.Module:
     """Build by name directly on the manual attention path (no copy needed; see :mod:`.target`).
 
-    Untrained weights (``checkpoint`` None/"none") are drawn from a seeded, forked RNG, so the same seed gives
+    Untrained weights (``checkpoint="none"``; None is the zoo default) are drawn from a seeded, forked RNG, so the same seed gives
     the same model (and ``--resume`` finds the same run) without touching the caller's RNG state. ``timm:`` and
     factory references (and any with arguments or ``--model-arg``) load like everywhere else
     (:func:`..loading.load_model`); the target switches a fused-attention copy to the manual path.
@@ -103,10 +106,10 @@ def _load_model(ref: str, config: LipschitzConfig) -> nn.Module:
     if parse_model_ref(ref).kind is not ModelKind.REGISTRY or parse_model_ref(ref).args or how.model_args:
         return load_model(ref, how).module
     ref = parse_model_ref(ref).target
-    if checkpoint is None or str(checkpoint).lower() == "none":
+    if wants_untrained(checkpoint):
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed * 1_000_003 + zlib.crc32(ref.encode()))
-            return create_model(ref, size, fused_attn=False)
+            torch.manual_seed(derived_seed(seed, 1_000_003, zlib.crc32(ref.encode())))
+            return create_model(ref, size, checkpoint=UNTRAINED, fused_attn=False)
     return create_model(ref, size, checkpoint=checkpoint, fused_attn=False)
 
 
@@ -234,6 +237,8 @@ class Lipschitz(Measurement):
                                   int(c.power_iters), float(c.tol), int(c.ratio_steps), int(c.batch_size), int(c.seed))  # fmt: skip
         self.settings.rhos = [c.rho * 10 ** (-k / 2) for k in range(2 * RHO_GRID_DECADES + 1)]
         self.built = [_load_model(m, c) if isinstance(m, str) else m for m in c.models]
+        for m, label in zip(self.built, c.labels, strict=True):
+            require_model_device(m, label, ctx.device)
         # a reference's label (its display name or the reference, with --model-arg merged in) names it, as in
         # attack and certify runs
         names_given = [label if isinstance(m, str) else None for m, label in zip(c.models, c.labels, strict=True)]
@@ -301,7 +306,7 @@ class Lipschitz(Measurement):
     def measure(self, unit: Unit, tick: Tick) -> pd.DataFrame:
         t = self.targets[unit.model]
         key = f"{t.name}-{unit.batch:04d}"  # the generator seed keeps the name-based key of format 1 runs
-        gen = torch.Generator().manual_seed(self.settings.seed * 1_000_003 + zlib.crc32(key.encode()))
+        gen = torch.Generator().manual_seed(derived_seed(self.settings.seed, 1_000_003, zlib.crc32(key.encode())))
         if unit.part == "gap":
             rows = _gap_rows(t, self.inputs[unit.model], self.batches[unit.batch], self.config, gen)
         else:

@@ -30,7 +30,7 @@ from torch import nn
 from ..core.errors import RobfiltError
 from ..data.preprocess import InputSpec, input_spec_of
 from .checkpoint import CARD, is_zoo_ref
-from .factory import create_model
+from .factory import UNTRAINED, create_model, wants_untrained
 from .ref import ModelKind, ModelRef, apply_model_args, parse_model_ref
 from .registry import parse_name
 
@@ -79,15 +79,15 @@ def _registry(ref: ModelRef, how: Loading) -> tuple[nn.Module, str]:
     size = str(overrides.pop("size", how.size))
     name = ref.target
     parse_name(name)  # raises with suggestions
-    if checkpoint in (None, "none"):
+    if wants_untrained(checkpoint):
         torch.manual_seed(how.seed)
-        return create_model(name, size, **overrides), "untrained"
+        return create_model(name, size, checkpoint=UNTRAINED, **overrides), "untrained"
     path = Path(str(checkpoint)).expanduser()
     if not is_zoo_ref(checkpoint) and path.is_file() and not (path.parent / CARD).exists():
         # a plain state dict (e.g. trained with timm under the registered name): build from the reference, load it
         from .weights import load_weights
 
-        model = create_model(name, size, **overrides)
+        model = create_model(name, size, checkpoint=UNTRAINED, **overrides)
         return load_weights(model, path, ref.label, allow_pickle).eval(), str(checkpoint)
     if allow_pickle and not is_zoo_ref(checkpoint):
         from .checkpoint import load_checkpoint
@@ -109,7 +109,7 @@ def _timm(ref: ModelRef, how: Loading) -> tuple[nn.Module, str]:
             )
         return build_timm(ref, seed, pretrained=True), "zoo"
     model = build_timm(ref, seed)
-    if checkpoint in (None, "none"):
+    if wants_untrained(checkpoint):
         return model, f"random init (seed {seed})"
     from .weights import load_weights
 
@@ -122,7 +122,7 @@ def _factory(ref: ModelRef, how: Loading) -> tuple[nn.Module, str]:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(how.seed)
         model = build_factory(ref, how.base_dir)
-    if how.checkpoint in DEFAULT_CHECKPOINTS:
+    if how.checkpoint in DEFAULT_CHECKPOINTS or wants_untrained(how.checkpoint):
         return model.eval(), "factory"  # the factory's own weights: nothing to load
     from .weights import load_weights
 
@@ -132,7 +132,7 @@ def _factory(ref: ModelRef, how: Loading) -> tuple[nn.Module, str]:
 def _hf(ref: ModelRef, how: Loading) -> tuple[nn.Module, str]:
     from .hf.load import load_hf
 
-    if how.checkpoint not in DEFAULT_CHECKPOINTS:
+    if how.checkpoint not in DEFAULT_CHECKPOINTS and not wants_untrained(how.checkpoint):
         raise RobfiltError(f"--checkpoint does not apply to {ref.label}: the hf: folder holds its weights; drop it.")
     module = load_hf(ref.target, label=ref.label, base_dir=how.base_dir, conversion=ref.args)
     return module, f"hf:{ref.target}"
@@ -143,8 +143,13 @@ def load_model(ref: str | ModelRef, how: Loading | None = None, **options: Any) 
 
     ``how`` holds the model options (:class:`Loading`: size, checkpoint, seed, allow_pickle, base_dir,
     model_args); keyword ``options`` set or override single ones (``load_model(ref, checkpoint="none", seed=7)``).
+    ``checkpoint``: ``"zoo"`` (the default, as on the command line; None means the same: default weights of the
+    kind, zoo for registry models, the factory's own), ``"none"`` (untrained, seeded by ``seed``: only on this
+    explicit request) or a path.
     """
     how = dataclasses.replace(how or Loading(), **options)
+    if how.checkpoint is None:
+        how = dataclasses.replace(how, checkpoint="zoo")
     mref = apply_model_args(parse_model_ref(ref), how.model_args)
     if mref.kind is ModelKind.TIMM:
         module, source = _timm(mref, how)

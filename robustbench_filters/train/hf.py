@@ -32,6 +32,7 @@ from ..core.errors import RobfiltError
 from ..core.family import Family
 from ..core.io import atomic_write_json
 from ..core.progress import ProgressHook, null_progress
+from ..core.seeds import derived_seed
 from ..core.versions import library_versions
 from ..models.hf.adapter import HFCausalLM
 from ..models.hf.convert import VARIANTS
@@ -68,7 +69,7 @@ class HFTask:
     def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
         from ..data import get_batch
 
-        torch.manual_seed(self.seed * 1_000_003 + step)  # dropout masks of this step
+        torch.manual_seed(derived_seed(self.seed, 1_000_003, step))  # dropout masks of this step
         return get_batch(self.train_ids, self.block, self.recipe.batch_size, torch.Generator().manual_seed(step + 1))
 
     def loss(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, float]:

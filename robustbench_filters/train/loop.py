@@ -30,6 +30,7 @@ from ..core.errors import RobfiltError, RunStateError
 from ..core.family import Family
 from ..core.io import atomic_write_json
 from ..core.progress import ProgressHook, null_progress
+from ..core.seeds import derived_seed
 from ..models.checkpoint import CARD, save_checkpoint
 from ..models.registry import ModelSpec, build_from_spec, resolve_spec
 from ..runs.lock import RunLock
@@ -129,11 +130,13 @@ class _Task:
         return max(1, self.n_train // self.recipe.batch_size)
 
     def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
-        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + step)
+        gen = torch.Generator().manual_seed(derived_seed(self.seed, 1_000_003, step))
         if self.family is Family.IMAGE:
             spe = self.steps_per_epoch()
             epoch, i = divmod(step, spe)
-            perm = torch.randperm(self.n_train, generator=torch.Generator().manual_seed(self.seed * 7919 + epoch))
+            perm = torch.randperm(
+                self.n_train, generator=torch.Generator().manual_seed(derived_seed(self.seed, 7919, epoch))
+            )
             idx = perm[i * self.recipe.batch_size : (i + 1) * self.recipe.batch_size]
             x, y = self.train_data.x[idx], self.train_data.y[idx]
             if self.recipe.augment:
