@@ -15,8 +15,7 @@ baseline makes no error (or no extra error) has an undefined CE (null) and is le
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -38,7 +37,7 @@ from ..stats.intervals import finite_interval
 from ..summaries import CorruptionSummary
 from .cascade import margin_loss
 from .corruption_transforms import CORRUPTIONS, corrupt, parameter_table, pregenerate
-from .image_models import ImageModelsMeasurement, frozen, units_then_clean
+from .image_models import GridMeasurement
 
 DEFAULT_BASELINE = "deit"
 N_CHECK = 32  # images the severity-0 and model checks probe
@@ -180,7 +179,7 @@ def _model_checks(
     ]
 
 
-class Corruptions(ImageModelsMeasurement):
+class Corruptions(GridMeasurement):
     """Image models x corruptions x severities on shared examples, with mCE relative to a baseline model."""
 
     config: CorruptionConfig
@@ -201,16 +200,11 @@ class Corruptions(ImageModelsMeasurement):
             "baseline": c.baseline,
         }
 
-    def plan(self) -> list[Unit]:
-        return units_then_clean(len(self.loaded), self.names, len(self.batches))
+    def parts(self) -> Sequence[str]:
+        return self.names
 
-    def work(self, unit: Unit) -> int:
-        return 1 if unit.part == "clean" else len(self.config.severities)
-
-    @contextlib.contextmanager
-    def session(self) -> Iterator[None]:
-        with frozen(self.modules()):
-            yield
+    def grid(self) -> Sequence[float]:
+        return self.config.severities
 
     def _clean(self, mi: int, bi: int) -> tuple[torch.Tensor, ...]:
         if self._cache is None or self._cache[0] != (mi, bi):

@@ -43,7 +43,20 @@ class _EarlyPGDMixin:
     device: torch.device
     get_logits: Callable[[torch.Tensor], torch.Tensor]
 
-    def _setup(self, early_stop: bool, loss: str, restarts: int) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        eps: float,
+        alpha: float,
+        steps: int,
+        random_start: bool = True,
+        *,
+        early_stop: bool = True,
+        loss: str = "ce",
+        restarts: int = 1,
+    ) -> None:
+        """The torchattacks parent's arguments (it comes next in the MRO), then the early-exit settings."""
+        super().__init__(model, eps=eps, alpha=alpha, steps=steps, random_start=random_start)  # type: ignore[call-arg]
         if loss not in ("ce", "margin"):
             raise ValueError(f"unknown PGD loss {loss!r}")
         self.early_stop, self.loss_kind, self.restarts = early_stop, loss, restarts
@@ -119,21 +132,6 @@ class _EarlyPGDMixin:
 class EarlyPGD(_EarlyPGDMixin, torchattacks.PGD):
     """torchattacks.PGD (Linf) with early exit, random restarts, an optional margin loss and the ledger."""
 
-    def __init__(
-        self,
-        model: nn.Module,
-        eps: float,
-        alpha: float,
-        steps: int,
-        random_start: bool = True,
-        *,
-        early_stop: bool = True,
-        loss: str = "ce",
-        restarts: int = 1,
-    ) -> None:
-        super().__init__(model, eps=eps, alpha=alpha, steps=steps, random_start=random_start)
-        self._setup(early_stop, loss, restarts)
-
     def _start(self, x: torch.Tensor) -> torch.Tensor:
         adv = x.clone().detach()
         if self.random_start:
@@ -150,21 +148,6 @@ class EarlyPGD(_EarlyPGDMixin, torchattacks.PGD):
 class EarlyPGDL2(_EarlyPGDMixin, torchattacks.PGDL2):
     """torchattacks.PGDL2 with early exit, restarts, the ledger and a defined eps = 0 (the ball is x itself:
     torchattacks' projection divides 0 by 0 there)."""
-
-    def __init__(
-        self,
-        model: nn.Module,
-        eps: float,
-        alpha: float,
-        steps: int,
-        random_start: bool = True,
-        *,
-        early_stop: bool = True,
-        loss: str = "ce",
-        restarts: int = 1,
-    ) -> None:
-        super().__init__(model, eps=eps, alpha=alpha, steps=steps, random_start=random_start)
-        self._setup(early_stop, loss, restarts)
 
     def forward(self, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         if self.eps == 0:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -31,7 +31,7 @@ from ..stats.aggregates import attack_accuracies
 from ..summaries import ImageAttackSummary
 from .cascade import batch_rows, cascade
 from .catalogue import ATTACKS, PGD_STEPS, STRONG, AttackParams, Norm, get_attack
-from .image_models import ImageModelsMeasurement, frozen, units_then_clean
+from .image_models import GridMeasurement
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ def autocast(device: torch.device, amp: str | None) -> AbstractContextManager:
     return torch.autocast(device_type=device.type, dtype=AUTOCAST_DTYPES[amp])
 
 
-class ImageAttack(ImageModelsMeasurement):
+class ImageAttack(GridMeasurement):
     """Image models x catalogue attacks over an eps grid, on examples shared by every model."""
 
     config: ImageAttackConfig
@@ -96,16 +96,11 @@ class ImageAttack(ImageModelsMeasurement):
             described["save_adversarial"] = True
         return described
 
-    def plan(self) -> list[Unit]:
-        return units_then_clean(len(self.loaded), self.config.attacks, len(self.batches))
+    def parts(self) -> Sequence[str]:
+        return self.config.attacks
 
-    def work(self, unit: Unit) -> int:
-        return 1 if unit.part == "clean" else len(self.config.eps)
-
-    @contextlib.contextmanager
-    def session(self) -> Iterator[None]:
-        with frozen(self.modules()):
-            yield
+    def grid(self) -> Sequence[float]:
+        return self.config.eps
 
     # --- units ----------------------------------------------------------------------------------------------------
 

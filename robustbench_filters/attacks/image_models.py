@@ -8,7 +8,7 @@ selection is checked and fingerprinted the same way whichever command measures i
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -150,3 +150,28 @@ class ImageModelsMeasurement(Measurement):
 
     def modules(self) -> list[nn.Module]:
         return [lm.module for lm in self.loaded]
+
+
+class GridMeasurement(ImageModelsMeasurement):
+    """An image measurement that runs each part (an attack, a corruption) over a grid (eps values, severities) per
+    (model, batch) unit with the weights frozen, then one clean unit per (model, batch): the image attacks and
+    the corruptions plan, count and hold their units this one way."""
+
+    def parts(self) -> Sequence[str]:
+        """The names of the non-clean units' parts, in plan order."""
+        raise NotImplementedError
+
+    def grid(self) -> Sequence[float]:
+        """The grid one part's unit runs over (one progress step per point)."""
+        raise NotImplementedError
+
+    def plan(self) -> list[Unit]:
+        return units_then_clean(len(self.loaded), self.parts(), len(self.batches))
+
+    def work(self, unit: Unit) -> int:
+        return 1 if unit.part == "clean" else len(self.grid())
+
+    @contextlib.contextmanager
+    def session(self) -> Iterator[None]:
+        with frozen(self.modules()):
+            yield

@@ -14,7 +14,7 @@ import pandas as pd
 import torch
 from torch import nn
 
-from .base import FAIL, PASS, WARN, Check, ball_tolerance
+from .base import FAIL, PASS, WARN, Check, ball_tolerance, model_rows
 from .logits import check_finite_rows
 
 # PGD vs FGSM: in the near-linear regime of small eps both reach the same boundary point, so a relative
@@ -29,11 +29,6 @@ def ppl(rows: pd.DataFrame) -> float:
     return math.exp(float(rows.nll_sum.sum()) / n) if n > 0 else float("nan")
 
 
-def _model_rows(rows: pd.DataFrame, model: str, kind: str | None = None) -> pd.DataFrame:
-    sub = rows[rows.model == model]
-    return sub if kind is None else sub[sub["kind"] == kind]
-
-
 def _paired_equal(a: pd.DataFrame, b: pd.DataFrame, cols: tuple[str, ...]) -> tuple[int, int]:
     """(number of examples, number that differ in any of ``cols``) after pairing by example_id."""
     left, right = a.set_index("example_id")[list(cols)], b.set_index("example_id")[list(cols)]
@@ -46,14 +41,14 @@ def _paired_equal(a: pd.DataFrame, b: pd.DataFrame, cols: tuple[str, ...]) -> tu
 
 def check_finite_outputs(rows: pd.DataFrame, model: str) -> Check:
     """Every sequence of every kind was scored on finite logits (a NaN NLL is a sequence with no prediction)."""
-    sub = _model_rows(rows, model)
+    sub = model_rows(rows, model)
     return check_finite_rows(pd.Series(~np.isfinite(sub.nll_sum.to_numpy(float))), model, "documents")
 
 
 def check_tokens_scored(rows: pd.DataFrame, model: str) -> Check:
     """Every document gave the model at least one token to predict: a perplexity over no tokens would read as the
     score of a perfect model (word perplexity 1), so a run with such a document fails."""
-    clean = _model_rows(rows, model, "clean")
+    clean = model_rows(rows, model, "clean")
     empty = clean[clean.n_tokens <= 0]
     if len(empty):
         first = int(empty.example_id.iloc[0])
@@ -69,11 +64,11 @@ def check_tokens_scored(rows: pd.DataFrame, model: str) -> Check:
 
 def check_rate0_equals_clean(rows: pd.DataFrame, model: str, attack: str = "wordswap") -> Check | None:
     """Contamination at rate 0 must reproduce the clean numbers exactly (same text, same tokens, same NLL)."""
-    sub = _model_rows(rows, model, "contamination")
+    sub = model_rows(rows, model, "contamination")
     zero = sub[(sub.attack == attack) & (sub.eps == 0.0)]
     if zero.empty:
         return None
-    n, bad = _paired_equal(zero, _model_rows(rows, model, "clean"), ("nll_sum", "n_tokens", "correct_tokens"))
+    n, bad = _paired_equal(zero, model_rows(rows, model, "clean"), ("nll_sum", "n_tokens", "correct_tokens"))
     if bad or n != len(zero):
         return Check("rate 0 equals clean", model, FAIL, f"{bad} of {len(zero)} documents differ from clean")
     return Check("rate 0 equals clean", model, PASS, f"{n} documents identical to clean")
@@ -81,11 +76,11 @@ def check_rate0_equals_clean(rows: pd.DataFrame, model: str, attack: str = "word
 
 def check_eps0_equals_clean(rows: pd.DataFrame, model: str) -> Check | None:
     """An embedding attack at eps = 0 must not move anything (Carlini check 4)."""
-    sub = _model_rows(rows, model, "adversarial")
+    sub = model_rows(rows, model, "adversarial")
     zero = sub[sub.eps == 0.0]
     if zero.empty:
         return None
-    clean = _model_rows(rows, model, "clean")
+    clean = model_rows(rows, model, "clean")
     bad = sum(_paired_equal(g, clean, ("nll_sum", "correct_tokens"))[1] for _, g in zero.groupby("attack"))
     moved = int((zero.pert_norm > 0).sum())
     if bad or moved:
@@ -95,7 +90,7 @@ def check_eps0_equals_clean(rows: pd.DataFrame, model: str) -> Check | None:
 
 def check_ppl_monotone(rows: pd.DataFrame, model: str) -> Check | None:
     """Perplexity under an embedding attack never decreases as eps grows (overall and per sequence)."""
-    adv = _model_rows(rows, model, "adversarial")
+    adv = model_rows(rows, model, "adversarial")
     if adv.empty:
         return None
     bad = []
@@ -113,7 +108,7 @@ def check_ppl_monotone(rows: pd.DataFrame, model: str) -> Check | None:
 
 def check_pgd_vs_fgsm(rows: pd.DataFrame, model: str) -> Check | None:
     """Iterative beats single-step: perplexity under PGD >= under FGSM at every shared eps."""
-    adv = _model_rows(rows, model, "adversarial")
+    adv = model_rows(rows, model, "adversarial")
     if not {"pgd", "fgsm"} <= set(adv.attack.unique()):
         return None
     worst, n_eps = 0.0, 0
@@ -133,7 +128,7 @@ def check_pgd_vs_fgsm(rows: pd.DataFrame, model: str) -> Check | None:
 
 def check_embedding_ball(rows: pd.DataFrame, model: str) -> Check | None:
     """Every embedding perturbation lies inside its per-token ball, and every NLL is finite."""
-    adv = _model_rows(rows, model, "adversarial")
+    adv = model_rows(rows, model, "adversarial")
     if adv.empty:
         return None
     over = adv.pert_norm > adv.eps_abs + adv.eps_abs.map(ball_tolerance)
@@ -151,7 +146,7 @@ def check_embedding_ball(rows: pd.DataFrame, model: str) -> Check | None:
 
 def check_contamination_rate(rows: pd.DataFrame, model: str) -> Check | None:
     """Word swap touches rate * eligible words, within one word per sequence (stochastic rounding)."""
-    sub = _model_rows(rows, model, "contamination")
+    sub = model_rows(rows, model, "contamination")
     if sub.empty:
         return None
     off = (sub.n_swapped - sub.eps * sub.n_eligible).abs() > 1.0 + 1e-9
