@@ -20,10 +20,11 @@ from typing import Any
 import pandas as pd
 import torch
 from rich.console import Console
+from rich.markup import escape
 
 from robustbench_filters.core.io import atomic_write_json, atomic_write_text
-from robustbench_filters.models.loading import load_model
 from robustbench_filters.models.checkpoint import CARD, zoo_path
+from robustbench_filters.models.loading import load_model
 from robustbench_filters.report.render import markdown
 from robustbench_filters.runs.outfolder import OutputFolder
 
@@ -47,7 +48,7 @@ def settings(full: dict[str, Any], smoke_cfg: dict[str, Any], smoke: bool, reps:
 
 def eval_model(name: str, checkpoint: str, device: torch.device, seed: int = 0) -> torch.nn.Module:
     """A micro model (``checkpoint`` from :func:`pick_checkpoint`) in eval mode on ``device``."""
-    return load_model(name, "micro", checkpoint, seed).module.to(device).eval()
+    return load_model(name, checkpoint=checkpoint, seed=seed).module.to(device).eval()
 
 
 def resolve_device(device: str) -> torch.device:
@@ -175,8 +176,8 @@ def show(result: dict[str, Any], tables: dict[str, pd.DataFrame]) -> None:
         console.print(
             f"[{style}]{key}: {t['value']} (target {t['target']}) {verdict}{SMOKE_CAVEAT if smoke else ''}[/]"
         )
-    for note in result.get("notes", []):
-        console.print(f"[dim]note: {note}[/]")
+    for note in result.get("notes", []):  # escaped: a note's brackets ([image]) are text, not rich markup
+        console.print(f"[dim]note: {escape(note)}[/]")
 
 
 def exit_code(result: dict[str, Any], strict: bool) -> int:

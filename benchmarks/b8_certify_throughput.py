@@ -25,7 +25,7 @@ import torch
 
 from benchmarks import _common as B
 from robustbench_filters.data import load_images
-from robustbench_filters.smoothing import sample_counts
+from robustbench_filters.smoothing import Sampling, sample_counts
 
 NAME = "b8_certify_throughput"
 FULL = {"n_examples": 10, "draws": [100, 1000], "batch_size": 500, "sigma": 0.25, "reps": 3, "warmup": 1}
@@ -40,7 +40,7 @@ def _sides(model: torch.nn.Module, x: torch.Tensor, m: int, bs: int, sigma: floa
 
     def robfilt(noise_device: str | None = "cpu") -> int:
         counts = sample_counts(
-            model, x, ids, sigma, m, seed=seed, phase="bench", batch_size=bs, noise_device=noise_device
+            model, x, ids, sigma, m, "bench", Sampling.defaults(seed=seed, batch=bs, noise_device=noise_device)
         )
         return int(counts.sum())
 

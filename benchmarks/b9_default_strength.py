@@ -31,6 +31,7 @@ from benchmarks import _common as B
 from robustbench_filters.api.evaluate import evaluate
 from robustbench_filters.attacks.catalogue import DEFAULT_IMAGE_ATTACK
 from robustbench_filters.configs import ImageAttackConfig
+from robustbench_filters.summaries.record import present
 
 NAME = "b9_default_strength"
 CNN = f"{Path(__file__).resolve().parent / 'robust_cnn.py'}:robust_cnn"
@@ -56,15 +57,16 @@ def _cell(model: str, eps: float, attack: str, cfg: dict[str, Any], seed: int, d
         batch_size=cfg["batch_size"], device=device,
     )  # fmt: skip
     seconds, result = B.timed(lambda: evaluate(config=config), B.resolve_device(device))
-    (label, summary), *_ = result.summary["models"].items()
-    (entry,) = summary["robust"]
-    conv = entry.get("convergence", {})
-    passes = entry["cost"]["fwd"] + entry["cost"]["bwd"] + conv.get("fwd", 0.0) + conv.get("bwd", 0.0)
-    checks = [c for c in result.summary["checks"] if c["name"] == f"attack converged ({attack})"]
-    return {"label": label, "n": entry["n"], "robust": entry["correct"], "passes": passes, "seconds": seconds,
+    summary = result.summary
+    (label, results), *_ = summary.models.items()
+    (entry,) = results.robust
+    conv, cost = present(entry.convergence, {}), present(entry.cost, {})
+    passes = cost["fwd"] + cost["bwd"] + conv.get("fwd", 0.0) + conv.get("bwd", 0.0)
+    checks = [c for c in summary.checks if c.name == f"attack converged ({attack})"]
+    return {"label": label, "n": entry.n, "robust": entry.correct, "passes": passes, "seconds": seconds,
             "conv": f"{conv.get('broken', 0)}/{conv.get('checked', 0)}" if conv else "-",
-            "conv_status": checks[0]["status"] if checks else "-",
-            "failed": [c["name"] for c in result.summary["checks"] if c["status"] == "fail"]}  # fmt: skip
+            "conv_status": checks[0].status if checks else "-",
+            "failed": [c.name for c in summary.checks if c.status == "fail"]}  # fmt: skip
 
 
 def _row(eps: float, got: dict[str, dict[str, Any]]) -> dict[str, Any]:

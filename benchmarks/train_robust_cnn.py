@@ -24,8 +24,8 @@ import torch.nn.functional as F
 
 from benchmarks.robust_cnn import CARD, WEIGHTS, robust_cnn
 from robustbench_filters.attacks.training import EVAL_STEPS, PGDTraining
-from robustbench_filters.data import load_images
 from robustbench_filters.core.io import atomic_write_json
+from robustbench_filters.data import load_images
 from robustbench_filters.train.recipe import Recipe, lr_at
 
 EPS, STEPS = 0.1, 7

@@ -29,6 +29,7 @@ except ImportError:  # pragma: no cover - depends on the installed typer
 
 from robustbench_filters.core.errors import RobfiltError, describe_os_error
 from robustbench_filters.core.surface import Surface, surface
+from robustbench_filters.core.threads import kept_threads
 from robustbench_filters.core.versions import __version__
 
 from . import attack, certify, lipschitz, report, study, train, verify
@@ -159,7 +160,8 @@ def run(argv: list[str] | None = None) -> int:
 
 def _run(argv: list[str], fail: Any, json_mode: bool = False) -> int:
     try:
-        with surface(Surface.CLI):  # errors name options as flags (--n-examples), not as Python names
+        # errors name options as flags (--n-examples, not n_examples); a run in-process leaves the caller's threads
+        with surface(Surface.CLI), kept_threads():
             result = app(args=argv, prog_name="robfilt", standalone_mode=False)
     except typer.Exit as exc:
         if exc.exit_code == 130 and isinstance(exc.__cause__, KeyboardInterrupt):  # typer's own Ctrl-C handling

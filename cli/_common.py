@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import datetime as _dt
 import json
 import logging
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Annotated, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -27,11 +30,24 @@ from rich.text import Text
 
 from robustbench_filters.core.io import _json_default
 
+if TYPE_CHECKING:
+    from robustbench_filters.summaries import Summary
+
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or info logs.")]
-SeedOpt = Annotated[int, typer.Option("--seed", help="Random seed; same seed, same numbers.")]
 ResumeOpt = Annotated[bool, typer.Option("--resume", help="Continue a killed run in --out.", rich_help_panel="Output")]
 OverwriteOpt = Annotated[bool, typer.Option("--overwrite", help="Replace the run in --out.", rich_help_panel="Output")]
+#: the one declaration of --threads, on every computing command (robustbench_filters.core.threads explains the default)
+ThreadsOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--threads",
+        help="CPU threads for torch (default: OMP_NUM_THREADS, else one per core; waiting threads sleep instead of "
+        "spinning, so a busy machine costs little extra CPU time: docs/scaling.md).",
+        metavar="N",
+        show_default=False,
+    ),
+]
 
 
 class StdoutClosed(Exception):
@@ -58,6 +74,13 @@ def console_err(message: str) -> None:
     _stderr.print(message, style="red", markup=False, highlight=False)
 
 
+def setup_threads(threads: int | None) -> None:
+    """``--threads`` and the OpenMP wait policy, set before the command imports torch (see core.threads)."""
+    from robustbench_filters.core.threads import configure_threads
+
+    configure_threads(threads)
+
+
 def setup_logging(quiet: bool, json_out: bool = False) -> None:
     """Library logs go to stderr; quiet (or JSON mode) keeps only warnings."""
     import warnings
@@ -69,23 +92,6 @@ def setup_logging(quiet: bool, json_out: bool = False) -> None:
     root.handlers = [RichHandler(console=_stderr, show_path=False, show_time=False, markup=False)]
     root.setLevel(level)
     root.propagate = False
-
-
-MODEL_HELP = (
-    "Comma list of model references: registry names (deit-grc), timm:<arch>[?key=value&...], hf:<folder> "
-    "(Hugging Face causal LM), file.py:factory or pkg.mod:factory; name=ref sets the display name."
-)
-
-
-def parse_model_list(text: str) -> list[str]:
-    """``--model`` split on commas outside brackets and quotes (model arguments may hold lists)."""
-    from robustbench_filters.core.errors import RobfiltError
-    from robustbench_filters.models.ref import split_model_list
-
-    models = split_model_list(text)
-    if not models or any(not m.strip() for m in models):
-        raise RobfiltError(f"--model {text!r} has an empty item; give a comma-separated list like 'deit,deit-grc'.")
-    return [m.strip() for m in models]
 
 
 def distinct_paths(paths: list[Any], what: str) -> list[Any]:
@@ -110,15 +116,37 @@ AllowFailedOpt = Annotated[
 FAILED_CHECKS_EXIT = 3
 
 
-def exit_for_checks(summary: dict[str, Any], allow_failed: bool) -> None:
+def exit_for_checks(summary: Summary, allow_failed: bool) -> None:
     """A run whose sanity checks failed ends with exit code 3 (its numbers are unreliable), unless allowed."""
-    counts = summary.get("checks_summary") or {}
-    if counts.get("fail", 0) and not allow_failed:
+    failed = sum(c.status == "fail" for c in summary.sanity_checks())
+    if failed and not allow_failed:
         console_err(
-            f"error: {counts['fail']} sanity check(s) failed, so these numbers are unreliable (exit "
+            f"error: {failed} sanity check(s) failed, so these numbers are unreliable (exit "
             f"{FAILED_CHECKS_EXIT}); fix the cause, or pass --allow-failed-checks to accept them."
         )
         raise typer.Exit(FAILED_CHECKS_EXIT)
+
+
+def run_folder(out: str | None, command: str) -> Path:
+    """``--out``, or ``runs/<command>-<time>`` when it is left out."""
+    return Path(out) if out else Path("runs") / f"{command}-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S-%f')}"
+
+
+def show_run(
+    summary: Summary, where: dict[str, Any], render: Callable[[Summary], None], json_out: bool, allow_failed: bool
+) -> None:
+    """Print a finished run on rank 0: one JSON object (``where`` and the summary), or the tables ``render`` draws and
+    the run folder (``where``'s path, when there is one); then exit 3 when a sanity check failed, unless allowed."""
+    if not is_primary():  # under torchrun, rank 0 alone prints the merged result
+        return
+    if json_out:
+        print_json({**where, **summary.to_dict()})
+    else:
+        render(summary)
+        folder = next(iter(where.values()), None)
+        if folder is not None:
+            console().print(f"run folder: {folder}", markup=False, style="dim")
+    exit_for_checks(summary, allow_failed)
 
 
 def is_primary() -> bool:
@@ -131,17 +159,26 @@ def is_primary() -> bool:
 SIGPIPE_EXIT = 141  # what a shell reports for a program ended by SIGPIPE
 
 
+def torchrun_rank() -> int:
+    """This process's rank under torchrun (``RANK``; 0 without torchrun), read without importing torch."""
+    raw = os.environ.get("RANK", "").strip()
+    return int(raw) if raw.isdigit() else 0
+
+
 class JsonChannel:
     """Under ``--json`` stdout carries exactly one JSON document, whatever path the command ends by.
 
     :meth:`open` keeps the real stdout for JSON and points ``sys.stdout`` at stderr, so nothing else (a model's
     ``print``, a help page, a table) reaches it; :func:`print_json` writes the one document; :meth:`close` writes
     a fallback object (the exit code, and the error when there was one) when the command ended without one.
+    Under torchrun every rank runs the command and their stdouts are joined: rank 0 alone writes the document
+    (the merged result, or its error), the other ranks write nothing to stdout.
     """
 
     def __init__(self) -> None:
         self.stream: Any = None
         self.emitted = False
+        self.primary = True
         self._saved: Any = None
 
     @property
@@ -150,12 +187,14 @@ class JsonChannel:
 
     def open(self) -> None:
         self.stream, self.emitted, self._saved = sys.stdout, False, sys.stdout
+        self.primary = torchrun_rank() == 0
         sys.stdout = sys.stderr
 
     def write(self, data: Any) -> None:
-        """Write ``data`` as the one JSON document (a second one is dropped: the first already answered)."""
+        """Write ``data`` as the one JSON document (a second one is dropped: the first already answered; so is
+        any from a torchrun rank other than 0)."""
         stream = self.stream if self.active else sys.stdout
-        if self.active and self.emitted:
+        if self.active and (self.emitted or not self.primary):
             return
         try:
             stream.write(json.dumps(data, indent=2, default=_json_default) + "\n")
@@ -272,10 +311,16 @@ def make_hook(bar: Progress, clock: Callable[[], float] = time.monotonic) -> Cal
 
 @contextmanager
 def progress_bar(quiet: bool) -> Iterator[Any]:
-    """Yield a library progress hook backed by a rich bar on stderr (None when quiet or stderr is not a terminal,
-    so logs and CI output stay free of control characters)."""
-    if quiet or not _stderr.is_terminal:
+    """Yield a library progress hook: a rich bar on stderr when it is a terminal; plain log lines (at least one a
+    minute, with an ETA) when it is not, so logs and CI output stay free of control characters; None when quiet."""
+    if quiet:
         yield None
+        return
+    if not _stderr.is_terminal:
+        from robustbench_filters.core.progress import LogProgress
+
+        with LogProgress().heartbeat() as hook:
+            yield hook
         return
     bar = Progress(*progress_columns(), console=_stderr, transient=False)
     with bar:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as _dt
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -17,12 +15,12 @@ from ._common import (
     OverwriteOpt,
     QuietOpt,
     ResumeOpt,
-    console,
-    exit_for_checks,
-    is_primary,
-    print_json,
+    ThreadsOpt,
     progress_bar,
+    run_folder,
     setup_logging,
+    setup_threads,
+    show_run,
 )
 from ._options import OUTPUT_PANEL, config_options
 from ._render import render_summary
@@ -39,31 +37,25 @@ def attack_cmd(
     allow_failed_checks: AllowFailedOpt = False,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
+    threads: ThreadsOpt = None,
     **options: Any,
 ) -> None:
     """Attack one or more models on the same examples and print a checked comparison table.
 
     Image models: catalogue attacks over an eps grid, or corruptions. Language models: fgsm, pgd, wordswap.
     """
+    setup_threads(threads)  # first: before anything imports torch
     from robustbench_filters.configs import attack_config_class, build, read
 
     setup_logging(quiet, json_out)
     given = read(options, Surface.CLI)
     config = build(attack_config_class(given["models"], given.get("attacks", ())), given)  # light: refused in < 1 s
-    from robustbench_filters.api.evaluate import measurement_for
-    from robustbench_filters.runs.runner import run
+    from robustbench_filters.api.evaluate import evaluate
 
-    out_dir = Path(out) if out else Path("runs") / f"attack-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S-%f')}"
     with progress_bar(quiet or json_out) as hook:
-        result = run(measurement_for(config), out=out_dir, resume=resume, overwrite=overwrite, progress=hook)
-    if not is_primary():  # under torchrun, rank 0 alone prints the merged result
-        return
-    if json_out:
-        print_json({"out": str(result.out), **result.summary})
-    else:
-        render_summary(result.summary)
-        console().print(f"run folder: {result.out}", markup=False, style="dim")
-    exit_for_checks(result.summary, allow_failed_checks)
+        result = evaluate(config=config, out=run_folder(out, "attack"), resume=resume, overwrite=overwrite,  # type: ignore[arg-type]
+                          progress=hook)  # fmt: skip
+    show_run(result.summary, {"out": str(result.out)}, render_summary, json_out, allow_failed_checks)
 
 
 def register(app: typer.Typer) -> None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as _dt
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -11,6 +9,7 @@ from rich.table import Table
 
 from robustbench_filters.configs import CertifyConfig
 from robustbench_filters.core.surface import Surface
+from robustbench_filters.summaries import CertifySummary, Summary
 
 from ._common import (
     AllowFailedOpt,
@@ -18,12 +17,13 @@ from ._common import (
     OverwriteOpt,
     QuietOpt,
     ResumeOpt,
+    ThreadsOpt,
     console,
-    exit_for_checks,
-    is_primary,
-    print_json,
     progress_bar,
+    run_folder,
     setup_logging,
+    setup_threads,
+    show_run,
 )
 from ._options import OUTPUT_PANEL, config_options
 from ._render import render_checks
@@ -40,48 +40,45 @@ def certify_cmd(
     allow_failed_checks: AllowFailedOpt = False,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
+    threads: ThreadsOpt = None,
     **options: Any,
 ) -> None:
     """Certified L2 robustness of Gaussian-smoothed models: certified accuracy per radius, with sanity checks."""
+    setup_threads(threads)  # first: before anything imports torch
     from robustbench_filters.configs import build, read
 
     setup_logging(quiet, json_out)
     config = build(CertifyConfig, read(options, Surface.CLI))  # light: a bad reference is refused in < 1 s
     from robustbench_filters.api.evaluate import certify
 
-    out_dir = Path(out) if out else Path("runs") / f"certify-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S-%f')}"
     with progress_bar(quiet or json_out) as hook:
-        result = certify(config=config, out=out_dir, resume=resume, overwrite=overwrite, progress=hook)
-    if not is_primary():
-        return
-    if json_out:
-        print_json({"out": str(result.out), **result.summary})
-    else:
-        render_certificates(result.summary)
-        console().print(f"run folder: {result.out}", markup=False, style="dim")
-    exit_for_checks(result.summary, allow_failed_checks)
+        result = certify(config=config, out=run_folder(out, "certify"), resume=resume, overwrite=overwrite,
+                         progress=hook)  # fmt: skip
+    show_run(result.summary, {"out": str(result.out)}, render_certificates, json_out, allow_failed_checks)
 
 
-def render_certificates(summary: dict) -> None:
+def render_certificates(summary: Summary) -> None:
     """Certified accuracy % [95% CI] per model and sigma at each radius, the abstention rate, then the checks."""
-    models = summary["models"]
+    assert isinstance(summary, CertifySummary)
+    models = summary.models
     first = next(iter(models.values()))
-    radii = [r["radius"] for r in next(iter(first.values()))["certified"]]
+    radii = [r.radius for r in next(iter(first.values())).certified]
     table = Table(
-        title=f"certified accuracy % [95% Clopper-Pearson CI] of the smoothed classifiers on {summary['n_examples']} {summary['data']} "
-        f"test examples (L2; n0={summary['n0']}, n={summary['n']}, alpha={summary['alpha']:g})"
+        title="certified accuracy % [95% Clopper-Pearson CI] of the smoothed classifiers on "
+        f"{summary.n_examples} {summary.data} test examples (L2; n0={summary.n0}, n={summary.n}, "
+        f"alpha={summary.alpha:g})"
     )
     for col in ("model", "sigma", *[f"r={r:g}" for r in radii], "abstain"):
         table.add_column(col, justify="left" if col in ("model", "sigma") else "right")
     for label, per_sigma in models.items():
         for s, entry in per_sigma.items():
-            cells = [f"{100 * c['certified_acc']:.1f} [{100 * c['ci_low']:.1f}, {100 * c['ci_high']:.1f}]"
-                     for c in entry["certified"]]  # fmt: skip
-            table.add_row(label, s, *cells, f"{100 * entry['abstain_rate']:.1f}%")
+            cells = [f"{100 * c.certified_acc:.1f} [{100 * c.ci_low:.1f}, {100 * c.ci_high:.1f}]"
+                     for c in entry.certified]  # fmt: skip
+            table.add_row(label, s, *cells, f"{100 * entry.abstain_rate:.1f}%")
     console().print(table)
-    top = ", ".join(f"sigma {s}: {r:.3g}" for s, r in summary["max_certifiable_radius"].items())
+    top = ", ".join(f"sigma {s}: {r:.3g}" for s, r in summary.max_certifiable_radius.items())
     console().print(f"largest certifiable radius at this n and alpha: {top}", markup=False, style="dim")
-    render_checks(summary["checks"], summary["checks_summary"])
+    render_checks(summary.checks, summary.checks_summary)
 
 
 def register(app: typer.Typer) -> None:

@@ -25,7 +25,7 @@ from robustbench_filters.core.parsing import parse_number
 if TYPE_CHECKING:
     from robustbench_filters.gating.outcome import GateResult, PlannedCheck
 
-from ._common import JsonOpt, QuietOpt, console, print_json, progress_bar, setup_logging
+from ._common import JsonOpt, QuietOpt, ThreadsOpt, console, print_json, progress_bar, setup_logging, setup_threads
 
 STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red"}
 
@@ -122,8 +122,8 @@ def supervise(argv: list[str]) -> int:
         return code
     if not isinstance(result, dict) or result.get("nonce") != nonce or result.get("exit_code") != code:
         return _gate_error(
-            f"the gate ended (exit {code}) before it evaluated its checks (a model's code may have ended the "
-            "process); nothing was checked, so the gate fails: run it again and read the first error.",
+            f"the gate ended (exit {code}) before it evaluated its checks, by the error above or by a model's code "
+            "ending the process; nothing was checked, so the gate fails: fix that cause and run it again.",
             2,
             json_mode,
         )
@@ -214,11 +214,13 @@ def check_cmd(
     ] = False,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
+    threads: ThreadsOpt = None,
 ) -> None:
     """Gate on robustness: fail (exit 1) when a metric misses its threshold or is significantly worse than a baseline.
 
     Usage: robfilt check --spec robustness.toml, or robfilt check --run RUN_DIR --baseline FILE.
     """
+    setup_threads(threads)  # first: before anything imports torch
     from robustbench_filters.gating.run import run_gate
 
     setup_logging(quiet, json_out)

@@ -11,6 +11,9 @@ from rich.table import Table
 from robustbench_filters.configs import LipschitzConfig
 from robustbench_filters.core.surface import Surface
 from robustbench_filters.stats.vacuity import SHORT, label
+from robustbench_filters.summaries import LipschitzSummary, Summary
+from robustbench_filters.summaries.lipschitz import GapMedian, LipschitzLayer, LipschitzModel
+from robustbench_filters.summaries.record import present
 
 from ._common import (
     AllowFailedOpt,
@@ -18,12 +21,12 @@ from ._common import (
     OverwriteOpt,
     QuietOpt,
     ResumeOpt,
+    ThreadsOpt,
     console,
-    exit_for_checks,
-    is_primary,
-    print_json,
     progress_bar,
     setup_logging,
+    setup_threads,
+    show_run,
 )
 from ._options import OUTPUT_PANEL, config_options
 from ._render import render_checks
@@ -35,11 +38,11 @@ def _sci(value: float | None) -> str:
     return f"{value:.3g}" if 1e-3 <= abs(value) < 1e4 else f"{value:.2e}"
 
 
-def _with_ci(entry: dict) -> str:
+def _with_ci(entry: LipschitzModel | LipschitzLayer) -> str:
     """'12.3 [11.9, 12.8]': the mean lower bound and its 95% t-interval across examples (just the mean for one)."""
-    lo, hi = entry.get("lower_mean_lo"), entry.get("lower_mean_hi")
+    lo, hi = present(entry.lower_mean_lo), present(entry.lower_mean_hi)
     ci = f" [{_sci(lo)}, {_sci(hi)}]" if lo is not None and hi is not None else ""
-    return _sci(entry["lower_mean"]) + ci
+    return _sci(entry.lower_mean) + ci
 
 
 @config_options(LipschitzConfig, required=("models",))
@@ -55,12 +58,14 @@ def lipschitz(
     allow_failed_checks: AllowFailedOpt = False,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
+    threads: ThreadsOpt = None,
     **options: Any,
 ) -> None:
     """Lower bound (mean, max), certified upper bound and their ratio, per model.
 
     Inputs are [0, 1] pixels for image models and token embeddings for LMs (output: last-position logits).
     """
+    setup_threads(threads)  # first: before anything imports torch
     from robustbench_filters.configs import build, read
 
     setup_logging(quiet, json_out)
@@ -69,30 +74,26 @@ def lipschitz(
 
     with progress_bar(quiet or json_out) as hook:
         result = estimate_lipschitz(config=config, out=out, resume=resume, overwrite=overwrite, progress=hook)
-    if not is_primary():  # under torchrun, rank 0 alone prints the merged result
-        return
-    if json_out:
-        print_json({"path": str(result.path) if result.path else None, **result.summary})
-        exit_for_checks(result.summary, allow_failed_checks)
-        return
-    setting = f"{config.method}, l2, rho={config.rho:g}"
-    render_lipschitz_summary(result.summary, setting, config.per_layer, config.gap)
-    render_checks(result.summary["checks"], result.summary["checks_summary"])
-    if result.path is not None:
-        console().print(f"run folder: {result.path}", markup=False)
-    exit_for_checks(result.summary, allow_failed_checks)
+
+    def render(summary: Summary) -> None:
+        assert isinstance(summary, LipschitzSummary)
+        render_lipschitz_summary(summary, f"{config.method}, l2, rho={config.rho:g}", config.per_layer, config.gap)
+        render_checks(summary.checks, summary.checks_summary)
+
+    where = {"path": str(result.path) if result.path else None}
+    show_run(result.summary, where, render, json_out, allow_failed_checks)
 
 
 def _caption(vacuous: bool) -> str | None:
     return SHORT if vacuous else None
 
 
-def render_lipschitz_summary(summary: dict, setting: str, per_layer: bool, gap: bool) -> None:
+def render_lipschitz_summary(summary: LipschitzSummary, setting: str, per_layer: bool, gap: bool) -> None:
     """Per model (and per block with ``per_layer``): the mean lower bound with its 95% interval across examples,
     the max lower bound, the certified local and global bounds (labelled when vacuous, never a bare number); then
     the gap table with ``gap``."""
-    models = summary["models"]
-    flags = [s.get(k) for s in models.values() for k in ("local_upper_vacuous", "global_upper_vacuous")]
+    models = summary.models
+    flags = [present(s.local_upper_vacuous) or present(s.global_upper_vacuous) for s in models.values()]
     table = Table(title=f"Lipschitz bounds ({setting})", caption=_caption(any(flags)))
     cols = (
         "model",
@@ -108,18 +109,18 @@ def render_lipschitz_summary(summary: dict, setting: str, per_layer: bool, gap: 
     for name, s in models.items():
         table.add_row(
             name,
-            str(s["n_examples"]),
+            str(s.n_examples),
             _with_ci(s),
-            _sci(s["lower_max"]),
-            label(_sci(s["local_upper_median"]), s.get("local_upper_vacuous")),
-            label(_sci(s["global_upper"]), s.get("global_upper_vacuous")),
-            _sci(s["ratio_upper_lower"]),
+            _sci(s.lower_max),
+            label(_sci(s.local_upper_median), present(s.local_upper_vacuous)),
+            label(_sci(s.global_upper), present(s.global_upper_vacuous)),
+            _sci(s.ratio_upper_lower),
         )
     out_console = console()
     out_console.print(table)
     if per_layer:
-        rows = [(name, row) for name, s in models.items() for row in s["layers"]]
-        vac = any(row.get(k) for _, row in rows for k in ("local_upper_vacuous", "global_upper_vacuous"))
+        rows = [(name, row) for name, s in models.items() for row in s.layers]
+        vac = any(present(row.local_upper_vacuous) or present(row.global_upper_vacuous) for _, row in rows)
         layers = Table(title="per block: empirical gain at the hidden states vs certified block constant",
                        caption=_caption(vac))  # fmt: skip
         for col in (
@@ -134,20 +135,20 @@ def render_lipschitz_summary(summary: dict, setting: str, per_layer: bool, gap: 
         for name, row in rows:
             layers.add_row(
                 name,
-                row["layer"],
+                row.layer,
                 _with_ci(row),
-                _sci(row["lower_max"]),
-                label(_sci(row["local_upper_median"]), row.get("local_upper_vacuous")),
-                label(_sci(row["global_upper"]), row.get("global_upper_vacuous")),
+                _sci(row.lower_max),
+                label(_sci(row.local_upper_median), present(row.local_upper_vacuous)),
+                label(_sci(row.global_upper), present(row.global_upper_vacuous)),
             )
         out_console.print(layers)
     if gap:
-        _gap_table(summary.get("gap_log10_median") or [])
+        _gap_table(present(summary.gap_log10_median, []))
 
 
-def _gap_table(records: list[dict]) -> None:
+def _gap_table(records: list[GapMedian]) -> None:
     """log10 medians: how much is lost to loose layer bounds and how much to composing them."""
-    vac = any(r.get("local_upper_vacuous") or r.get("global_upper_vacuous") for r in records)
+    vac = any(present(r.local_upper_vacuous) or present(r.global_upper_vacuous) for r in records)
     table = Table(title="where the certified bounds lose (log10, median over examples)",
                   caption="vacuous = more than 6 decades (1e6 x) above the empirical value" if vac else None)  # fmt: skip
     cols = ("model", "layer", "rho", "empirical", "layerwise (not certified)", "certified local", "certified global")
@@ -155,10 +156,10 @@ def _gap_table(records: list[dict]) -> None:
     for col in cols:
         table.add_column(col, justify="left" if col in ("model", "layer") else "right")
     for r in records:
-        vals = [f"{r[k]:.2f}" if r.get(k) is not None else "-" for k in keys]
-        vals[2] = label(vals[2], r.get("local_upper_vacuous"), "log")
-        vals[3] = label(vals[3], r.get("global_upper_vacuous"), "log")
-        table.add_row(r["model"], r["layer"], f"{r['rho']:g}", *vals)
+        vals = [f"{v:.2f}" if v is not None else "-" for v in (getattr(r, k) for k in keys)]
+        vals[2] = label(vals[2], present(r.local_upper_vacuous), "log")
+        vals[3] = label(vals[3], present(r.global_upper_vacuous), "log")
+        table.add_row(r.model, r.layer, f"{r.rho:g}", *vals)
     console().print(table)
 
 

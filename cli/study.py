@@ -7,7 +7,17 @@ from typing import Annotated
 
 import typer
 
-from ._common import JsonOpt, QuietOpt, console, distinct_paths, print_json, progress_bar, setup_logging
+from ._common import (
+    JsonOpt,
+    QuietOpt,
+    ThreadsOpt,
+    console,
+    distinct_paths,
+    print_json,
+    progress_bar,
+    setup_logging,
+    setup_threads,
+)
 
 
 def study_cmd(
@@ -39,9 +49,11 @@ def study_cmd(
     figures: Annotated[bool, typer.Option("--figures/--no-figures", help="Draw the reporter's figures.")] = True,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
+    threads: ThreadsOpt = None,
 ) -> None:
     """Train the 4 DeiT and 4 LM variants over several seeds (or reuse matching checkpoints), measure robustness,
     Lipschitz bounds and sequence-length growth, and write a README with a verdict per claim of the paper."""
+    setup_threads(threads)  # first: before anything imports torch
     from robustbench_filters.core.errors import RobfiltError
     from robustbench_filters.study import full_plan, quick_plan, run_study, write_up
 

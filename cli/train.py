@@ -9,24 +9,42 @@ from typing import Annotated, Any
 import typer
 
 from robustbench_filters.configs import RunConfig
-from robustbench_filters.train.recipe import DEFAULT_RECIPES, Recipe
 from robustbench_filters.core.surface import Surface
+from robustbench_filters.train.recipe import DEFAULT_RECIPES, FINETUNE_FIELDS, HF_RECIPE, Recipe
 
-from ._common import JsonOpt, OverwriteOpt, QuietOpt, ResumeOpt, console, print_json, progress_bar, setup_logging
+from ._common import (
+    JsonOpt,
+    OverwriteOpt,
+    QuietOpt,
+    ResumeOpt,
+    ThreadsOpt,
+    console,
+    print_json,
+    progress_bar,
+    setup_logging,
+    setup_threads,
+)
 from ._options import OUTPUT_PANEL, config_options
 
 
 def _family_defaults() -> dict[str, str]:
-    """The recipe defaults as the help shows them: one value, or the image and LM values where they differ."""
+    """The recipe defaults as the help shows them: one value, or each recipe's where they differ (images, robfilt's
+    LMs trained from scratch, hf: fine-tuning; each is the recipe that command actually uses)."""
     image, lm = (DEFAULT_RECIPES[f] for f in DEFAULT_RECIPES)
     shown = {}
     for name in Recipe.__dataclass_fields__:
-        a, b = getattr(image, name), getattr(lm, name)
-        if a == b:
-            shown[name] = "none" if a is None else str(a)
+        values = [("images", getattr(image, name)), ("LMs", getattr(lm, name))]
+        if name in FINETUNE_FIELDS:
+            values.append(("hf: fine-tuning", getattr(HF_RECIPE, name)))
+        if len({repr(v) for _, v in values}) == 1:
+            shown[name] = _shown(values[0][1])
         else:
-            shown[name] = f"{'none' if a is None else a} for images, {'none' if b is None else b} for LMs"
+            shown[name] = ", ".join(f"{_shown(v)} for {who}" for who, v in values)
     return shown
+
+
+def _shown(value: Any) -> str:
+    return "none" if value is None else str(value)
 
 
 @config_options(Recipe, shown_defaults=_family_defaults())
@@ -46,14 +64,17 @@ def train_cmd(
     overwrite: OverwriteOpt = False,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
+    threads: ThreadsOpt = None,
     **options: Any,
 ) -> None:  # fmt: skip
     """Train a model on bundled (or your) data and write a safetensors checkpoint with its card."""
+    setup_threads(threads)  # first: before anything imports torch
     from robustbench_filters.configs import read
+    from robustbench_filters.core.seeds import check_seed
 
     setup_logging(quiet, json_out)
     given = read(options, Surface.CLI)
-    size, data, seed = given.pop("size", None), given.pop("data", None), given.pop("seed", 0)
+    size, data, seed = given.pop("size", None), given.pop("data", None), check_seed(given.pop("seed", 0))
     command = "robfilt " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     if model.strip().startswith("hf:") or "=hf:" in model:
         result = _train_hf(model, data, given, seed, out, resume, overwrite, command, quiet or json_out)
@@ -97,9 +118,9 @@ def _train_hf(
     import dataclasses
 
     from robustbench_filters.core.errors import RobfiltError
-    from robustbench_filters.models.ref import ModelKind, parse_model_ref
     from robustbench_filters.core.surface import flag
-    from robustbench_filters.train.hf import HF_RECIPE, train_hf
+    from robustbench_filters.models.ref import ModelKind, parse_model_ref
+    from robustbench_filters.train.hf import train_hf
 
     if "epochs" in given:
         raise RobfiltError(f"fine-tuning is step-based; pass {flag('steps')} instead of {flag('epochs')}.")
@@ -132,7 +153,23 @@ def _report(result: Any, json_out: bool) -> None:
     else:
         size = f" ({result.size})" if result.size else ""
         console().print(f"trained {result.name}{size} in {result.wall_time_s:.0f}s -> {result.out}", markup=False)
-        console().print(f"metrics: {result.metrics}", markup=False)
+        console().print(_metrics_table(result.metrics))
+        for name, value in result.metrics.items():
+            if isinstance(value, str) and " " in value:  # a sentence (how the metrics were computed)
+                console().print(f"{name}: {value}", markup=False, style="dim")
+
+
+def _metrics_table(metrics: dict[str, Any]) -> Any:
+    """The card's metrics, one per row (numbers to 4 significant digits)."""
+    from rich.table import Table
+
+    table = Table(title="metrics (card.json)", title_justify="left")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for name, value in metrics.items():
+        if not (isinstance(value, str) and " " in value):
+            table.add_row(name, f"{value:.4g}" if isinstance(value, float) else str(value))
+    return table
 
 
 def register(app: typer.Typer) -> None:

@@ -12,8 +12,8 @@ import importlib
 import logging
 from typing import Any
 
-from .models.timm_hook import install as _register_with_timm
 from .core.versions import __version__
+from .models.timm_hook import install as _register_with_timm
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
 _register_with_timm()  # the BSA/GRC DeiTs join timm's registry as soon as timm is imported (see timm_hook)
@@ -22,26 +22,25 @@ _LAZY: dict[str, str] = {
     "create_model": ".models",
     "list_models": ".models",
     "load_checkpoint": ".models",
-    "load_model": ".loading",
+    "load_model": ".models.loading",
     "save_checkpoint": ".models",
-    "evaluate": ".api",
-    "attack": ".attacks.direct",
+    "evaluate": ".api.evaluate",
+    "attack": ".api.attack",
     "load_adversarial": ".runs.folder",
-    "benchmark": ".benchmarking",
-    "BenchmarkResult": ".benchmarking",
-    "LMBenchmarkResult": ".benchmarking",
-    "evaluate_perplexity": ".hf.perplexity",
-    "estimate_lipschitz": ".api",
-    "certify": ".api",
+    "benchmark": ".api.benchmark",
+    "BenchmarkResult": ".api.benchmark",
+    "LMBenchmarkResult": ".api.benchmark",
+    "evaluate_perplexity": ".models.hf.perplexity",
+    "estimate_lipschitz": ".api.evaluate",
+    "certify": ".api.evaluate",
     "CertifyConfig": ".configs",
-    "EvalResult": ".api",
-    "RunResult": ".api",
-    "LipschitzResult": ".api",
+    "RunResult": ".api.evaluate",
+    "LipschitzResult": ".api.evaluate",
     "ImageAttackConfig": ".configs",
     "LMAttackConfig": ".configs",
     "CorruptionConfig": ".configs",
     "LipschitzConfig": ".configs",
-    "Family": ".family",
+    "Family": ".core.family",
 }
 
 

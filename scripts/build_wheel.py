@@ -1,5 +1,6 @@
-"""Build the wheel without leaving files in the source tree: copy the tracked files to a temporary folder, build
-there (setuptools writes build/ and *.egg-info next to what it builds), and keep only the wheel.
+"""Build the wheel of the working tree as a clone would hold it: copy the tracked files to a temporary folder, build
+there with pip (the build backend, build_backend/robfilt_build.py, leaves nothing in that copy either), and keep
+only the wheel.
 
     python scripts/build_wheel.py --out dist       # what `make wheel` runs
 """
@@ -17,25 +18,39 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def tracked_files(root: Path) -> list[str]:
-    """The files git tracks, as they are in the working tree (uncommitted edits included)."""
-    done = subprocess.run(["git", "ls-files", "-z"], cwd=root, capture_output=True, check=True)
+    """The files a clone would hold: those git tracks or would track (not ignored), as they are in the working
+    tree (uncommitted edits and new files included)."""
+    done = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=root,
+        capture_output=True,
+        check=True,
+    )
     return [f for f in done.stdout.decode().split("\0") if f and (root / f).is_file()]
+
+
+def copy_tree(root: Path, dest: Path) -> Path:
+    """Copy the files of :func:`tracked_files` from ``root`` into ``dest`` (a clone's tree, without .git)."""
+    for name in tracked_files(root):
+        (dest / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(root / name, dest / name)
+    return dest
+
+
+def pip_wheel(src: Path, out: Path) -> Path:
+    """``pip wheel SRC`` (what a user runs in a clone) into ``out``; returns the wheel."""
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "--wheel-dir", str(out), str(src)], check=True
+    )
+    (wheel,) = out.glob("robustbench_filters-*.whl")
+    return wheel
 
 
 def build_wheel(out: Path, root: Path = ROOT) -> Path:
     """Build the wheel of ``root`` into ``out``; returns its path. The source tree is left as it was."""
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="robfilt-wheel-") as tmp:
-        src = Path(tmp) / "src"
-        for name in tracked_files(root):
-            (src / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(root / name, src / name)
-        built = Path(tmp) / "dist"
-        subprocess.run(
-            [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "--wheel-dir", str(built), str(src)],
-            check=True,
-        )
-        (wheel,) = built.glob("robustbench_filters-*.whl")
+        wheel = pip_wheel(copy_tree(root, Path(tmp) / "src"), Path(tmp) / "dist")
         target = out / wheel.name
         shutil.copy2(wheel, target)
     return target

@@ -19,8 +19,14 @@ import typer
 
 from robustbench_filters.core.errors import RobfiltError
 from robustbench_filters.models.checkpoint import CARD
-from robustbench_filters.smoothing.certify import DEFAULT_ALPHA, DEFAULT_BATCH, DEFAULT_N, DEFAULT_N0
-from robustbench_filters.smoothing.zoo import CARD_N_EXAMPLES, CARD_RADII, certify_checkpoint, zoo_noise_folder
+from robustbench_filters.smoothing.zoo import (
+    CARD_BATCH_SIZE,
+    CARD_N_EXAMPLES,
+    CARD_RADII,
+    CARD_SAMPLING,
+    certify_checkpoint,
+    zoo_noise_folder,
+)
 
 
 def main(
@@ -29,11 +35,14 @@ def main(
     ] = "deit,deit-bsa,deit-grc,deit-bsa-grc",
     noise_sigma: Annotated[float, typer.Option("--noise-sigma", help="Which noise-trained zoo.")] = 0.25,
     n_examples: Annotated[int, typer.Option("--n-examples")] = CARD_N_EXAMPLES,
-    n0: Annotated[int, typer.Option("--n0")] = DEFAULT_N0,
-    n: Annotated[int, typer.Option("--n")] = DEFAULT_N,
-    alpha: Annotated[float, typer.Option("--alpha")] = DEFAULT_ALPHA,
-    batch_size: Annotated[int, typer.Option("--batch-size")] = DEFAULT_BATCH,
-    seed: Annotated[int, typer.Option("--seed")] = 0,
+    n0: Annotated[int, typer.Option("--n0")] = CARD_SAMPLING.n0,
+    n: Annotated[int, typer.Option("--n")] = CARD_SAMPLING.n,
+    alpha: Annotated[float, typer.Option("--alpha")] = CARD_SAMPLING.alpha,
+    batch_size: Annotated[int, typer.Option("--batch-size", help="Examples per unit of the run.")] = CARD_BATCH_SIZE,
+    noise_batch: Annotated[
+        int, typer.Option("--noise-batch", help="Noise samples per forward pass.")
+    ] = CARD_SAMPLING.batch,
+    seed: Annotated[int, typer.Option("--seed")] = CARD_SAMPLING.seed,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the block, do not write the cards.")] = False,
 ) -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
@@ -43,7 +52,8 @@ def main(
             raise typer.BadParameter(f"{folder} has no {CARD}; train it first (see docs/models.md, The zoo).")
         try:
             block = certify_checkpoint(
-                folder, n_examples=n_examples, n0=n0, n=n, alpha=alpha, batch_size=batch_size, seed=seed,
+                folder, n_examples=n_examples, batch_size=batch_size,
+                sampling=CARD_SAMPLING.replace(n0=n0, n=n, alpha=alpha, batch=noise_batch, seed=seed),
                 radii=CARD_RADII, write=not dry_run,
             )  # fmt: skip
         except RobfiltError as exc:

@@ -22,8 +22,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from robustbench_filters.data import load_images
 from robustbench_filters.core.io import atomic_write_text
+from robustbench_filters.data import load_images
 from robustbench_filters.lipschitz import make_target, trace_bounds
 from robustbench_filters.lipschitz.research import LocalOptions, gap_rows, gap_summary, local_bounds
 from robustbench_filters.models import create_model

@@ -160,7 +160,7 @@ def main(
     steps: Annotated[
         int | None, typer.Option("--steps", help="Steps of every vision attack (default: each attack's own).")
     ] = None,
-    lm_examples: Annotated[int, typer.Option("--lm-examples", help="Text windows for the LM sweep.")] = 200,
+    lm_examples: Annotated[int, typer.Option("--lm-examples", help="Test documents for the LM sweep.")] = 200,
     lipschitz_examples: Annotated[int, typer.Option("--lipschitz-examples", help="Examples per model.")] = 32,
     device: Annotated[str, typer.Option("--device", help="cpu or cuda.")] = "cpu",
     reuse: Annotated[bool, typer.Option("--reuse", help="Reuse finished run folders instead of re-running.")] = False,

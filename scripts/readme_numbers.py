@@ -17,7 +17,9 @@ Blocks and their sources:
 - ``gate-plan``: what each check of this repository's gate can detect, from ``robustness.toml`` and its baseline
   (docs/gate.md);
 - ``gate-mde``: the smallest accuracy drop each gate mode detects, per n, from ``scripts/gate_mde_table.py``
-  (docs/gate.md).
+  (docs/gate.md);
+- ``hf-variants``: BSA/GRC conversions of a GPT-2 vs the plain one fine-tuned by the same recipe, from
+  ``reports/hf/variants.json`` (``scripts/hf_variants.py`` runs docs/hf-models.md's block; docs/hf-models.md).
 
 ``python scripts/readme_numbers.py`` rewrites the blocks; ``--check`` only says which are stale (exit 1).
 tests/test_docs_numbers.py fails when a committed block differs from what this script writes, so after
@@ -32,6 +34,7 @@ import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 BLOCK = re.compile(r"(<!-- robfilt:begin (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- robfilt:end (?P=name) -->)", re.S)
@@ -142,6 +145,9 @@ def zoo(root: Path) -> str:
             n = f"{m['test_n']} images"
         elif "test_acc" in m:
             metric, n = f"{100 * m['test_acc']:.1f}% accuracy", f"{m['test_n']} images"
+        elif "test_documents" in m:  # whole documents in rolling windows (robfilt attack's clean rows give the same)
+            metric = f"{m['test_ppl']:.2f} perplexity per character"
+            n = f"{m['test_documents']} documents, {m['test_tokens']} characters"
         else:
             metric, n = f"{m['test_ppl']:.2f} perplexity per character", f"{m['test_tokens']} characters"
         lines.append(f"| `{name}` | {metric} | {n} | {minutes:.1f} min |")
@@ -208,8 +214,8 @@ def bench_gpu(root: Path) -> str:
 # --- the gate -------------------------------------------------------------------------------------------------
 def gate_plan(root: Path) -> str:
     """What each check of the repository's gate detects (80% power), as ``robfilt check`` prints it before its runs."""
-    from robustbench_filters.gating.run import plan_gate
     from robustbench_filters.gating.baseline import read_baseline
+    from robustbench_filters.gating.run import plan_gate
     from robustbench_filters.gating.spec import load_spec
 
     spec = load_spec(root / "robustness.toml")
@@ -237,7 +243,44 @@ def gate_mde(root: Path) -> str:
     return module.table(0.5, [64, 128, 256, 500, 1000], [0.1, 0.2], 0.05) + "\n"
 
 
+# --- Hugging Face variants ------------------------------------------------------------------------------------
+def _ppl(entry: Any, clean: float | None = None) -> str:
+    cell = f"{entry.ppl:.2f} [{entry.ppl_lo:.2f}, {entry.ppl_hi:.2f}]"
+    return cell + (f" x{entry.ppl / clean:.3f}" if clean else "")
+
+
+def hf_variants(root: Path) -> str:
+    """The fine-tuned GPT-2 variants vs the plain one fine-tuned alike, from ``reports/hf/variants.json`` (the
+    summary of docs/hf-models.md's comparison, run as written by ``scripts/hf_variants.py``)."""
+    from robustbench_filters.summaries.kinds import read_summary
+
+    path = root / "reports" / "hf" / "variants.json"
+    s = read_summary(json.loads(path.read_text()), "attack", "lm", str(path.relative_to(root)))
+    pgd, rate = max(s.eps), max(s.rates)
+    lines = [
+        f"| model ({s.n_examples} test documents) | clean token perplexity [95% CI] | PGD eps {pgd:g} (x clean) "
+        f"| word swap rate {rate:g} (x clean) | clean word perplexity | passes per document (PGD) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for label, m in s.models.items():
+        clean = m.clean
+        at = {(r.attack, r.eps): r for r in m.results}
+        lines.append(
+            f"| `{label}` | {_ppl(clean)} | {_ppl(at[('pgd', pgd)], clean.ppl)} | "
+            f"{_ppl(at[('wordswap', rate)], clean.ppl)} | {clean.word_perplexity:.4g} | "
+            f"{m.cost['pgd']['per_example']:.0f} |"
+        )
+    counts = s.checks_summary
+    lines += [
+        "",
+        f"Embedding PGD: {s.steps} steps, {s.norm}, eps relative to each model's mean embedding norm; "
+        f"sanity checks: {counts.passes} pass, {counts.warn} warn, {counts.fail} fail.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
 GENERATORS: dict[str, Callable[[Path], str]] = {
+    "hf-variants": hf_variants,
     "verdicts": verdicts,
     "verdicts-all": verdicts_all,
     "zoo": zoo,

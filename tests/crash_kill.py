@@ -164,6 +164,6 @@ def assert_same_run(reference: Path, other: Path) -> None:
     pd.testing.assert_frame_equal(a.rows, b.rows, check_exact=True)
     assert a.manifest["parts"] == b.manifest["parts"]  # every unit's bytes, not just the merge
     # through JSON text so NaN equals NaN (it is never == itself in a dict comparison)
-    assert json.dumps(stable(a.summary), sort_keys=True, indent=1) == json.dumps(
-        stable(b.summary), sort_keys=True, indent=1
+    assert json.dumps(stable(a.summary.to_dict()), sort_keys=True, indent=1) == json.dumps(
+        stable(b.summary.to_dict()), sort_keys=True, indent=1
     )

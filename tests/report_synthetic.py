@@ -14,6 +14,7 @@ import pandas as pd
 from run_summaries import summary_for
 
 from robustbench_filters.runs.folder import RunWriter
+from robustbench_filters.summaries import SeqlenSummary
 
 DEIT = ["deit", "deit-bsa", "deit-grc", "deit-bsa-grc"]
 LMS = ["lm", "lm-bsa", "lm-grc", "lm-bsa-grc"]
@@ -28,7 +29,7 @@ def synthetic_seqlen_run(out: Path, study: pd.DataFrame) -> Path:
     ns = sorted(int(n) for n in study["n"].unique())
     with RunWriter(out, "seqlen", {"study": "sequence_length", "ns": ns}, seed=0, overwrite=True) as writer:
         writer.write_part("study", study)
-        writer.finish(study, {"kind": "seqlen", "n_values": ns})
+        writer.finish(study, SeqlenSummary.build({"kind": "seqlen", "n_values": ns}))
     return Path(out)
 
 

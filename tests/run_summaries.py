@@ -14,12 +14,19 @@ from typing import Any
 
 import pandas as pd
 
-from robustbench_filters.attacks.image import summarize_rows
 from robustbench_filters.lipschitz.summary import summarize as lipschitz_summarize
 from robustbench_filters.smoothing.rows import accuracy_curve
 from robustbench_filters.smoothing.rows import summarize as certify_summarize
 from robustbench_filters.smoothing.run import _by_model, _records
+from robustbench_filters.stats.aggregates import attack_accuracies
 from robustbench_filters.stats.intervals import max_certifiable_radius
+from robustbench_filters.summaries import (
+    CertifySummary,
+    ImageAttackSummary,
+    LipschitzSummary,
+    LMAttackSummary,
+    Summary,
+)
 
 
 def checks_part(checks: Iterable[dict[str, str]] = ()) -> dict[str, Any]:
@@ -29,7 +36,12 @@ def checks_part(checks: Iterable[dict[str, str]] = ()) -> dict[str, Any]:
     return {"checks": checks, "checks_summary": {"passed": counts["fail"] == 0, **counts}}
 
 
-def image_summary(rows: pd.DataFrame, checks: Iterable[dict[str, str]] = ()) -> dict[str, Any]:
+def image_summary(rows: pd.DataFrame, checks: Iterable[dict[str, str]] = ()) -> ImageAttackSummary:
+    return ImageAttackSummary.build(image_summary_doc(rows, checks))
+
+
+def image_summary_doc(rows: pd.DataFrame, checks: Iterable[dict[str, str]] = ()) -> dict[str, Any]:
+    """The image attack summary as a document (what ``summary.json`` holds, less the writer's two keys)."""
     attacked = rows[rows["attack"] != "clean"]
     return {
         "kind": "attack",
@@ -42,68 +54,70 @@ def image_summary(rows: pd.DataFrame, checks: Iterable[dict[str, str]] = ()) -> 
         "norm": "linf",
         "steps": "each attack's default",
         "step_size": "0.15*eps",
-        "models": summarize_rows(rows),
+        "models": attack_accuracies(rows),
         **checks_part(checks),
     }
 
 
-def lm_summary(checks: Iterable[dict[str, str]] = ()) -> dict[str, Any]:
-    return {
-        "kind": "attack",
-        "family": "lm",
-        "data": "austen",
-        "n_examples": 0,
-        "seed": 0,
-        "attacks": [],
-        "eps": [],
-        "rates": [],
-        "norm": "l2",
-        "eps_mode": "relative",
-        "eps_scale": {},
-        "eps_scale_definition": "",
-        "steps": 20,
-        "step_size": "0.15*eps",
-        "seq_chars": 0,
-        "replacement": "",
-        "models": {},
-        **checks_part(checks),
-    }
+def lm_summary(checks: Iterable[dict[str, str]] = ()) -> LMAttackSummary:
+    return LMAttackSummary.build(
+        {
+            "kind": "attack",
+            "family": "lm",
+            "data": "austen",
+            "n_examples": 0,
+            "seed": 0,
+            "attacks": [],
+            "eps": [],
+            "rates": [],
+            "norm": "l2",
+            "eps_mode": "relative",
+            "eps_scale": {},
+            "eps_scale_definition": "",
+            "steps": 20,
+            "step_size": "0.15*eps",
+            "seq_chars": 0,
+            "replacement": "",
+            "models": {},
+            **checks_part(checks),
+        }
+    )
 
 
-def lipschitz_summary(rows: pd.DataFrame, checks: Iterable[dict[str, str]] = ()) -> dict[str, Any]:
-    return {**lipschitz_summarize(rows), **checks_part(checks)}
+def lipschitz_summary(rows: pd.DataFrame, checks: Iterable[dict[str, str]] = ()) -> LipschitzSummary:
+    return LipschitzSummary.build({**lipschitz_summarize(rows), **checks_part(checks)})
 
 
 def certify_summary(
     rows: pd.DataFrame, radii: Sequence[float] = (), checks: Iterable[dict[str, str]] = ()
-) -> dict[str, Any]:
+) -> CertifySummary:
     """Certified accuracy at ``radii`` when the rows carry the draws' settings (n0, n, alpha), else none."""
     certs = rows[rows["kind"] == "certificate"]
     sigmas = sorted({float(s) for s in certs["sigma"]})
     full = {"n0", "n", "alpha"} <= set(certs.columns)
     n0, n, alpha = (int(certs["n0"].iloc[0]), int(certs["n"].iloc[0]), float(certs["alpha"].iloc[0])) if full else (
         100, 1000, 0.001)  # fmt: skip
-    return {
-        "kind": "certify",
-        "family": "image",
-        "data": "fashion-mnist",
-        "n_examples": int(certs["example_id"].nunique()),
-        "seed": 0,
-        "sigmas": sigmas,
-        "n0": n0,
-        "n": n,
-        "alpha": alpha,
-        "max_certifiable_radius": {f"{s:g}": max_certifiable_radius(s, n, alpha) for s in sigmas},
-        "models": _by_model(certify_summarize(certs, radii)) if full else {},
-        "curve": _records(accuracy_curve(certs)) if full else [],
-        "empirical_l2": [],
-        **checks_part(checks),
-    }
+    return CertifySummary.build(
+        {
+            "kind": "certify",
+            "family": "image",
+            "data": "fashion-mnist",
+            "n_examples": int(certs["example_id"].nunique()),
+            "seed": 0,
+            "sigmas": sigmas,
+            "n0": n0,
+            "n": n,
+            "alpha": alpha,
+            "max_certifiable_radius": {f"{s:g}": max_certifiable_radius(s, n, alpha) for s in sigmas},
+            "models": _by_model(certify_summarize(certs, radii)) if full else {},
+            "curve": _records(accuracy_curve(certs)) if full else [],
+            "empirical_l2": [],
+            **checks_part(checks),
+        }
+    )
 
 
-def summary_for(
-    kind: str, family: str | None, rows: pd.DataFrame, checks: Iterable[dict[str, str]] = ()
-) -> dict[str, Any]:
+def summary_for(kind: str, family: str | None, rows: pd.DataFrame, checks: Iterable[dict[str, str]] = ()) -> Summary:
     """The summary of an attack (image or lm), Lipschitz or certify run of ``rows``."""
     if kind == "lipschitz":
         return lipschitz_summary(rows, checks)

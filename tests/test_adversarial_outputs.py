@@ -200,7 +200,7 @@ def test_attack_equals_what_a_run_saves(net_data) -> None:
         assert adv.shape == x.shape and (adv - x).abs().amax() <= 0.1 + 1e-6 and 0 <= adv.min() <= adv.max() <= 1
         with torch.no_grad():
             robust = (net(adv).argmax(1) == y).float().mean().item()
-        assert robust == pytest.approx(ran.summary["models"]["model0"]["robust"][0]["acc"])
+        assert robust == pytest.approx(ran.summary.models["model0"].robust[0].acc)
     rng = torch.get_rng_state()
     assert torch.equal(rf.attack(net, x, y, attack="pgd", eps=0.1, steps=3, batch_size=BATCH, seed=2), adv)
     assert torch.equal(rf.attack(net, x, y, eps=0), x)
@@ -234,17 +234,22 @@ def test_a_failed_check_raises_unless_checks_are_off(net_data) -> None:
 BAD = [
     ({"model": "deit"}, "model must be a torch nn.Module"),
     ({"model": nn.Linear}, "the class Linear; pass an instance"),
-    ({"x": [[0.5]]}, "x must be a torch tensor"),
-    ({"x": torch.zeros(N, 3, 8, 8, dtype=torch.uint8)}, "x must be a float tensor"),
+    ({"x": [[0.5]]}, "images x must be (N, C, H, W)"),
+    ({"x": object()}, "images x cannot be read as an array"),
+    ({"x": torch.zeros(N, 3, 8, 8, dtype=torch.int32)}, "images x have dtype torch.int32"),
     ({"x": torch.full((N, 3, 8, 8), 2.0)}, "not [0, 1]"),
+    ({"x": torch.full((N, 3, 8, 8), 255.0)}, "0-255 floats? divide by 255"),
     ({"x": torch.full((N, 3, 8, 8), float("nan"))}, "NaN or inf"),
-    ({"x": torch.zeros(0, 3, 8, 8)}, "non-empty batch"),
-    ({"y": [0] * N}, "y must be a torch tensor"),
-    ({"y": torch.zeros(N)}, "integer class indices"),
-    ({"y": torch.zeros(N - 1, dtype=torch.long)}, f"shape ({N},) for x's {N} images"),
-    ({"y": torch.full((N,), CLASSES)}, f"y holds class {CLASSES} but the model returns {CLASSES} logits"),
+    ({"x": torch.zeros(0, 3, 8, 8)}, "images x hold no images"),
+    ({"x": torch.zeros(N, 5, 8, 8)}, "images x has 5 channels"),
+    ({"x": torch.zeros(N, 3, 8, 8, device="meta")}, "images x are on the meta device"),
+    ({"y": "abc"}, "labels y"),
+    ({"y": torch.zeros(N) + 0.5}, "labels y contain 0.5, which is not a whole number"),
+    ({"y": torch.zeros(N - 1, dtype=torch.long)}, f"labels y must be a 1-D sequence of {N} class indices"),
+    ({"y": torch.full((N,), CLASSES)}, f"include {CLASSES}, but model model0 returns {CLASSES} classes"),
+    ({"eps": None}, "has no default eps grid"),
     ({"eps": -0.1}, "eps -0.1 is negative"),
-    ({"eps": [0.1, 0.2]}, "eps must be one number"),
+    ({"eps": [0.1, 0.2]}, "attack takes one eps, got 2"),
     ({"eps": 8}, "did you mean 8/255"),
     ({"attack": "pgdd"}, "unknown attack 'pgdd'"),
     ({"attack": ["pgd", "fgsm"]}, "attack takes one attack name"),
@@ -252,6 +257,7 @@ BAD = [
     ({"steps": 0}, "steps must be positive"),
     ({"batch_size": 0}, "batch_size must be positive"),
     ({"seed": 1.5}, "seed must be an integer"),
+    ({"n_examples": 3}, "attack() sets n_examples itself"),
 ]
 
 

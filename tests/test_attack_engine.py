@@ -14,8 +14,8 @@ from torch import nn
 from robustbench_filters.api.evaluate import evaluate
 from robustbench_filters.attacks import ATTACKS
 from robustbench_filters.cli import run
-from robustbench_filters.data import load_images
 from robustbench_filters.core.family import Family
+from robustbench_filters.data import load_images
 
 
 class TinyNet(nn.Module):
@@ -105,9 +105,9 @@ def test_adversarial_found_at_small_eps_counts_at_larger_eps(tiny_net):
 
 def test_summary_has_intervals_and_checks(tiny_net):
     result = evaluate([tiny_net], ["fgsm", "pgd"], [0.02, 0.05], n_examples=32, seed=0, steps=20)
-    model = next(iter(result.summary["models"].values()))
-    assert 0 <= model["clean"]["lo"] <= model["clean"]["acc"] <= model["clean"]["hi"] <= 1
-    names = {c["name"] for c in result.summary["checks"]}
+    model = next(iter(result.summary.models.values()))
+    assert 0 <= model.clean.lo <= model.clean.acc <= model.clean.hi <= 1
+    names = {c.name for c in result.summary.checks}
     assert {
         "eps=0 equals clean",
         "accuracy non-increasing in eps",
@@ -116,7 +116,7 @@ def test_summary_has_intervals_and_checks(tiny_net):
         "finite, non-zero gradients",
         "eval mode, deterministic",
     } <= names
-    assert result.summary["checks_summary"]["passed"]
+    assert result.summary.checks_summary.passed
 
 
 def test_pgd_weaker_than_fgsm_is_reported_as_failing(tiny_net):
@@ -127,13 +127,13 @@ def test_pgd_weaker_than_fgsm_is_reported_as_failing(tiny_net):
 
 
 def _status(result, name):
-    return [c["status"] for c in result.summary["checks"] if c["name"] == name]
+    return [c.status for c in result.summary.checks if c.name == name]
 
 
 def test_checks_flag_quantisation_masking(tiny_net):
     result = evaluate([RoundedNet(tiny_net)], ["pgd"], [0.05], n_examples=32, seed=0, steps=5)
     assert _status(result, "finite, non-zero gradients") == ["fail"]
-    assert not result.summary["checks_summary"]["passed"]
+    assert not result.summary.checks_summary.passed
 
 
 def test_checks_flag_softmax_output(tiny_net):
@@ -149,7 +149,7 @@ def test_check_masking_flags_quantised_model(tiny_net):
 def test_check_masking_passes_on_healthy_model(tiny_net):
     result = evaluate([tiny_net], ["pgd"], [0.02, 0.05], n_examples=32, seed=0, steps=20, check_masking=True)
     for name in ("large eps reaches chance", "5x steps not weaker", "white-box beats black-box"):
-        assert _status(result, name) == ["pass"], result.summary["checks"]
+        assert _status(result, name) == ["pass"], result.summary.checks
 
 
 def test_same_seed_same_numbers_and_resume(tiny_net, tmp_path):

@@ -69,7 +69,7 @@ def test_cw_counts_only_inside_the_ball(batch) -> None:
 @pytest.mark.parametrize(("attack", "norm"), [("pgd-l2", "l2"), ("pgd", "l2")])
 def test_l2_pgd_passes_every_sanity_check_on_the_zoo(attack: str, norm: str) -> None:
     result = evaluate(ZOO_DEITS, [attack], eps=[0.0, 0.5, 1.0], norm=norm, n_examples=16, seed=0)
-    checks = result.summary["checks"]
+    checks = [c.to_dict() for c in result.summary.checks]
     assert {c["model"] for c in checks} == set(ZOO_DEITS)
     failing = [(c["model"], c["name"], c["status"], c["detail"]) for c in checks if c["status"] != "pass"]
     assert not failing, failing

@@ -11,6 +11,7 @@ import logging
 import math
 from enum import Enum
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -21,8 +22,8 @@ from torch.utils.data import TensorDataset
 
 import robustbench_filters as rf
 from robustbench_filters.api import benchmark as benchmarking
-from robustbench_filters.api.evaluate import evaluate
 from robustbench_filters.api.benchmark import Accuracy, BenchmarkResult, benchmark
+from robustbench_filters.api.evaluate import evaluate
 from robustbench_filters.core.errors import RobfiltError
 from robustbench_filters.runs.folder import load_run
 
@@ -47,17 +48,17 @@ def net_data() -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
     return net, x, y
 
 
-def _acc(entry: dict) -> Accuracy:
-    return Accuracy(entry["acc"], entry["lo"], entry["hi"], entry["n"])
+def _acc(entry: Any) -> Accuracy:
+    return Accuracy(entry.acc, entry.lo, entry.hi, entry.n)
 
 
 def test_tensors_give_evaluates_numbers(net_data) -> None:
     net, x, y = net_data
     res = benchmark(net, data=(x, y), eps=0.05, n_examples=32, **FAST)
     ref = evaluate(net, "pgd", eps=[0.05], data=(x, y), n_examples=32, steps=5)
-    model = ref.summary["models"]["model0"]
+    model = ref.summary.models["model0"]
     assert isinstance(res, BenchmarkResult)
-    assert res.clean == _acc(model["clean"]) and res.robust == _acc(model["robust"][0])
+    assert res.clean == _acc(model.clean) and res.robust == _acc(model.robust[0])
     pd.testing.assert_frame_equal(res.run.rows, ref.rows)
     assert (res.model, res.threat_model, res.attack, res.eps) == ("model0", "Linf", "pgd", 0.05)
     assert res.clean.n == res.robust.n == 32 and res.clean.acc == 1.0
@@ -96,14 +97,14 @@ def test_all_examples_by_default(net_data) -> None:
 
 def test_l2_threat_model(net_data) -> None:
     net, x, y = net_data
-    res = benchmark(net, data=(x, y), threat_model="L2", n_examples=24, **FAST)
+    res = benchmark(net, data=(x, y), threat_model="L2", eps=0.5, n_examples=24, **FAST)
     linf = benchmark(net, data=(x, y), threat_model="Linf", eps=0.5, n_examples=24, **FAST)
-    assert res.eps == 0.5 and res.threat_model == "L2"  # RobustBench's L2 budget by default
-    assert res.run.summary["norm"] == "l2" and set(res.run.rows.norm) == {"l2"}
+    assert res.eps == 0.5 and res.threat_model == "L2"
+    assert res.run.summary.norm == "l2" and set(res.run.rows.norm) == {"l2"}
     adv = res.run.rows[res.run.rows.attack == "pgd"]
     assert (adv.pert_norm <= 0.5 + 1e-5).all()
     assert res.robust.acc > linf.robust.acc  # an L2 ball of 0.5 is far smaller than an Linf ball of 0.5
-    assert benchmark(net, data=(x, y), threat_model="l2", n_examples=24, **FAST).robust == res.robust
+    assert benchmark(net, data=(x, y), threat_model="l2", eps=0.5, n_examples=24, **FAST).robust == res.robust
 
 
 def test_robustbench_threat_model_enum_is_accepted(net_data) -> None:
@@ -112,40 +113,40 @@ def test_robustbench_threat_model_enum_is_accepted(net_data) -> None:
         L2 = "L2"
 
     net, x, y = net_data
-    res = benchmark(net, data=(x, y), threat_model=ThreatModel.L2, n_examples=8, **FAST)
+    res = benchmark(net, data=(x, y), threat_model=ThreatModel.L2, eps=0.5, n_examples=8, **FAST)
     assert res.threat_model == "L2"
 
 
 def test_corruptions_mean_accuracy_over_cells(net_data) -> None:
     net, x, y = net_data
     res = benchmark(net, data=(x, y), threat_model="corruptions", n_examples=16)
-    model = res.run.summary["models"]["model0"]
+    model = res.run.summary.models["model0"]
     assert (res.attack, res.eps) == ("corruption", None)
-    assert res.robust.n == 16 and math.isclose(res.robust.acc, model["mean_acc"])
+    assert res.robust.n == 16 and math.isclose(res.robust.acc, model.mean_acc)
     cells = res.run.rows[res.run.rows.kind == "contamination"]
     assert len(cells) == 16 * 5 * 5  # examples x corruptions x severities
     assert math.isclose(res.robust.acc, cells.correct.mean())
     assert res.robust.lo <= res.robust.acc <= res.robust.hi
-    assert res.clean == _acc(model["clean"])
+    assert res.clean == _acc(model.clean)
 
 
 def test_zoo_reference_keeps_its_verified_run_folder(tmp_path: Path) -> None:
-    res = benchmark("deit", n_examples=16, attack="pgd", steps=2, out=tmp_path / "run")
+    res = benchmark("deit", eps=8 / 255, n_examples=16, attack="pgd", steps=2, out=tmp_path / "run")
     ref = evaluate(["deit"], ["pgd"], eps=[8 / 255], n_examples=16, steps=2)
     assert res.model == "deit" and res.run_dir == tmp_path / "run"
-    assert res.clean == _acc(ref.summary["models"]["deit"]["clean"])
-    assert res.robust == _acc(ref.summary["models"]["deit"]["robust"][0])
+    assert res.clean == _acc(ref.summary.models["deit"].clean)
+    assert res.robust == _acc(ref.summary.models["deit"].robust[0])
     finished = load_run(res.run_dir)  # hashes verified
-    assert finished.summary["checks_summary"]["passed"] is True
+    assert finished.summary.checks_summary.passed is True
 
 
 def test_default_attack_is_the_strong_ensemble(net_data) -> None:
     net, x, y = net_data
-    res = benchmark(net, data=(x, y), n_examples=8)
+    res = benchmark(net, data=(x, y), eps=8 / 255, n_examples=8)
     assert (res.attack, res.eps) == ("apgd-adaptive", 8 / 255)
     fooled = set(res.run.rows.fooled_by) - {""}
     assert fooled <= {"clean", "apgd-ce", "apgd-t"} and fooled - {"clean"}  # the stages, per-example worst case
-    assert res.run.summary["models"][res.model]["robust"][0]["strength"] == "strong"
+    assert res.run.summary.models[res.model].robust[0].strength == "strong"
 
 
 class NoisyNet(nn.Module):
@@ -188,20 +189,23 @@ def _tensors() -> tuple[torch.Tensor, torch.Tensor]:
 BAD = [
     ({"threat_model": "Linf2"}, "unknown threat_model 'Linf2'"),
     ({"threat_model": "corruptions_3d"}, "unknown threat_model"),
-    ({"eps": 0}, "eps must be a positive finite budget"),
-    ({"eps": -0.1}, "eps must be a positive finite budget"),
-    ({"eps": float("nan")}, "eps must be a positive finite budget"),
-    ({"eps": "big"}, "eps must be a number such as 8/255"),
-    ({"eps": [0.01, 0.02]}, "benchmark takes one eps"),
+    ({"eps": None}, "has no default eps grid; pass eps=[8/255]"),  # tensors: the config's rule
+    ({"eps": -0.1}, "eps -0.1 is negative or not finite"),
+    ({"eps": float("nan")}, "eps must be a finite number"),
+    ({"eps": "big"}, "eps 'big' is not a number"),
+    ({"eps": [0.01, 0.02]}, "benchmark measures one eps"),
     ({"eps": 8.0}, "did you mean 8/255"),
-    ({"threat_model": "corruptions", "eps": 0.1}, "eps does not apply to threat_model='corruptions'"),
-    ({"threat_model": "corruptions", "attack": "pgd"}, "runs no attack; drop attack"),
+    ({"threat_model": "corruptions", "eps": 0.1}, "eps does not apply to corruption runs"),
+    (
+        {"threat_model": "corruptions", "eps": None, "attack": "pgd"},
+        "attack 'pgd' cannot run in a corruption evaluation",
+    ),
     ({"n_examples": 11}, "n_examples=11 is larger than the data (10 examples); pass n_examples=10 or fewer"),
     ({"n_examples": 0}, "n_examples must be positive"),
     ({"n_examples": 2.5}, "n_examples must be an integer, got 2.5"),
     ({"attack": "fgsm", "threat_model": "L2"}, "attack 'fgsm' has no l2 version"),
     ({"attack": "pgdd"}, "unknown attack 'pgdd'"),
-    ({"attack": "wordswap"}, "unknown attack 'wordswap'"),
+    ({"attack": "wordswap"}, "attack 'wordswap' does not fit image models"),
     ({"batch_size": 0}, "batch_size must be positive"),  # the API's own names, never CLI flags
     ({"device": "tpu"}, "unknown device 'tpu'"),
     ({"rates": [0.1]}, "rates does not apply to image attack runs"),
@@ -211,7 +215,7 @@ BAD = [
 @pytest.mark.parametrize(("kwargs", "match"), BAD, ids=[str(k) for k, _ in BAD])
 def test_bad_arguments_are_one_line(kwargs: dict, match: str) -> None:
     with pytest.raises(RobfiltError) as err:
-        benchmark(_net(), data=_tensors(), **kwargs)
+        benchmark(_net(), data=_tensors(), **{"eps": 0.1, **kwargs})
     assert match in str(err.value) and "\n" not in str(err.value)
     assert "--" not in str(err.value)  # an API error never names a command-line flag
 
@@ -236,4 +240,13 @@ def test_bad_data_is_one_line() -> None:
     with pytest.raises(RobfiltError, match="images alone are not enough"):
         benchmark(_net(), data=np.zeros((4, 3, 8, 8), dtype=np.float32), eps=0.1, n_examples=2)
     with pytest.raises(RobfiltError, match="larger than the data"):  # a spec string: the engine counts
-        benchmark("deit", data="fashion-mnist", n_examples=10**6)
+        benchmark("deit", data="fashion-mnist", eps=0.1, n_examples=10**6)
+
+
+@pytest.mark.parametrize("eps", [None, 0.1])
+def test_empty_data_is_refused_in_one_line(eps: float | None) -> None:
+    """Issue 30's regression: empty tensors ran a run with no units, whose summary raised an AttributeError."""
+    x, y = _tensors()
+    with pytest.raises(RobfiltError) as err:
+        benchmark(_net(), data=(x[:0], y[:0]), n_examples=None, eps=eps)
+    assert str(err.value) == "data holds no images; give at least one (image, label) pair."

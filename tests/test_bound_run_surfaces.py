@@ -82,7 +82,7 @@ def _checked_rows(out: Path, kind: str) -> pd.DataFrame:
     assert labels.to_dict() == {i: TARGET[i] for i in labels.index}, "the labels must come from --label-column"
     predicted = rows["prediction" if kind == "certify" else "pred"].astype(int)
     assert predicted.between(-1 if kind == "certify" else 0, 4).all()  # -1: CERTIFY abstained
-    assert run.summary["checks_summary"]["fail"] == 0
+    assert run.summary.checks_summary.fail == 0
     return rows.drop(columns=[c for c in ("kind",) if c in rows.columns]).reset_index(drop=True)
 
 

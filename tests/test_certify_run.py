@@ -31,14 +31,14 @@ def test_certify_writes_rows_summary_and_checks(certified: Path) -> None:
     ok = certs.correct.astype(bool) & (certs.certified_radius > 0)
     assert (certs.loc[ok, "certified_correct_radius"] == certs.loc[ok, "certified_radius"]).all()
     s = r.summary
-    entry = s["models"]["deit"]["0.25"]
-    assert [c["radius"] for c in entry["certified"]] == [0.0, 0.25, 0.5, 0.75, 1.0]
-    accs = [c["certified_acc"] for c in entry["certified"]]
+    entry = s.models["deit"]["0.25"]
+    assert [c.radius for c in entry.certified] == [0.0, 0.25, 0.5, 0.75, 1.0]
+    accs = [c.certified_acc for c in entry.certified]
     assert accs == sorted(accs, reverse=True)  # certified accuracy cannot grow with the radius
-    names = {c["name"] for c in s["checks"]}
+    names = {c.name for c in s.checks}
     assert {"abstention rate", "same seed, same certificates", "certified <= robust accuracy (SmoothAdv PGD)"} <= names
-    assert s["checks_summary"]["fail"] == 0
-    assert s["empirical_l2"] and s["curve"]
+    assert s.checks_summary.fail == 0
+    assert s.empirical_l2 and s.curve
 
 
 def test_certify_resume_recomputes_identically(certified: Path, tmp_path: Path) -> None:
@@ -101,5 +101,5 @@ def test_certify_summarises_a_model_that_certifies_nothing(tmp_path: Path) -> No
     done = load_run(out)
     certs = done.rows[done.rows["kind"] == "certificate"]
     assert certs["certified_correct_radius"].isna().all()  # the case this test is about
-    table = done.summary["models"]["deit"]["0.25"]["certified"]
-    assert [r["certified"] for r in table] == [0] * len(table)
+    table = done.summary.models["deit"]["0.25"].certified
+    assert [r.certified for r in table] == [0] * len(table)

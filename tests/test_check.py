@@ -13,11 +13,11 @@ from run_summaries import summary_for
 
 from robustbench_filters.cli import run as cli_run
 from robustbench_filters.core.errors import RegressionError, RobfiltError
-from robustbench_filters.gating.run import run_gate
 from robustbench_filters.gating import Decision, decide_baseline
 from robustbench_filters.gating.metrics import Metric
-from robustbench_filters.runs.folder import RunWriter
+from robustbench_filters.gating.run import run_gate
 from robustbench_filters.gating.spec import load_spec
+from robustbench_filters.runs.folder import RunWriter
 
 # `robfilt check` is evaluated in this process (tests/conftest.py::gate_in_process), not in a supervised child
 pytestmark = pytest.mark.usefixtures("gate_in_process")
@@ -257,3 +257,52 @@ def test_usage_errors_exit_2(tmp_path: Path, capfd: pytest.CaptureFixture[str]) 
     outside_base = tmp_path / "base"
     image_run(outside_base, BASE)
     assert cli_run(["check", "--spec", str(outside), "--run", str(run), "--baseline", str(outside_base), *o, "-q"]) == 0
+
+
+SECTIONS = {
+    "image": '[image]\nmodels = ["deit"]\n[[image.require]]\n',
+    "lm": '[lm]\nmodels = ["lm"]\n[[lm.require]]\n',
+    "lipschitz": '[lipschitz]\nmodels = ["deit"]\n[[lipschitz.require]]\n',
+}
+OUT_OF_DOMAIN = [  # (section, key, value, what the message says): every threshold key, both sides of its domain
+    ("image", "min_acc", "-0.2", "a share of examples in [0, 1]"),
+    ("image", "min_acc", "1.5", "a share of examples in [0, 1]"),
+    ("image", "min_acc", "nan", "a finite number"),
+    ("lm", "max_ppl", "0.5", "a perplexity, at least 1"),
+    ("lm", "max_ppl", "inf", "a finite number"),
+    ("lm", "min_token_acc", "2", "a share of tokens in [0, 1]"),
+    ("lm", "max_word_perplexity", "-1", "a perplexity, at least 1"),
+    ("lm", "max_byte_perplexity", "0", "a perplexity, at least 1"),
+    ("lm", "max_bits_per_byte", "-0.1", "a number of bits, at least 0"),
+    ("lipschitz", "max_lipschitz_upper", "-1", "a Lipschitz constant, at least 0"),
+    ("lipschitz", "max_lipschitz_local_upper", "-1e-9", "a Lipschitz constant, at least 0"),
+    ("lipschitz", "max_lipschitz_lower", "-inf", "a finite number"),
+    ("lipschitz", "min_radius", "-0.5", "a radius, at least 0"),
+    ("lipschitz", "min_radius", '"1/0"', "min_radius"),
+]
+
+
+def test_every_threshold_key_has_a_domain() -> None:
+    from robustbench_filters.gating.require import DOMAINS, THRESHOLDS
+
+    assert {metric for keys in THRESHOLDS.values() for metric in keys.values()} == set(DOMAINS)
+
+
+@pytest.mark.parametrize(("section", "key", "value", "message"), OUT_OF_DOMAIN)
+def test_a_threshold_outside_its_domain_is_refused_in_one_line(tmp_path: Path, capfd, section, key, value, message):  # noqa: ANN001
+    path = project(tmp_path, f"{SECTIONS[section]}{key} = {value}\n")
+    with pytest.raises(RobfiltError) as exc:
+        load_spec(path)
+    assert message in str(exc.value) and key in str(exc.value) and "\n" not in str(exc.value), str(exc.value)
+    if value == "-0.2":  # the CLI: exit 2, one line, before any run (the supervised child reads the spec)
+        assert cli_run(["check", "--spec", str(path), "--out", str(tmp_path / "o")]) == 2
+        err = capfd.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and message in err and "gate ended" not in err, err
+        assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "-1"])
+def test_tolerance_and_baseline_levels_are_finite(tmp_path: Path, value: str) -> None:
+    path = project(tmp_path, f'tolerance = {value}\n[image]\nmodels = ["deit"]\n')
+    with pytest.raises(RobfiltError, match="tolerance must be"):
+        load_spec(path)

@@ -29,7 +29,7 @@ def _perturb(model: torch.nn.Module) -> None:
 
 @pytest.fixture
 def deit_ckpt(tmp_path: Path) -> tuple[torch.nn.Module, Path]:
-    model = create_model("deit-bsa-grc")
+    model = create_model("deit-bsa-grc", checkpoint="none")
     _perturb(model)
     return model, save_checkpoint(model, tmp_path / "ckpt", recipe={"epochs": 1}, metrics={"test_acc": 0.5})
 
@@ -37,7 +37,7 @@ def deit_ckpt(tmp_path: Path) -> tuple[torch.nn.Module, Path]:
 @pytest.mark.parametrize("name", ALL_VARIANTS)
 def test_round_trip_gives_identical_outputs(name: str, tmp_path: Path) -> None:
     overrides = {"grc_learnable": True} if name == "lm-bsa-grc" else {}
-    model = create_model(name, **overrides)
+    model = create_model(name, **overrides, checkpoint="none")
     _perturb(model)
     folder = save_checkpoint(model, tmp_path / name, recipe={"lr": 1e-3}, metrics={"test_acc": 0.9})
     assert sorted(p.name for p in folder.iterdir()) == [CARD, WEIGHTS]
@@ -61,7 +61,7 @@ def test_round_trip_gives_identical_outputs(name: str, tmp_path: Path) -> None:
 
 
 def test_lm_tied_head_stays_tied_after_loading(tmp_path: Path) -> None:
-    model = create_model("lm")
+    model = create_model("lm", checkpoint="none")
     _perturb(model)
     loaded = load_checkpoint(save_checkpoint(model, tmp_path / "lm"))
     assert loaded.lm_head.weight is loaded.tok_embed.weight
@@ -96,7 +96,7 @@ def test_corrupted_weights_are_detected(deit_ckpt, damage: str) -> None:
 
 
 def test_pickle_files_are_refused_with_a_clear_message(tmp_path: Path) -> None:
-    model = create_model("deit")
+    model = create_model("deit", checkpoint="none")
     torch.save(model.state_dict(), tmp_path / "x.pt")
     with pytest.raises(CheckpointError, match="pickle.*safetensors.*--allow-pickle"):
         load_checkpoint(tmp_path / "x.pt", name="deit")
@@ -108,7 +108,7 @@ def test_pickle_files_are_refused_with_a_clear_message(tmp_path: Path) -> None:
 
 
 def test_allow_pickle_loads_a_state_dict_with_weights_only(tmp_path: Path) -> None:
-    model = create_model("deit-bsa")
+    model = create_model("deit-bsa", checkpoint="none")
     _perturb(model)
     torch.save(model.state_dict(), tmp_path / "x.pt")
     loaded = load_checkpoint(tmp_path / "x.pt", name="deit-bsa", allow_pickle=True)
@@ -178,7 +178,7 @@ def test_missing_or_broken_card_and_missing_path(deit_ckpt, tmp_path: Path) -> N
 def test_safetensors_header_starting_with_0x80_is_not_taken_for_a_pickle(tmp_path: Path) -> None:
     """Regression: the header length is a little-endian u64 padded to 8 bytes, so about 1 file in 32 starts
     with byte 0x80, the pickle protocol marker. Such a valid safetensors file must load."""
-    model = create_model("deit")
+    model = create_model("deit", checkpoint="none")
     folder = save_checkpoint(model, tmp_path / "ckpt")
     weights = folder / WEIGHTS
     for pad in range(256):

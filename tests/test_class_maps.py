@@ -21,12 +21,12 @@ import torch
 from PIL import Image
 from timm.data import ImageNetInfo
 
-from robustbench_filters.api.evaluate import certify, estimate_lipschitz, evaluate
 from robustbench_filters.api.benchmark import benchmark
+from robustbench_filters.api.evaluate import certify, estimate_lipschitz, evaluate
 from robustbench_filters.cli import run
+from robustbench_filters.core.errors import RobfiltError
 from robustbench_filters.data.class_map import settle_folder_labels
 from robustbench_filters.data.sources import open_image_source
-from robustbench_filters.core.errors import RobfiltError
 
 ROOT = Path(__file__).resolve().parents[1]
 WNIDS = ("n01440764", "n02102040", "n02979186", "n03000684", "n03028079")  # Imagenette's first five
@@ -83,8 +83,8 @@ def named(tmp_path: Path) -> Path:
 
 
 def _acc(res) -> float:  # noqa: ANN001
-    (summary,) = res.summary["models"].values()
-    return summary["clean"]["acc"]
+    (summary,) = res.summary.models.values()
+    return summary.clean.acc
 
 
 def _manifest(out: Path) -> dict:
@@ -123,6 +123,72 @@ def test_wnid_refusals(nette: Path, tmp_path: Path) -> None:
         evaluate(oracle([0, 1]), ["fgsm"], [0.01], data=f"imagefolder:{foreign}", **FAST)
     # one folder per class of a 5-class model: torchvision's positional rule, as for any names
     assert _acc(evaluate(oracle(range(5), classes=5), ["fgsm"], [0.01], data=data, **FAST)) == 1.0
+
+
+# --- folders named by class index, and positions ---------------------------------------------------------------
+
+DIGITS = tuple(str(k) for k in range(11))  # sorted as text: 0, 1, 10, 2, ...: positions would mislabel 9 of 11
+
+
+def test_folders_named_by_class_index_are_labelled_by_their_numbers(tmp_path: Path, capfd) -> None:  # noqa: ANN001
+    folder = _folder(tmp_path / "digits", DIGITS)  # folder "k" holds level k: class k of the oracle
+    res = evaluate(oracle(range(11), classes=11), ["fgsm"], [0.01], data=f"imagefolder:{folder}",
+                   out=tmp_path / "api", **FAST)  # fmt: skip
+    assert _acc(res) == 1.0  # by position it would be 2/11 (only 0 and 1 are in place)
+    labels = _manifest(tmp_path / "api")["config"]["examples"]["examples"]["labels"]
+    assert labels["class_map"] == "folder names are class indices"
+    (tmp_path / "oracle.py").write_text(ORACLE)
+    argv = ["attack", "--model", f"{tmp_path / 'oracle.py'}:build?targets=[{','.join(DIGITS)}]&classes=11",
+            "--attack", "fgsm", "--eps", "0.01", "--steps", "1", "--data", f"imagefolder:{folder}", "--img-size",
+            "8", "--num-workers", "0", "--out", str(tmp_path / "cli"), "--json"]  # fmt: skip
+    assert run(argv) == 0
+    (model,) = json.loads(capfd.readouterr().out)["models"].values()
+    assert model["clean"]["acc"] == 1.0
+
+
+def test_a_subset_named_by_class_index_takes_those_indices(tmp_path: Path) -> None:
+    folder = _folder(tmp_path / "subset", ("3", "7", "12"))
+    res = evaluate(oracle([3, 7, 12], classes=20), ["fgsm"], [0.01], data=f"imagefolder:{folder}", **FAST)
+    assert _acc(res) == 1.0
+
+
+@pytest.mark.parametrize(
+    ("names", "message"),
+    [
+        (("0", "1", "10"), "the labels of imagefolder:.* include 10 \\(class folder '10'\\), but model model0 returns "
+                           "10 classes"),
+        (("0", "1", "cat"), "mix class indices \\(0, 1\\) and names \\(cat\\).*pass class_map FILE"),
+        (("1", "01"), "class folders '01' and '1' of .* both name class 1"),
+    ],
+)  # fmt: skip
+def test_class_index_names_that_cannot_be_labels_are_refused(tmp_path: Path, capfd, names, message) -> None:  # noqa: ANN001
+    folder = _folder(tmp_path / "f", names)
+    with pytest.raises(RobfiltError, match=message) as err:
+        evaluate(oracle(range(3), classes=10), ["fgsm"], [0.01], data=f"imagefolder:{folder}", **FAST)
+    assert "\n" not in str(err.value) and "--" not in str(err.value)
+    (tmp_path / "oracle.py").write_text(ORACLE)
+    out = tmp_path / "run"
+    code = run(["attack", "--model", f"{tmp_path / 'oracle.py'}:build?targets=[0,1,2]&classes=10", "--attack",
+                "fgsm", "--eps", "0.01", "--data", f"imagefolder:{folder}", "--img-size", "8", "--num-workers", "0",
+                "--quiet", "--out", str(out)])  # fmt: skip
+    err = capfd.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and not out.exists(), err
+    assert "pass --class-map FILE" in err if "cat" in names else "class_map" not in err
+
+
+def test_positional_labels_are_recorded_and_shown_once(named: Path, tmp_path: Path, capfd) -> None:  # noqa: ANN001
+    (tmp_path / "oracle.py").write_text(ORACLE)
+    out = tmp_path / "run"
+    code = run(["attack", "--model", f"{tmp_path / 'oracle.py'}:build?targets=[0,1,2,3,4]&classes=5", "--attack",
+                "fgsm", "--eps", "0.01", "--data", f"imagefolder:{named}", "--img-size", "8", "--num-workers", "0",
+                "--out", str(out)])  # fmt: skip
+    err = capfd.readouterr().err
+    assert code == 0, err
+    labels = _manifest(out)["config"]["examples"]["examples"]["labels"]
+    assert labels == {"class_map": "sorted folder names", "labels": {n: i for i, n in enumerate(sorted(NAMES))}}
+    shown = " ".join(err.split())  # the log wraps long lines
+    assert shown.count("the positions of the sorted class-folder names") == 1, err
+    assert "cassette=0, chainsaw=1, church=2" in shown and "pass --class-map FILE" in shown
 
 
 # --- class-map files ---------------------------------------------------------------------------------------------
@@ -203,6 +269,8 @@ BAD = [
     ("missing.json", None, "cannot be read"),
     ("m.json", json.dumps({n: i for n, i in zip(NAMES[:4], INDICES, strict=False)}), "no entry for class folder 'church'"),
     ("m.json", json.dumps({**dict(zip(NAMES, INDICES, strict=True)), "church": 1000}), "maps class folder 'church' to 1000, but model"),
+    ("m.json", json.dumps({**dict(zip(NAMES, INDICES, strict=True)), "church": 2**63}), "which is no model's class index"),
+    ("m.csv", "tench,99999999999999999999\n", "which is no model's class index"),
 ]  # fmt: skip
 
 

@@ -40,6 +40,18 @@ def _assert_counts_rise_to_the_total(rec: Recorder, total: int) -> None:
     assert all(b > a for a, b in zip(counts, counts[1:], strict=False)), counts  # one call per step, never stalls
 
 
+def _lm_window_steps(n_docs: int) -> int:
+    """What the LM case must count: (2 fgsm eps + clean) per window of the 4 selected documents + 2 rates x 4
+    documents (the micro LM's 128-character windows; the untrained model's character tokenizer)."""
+    from robustbench_filters.data import load_documents
+    from robustbench_filters.runs.units import select_examples
+
+    docs = load_documents("austen", "test").texts
+    ids = select_examples(len(docs), n_docs, 0).tolist()
+    windows = sum(-(-len(docs[i]) // 128) for i in ids)  # every character predicted once, 128 per window
+    return windows * (2 + 1) + 2 * n_docs
+
+
 @pytest.mark.parametrize(
     ("kwargs", "total"),
     [
@@ -47,17 +59,18 @@ def _assert_counts_rise_to_the_total(rec: Recorder, total: int) -> None:
         (dict(models=["deit"], attacks=["fgsm", "pgd"], eps=[0.01, 0.02, 0.03], steps=2), 2 * (2 * 3 + 1)),
         # corruptions: 2 batches x (1 corruption x 2 severities + clean)
         (dict(models=["deit"], attacks=["corruption:contrast"], severities=[1, 2]), 2 * (2 + 1)),
-        # LM: 2 batches x (fgsm x 2 eps + wordswap x 2 rates + clean)
+        # LM: window-steps: (fgsm x 2 eps + clean) x the documents' windows, + wordswap x 2 rates x 4 documents
         (
             dict(models=["lm"], attacks=["fgsm", "wordswap"], eps=[0.05, 0.1], rates=[0.0, 0.1], checkpoint="none"),
-            2 * (2 + 2 + 1),
+            "lm",
         ),
     ],
     ids=["image", "corruption", "lm"],
 )
-def test_runs_report_every_step_up_to_the_total(kwargs: dict, total: int) -> None:
+def test_runs_report_every_step_up_to_the_total(kwargs: dict, total: int | str) -> None:
     rec = Recorder()
     n = 8 if kwargs["models"] == ["deit"] else 4
+    total = _lm_window_steps(n) if total == "lm" else total
     evaluate(n_examples=n, batch_size=n // 2, progress=rec, **kwargs)
     _assert_counts_rise_to_the_total(rec, total)
     assert all(c[3] for c in rec.calls[1:])  # every step names the model and part
@@ -139,7 +152,49 @@ def test_quiet_and_json_silence_the_bar(flag: str, monkeypatch: pytest.MonkeyPat
     assert "eta " not in buf.getvalue() and "/6" not in buf.getvalue()
 
 
-def test_no_bar_when_stderr_is_not_a_terminal() -> None:
+def test_without_a_terminal_progress_is_log_lines() -> None:
+    from robustbench_filters.core.progress import LogProgress
+
     assert not _common._stderr.is_terminal  # pytest captures stderr
     with _common.progress_bar(quiet=False) as hook:
+        assert isinstance(hook, LogProgress)
+    with _common.progress_bar(quiet=True) as hook:
         assert hook is None
+
+
+def test_log_lines_come_at_least_once_a_minute_with_an_eta(caplog: pytest.LogCaptureFixture) -> None:
+    """Fast steps are folded into a line every half minute; a step that takes minutes still gets a line every half
+    minute from the heartbeat. The clock is injected: no sleeps."""
+    import logging
+
+    from robustbench_filters.core.progress import LogProgress
+
+    now = [0.0]
+    hook = LogProgress(clock=lambda: now[0])
+    with caplog.at_level(logging.INFO, logger="robustbench_filters.core.progress"):
+        hook("attack", 0, 100, "")
+        for k in range(1, 51):  # 50 steps of 7 s
+            now[0] += 7.0
+            hook("attack", k, 100, f"lm pgd eps 0.1 (1/2) step {k}/100")
+        for _ in range(10):  # then one step of 300 s: only the heartbeat speaks
+            now[0] += 30.0
+            hook.beat()
+        now[0] += 1.0
+        hook("attack", 100, 100, "lm pgd eps 0.1 (2/2) step 100/100")
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines[0].startswith("attack 0/100 (0%)") and lines[-1].startswith("attack 100/100 (100%)")
+    assert (
+        "0:00:35 elapsed, eta 0:11:05" in lines[1] and "lm pgd eps 0.1 (1/2) step 5/100" in lines[1]
+    )  # 5 steps in 35 s: 95 left at 7 s
+    assert sum("attack 50/100" in ln for ln in lines) == 1 + 10  # the 50th step's line, then one per 30 s
+    assert len(lines) == 1 + 350 // 35 + 10 + 1  # a line per 35 s of fast steps (>= 30 s apart), never a gap > 60 s
+
+
+def test_the_heartbeat_thread_stops_with_the_block() -> None:
+    import threading
+
+    from robustbench_filters.core.progress import LogProgress
+
+    with LogProgress(interval=3600.0).heartbeat():
+        assert any(t.name == "robfilt-progress" for t in threading.enumerate())
+    assert not any(t.name == "robfilt-progress" for t in threading.enumerate())

@@ -18,12 +18,12 @@ from typing import Any
 
 import pytest
 
-from robustbench_filters.core import names
-from robustbench_filters.models import zoo_index
 from robustbench_filters.cli import LAZY, run
+from robustbench_filters.core import names
 from robustbench_filters.core.family import Family
 from robustbench_filters.core.names import ZOO_MODELS
 from robustbench_filters.core.versions import __version__
+from robustbench_filters.models import zoo_index
 
 REPO = Path(__file__).resolve().parents[1]
 HEAVY = ("torch", "timm", "torchattacks", "pandas", "matplotlib")
@@ -133,8 +133,9 @@ def test_light_model_names_equal_the_registry() -> None:
     from robustbench_filters.models.config import DeiTConfig
     from robustbench_filters.models.deit import DEIT_SIZES
 
-    assert names.MODEL_NAMES == reg.MODEL_NAMES and names.PREFIX == reg.PREFIX and names.SIZES == reg.SIZES
-    assert all(names.parse_name(n) == reg.parse_name(n) for n in reg.MODEL_NAMES)
+    assert names.SIZES == reg.SIZES and all(
+        reg.resolve_spec(n).family is names.parse_name(n)[0] for n in reg.MODEL_NAMES
+    )
     for size, kw in DEIT_SIZES.items():
         cfg = DeiTConfig(**kw)
         assert names.DEIT_GEOMETRY[size] == (cfg.patch_size, cfg.img_size)
@@ -149,7 +150,7 @@ def test_light_attack_names_equal_the_catalogue() -> None:
     from robustbench_filters.attacks.catalogue import ATTACKS
     from robustbench_filters.attacks.corruption_transforms import CORRUPTIONS
 
-    assert tuple(n for n, a in ATTACKS.items() if Family.IMAGE in a.families) == names.IMAGE_ATTACKS
+    assert tuple(n for n, a in ATTACKS.items() if Family.IMAGE in a.families) == names.attacks_for(Family.IMAGE)
     assert tuple(n for n, a in ATTACKS.items() if Family.LM in a.families) == names.LM_ATTACKS
     assert tuple(CORRUPTIONS) == names.CORRUPTIONS
     assert (names.WORDSWAP, names.CORRUPTION) == (configs.WORDSWAP, configs.CORRUPTION)

@@ -18,6 +18,7 @@ from robustbench_filters.attacks.lm import summarize_lm_rows
 from robustbench_filters.cli._render import render_corruption_summary, render_lm_summary
 from robustbench_filters.report.tables import perplexity_table
 from robustbench_filters.stats.intervals import wilson_interval
+from robustbench_filters.summaries import CorruptionSummary, LipschitzSummary, LMAttackSummary
 
 CHECKS = {"checks": [], "checks_summary": {"passed": True, "pass": 0, "warn": 0, "fail": 0}}
 
@@ -54,9 +55,13 @@ def test_lm_summary_adds_the_reports_perplexity_interval_and_keeps_its_numbers()
             assert entry["ppl"] == pytest.approx(ref.ppl)
 
 
-def _lm_summary(models: dict) -> dict:
-    return {"family": "lm", "kind": "attack", "models": models, "n_examples": 12, "data": "austen", "seq_chars": 128,
-            "norm": "linf", "steps": 3, "eps_mode": "relative", "eps": [0.05, 0.1], **CHECKS}  # fmt: skip
+def _lm_summary(models: dict) -> LMAttackSummary:
+    return LMAttackSummary.build({
+        "kind": "attack", "family": "lm", "data": "austen", "n_examples": 12, "seed": 0, "attacks": ["pgd", "wordswap"],
+        "eps": [0.05, 0.1], "rates": [0.1], "norm": "linf", "eps_mode": "relative", "eps_scale": {},
+        "eps_scale_definition": "", "steps": 3, "step_size": "0.15*eps", "seq_chars": 128, "replacement": "AAA",
+        "models": models, **CHECKS,
+    })  # fmt: skip
 
 
 def test_lm_table_shows_perplexity_with_its_interval(capsys: pytest.CaptureFixture[str]) -> None:
@@ -73,9 +78,9 @@ def test_lm_table_shows_perplexity_with_its_interval(capsys: pytest.CaptureFixtu
 
 def test_lm_table_of_a_summary_without_intervals_shows_the_point(capsys: pytest.CaptureFixture[str]) -> None:
     models = summarize_lm_rows(_lm_rows())
-    for m in models.values():  # a run folder written before the summary had intervals
+    for m in models.values():  # too few sequences for a bootstrap interval
         for entry in [m["clean"], *m["results"]]:
-            del entry["ppl_lo"], entry["ppl_hi"]
+            entry["ppl_lo"] = entry["ppl_hi"] = math.nan
     render_lm_summary(_lm_summary(models))
     clean = models["lm"]["clean"]
     assert f"{clean['ppl']:.2f} ({100 * clean['acc']:.1f}%)" in capsys.readouterr().out
@@ -91,8 +96,11 @@ def test_corruption_tables_show_accuracy_with_wilson_intervals(capsys: pytest.Ca
                 rows.append({"model": model, "example_id": i, "kind": "contamination",
                              "attack": "corruption:contrast", "eps": float(s), "correct": i < 18 - 5 * s})  # fmt: skip
     models = summarize_corruption_rows(pd.DataFrame(rows))
-    summary = {"kind": "corruption", "family": "image", "models": models, "severities": [1, 2], "n_examples": 20,
-               "data": "fashion-mnist", "baseline": "deit", **CHECKS}  # fmt: skip
+    summary = CorruptionSummary.build({
+        "kind": "corruption", "family": "image", "data": "fashion-mnist", "n_examples": 20, "seed": 0,
+        "attacks": ["corruption:contrast"], "corruptions": ["contrast"], "severities": [1, 2], "parameters": [],
+        "baseline": "deit", "models": models, **CHECKS,
+    })  # fmt: skip
     render_corruption_summary(summary)
     out = capsys.readouterr().out
     assert "accuracy % [95% Wilson CI] under corruptions" in out and "clean % [95% Wilson CI]" in out
@@ -135,7 +143,9 @@ def test_lipschitz_tables_show_the_mean_lower_bound_with_its_t_interval(capsys: 
     assert (model["lower_mean_lo"], model["lower_mean_hi"]) == pytest.approx((3.0 - half, 3.0 + half), rel=1e-3)
     block = model["layers"][0]
     assert (block["lower_mean_lo"], block["lower_mean_hi"]) == pytest.approx((1.5 - half / 2, 1.5 + half / 2), rel=1e-3)
-    render_lipschitz_summary({**summary, **CHECKS}, "pgd, l2, rho=0.1", per_layer=True, gap=False)
+    render_lipschitz_summary(
+        LipschitzSummary.build({**summary, **CHECKS}), "pgd, l2, rho=0.1", per_layer=True, gap=False
+    )
     out = capsys.readouterr().out
     assert "lower mean [95% t-CI, clipped at 0]" in out and "gain mean [95% t-CI, clipped at 0]" in out
     for entry, mean in ((model, "3"), (block, "1.5")):

@@ -117,7 +117,7 @@ def test_the_check_fails_on_a_weakened_attack_and_passes_on_the_default(tmp_path
     weak = json.loads((tmp_path / "weak" / "summary.json").read_text())
     strong = evaluate([cnn], eps=[0.15], n_examples=256, batch_size=256, seed=0)
     (w,) = [c for c in weak["checks"] if c["name"].startswith("attack converged")]
-    (s,) = [c for c in strong.summary["checks"] if c["name"].startswith("attack converged")]
+    (s,) = [c for c in strong.summary.checks if c.name.startswith("attack converged")]
     assert w["status"] == "fail" and "upper bound" in w["detail"], w
-    assert s["status"] == "pass", s
-    assert weak["models"]["cnn-at"]["robust"][0]["correct"] > strong.summary["models"]["cnn-at"]["robust"][0]["correct"]
+    assert s.status == "pass", s
+    assert weak["models"]["cnn-at"]["robust"][0]["correct"] > strong.summary.models["cnn-at"].robust[0].correct

@@ -20,8 +20,8 @@ from robustbench_filters.attacks.corruption_transforms import (
     pregenerate,
 )
 from robustbench_filters.cli import run
-from robustbench_filters.data import load_images
 from robustbench_filters.core.errors import RobfiltError
+from robustbench_filters.data import load_images
 
 
 @pytest.fixture(scope="module")

@@ -16,8 +16,8 @@ from report_synthetic import image_rows
 from run_summaries import image_summary
 
 from robustbench_filters.core.errors import RobfiltError, RunStateError
-from robustbench_filters.gating.run import run_gate
 from robustbench_filters.core.io import sha256_file
+from robustbench_filters.gating.run import run_gate
 from robustbench_filters.report import build_report
 from robustbench_filters.runs.folder import RunWriter, load_run, manifest_fingerprint, verify_run
 from robustbench_filters.study import full_plan, write_up

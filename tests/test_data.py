@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+from robustbench_filters.core.errors import ChecksumError, RobfiltError
 from robustbench_filters.data import (
     BPETokenizer,
     CharTokenizer,
@@ -31,7 +32,6 @@ from robustbench_filters.data import (
     train_tokenizer,
 )
 from robustbench_filters.data import assets as assets_mod
-from robustbench_filters.core.errors import ChecksumError, RobfiltError
 
 FMNIST_CLASSES = [
     "T-shirt/top",
@@ -317,7 +317,7 @@ def test_text_folder_layouts_and_single_file(tmp_path: Path) -> None:
     wiki.mkdir()
     for s in ("train", "valid", "test"):
         (wiki / f"wiki.{s}.tokens").write_text(f" = {s} = \n text of {s} \n", encoding="utf-8")
-    assert load_text(f"text:{wiki}", "valid") == " = valid = \n text of valid \n"
+    assert load_text(f"text:{wiki}", "valid") == "= valid = \n text of valid"  # one article, a document
     plain = tmp_path / "plain"
     plain.mkdir()
     (plain / "train.txt").write_text("train text", encoding="utf-8")
@@ -327,9 +327,10 @@ def test_text_folder_layouts_and_single_file(tmp_path: Path) -> None:
     paras = [f"Paragraph {i} " + "word " * 20 for i in range(100)]
     book.write_text("\n\n".join(paras), encoding="utf-8")
     parts = [load_text(f"text:{book}", s) for s in ("train", "valid", "test")]
-    assert parts == list(contiguous_split(book.read_text(encoding="utf-8")))
+    assert all(p in [q.strip() for q in paras] for part in parts for p in part.split("\n\n"))  # none cut
     assert parts[1].startswith("Paragraph 9") and parts[2].startswith("Paragraph 9")
-    assert "\n\n".join(parts) == book.read_text(encoding="utf-8")
+    assert [len(p) for p in parts] == pytest.approx([len(p) for p in contiguous_split(book.read_text())], rel=0.02)
+    assert "\n\n".join(parts) == "\n\n".join(p.strip() for p in paras)
 
 
 def test_contiguous_split_rule() -> None:

@@ -10,6 +10,7 @@ import torch
 from PIL import Image
 from torch.utils.data import Dataset, IterableDataset
 
+from robustbench_filters.core.errors import RobfiltError
 from robustbench_filters.data import (
     DatasetSource,
     HFImageSource,
@@ -19,7 +20,6 @@ from robustbench_filters.data import (
     load_text,
     open_image_source,
 )
-from robustbench_filters.core.errors import RobfiltError
 from robustbench_filters.models.loading import load_model
 
 RNG = np.random.default_rng(0)
@@ -216,11 +216,15 @@ def test_hf_disk_text(tmp_path: Path) -> None:
 
     rows = {s: [f"{s} line {i}" for i in range(5)] for s in ("train", "validation", "test")}
     DatasetDict({s: Dataset.from_dict({"content": r}) for s, r in rows.items()}).save_to_disk(str(tmp_path / "t"))
-    assert load_text(f"hf-disk:{tmp_path / 't'}", "test", text_column="content") == "\n".join(rows["test"])
+    assert load_text(f"hf-disk:{tmp_path / 't'}", "test", text_column="content") == "\n\n".join(rows["test"])
+    from robustbench_filters.data import load_documents
+
+    docs = load_documents(f"hf-disk:{tmp_path / 't'}", "all", text_column="content")
+    assert list(docs.texts) == [*rows["train"], *rows["validation"], *rows["test"]] and docs.unit == "row"
     assert load_text(f"hf-disk:{tmp_path / 't'}", "val", text_column="content").startswith("validation line 0")
     with pytest.raises(RobfiltError, match="no text column 'text'.*Its columns: content"):
         load_text(f"hf-disk:{tmp_path / 't'}", "test")
     paras = [f"Paragraph {i} " + "word " * 20 for i in range(100)]
     Dataset.from_dict({"text": paras}).save_to_disk(str(tmp_path / "one"))
     parts = [load_text(f"hf-disk:{tmp_path / 'one'}", s) for s in ("train", "valid", "test")]
-    assert "\n".join(parts) == "\n".join(paras) and parts[2].startswith("Paragraph 9")
+    assert "\n\n".join(parts) == "\n\n".join(p.strip() for p in paras) and parts[2].startswith("Paragraph 9")

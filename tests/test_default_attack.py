@@ -7,12 +7,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from robustbench_filters.core import names
 from robustbench_filters.api.evaluate import evaluate
 from robustbench_filters.attacks.cascade import Batch, CascadeSettings, cascade, convergence_sample
 from robustbench_filters.attacks.catalogue import ATTACKS, DEFAULT_IMAGE_ATTACK, AttackInfo, Norm, register_attack
 from robustbench_filters.cli import run
 from robustbench_filters.configs import ImageAttackConfig, LMAttackConfig
+from robustbench_filters.core import names
 from robustbench_filters.data import load_images
 
 
@@ -65,7 +65,7 @@ def test_the_default_is_the_strong_ensemble_for_images_and_pgd_for_lms() -> None
 
 def test_default_run_records_strength_ledger_and_convergence(net) -> None:
     result = evaluate([net], eps=[0.02, 0.05], n_examples=40, seed=0)  # no attack named
-    assert result.summary["attacks"] == ["apgd-adaptive"]
+    assert result.summary.attacks == ["apgd-adaptive"]
     rows = result.rows
     adv = rows[rows.attack == "apgd-adaptive"]
     assert set(adv.fooled_by) <= {"", "clean", "apgd-ce", "apgd-t"} and "apgd-ce" in set(adv.fooled_by)
@@ -77,7 +77,7 @@ def test_default_run_records_strength_ledger_and_convergence(net) -> None:
     broken_before = first.index[~first.correct]
     assert (second.loc[broken_before, "fwd"] == 0).all()
     assert (second.loc[first.index[first.correct], "fwd"] > 0).all()
-    (entry, *_) = result.summary["models"]["model0"]["robust"]
+    (entry, *_) = [r.to_dict() for r in result.summary.models["model0"].robust]
     assert entry["strength"] == "strong" and entry["cost"]["exact"]
     assert entry["cost"]["fwd"] == pytest.approx(float(adv[adv.eps == entry["eps"]].fwd.sum()))
     assert sum(entry["broken_by"].values()) == entry["n"] - entry["correct"]
@@ -87,8 +87,8 @@ def test_default_run_records_strength_ledger_and_convergence(net) -> None:
         checked = int(grp.convergence.isin(["held", "broken"]).sum())
         assert checked == survivors
         assert (grp[grp.convergence != ""].correct).all()  # only survivors are rechecked
-    assert any(c["name"].startswith("attack converged") for c in result.summary["checks"])
-    assert result.summary["checks_summary"]["passed"], result.summary["checks"]
+    assert any(c.name.startswith("attack converged") for c in result.summary.checks)
+    assert result.summary.checks_summary.passed, result.summary.checks
 
 
 def test_ledger_counts_exactly_what_the_model_ran(net) -> None:
@@ -108,8 +108,8 @@ def test_ledger_counts_exactly_what_the_model_ran(net) -> None:
 
 def test_weak_attacks_are_marked_in_the_summary_and_the_table(net, tmp_path, capsys) -> None:
     result = evaluate([net], ["pgd", "fgsm"], [0.05], n_examples=16, seed=0)
-    assert {r["strength"] for r in result.summary["models"]["model0"]["robust"]} == {"weak"}
-    assert not any(c["name"].startswith("attack converged") for c in result.summary["checks"])  # auto: strong only
+    assert {r.strength for r in result.summary.models["model0"].robust} == {"weak"}
+    assert not any(c.name.startswith("attack converged") for c in result.summary.checks)  # auto: strong only
     code = run(["attack", "--model", "deit", "--checkpoint", "none", "--attack", "pgd", "--eps", "0.05",
                 "--n-examples", "4", "--out", str(tmp_path / "r"), "-q"])  # fmt: skip
     out = capsys.readouterr().out
@@ -138,7 +138,7 @@ def test_convergence_sample_is_seeded_per_example_and_independent_of_the_batch()
 
 def test_eps0_check_is_cheap_and_catches_an_attack_that_moves_x(net) -> None:
     result = evaluate([net], eps=[0.05], n_examples=16, seed=0)
-    eps0 = next(c for c in result.summary["checks"] if c["name"] == "eps=0 equals clean")
+    eps0 = next(c.to_dict() for c in result.summary.checks if c.name == "eps=0 equals clean")
     assert eps0["status"] == "pass" and "1 examples" in eps0["detail"]  # 16 examples: 1 probed
 
     def moving(model: nn.Module, p) -> list:
@@ -149,5 +149,5 @@ def test_eps0_check_is_cheap_and_catches_an_attack_that_moves_x(net) -> None:
         bad = evaluate([net], ["moving-test"], [0.05], n_examples=16, seed=0)
     finally:
         del ATTACKS["moving-test"]
-    eps0 = next(c for c in bad.summary["checks"] if c["name"] == "eps=0 equals clean")
+    eps0 = next(c.to_dict() for c in bad.summary.checks if c.name == "eps=0 equals clean")
     assert eps0["status"] == "fail" and "moving" in eps0["detail"]

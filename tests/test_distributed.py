@@ -13,8 +13,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from robustbench_filters.core import distributed as D
 from robustbench_filters.cli import run
+from robustbench_filters.core import distributed as D
 from robustbench_filters.core.errors import RobfiltError, RunStateError
 from robustbench_filters.runs.folder import RunWriter
 
@@ -162,7 +162,9 @@ def test_two_process_attack_run_equals_one_process_and_resumes(
 ) -> None:
     one, two = tmp_path / "one", tmp_path / "two"
     assert run([*ATTACK_ARGS, "--out", str(one)]) == 0
-    _torchrun([*ATTACK_ARGS, "--out", str(two)], tmp_path)
+    done = _torchrun([*ATTACK_ARGS, "--out", str(two), "--json"], tmp_path)
+    result = json.loads(done.stdout)  # exactly one JSON document: rank 0's result (rank 1 prints nothing)
+    assert Path(result["out"]) == two and "exit_code" not in result, done.stdout
     _same_run(one, two)
     manifest = json.loads((two / "manifest.json").read_text())
     assert manifest["world_size"] == 2 and manifest["status"] == "complete"

@@ -123,7 +123,7 @@ def _checked() -> dict[str, str]:
         str(RobfiltError.exit_code): "the exit code of bad input",
         str(FAILED_CHECKS_EXIT): "the exit code of failed checks",
         "2": "GPT-2",
-        "10": "B1-B10",
+        "11": "B1-B11",
     }
 
 

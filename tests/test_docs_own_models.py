@@ -186,6 +186,6 @@ def test_python_examples_run(doc: str, world: Path, monkeypatch: pytest.MonkeyPa
     assert isinstance(res, BenchmarkResult) and res.attack in ("apgd-adaptive", "apgd-ce")
     assert res.clean.lo <= res.clean.acc <= res.clean.hi and res.robust.acc <= res.clean.acc
     if doc == "in-short":
-        assert res.clean.n == 32 and namespace["run"].summary["models"][res.model]["clean"]["n"] == 32
+        assert res.clean.n == 32 and namespace["run"].summary.models[res.model].clean.n == 32
     else:
         assert res.robust.n == 32 and res.all_checks_passed and namespace["robust_acc"] == res.robust.acc

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from robustbench_filters.data.folder import FolderSource, index_folder
 from robustbench_filters.core.errors import RobfiltError
+from robustbench_filters.data.folder import FolderSource, index_folder
 
 
 def _images(folder: Path, names: list[str]) -> None:

@@ -8,8 +8,14 @@ import math
 import numpy as np
 import pytest
 
+from robustbench_filters.stats.intervals import (
+    binom_half_sf,
+    holm,
+    mcnemar_exact,
+    mcnemar_one_sided,
+    paired_margin_score_test,
+)
 from robustbench_filters.stats.paired import PairedRatio, sign_flip_ratio_test
-from robustbench_filters.stats.intervals import binom_half_sf, holm, mcnemar_exact, mcnemar_one_sided, paired_margin_score_test
 
 
 def test_mcnemar_one_sided_by_hand() -> None:

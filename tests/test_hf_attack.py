@@ -17,8 +17,8 @@ import pandas as pd
 import pytest
 import torch
 
-from robustbench_filters.api.evaluate import evaluate
 from robustbench_filters.api.benchmark import benchmark
+from robustbench_filters.api.evaluate import evaluate
 from robustbench_filters.cli import run
 from robustbench_filters.models.hf.load import load_hf
 
@@ -42,6 +42,7 @@ def test_cli_attack_contaminate_perplexity_and_report(hf_models, tmp_path, capsy
     for label in ("gpt2", "llama"):
         model = summary["models"][label]
         assert "lm-eval rolling windows (max_length 32, stride 32)" in summary["perplexity_metric"][label]
+        assert model["clean"]["cost"]["fwd"] == model["clean"]["n_windows"]  # one pass per window
         for entry in [model["clean"], *model["results"]]:  # perplexity under every condition, lm-eval's too
             assert entry["word_perplexity"] > 1 and entry["byte_perplexity"] > 1 and entry["bits_per_byte"] > 0
         pgd = [r for r in model["results"] if r["attack"] == "pgd"]
@@ -56,7 +57,9 @@ def test_cli_attack_contaminate_perplexity_and_report(hf_models, tmp_path, capsy
     assert "Token perplexity" in (tables / "perplexity.md").read_text()
     lm_eval = (tables / "lm_eval.md").read_text()
     assert "word_perplexity" in lm_eval and "gpt2" in lm_eval and "llama" in lm_eval
-    assert (tmp_path / "report" / "figures" / "perplexity_vs_rate.png").exists()
+    assert " x1." in (tables / "perplexity.md").read_text()  # the ratio to clean, as the terminal shows it
+    assert "passes" in (tables / "lm_compute_ledger.md").read_text()
+    assert (tmp_path / "report" / "figures" / "perplexity_vs_budget.png").exists()
     assert run(["verify", str(out)]) == 0
 
 
@@ -82,7 +85,7 @@ def test_python_api_takes_a_loaded_model_and_its_tokenizer(hf_models, tmp_path) 
     assert result.run_dir == tmp_path / "bench" and next(model.parameters()).dtype == torch.float32
 
     wrapped = load_hf(str(hf_models.gpt2), max_length=32)
-    assert evaluate(wrapped, "fgsm", [0.1], n_examples=2, data=f"text:{hf_models.text}").summary["checks_summary"][
+    assert evaluate(wrapped, "fgsm", [0.1], n_examples=2, data=f"text:{hf_models.text}").summary.to_dict()["checks_summary"][
         "fail"] == 0  # fmt: skip
 
 
@@ -97,8 +100,8 @@ def test_bf16_runs_and_is_recorded(hf_models, tmp_path, capsys) -> None:
     assert json.loads((out / "manifest.json").read_text())["config"]["precision"] == "bf16"
     fp32 = evaluate(f"hf:{hf_models.gpt2}", "pgd", [0.1], n_examples=6, batch_size=3, steps=10, max_length=32,
                     data=f"text:{hf_models.text}")  # fmt: skip
-    ppl16, ppl32 = (s["models"][k]["clean"]["ppl"] for s, k in ((summary, f"hf:{hf_models.gpt2}"),
-                                                                 (fp32.summary, f"hf:{hf_models.gpt2}")))  # fmt: skip
+    ppl16 = summary["models"][f"hf:{hf_models.gpt2}"]["clean"]["ppl"]  # the --json output
+    ppl32 = fp32.summary.models[f"hf:{hf_models.gpt2}"].clean.ppl  # the typed summary
     assert ppl16 == pytest.approx(ppl32, rel=0.02)
 
 

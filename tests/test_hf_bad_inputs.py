@@ -1,12 +1,17 @@
 """Bad inputs for Hugging Face models: each is one ``error:`` line, exit 2, and nothing is written.
 
-Covers issue 24's list: the missing ``hf`` extra, a folder that is not a causal LM, a tokenizer that does not match
+Covers issue 24's list and issue 30's untrusted folders (a folder's own code never runs, a folder without a
+tokenizer, config.json that is not JSON): the missing ``hf`` extra, a folder that is not a causal LM, a tokenizer that does not match
 the model's vocabulary, a window longer than the model's positions, bf16 on a device without it, and a hub id that
 is not in the local cache (plus pickle-only weights, options that do not apply, and bad references).
 """
 
 from __future__ import annotations
 
+import json
+import re
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -15,14 +20,14 @@ from _hf_models import gpt2, save, train_tokenizer
 
 from robustbench_filters.api.evaluate import evaluate
 from robustbench_filters.cli import run
-from robustbench_filters.data import load_text
 from robustbench_filters.core.errors import RobfiltError
+from robustbench_filters.data import load_text
 
 
 @pytest.fixture(scope="module")
 def world(hf_models, tmp_path_factory) -> dict[str, Path]:
     """Folders the cases point at: a base GPT-2 without its LM head, a bigger tokenizer, pickle-only weights."""
-    from transformers import AutoTokenizer, GPT2Model
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Model
 
     root = tmp_path_factory.mktemp("hf-bad")
     tok = AutoTokenizer.from_pretrained(str(hf_models.gpt2))
@@ -34,7 +39,46 @@ def world(hf_models, tmp_path_factory) -> dict[str, Path]:
     for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
         (pickled / name).write_bytes((hf_models.gpt2 / name).read_bytes())
     (pickled / "pytorch_model.bin").write_bytes(b"not read")
+    _custom_code_folders(root, hf_models.gpt2)
+    model = AutoModelForCausalLM.from_pretrained(str(hf_models.gpt2))
+    model.save_pretrained(root / "no-tok")  # weights and config, no tokenizer
+    (root / "only-tok-config").mkdir()
+    for name in ("config.json", "model.safetensors", "tokenizer_config.json"):
+        (root / "only-tok-config" / name).write_bytes((hf_models.gpt2 / name).read_bytes())
+    for name, text in (("bad-json", '{"model_type": "gpt2",\n  "n_embd": 32,\n'), ("json-list", "[1, 2]"),
+                       ("unknown-type", '{"model_type": "nonesuch-lm"}')):  # fmt: skip
+        (root / name).mkdir()
+        (root / name / "config.json").write_text(text)
+        (root / name / "model.safetensors").write_bytes((hf_models.gpt2 / "model.safetensors").read_bytes())
     return {"gpt2": hf_models.gpt2, "llama": hf_models.llama, "root": root}
+
+
+MARKER = "ran-the-folders-code"
+
+
+def _custom_code_folders(root: Path, gpt2_folder: Path) -> None:
+    """Folders whose code would write a marker file next to them if anything ran it: a model with its own
+    architecture (config.json's auto_map), and a GPT-2 whose tokenizer has its own class (tokenizer_config.json)."""
+    code = f"import pathlib\npathlib.Path(__file__).with_name({MARKER!r}).write_text('ran')\n"
+    custom = root / "custom-code"
+    custom.mkdir()
+    (custom / "config.json").write_text(json.dumps({
+        "model_type": "evilgpt", "architectures": ["EvilForCausalLM"],
+        "auto_map": {"AutoConfig": "configuration_evil.EvilConfig", "AutoModelForCausalLM": "modeling_evil.EvilLM"},
+    }))  # fmt: skip
+    for name in ("configuration_evil.py", "modeling_evil.py"):
+        (custom / name).write_text(
+            code + "from transformers import PretrainedConfig as EvilConfig, GPT2LMHeadModel as EvilLM\n"
+        )
+    (custom / "model.safetensors").write_bytes((gpt2_folder / "model.safetensors").read_bytes())
+    tok = root / "custom-tokenizer"
+    shutil.copytree(gpt2_folder, tok)
+    config = json.loads((tok / "tokenizer_config.json").read_text())
+    config["auto_map"] = {"AutoTokenizer": ["tokenization_evil.EvilTokenizer", None]}
+    (tok / "tokenizer_config.json").write_text(json.dumps(config))
+    (tok / "tokenization_evil.py").write_text(
+        code + "from transformers import PreTrainedTokenizerFast as EvilTokenizer\n"
+    )
 
 
 ATTACK = ["attack", "--attack", "pgd", "--eps", "0.05", "--n-examples", "2", "--max-length", "32"]
@@ -46,7 +90,28 @@ CASES = [
     ("window > positions", [*ATTACK[:-1], "128", "--model", "hf:{gpt2}"], "longer than hf:"),
     ("window > positions (llama)", [*ATTACK[:-1], "65", "--model", "hf:{llama}"], "64 positions"),
     ("stride > window", [*ATTACK, "--stride", "40", "--model", "hf:{gpt2}"], "--stride 40 is longer"),
-    ("stride, own LM", [*ATTACK, "--stride", "8", "--model", "lm", "--checkpoint", "none"], "applies to hf: models"),
+    ("window > block, own LM", [*ATTACK[:-1], "129", "--model", "lm", "--checkpoint", "none"], "block size 128"),
+    ("stride > window, own LM", [*ATTACK, "--stride", "33", "--model", "lm", "--checkpoint", "none"], "--stride 33"),
+    ("custom code", [*ATTACK, "--model", "hf:{root}/custom-code"], "auto_map AutoConfig: configuration_evil"),
+    (
+        "custom tokenizer",
+        [*ATTACK, "--model", "hf:{root}/custom-tokenizer"],
+        "auto_map AutoTokenizer: tokenization_evil",
+    ),
+    ("no tokenizer", [*ATTACK, "--model", "hf:{root}/no-tok"], "no tokenizer in"),
+    (
+        "no vocabulary",
+        [*ATTACK, "--model", "hf:{root}/only-tok-config"],
+        r"save one with `tokenizer\.save_pretrained\(",
+    ),
+    (
+        "no tokenizer, train",
+        ["train", "--model", "hf:{root}/no-tok", "--variant", "none", "--steps", "1"],
+        "no tokenizer in",
+    ),
+    ("malformed config", [*ATTACK, "--model", "hf:{root}/bad-json"], "config.json in .* is not valid JSON"),
+    ("config not an object", [*ATTACK, "--model", "hf:{root}/json-list"], "holds a JSON list, not an object"),
+    ("unknown model_type", [*ATTACK, "--model", "hf:{root}/unknown-type"], "model_type 'nonesuch-lm'"),
     ("no folder", [*ATTACK, "--model", "hf:{root}/missing/dir"], "does not exist"),
     ("folder without hf:", [*ATTACK, "--model", "{gpt2}"], "is a Hugging Face model folder; write --model hf:"),
     (
@@ -83,7 +148,7 @@ def _check_one_line(argv: list[str], needle: str, tmp_path: Path, capfd) -> None
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert code == 2, f"exit {code}: {err}"
     assert len(lines) == 1 and lines[0].startswith("error:") and "Traceback" not in err, err
-    assert needle.lower() in lines[0].lower(), lines[0]
+    assert needle.lower() in lines[0].lower() or re.search(needle, lines[0], re.I), lines[0]
     assert _snapshot(out) == before
 
 
@@ -123,3 +188,23 @@ def test_python_api_errors_name_their_parameters(world) -> None:
     own = AutoTokenizer.from_pretrained(str(world["gpt2"]))
     with pytest.raises(RobfiltError, match="--max-length 65 is longer than model0's 64 positions"):
         evaluate(model, "pgd", [0.05], tokenizer=own, n_examples=2, max_length=65)
+
+
+@pytest.mark.parametrize("folder", ["custom-code", "custom-tokenizer"])
+@pytest.mark.parametrize("command", ["attack", "train", "lipschitz"])
+def test_a_folders_code_never_runs_even_when_stdin_says_yes(world, tmp_path, folder: str, command: str) -> None:
+    """`yes | robfilt ... --model hf:DIR`: one line naming the auto_map entry, no prompt, and the marker the folder's
+    code would write is never created."""
+    target = world["root"] / folder
+    args = {"attack": [*ATTACK], "train": ["train", "--variant", "none", "--steps", "1"],
+            "lipschitz": ["lipschitz", "--no-bounds", "-n", "1"]}[command]  # fmt: skip
+    argv = [sys.executable, "-m", "robustbench_filters.cli", *args, "--model", f"hf:{target}", "--out",
+            str(tmp_path / "run")]  # fmt: skip
+    done = subprocess.run(argv, input="y\n" * 1000, capture_output=True, text=True, timeout=300)
+    text = done.stdout + done.stderr
+    assert done.returncode == 2, text
+    assert "Do you wish to run the custom code" not in text and "trust_remote_code" not in text, text
+    lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "auto_map" in lines[0] and "evil" in lines[0], text
+    assert not (target / MARKER).exists()
+    assert not (tmp_path / "run").exists()

@@ -15,8 +15,8 @@ import torch
 from _hf_models import gpt2, llama, save, train_tokenizer
 
 from robustbench_filters.cli import run
-from robustbench_filters.data import load_text
 from robustbench_filters.core.errors import RobfiltError
+from robustbench_filters.data import load_text
 from robustbench_filters.models.hf.convert import conversion_settings, convert
 from robustbench_filters.models.hf.load import load_hf
 

@@ -40,7 +40,10 @@ def test_the_page_shows_what_issue_24_asks_for() -> None:
     commands = [" ".join(c) for c in _commands()]
     for needle in (
         "attack --model hf:tiny-gpt2,hf:tiny-llama --attack pgd,wordswap --data text:",
-        "train --model hf:tiny-gpt2 --variant bsa-grc --data text:",
+        "train --model hf:tiny-gpt2 --variant none",
+        "train --model hf:tiny-gpt2 --variant bsa-grc",
+        "attack --model hf:tiny-gpt2-ft,hf:tiny-gpt2-bsa-grc",
+        "--split all",
         "--variant grc",
         "--max-length",
         "--stride",
@@ -52,7 +55,8 @@ def test_the_page_shows_what_issue_24_asks_for() -> None:
     ):
         assert any(needle in c for c in commands), needle  # fmt: skip
     for word in ("word_perplexity", "byte_perplexity", "bits_per_byte", "pip install robustbench-filters[hf]",
-                 "rotary", "local Hugging Face", "mean L2 norm"):  # fmt: skip
+                 "rotary", "local Hugging Face", "mean L2 norm", "by default\n`test`", "rolling windows",
+                 "fine-tuned by the same recipe", "auto_map", "trust_remote_code=False"):  # fmt: skip
         assert word in PAGE, word
 
 

@@ -10,6 +10,7 @@ import pytest
 import torch
 from PIL import Image
 
+from robustbench_filters.core.errors import RobfiltError
 from robustbench_filters.data import (
     FolderSource,
     ImageSource,
@@ -17,7 +18,6 @@ from robustbench_filters.data import (
     load_images,
     open_image_source,
 )
-from robustbench_filters.core.errors import RobfiltError
 from robustbench_filters.models.loading import load_model
 
 

@@ -14,7 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from build_wheel import build_wheel, tracked_files  # noqa: E402
+from build_wheel import build_wheel, copy_tree, pip_wheel, tracked_files  # noqa: E402
 
 
 def _status() -> str:
@@ -23,11 +23,70 @@ def _status() -> str:
     ).stdout
 
 
-def test_the_wheel_builds_without_leaving_files_in_the_tree(tmp_path: Path) -> None:
+def _listing(folder: Path) -> list[str]:
+    return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*"))
+
+
+def test_pip_wheel_in_a_clone_leaves_no_build_or_egg_info(tmp_path: Path) -> None:
+    """``pip wheel .`` in a clone (a copy of the tracked files) leaves the clone's tree exactly as it was."""
     before = _status()
-    wheel = build_wheel(tmp_path / "dist")
-    assert wheel.is_file() and wheel.name.startswith("robustbench_filters-") and _status() == before
-    assert "LICENSE" in tracked_files(ROOT)
+    clone = copy_tree(ROOT, tmp_path / "clone")
+    listed = _listing(clone)
+    wheel = pip_wheel(clone, tmp_path / "dist")
+    assert wheel.is_file() and wheel.name.startswith("robustbench_filters-")
+    assert _listing(clone) == listed, "the build left files in the tree"
+    assert not (clone / "build").exists() and not list(clone.glob("*.egg-info"))
+    assert _status() == before and "LICENSE" in tracked_files(ROOT)
+
+
+def _backend():  # noqa: ANN202
+    sys.path.insert(0, str(ROOT / "build_backend"))
+    import robfilt_build
+
+    return robfilt_build
+
+
+def test_the_build_backend_runs_setuptools_on_a_copy(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    """The configuration, fast: pip builds with build_backend/robfilt_build.py, whose writing hooks run setuptools
+    in a copy (a stand-in setuptools writes build/ and *.egg-info where it runs, as the real one does)."""
+    import tomllib
+
+    system = tomllib.loads((ROOT / "pyproject.toml").read_text())["build-system"]
+    assert system["build-backend"] == "robfilt_build" and system["backend-path"] == ["build_backend"]
+    backend = _backend()
+    assert "build_backend/robfilt_build.py" in (ROOT / "MANIFEST.in").read_text()  # an sdist can build itself
+
+    class Setuptools:
+        @staticmethod
+        def _litter(directory: str, name: str) -> str:
+            for junk in ("build/lib", "robustbench_filters.egg-info"):
+                (Path.cwd() / junk).mkdir(parents=True)
+            assert (Path.cwd() / "pyproject.toml").is_file() and (Path.cwd() / "robustbench_filters").is_dir()
+            (Path(directory) / name).write_text("built")
+            return name
+
+        def build_wheel(self, directory, settings=None, metadata=None) -> str:  # noqa: ANN001
+            return self._litter(directory, "x.whl")
+
+        def build_sdist(self, directory, settings=None) -> str:  # noqa: ANN001
+            return self._litter(directory, "x.tar.gz")
+
+        def prepare_metadata_for_build_wheel(self, directory, settings=None) -> str:  # noqa: ANN001
+            return self._litter(directory, "x.dist-info")
+
+    monkeypatch.setattr(backend, "_setuptools", Setuptools())
+    tree = tmp_path / "tree"
+    (tree / "robustbench_filters").mkdir(parents=True)
+    (tree / "pyproject.toml").write_text("[project]\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    monkeypatch.chdir(tree)
+    listed = _listing(tree)
+    assert backend.build_wheel("../out") == "x.whl"  # a relative target is the caller's, not the copy's
+    assert backend.build_sdist(str(out)) == "x.tar.gz"
+    assert backend.prepare_metadata_for_build_wheel(str(out)) == "x.dist-info"
+    assert _listing(tree) == listed and Path.cwd() == tree
+    assert sorted(p.name for p in out.iterdir()) == ["x.dist-info", "x.tar.gz", "x.whl"]
 
 
 @pytest.mark.slow

@@ -162,12 +162,12 @@ def test_resume_with_other_weights_at_the_same_path_is_refused(tmp_path, capfd) 
     from robustbench_filters import create_model, save_checkpoint
 
     ckpt = tmp_path / "ckpt"
-    save_checkpoint(create_model("deit"), ckpt)
+    save_checkpoint(create_model("deit", checkpoint="none"), ckpt)
     args = [a if a != "none" else str(ckpt) for a in BASE]
     out = tmp_path / "run"
     assert run([*args, "--out", str(out)]) == 0
     shutil.rmtree(ckpt)
-    save_checkpoint(create_model("deit"), ckpt)  # retrained: new weights, same path
+    save_checkpoint(create_model("deit", checkpoint="none"), ckpt)  # retrained: new weights, same path
     _refused(capfd, [*args, "--out", str(out), "--resume"], "weights of deit changed", out)
 
 
@@ -254,7 +254,7 @@ def test_errors_inside_a_users_model_are_one_line_and_resumable(tmp_path, capfd,
         "    def __init__(self):\n"
         "        super().__init__()\n"
         "        torch.manual_seed(0)\n"
-        "        self.inner = create_model('deit')\n"
+        "        self.inner = create_model('deit', checkpoint='none')\n"
         "    def forward(self, x):\n"
         "        if os.environ.get('FLAKY') and x.shape[0] == 3 and not torch.is_grad_enabled():\n"
         "            raise OSError(5, 'sensor unplugged')\n"
@@ -280,7 +280,7 @@ def test_spec_naming_code_needs_allow_code_and_paths_stay_inside(tmp_path, capfd
     (project / "ci").mkdir(parents=True)
     (project / "pyproject.toml").write_text("")
     (project / "ci" / "net.py").write_text("from robustbench_filters import create_model\ndef build():\n"
-                                           "    return create_model('deit')\n")  # fmt: skip
+                                           "    return create_model('deit', checkpoint='none')\n")  # fmt: skip
     outside = tmp_path / "outside"
     outside.mkdir()
     (project / "ci" / "link").symlink_to(outside)

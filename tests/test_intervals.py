@@ -20,7 +20,6 @@ from robustbench_filters.stats.intervals import (
     difference_domain,
     finite_interval,
     mean_interval,
-    t_interval_name,
 )
 from robustbench_filters.study.claims import Comparison, compare
 from robustbench_filters.study.tables import domain, interval_cell, paired_table, seed_table
@@ -54,8 +53,6 @@ def test_a_clipped_interval_keeps_its_coverage_and_its_estimand() -> None:
     assert clip(-3.0, -1.0, NONNEGATIVE) == (0.0, 0.0)  # an interval entirely outside collapses onto the bound
     assert difference_domain(PROPORTION) == (-1.0, 1.0) and difference_domain(NONNEGATIVE) == (None, None)
     assert finite_interval([0.1], NONNEGATIVE) == (None, None)
-    assert t_interval_name(PROPORTION) == "95% t-interval, clipped to [0, 1]"
-    assert t_interval_name(NONNEGATIVE) == "95% t-interval, clipped at 0"
 
 
 def _scores(metric: str, values: dict[str, list[float]], family: str = "image") -> pd.DataFrame:
@@ -107,12 +104,13 @@ def test_every_table_names_its_interval(tmp_path, capsys) -> None:
     from robustbench_filters.cli.lipschitz import render_lipschitz_summary
     from robustbench_filters.gating.outcome import GateResult, Outcome
     from robustbench_filters.gating.output import markdown_summary
+    from robustbench_filters.summaries import LipschitzSummary
 
     rows = pd.DataFrame([{"model": "deit", "layer": "model", "example_id": i, "method": "power", "lower": v,
                           "local_upper": np.nan, "global_upper": np.nan, "radius": np.nan}
                          for i, v in enumerate([0.05, 0.316])])  # fmt: skip
     checks = {"checks": [], "checks_summary": {"passed": True, "pass": 0, "warn": 0, "fail": 0}}
-    render_lipschitz_summary({**summarize(rows), **checks}, "power", per_layer=False, gap=False)
+    render_lipschitz_summary(LipschitzSummary.build({**summarize(rows), **checks}), "power", per_layer=False, gap=False)
     assert "lower mean [95% t-CI, clipped at 0]" in capsys.readouterr().out
     outcome = Outcome("threshold", "image", "deit", "clean", "acc", ">= 50.0", 0.6, 0.5, 0.7, "pass", "ok", "run")
     text = markdown_summary(GateResult(name="g", outcomes=[outcome], runs=["run"], out=tmp_path))

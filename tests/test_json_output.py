@@ -113,7 +113,7 @@ def test_success_sanity_failure_and_a_printing_model_print_one_object(project, c
 
 
 def test_ctrl_c_and_a_bug_print_one_object(project, capsys, monkeypatch) -> None:
-    import robustbench_filters.runs.runner as runner
+    import robustbench_filters.api.evaluate as runner  # the CLI runs through the API, which calls the runner
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
@@ -163,3 +163,20 @@ def test_the_gate_forwards_exactly_its_childs_object() -> None:
     assert _one_json(json.dumps(doc, indent=2)) == doc
     assert _one_json("loading weights...\n" + json.dumps(doc, indent=2) + "\n") == doc
     assert _one_json("") is None and _one_json("[1, 2]") is None and _one_json("not json") is None
+
+
+@pytest.mark.parametrize("rank", ["0", "1"])
+def test_under_torchrun_only_rank_0_writes_json(project, capsys, monkeypatch, rank: str) -> None:  # noqa: ANN001
+    """Every torchrun rank runs the command and their stdouts are joined: rank 1 adds nothing, on success or error
+    (its one-line error still reaches stderr)."""
+    for name, value in (("RANK", rank), ("WORLD_SIZE", "2"), ("LOCAL_RANK", rank)):
+        monkeypatch.setenv(name, value)
+    assert run(["models", "list", "--json"]) == 0
+    listed = capsys.readouterr().out
+    assert run(["attack", "--json", "--n-examples", "0"]) == 2
+    out, err = capsys.readouterr()
+    assert "--n-examples must be positive" in err
+    if rank == "1":
+        assert listed == "" and out == ""
+    else:
+        assert isinstance(json.loads(listed), list) and one_json(out)["exit_code"] == 2

@@ -66,7 +66,7 @@ def jacobian_dense(fn, x: torch.Tensor) -> torch.Tensor:
 
 def tiny(name: str, **extra) -> nn.Module:
     kw = TINY_DEIT if name.startswith("deit") else TINY_LM
-    return create_model(name, **{**kw, **extra})
+    return create_model(name, **{**kw, **extra}, checkpoint="none")
 
 
 def tiny_inputs(target, seed: int, n: int = 2) -> torch.Tensor:
@@ -126,8 +126,8 @@ def test_linear_map_through_the_api():
     assert list(result.examples.columns) == list(COLUMNS)
     assert np.allclose(result.examples["lower"], sigma, rtol=1e-6)
     assert np.allclose(result.examples["global_upper"], sigma, atol=1e-10)
-    entry = result.summary["models"]["Linear"]
-    assert entry["sandwich_ok"] and entry["ratio_upper_lower"] == pytest.approx(1.0, abs=1e-6)
+    entry = result.summary.models["Linear"]
+    assert entry.sandwich_ok and entry.ratio_upper_lower == pytest.approx(1.0, abs=1e-6)
 
 
 # ---------------------------------------------------------------- 2. dense cross-check on tiny float64 models
@@ -415,7 +415,7 @@ def test_cli_rejects_bad_input_before_creating_the_folder(tmp_path, capsys, monk
     assert run(["lipschitz", "--model", "deit,deit", "--out", str(out)]) == 2
 
     def with_hardswish(name, size="micro", checkpoint=None, **overrides):
-        model = create_model(name, size, **overrides)
+        model = create_model(name, size, **overrides, checkpoint="none")
         model.blocks[0].mlp.act = nn.Hardswish()
         return model
 
@@ -439,7 +439,7 @@ def test_cli_end_to_end_writes_a_run_folder(tmp_path, capsys):
     examples = saved.rows[saved.rows["layer"] == "model"]
     assert len(examples) == 4 and set(saved.rows["layer"]) >= {"model", "blocks.0", "blocks.2"}
     assert (examples["lower"] <= examples["local_upper"]).all()
-    for entry in saved.summary["models"].values():
-        assert entry["sandwich_ok"] and entry["ratio_upper_lower"] > 1 and entry["factors"]
+    for entry in saved.summary.models.values():
+        assert entry.sandwich_ok and entry.ratio_upper_lower > 1 and entry.factors
     assert run([*args, "--resume", "--json"]) == 0
     assert load_run(out).rows.equals(saved.rows)

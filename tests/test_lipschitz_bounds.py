@@ -61,10 +61,10 @@ def random_model(name: str, dim: int, heads: int, depth: int, scale: float, seed
     torch.manual_seed(seed)
     if name.startswith("deit"):
         model = create_model(name, img_size=8, patch_size=4, embed_dim=dim, depth=depth, num_heads=heads,
-                             num_classes=5, fused_attn=False)  # fmt: skip
+                             num_classes=5, fused_attn=False, checkpoint="none")  # fmt: skip
     else:
         model = create_model(name, vocab_size=11, block_size=8, n_layer=depth, n_head=heads, n_embd=dim,
-                             fused_attn=False)  # fmt: skip
+                             fused_attn=False, checkpoint="none")  # fmt: skip
     gen = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():
         for p in model.parameters():
@@ -209,7 +209,7 @@ def test_first_layernorm_floor_on_a_tiny_patch_embedding():
     """4x4 images, 2x2 patches: each token's std over [0, 1]^4 is never below the floor, and the floor is tight."""
     torch.manual_seed(0)
     model = create_model("deit", img_size=4, patch_size=2, embed_dim=6, depth=1, num_heads=1, num_classes=3,
-                         fused_attn=False)  # fmt: skip
+                         fused_attn=False, checkpoint="none")  # fmt: skip
     target = make_target(model, dtype=torch.float64)
     x = torch.rand(1, 1, 4, 4, dtype=torch.float64)
     chain = build_chain(target, x)

@@ -29,7 +29,7 @@ from robustbench_filters.lipschitz import (
     trace_bounds,
 )
 from robustbench_filters.lipschitz.research import GAP_COLUMNS, LocalOptions, gap_rows, gap_summary, local_bounds
-from robustbench_filters.lipschitz.target import model_family
+from robustbench_filters.lipschitz.target import input_family
 from robustbench_filters.models import create_model
 from robustbench_filters.report.lipschitz_gap import lipschitz_gap_figure
 
@@ -78,12 +78,12 @@ def images(n: int = 2, side: int = 16, seed: int = 0) -> torch.Tensor:
 
 
 def test_family_replaces_kind():
-    lm = create_model("lm", vocab_size=11, block_size=8, n_layer=1, n_head=2, n_embd=8)
-    assert model_family(resnet18()) is Family.IMAGE
-    assert model_family(tiny_vit()) is Family.IMAGE
-    assert model_family(small_cnn()) is Family.IMAGE
-    assert model_family(lm) is Family.LM
-    assert model_family(nn.Linear(3, 2)) is None
+    lm = create_model("lm", vocab_size=11, block_size=8, n_layer=1, n_head=2, n_embd=8, checkpoint="none")
+    assert input_family(resnet18()) is Family.IMAGE
+    assert input_family(tiny_vit()) is Family.IMAGE
+    assert input_family(small_cnn()) is Family.IMAGE
+    assert input_family(lm) is Family.LM
+    assert input_family(nn.Linear(3, 2)) is None
     target = make_target(resnet18())
     assert target.family is Family.IMAGE and target.box == (0.0, 1.0)
     assert make_target(nn.Linear(4, 2), family="image").family is Family.IMAGE
@@ -176,7 +176,7 @@ def test_timm_vit_certified_bounds_hold(pool):
 def test_gap_rows_sandwich_and_columns():
     torch.manual_seed(0)
     model = create_model("deit-grc", img_size=8, patch_size=4, embed_dim=8, depth=2, num_heads=2, num_classes=5,
-                         fused_attn=False)  # fmt: skip
+                         fused_attn=False, checkpoint="none")  # fmt: skip
     target = make_target(model, dtype=torch.float64)
     x = images(n=2, side=8)
     rows = gap_rows(target, x, [7, 9], [1e-4, 0.1], power_iters=300, tol=1e-12,

@@ -14,13 +14,13 @@ import torch
 from robustbench_filters.api.evaluate import evaluate as evaluate_lm
 from robustbench_filters.attacks.catalogue import Norm
 from robustbench_filters.attacks.embedding import EmbeddingAttack, eps_scale, perturbation_size
-from robustbench_filters.attacks.lm_rows import encode_batch, text_chunks
 from robustbench_filters.attacks.wordswap import WORD_RE, eligible_spans, swap_words
 from robustbench_filters.cli import run
-from robustbench_filters.data import STOPWORDS, CharTokenizer, load_text
 from robustbench_filters.core.errors import RobfiltError
+from robustbench_filters.data import STOPWORDS, CharTokenizer, load_documents, load_text
 from robustbench_filters.models import create_model
-from robustbench_filters.models.lm_batch import sequence_nll
+from robustbench_filters.models.hf.rolling import Rolling, window_rows
+from robustbench_filters.models.lm_batch import sequence_nll, window_batch
 
 RATES = (0.0, 0.015, 0.05, 0.1, 0.5, 1.0)
 TINY = dict(n_layer=1, n_head=2, n_embd=32, block_size=32)
@@ -32,8 +32,9 @@ def text() -> str:
 
 
 @pytest.fixture(scope="module")
-def chunks(text: str) -> list[str]:
-    return text_chunks(text, 129)[:40]
+def chunks() -> list[str]:
+    """Whole documents (paragraphs) of the test split, the unit LM runs score."""
+    return list(load_documents("austen", "test").texts[:40])
 
 
 # --- word swap --------------------------------------------------------------------------------------------------
@@ -65,8 +66,8 @@ def test_wordswap_hits_the_rate_within_one_word(chunks: list[str], rate: float) 
         assert res.text.count("AAA") - chunk.count("AAA") == res.n_swapped
 
 
-def test_wordswap_low_rates_are_unbiased_over_a_corpus(text: str) -> None:
-    res = [swap_words(c, 0.015, seed=i) for i, c in enumerate(text_chunks(text, 129))]
+def test_wordswap_low_rates_are_unbiased_over_a_corpus() -> None:
+    res = [swap_words(c, 0.015, seed=i) for i, c in enumerate(load_documents("austen", "test").texts)]
     frac = sum(r.n_swapped for r in res) / sum(r.n_eligible for r in res)
     assert 0.008 < frac < 0.022  # stochastic rounding: short sequences still get ~1.5% swapped overall
 
@@ -111,7 +112,7 @@ def trained(text: str) -> tuple[torch.nn.Module, CharTokenizer, object]:
     """A 1-layer LM trained for a few seconds, so its loss surface is not the flat one of random weights."""
     tok = CharTokenizer.train(text)
     torch.manual_seed(0)
-    model = create_model("lm", vocab_size=tok.vocab_size, **TINY).train()
+    model = create_model("lm", vocab_size=tok.vocab_size, **TINY, checkpoint="none").train()
     data = torch.tensor(tok.encode(text))
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     g = torch.Generator().manual_seed(0)
@@ -124,8 +125,9 @@ def trained(text: str) -> tuple[torch.nn.Module, CharTokenizer, object]:
         loss.backward()
         opt.step()
     model.eval()
-    batch = encode_batch(tok, text_chunks(text, 33)[:16], 33, torch.device("cpu"))
-    return model, tok, batch
+    docs = load_documents("austen", "test").texts[:6]
+    windows = window_rows([tok.encode(d) for d in docs], Rolling(32, 32, tok.prefix_token_id))[:16]
+    return model, tok, window_batch(windows, torch.device("cpu"))
 
 
 def _ppl(model, emb, b) -> float:
@@ -182,17 +184,17 @@ def test_engine_rows_and_checks_on_a_tiny_model(trained, tmp_path: Path) -> None
     rows = res.rows
     assert set(rows.kind) == {"clean", "adversarial", "contamination"}
     assert len(rows) == 6 * (1 + 3 + 3 + 2)
-    m = next(iter(res.summary["models"].values()))
+    m = next(iter(res.summary.to_dict()["models"].values()))
     pgd = {r["eps"]: r["ppl"] for r in m["results"] if r["attack"] == "pgd"}
     assert pgd[0.0] == pytest.approx(m["clean"]["ppl"]) and pgd[0.2] > pgd[0.05] > pgd[0.0]
-    statuses = {c["name"]: c["status"] for c in res.summary["checks"]}
+    statuses = {c.name: c.status for c in res.summary.checks}
     assert statuses["rate 0 equals clean"] == "pass"
     assert statuses["eps=0 equals clean"] == "pass"
     assert statuses["inside eps-ball, finite"] == "pass"
     assert statuses["perplexity non-decreasing in eps"] == "pass"
     assert statuses["swap rate as requested"] == "pass"
     assert statuses["5x steps not weaker"] == "pass"
-    assert res.summary["checks_summary"]["fail"] == 0, res.summary["checks"]
+    assert res.summary.checks_summary.fail == 0, res.summary.checks
 
 
 # --- CLI --------------------------------------------------------------------------------------------------------
@@ -213,7 +215,7 @@ def test_cli_rejects_bad_input_in_one_line(capsys, tmp_path: Path) -> None:
     folder = tmp_path / "stop"
     folder.mkdir()
     (folder / "train.txt").write_text("The quick brown fox jumps over the lazy dog.\n" * 20)
-    (folder / "test.txt").write_text("and the of to it is was for on with as by at from, " * 12)
+    (folder / "test.txt").write_text("and the of to it is was for on with as by at from,\n\n" * 12)
     _one_line_error(
         capsys,
         [*base, "--model", "lm", "--attack", "wordswap", "--data", f"text:{folder}", "--n-examples", "2"],
@@ -260,5 +262,6 @@ def test_checkpoint_folder_brings_its_tokenizer(trained, tmp_path: Path) -> None
         evaluate_lm(["lm"], ["wordswap"], checkpoint=str(folder), n_examples=3, rates=[0.1])
     tok.save(folder / "tokenizer.json")
     res = evaluate_lm(["lm"], ["wordswap"], checkpoint=str(folder), n_examples=3, rates=[0.1], check_masking=True)
-    assert res.summary["models"]["lm"]["clean"]["ppl"] < 40  # the trained weights were loaded, not random ones
-    assert res.summary["seq_chars"] == TINY["block_size"] + 1
+    assert res.summary.models["lm"].clean.ppl < 40  # the trained weights were loaded, not random ones
+    assert res.summary.windows["lm"]["max_length"] == TINY["block_size"]
+    assert res.summary.windows["lm"]["prefix_token_id"] == tok.encode("\n")[0]  # documents start after a newline

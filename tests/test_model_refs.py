@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from robustbench_filters.core.errors import RobfiltError
-from robustbench_filters.models.loading import validate_model_ref
 from robustbench_filters.models import (
     ModelKind,
     ModelRef,
@@ -14,7 +13,8 @@ from robustbench_filters.models import (
     parse_model_ref,
     split_model_list,
 )
-from robustbench_filters.models.ref import format_value, parse_value
+from robustbench_filters.models.loading import load_model
+from robustbench_filters.models.ref import format_value, model_kind, parse_value
 
 
 def test_timm_reference_with_typed_arguments() -> None:
@@ -98,9 +98,9 @@ def test_model_list_splits_outside_brackets() -> None:
         (lambda: parse_model_ref(""), "empty model reference"),
         (lambda: parse_model_ref("timm:resnet18?num_classes"), "not key=value"),
         (lambda: split_model_list("deit,,deit-grc"), "empty item"),
-        (lambda: validate_model_ref("timm:resnet_18"), "unknown timm model 'resnet_18'. Did you mean"),
-        (lambda: validate_model_ref("deit-bas"), "unknown model 'deit-bas'"),
-        (lambda: validate_model_ref("timm:resnet18.no_such_tag"), "has no config 'no_such_tag'"),
+        (lambda: load_model("timm:resnet_18", checkpoint="none"), "unknown timm model 'resnet_18'. Did you mean"),
+        (lambda: model_kind("deit-bas"), "unknown model 'deit-bas'"),
+        (lambda: load_model("timm:resnet18.no_such_tag", checkpoint="none"), "has no config 'no_such_tag'"),
     ],
 )
 def test_bad_references_are_one_line_errors(call, match: str) -> None:
@@ -109,8 +109,8 @@ def test_bad_references_are_one_line_errors(call, match: str) -> None:
     assert "\n" not in str(info.value)
 
 
-def test_validate_does_not_import_factories() -> None:
-    assert validate_model_ref("no_such_module_anywhere:build") == "custom"
-    assert validate_model_ref("timm:resnet18?num_classes=10") == "timm"
-    assert validate_model_ref("timm:deit_micro_bsa_grc_patch4_28") == "timm"
-    assert validate_model_ref("x=deit-grc?grc_lambda=0.2") == "image"
+def test_the_kind_of_a_reference_imports_no_factory() -> None:
+    assert model_kind("no_such_module_anywhere:build") == "custom"
+    assert model_kind("timm:resnet18?num_classes=10") == "timm"
+    assert model_kind("timm:deit_micro_bsa_grc_patch4_28") == "timm"
+    assert model_kind("x=deit-grc?grc_lambda=0.2") == "image"

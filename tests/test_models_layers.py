@@ -176,7 +176,7 @@ def test_bsa_with_zero_bias_is_softmax_attention_without_positions(
 @pytest.mark.parametrize("fused", [True, False])
 def test_gaussian_bsa_matches_naive_reference_1d_causal(fused: bool) -> None:
     """The LM's attention: token-index positions, causal mask, per-head widths."""
-    attn = create_model("lm-bsa").blocks[0].attn
+    attn = create_model("lm-bsa", checkpoint="none").blocks[0].attn
     assert isinstance(attn, BilateralAttention) and attn.grid is None
     sigmas = [0.7, 1.5, 3.0, 6.0]
     set_sigmas(attn, sigmas)
@@ -198,7 +198,7 @@ def test_gaussian_bsa_matches_naive_reference_1d_causal(fused: bool) -> None:
 @pytest.mark.parametrize("fused", [True, False])
 def test_gaussian_bsa_matches_naive_reference_2d_grid_with_cls(fused: bool) -> None:
     """DeiT micro: a 7x7 patch grid plus CLS; the CLS token gets bias 0 to and from every token."""
-    attn = create_model("deit-bsa").blocks[1].attn
+    attn = create_model("deit-bsa", checkpoint="none").blocks[1].attn
     assert attn.grid == (7, 7) and attn.num_prefix_tokens == 1
     sigmas = [0.8, 1.6, 3.2, 6.4]
     set_sigmas(attn, sigmas)
@@ -224,7 +224,7 @@ def test_gaussian_bsa_matches_naive_reference_2d_grid_with_cls(fused: bool) -> N
 
 @pytest.mark.parametrize("model_name", ["lm-bsa", "deit-bsa"])
 def test_fused_and_manual_bsa_paths_agree(model_name: str) -> None:
-    attn = create_model(model_name).blocks[0].attn
+    attn = create_model(model_name, checkpoint="none").blocks[0].attn
     sharpen(attn, 0.2)
     x = torch.randn(2, 50, attn.qkv.in_features)
     causal = model_name.startswith("lm")
@@ -241,7 +241,7 @@ def test_fused_and_manual_bsa_paths_agree(model_name: str) -> None:
 @pytest.mark.parametrize("fused", [True, False])
 def test_untied_bsa_matches_its_naive_formula(model_name: str, fused: bool) -> None:
     """b_ij = (p_i U_Q^h).(p_j U_K^h)/sqrt(d_h) with p the learned absolute positions (CLS has its own)."""
-    model = create_model(model_name, pos_kernel="untied")
+    model = create_model(model_name, pos_kernel="untied", checkpoint="none")
     attn = model.blocks[0].attn
     assert not hasattr(attn, "sigma_theta") and hasattr(attn, "pos_q")
     with torch.no_grad():
@@ -265,7 +265,7 @@ def test_untied_bsa_matches_its_naive_formula(model_name: str, fused: bool) -> N
 
 def test_initial_sigmas_spread_geometrically_and_are_learnable() -> None:
     assert torch.allclose(initial_sigmas((1.0, 8.0), 4), torch.tensor([1.0, 2.0, 4.0, 8.0]))
-    attn = create_model("deit-bsa", bsa_sigma=(1.0, 8.0)).blocks[0].attn
+    attn = create_model("deit-bsa", bsa_sigma=(1.0, 8.0), checkpoint="none").blocks[0].attn
     assert torch.allclose(attn.sigma, torch.tensor([1.0, 2.0, 4.0, 8.0]), atol=1e-5)
     assert attn.sigma_theta.requires_grad
     with pytest.raises(RobfiltError, match="positive"):
@@ -273,7 +273,7 @@ def test_initial_sigmas_spread_geometrically_and_are_learnable() -> None:
 
 
 def test_position_bias_is_cached_per_layout() -> None:
-    attn = create_model("deit-bsa").blocks[0].attn
+    attn = create_model("deit-bsa", checkpoint="none").blocks[0].attn
     attn.position_bias(50, torch.device("cpu"), torch.float32)
     attn.position_bias(50, torch.device("cpu"), torch.float32)
     assert len(attn._dist_cache) == 1

@@ -39,7 +39,7 @@ def test_registry_lists_the_eight_variants() -> None:
 
 def test_deit_tiny_is_timm_deit_tiny_patch16_224() -> None:
     """Same state-dict keys and shapes as timm's model, and the same logits on normalised input."""
-    ours = create_model("deit", size="tiny")
+    ours = create_model("deit", size="tiny", checkpoint="none")
     ref = timm.create_model("deit_tiny_patch16_224", pretrained=False).eval()
     ours_sd, ref_sd = ours.state_dict(), ref.state_dict()
     assert list(ours_sd) == list(ref_sd)
@@ -60,7 +60,7 @@ def test_deit_tiny_is_timm_deit_tiny_patch16_224() -> None:
 
 
 def test_normaliser_adds_no_state_dict_keys() -> None:
-    model = create_model("deit")
+    model = create_model("deit", checkpoint="none")
     assert not any("input_norm" in k for k in model.state_dict())
     ref = timm.create_model(
         "deit_tiny_patch16_224", pretrained=False, img_size=28, patch_size=4, in_chans=1, num_classes=10,
@@ -74,11 +74,11 @@ def test_normaliser_adds_no_state_dict_keys() -> None:
 
 
 def test_deit_grc_with_lambda_zero_is_exactly_deit(images: torch.Tensor) -> None:
-    deit = create_model("deit")
-    grc0 = create_model("deit-grc", grc_lambda=0.0)
+    deit = create_model("deit", checkpoint="none")
+    grc0 = create_model("deit-grc", grc_lambda=0.0, checkpoint="none")
     result = grc0.load_state_dict(deit.state_dict(), strict=False)
     assert result.missing_keys == ["blocks.grc_lambda"] and not result.unexpected_keys
-    grc1 = create_model("deit-grc", grc_lambda=0.1)
+    grc1 = create_model("deit-grc", grc_lambda=0.1, checkpoint="none")
     grc1.load_state_dict(deit.state_dict(), strict=False)
     with torch.no_grad():
         expected = deit(images)
@@ -87,11 +87,11 @@ def test_deit_grc_with_lambda_zero_is_exactly_deit(images: torch.Tensor) -> None
 
 
 def test_lm_grc_with_lambda_zero_is_exactly_lm(tokens: torch.Tensor) -> None:
-    lm = create_model("lm")
-    grc0 = create_model("lm-grc", grc_lambda=0.0)
+    lm = create_model("lm", checkpoint="none")
+    grc0 = create_model("lm-grc", grc_lambda=0.0, checkpoint="none")
     result = grc0.load_state_dict(lm.state_dict(), strict=False)
     assert result.missing_keys == ["blocks.grc_lambda"] and not result.unexpected_keys
-    grc1 = create_model("lm-grc", grc_lambda=0.1)
+    grc1 = create_model("lm-grc", grc_lambda=0.1, checkpoint="none")
     grc1.load_state_dict(lm.state_dict(), strict=False)
     with torch.no_grad():
         expected = lm(tokens)
@@ -101,7 +101,7 @@ def test_lm_grc_with_lambda_zero_is_exactly_lm(tokens: torch.Tensor) -> None:
 
 @pytest.mark.parametrize("name", ["deit-grc", "lm-bsa-grc"])
 def test_learnable_grc_lambda_gets_gradients_through_the_model(name: str) -> None:
-    model = create_model(name, grc_learnable=True, grc_lambda=0.2).train()
+    model = create_model(name, grc_learnable=True, grc_lambda=0.2, checkpoint="none").train()
     assert isinstance(model.blocks, BlockStack)
     assert "blocks.grc_logit" in dict(model.named_parameters())
     assert torch.allclose(model.blocks.lambdas(), torch.tensor(0.2), atol=1e-6)
@@ -113,7 +113,7 @@ def test_learnable_grc_lambda_gets_gradients_through_the_model(name: str) -> Non
 
 def test_grc_attn_only_leaves_the_mlp_residual_stock(tokens: torch.Tensor) -> None:
     """In a full model: boosting attention only equals a hand-written loop over the block's submodules."""
-    model = create_model("lm-grc", grc_lambda=0.3, grc_sublayers="attn")
+    model = create_model("lm-grc", grc_lambda=0.3, grc_sublayers="attn", checkpoint="none")
     assert model.blocks.lambdas().shape == (3, 1)
     emb = model.embed(tokens) + model.pos_embed[:, : tokens.shape[1]]
     y0 = y = emb
@@ -123,7 +123,7 @@ def test_grc_attn_only_leaves_the_mlp_residual_stock(tokens: torch.Tensor) -> No
             y = y + blk.mlp(blk.norm2(y))
         expected = model.lm_head(model.norm(y))
         assert torch.allclose(model(tokens), expected, atol=1e-5)
-        boosted_all = create_model("lm-grc", grc_lambda=0.3)
+        boosted_all = create_model("lm-grc", grc_lambda=0.3, checkpoint="none")
         weights = {k: v for k, v in model.state_dict().items() if k != "blocks.grc_lambda"}
         boosted_all.load_state_dict(weights, strict=False)
         assert not torch.allclose(boosted_all(tokens), expected, atol=1e-4)
@@ -134,16 +134,16 @@ def test_grc_attn_only_leaves_the_mlp_residual_stock(tokens: torch.Tensor) -> No
 
 
 def test_gaussian_bsa_models_have_no_additive_positions() -> None:
-    assert create_model("deit-bsa").pos_embed is None
-    assert create_model("lm-bsa").pos_embed is None
+    assert create_model("deit-bsa", checkpoint="none").pos_embed is None
+    assert create_model("lm-bsa", checkpoint="none").pos_embed is None
     for name in ("deit-bsa", "lm-bsa-grc"):
-        layers = [m for m in create_model(name).modules() if isinstance(m, BilateralAttention)]
+        layers = [m for m in create_model(name, checkpoint="none").modules() if isinstance(m, BilateralAttention)]
         assert len(layers) == (4 if name.startswith("deit") else 3)
 
 
 def test_untied_bsa_uses_positions_only_in_the_bias() -> None:
     """Untied DeiT keeps timm's pos_embed (so pretrained positions load) but never adds it to the tokens."""
-    model = create_model("deit-bsa", pos_kernel="untied")
+    model = create_model("deit-bsa", pos_kernel="untied", checkpoint="none")
     assert model.pos_embed.shape == (1, 50, 64)
     patches = torch.randn(2, 7, 7, 64)
     tokens = model._pos_embed(patches)
@@ -165,7 +165,7 @@ def test_untied_bsa_uses_positions_only_in_the_bias() -> None:
 @pytest.mark.parametrize("case", [c for c in VARIANT_CASES if c[0].startswith("lm")], ids=_case_id)
 def test_lm_is_causal(case: tuple[str, dict], fused: bool) -> None:
     name, overrides = case
-    model = create_model(name, fused_attn=fused, **overrides)
+    model = create_model(name, fused_attn=fused, **overrides, checkpoint="none")
     idx = torch.randint(0, 128, (1, 20))
     positions = (0, 7, 19)
     batch = idx.repeat(len(positions) + 1, 1)  # row 0: original; row r: token positions[r - 1] changed
@@ -186,7 +186,7 @@ def test_lm_is_causal(case: tuple[str, dict], fused: bool) -> None:
 @pytest.mark.parametrize("case", VARIANT_CASES, ids=_case_id)
 def test_variant_forward_shape_and_finite_gradients(case: tuple[str, dict]) -> None:
     name, overrides = case
-    model = create_model(name, **overrides).train()
+    model = create_model(name, **overrides, checkpoint="none").train()
     assert model.robfilt_spec.name == name
     x = _input(name)
     out = model(x)
@@ -212,7 +212,7 @@ def test_variant_forward_shape_and_finite_gradients(case: tuple[str, dict]) -> N
 def test_fused_and_manual_paths_give_the_same_model_output(images: torch.Tensor, tokens: torch.Tensor) -> None:
     for name in ALL_VARIANTS:
         x = images if name.startswith("deit") else tokens
-        model = create_model(name)
+        model = create_model(name, checkpoint="none")
         with torch.no_grad():
             fused = model(x)
             manual = set_fused_attn(model, False)(x)
@@ -243,30 +243,30 @@ def test_fused_and_manual_paths_give_the_same_model_output(images: torch.Tensor,
 )
 def test_bad_model_input_raises_one_line_robfilt_error(name: str, overrides: dict, match: str) -> None:
     with pytest.raises(RobfiltError, match=match) as info:
-        create_model(name, **overrides)
+        create_model(name, **overrides, checkpoint="none")
     assert "\n" not in str(info.value)
 
 
 def test_unknown_size_lists_the_sizes() -> None:
     with pytest.raises(RobfiltError, match="micro"):
-        create_model("lm", size="base")
+        create_model("lm", size="base", checkpoint="none")
 
 
 def test_lm_sequence_longer_than_block_size_is_a_user_error() -> None:
-    model = create_model("lm-bsa", block_size=16)
+    model = create_model("lm-bsa", block_size=16, checkpoint="none")
     with pytest.raises(RobfiltError, match="exceeds block_size 16"):
         model(torch.randint(0, 128, (1, 17)))
 
 
 def test_grc_deit_refuses_timm_paths_that_would_skip_the_boosting(images: torch.Tensor) -> None:
     """timm's grad checkpointing and forward_intermediates iterate model.blocks and would drop GRC silently."""
-    model = create_model("deit-grc", grc_lambda=0.5)
+    model = create_model("deit-grc", grc_lambda=0.5, checkpoint="none")
     with pytest.raises(RobfiltError, match="not supported for GRC"):
         model.set_grad_checkpointing(True)
     model.set_grad_checkpointing(False)  # turning it off is harmless
     with pytest.raises(RobfiltError, match="not supported for GRC"):
         model.forward_intermediates(images)
-    create_model("deit").set_grad_checkpointing(True)  # the stock model keeps timm's behaviour
+    create_model("deit", checkpoint="none").set_grad_checkpointing(True)  # the stock model keeps timm's behaviour
 
 
 @pytest.mark.parametrize(
@@ -277,7 +277,7 @@ def test_grc_deit_refuses_timm_paths_that_would_skip_the_boosting(images: torch.
 def test_deepcopy_is_independent_and_identical(case: tuple[str, dict]) -> None:
     """The Lipschitz code estimates on a deep copy; untied BSA must then read the copy's positions."""
     name, overrides = case
-    model = create_model(name, **overrides)
+    model = create_model(name, **overrides, checkpoint="none")
     clone = copy.deepcopy(model)
     x = _input(name)
     with torch.no_grad():

@@ -13,8 +13,8 @@ import inspect
 import pytest
 import typer
 
-from robustbench_filters.api import evaluate as api, benchmark as benchmarking
-from robustbench_filters.gating import spec
+from robustbench_filters.api import benchmark as benchmarking
+from robustbench_filters.api import evaluate as api
 from robustbench_filters.cli import app
 from robustbench_filters.configs import (
     CertifyConfig,
@@ -26,8 +26,9 @@ from robustbench_filters.configs import (
     internal_reason,
 )
 from robustbench_filters.configs.options import declaration
-from robustbench_filters.train.recipe import Recipe
 from robustbench_filters.core.surface import Surface
+from robustbench_filters.gating import spec
+from robustbench_filters.train.recipe import Recipe
 
 # kind -> (CLI command, API functions, spec section)
 KINDS = {
@@ -127,3 +128,17 @@ def test_errors_name_options_as_each_surface_spells_them() -> None:
     assert messages[Surface.CLI].startswith("--n-examples must be positive")
     assert messages[Surface.API].startswith("n_examples must be positive")
     assert messages[Surface.SPEC].startswith("n_examples must be positive")
+
+
+def test_model_loading_defaults_are_the_run_configs() -> None:
+    """load_model's record of model options (models/loading.py sits below configs/) defaults as a run config does."""
+    import dataclasses
+
+    from robustbench_filters.configs import RunConfig
+    from robustbench_filters.models.loading import Loading
+
+    config = {f.name: f.default for f in dataclasses.fields(RunConfig)}
+    loading = Loading()
+    for name in ("size", "checkpoint", "seed", "allow_pickle", "base_dir"):
+        assert getattr(loading, name) == config[name], name
+    assert Loading.of(ImageAttackConfig(models=("deit",), model_args=("depth=2",))).model_args == {"depth": 2}

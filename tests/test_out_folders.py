@@ -163,8 +163,10 @@ def test_run_folder_overwrite_removes_only_the_runs_files(tmp_path) -> None:
     _run_into(out, overwrite=True)
     _intact(out, snap)
     (out / "parts" / "mine.txt").write_text("mine")
-    with pytest.raises(RobfiltError, match="parts/mine.txt"):
+    with pytest.raises(RobfiltError, match="parts/mine.txt") as err:  # the true reason: --overwrite empties parts/
         _run_into(out, overwrite=True)
+    assert "inside parts/, which the run empties or replaces, and robfilt never removes a file" in str(err.value)
+    assert "would replace" not in str(err.value)
     assert (out / "parts" / "mine.txt").read_text() == "mine"
 
 
@@ -173,7 +175,7 @@ def test_run_folder_into_a_user_folder_is_refused_even_with_overwrite_of_its_fil
     snap = _paper(out, {"manifest.txt": "mine", "rows.parquet": "not robfilt's"})
     with pytest.raises(RobfiltError, match="not a robfilt run folder"):
         _run_into(out)
-    with pytest.raises(RobfiltError, match="rows.parquet"):
+    with pytest.raises(RobfiltError, match="rows.parquet.*and the run writes a file of that name"):
         _run_into(out, overwrite=True)
     _intact(out, snap)
     snap = _paper(out, {"manifest.json": '{"name": "my web app"}'})  # a manifest.json that is not robfilt's

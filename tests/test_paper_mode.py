@@ -19,8 +19,8 @@ from matplotlib.figure import Figure
 from report_synthetic import CERT_RADII, certify_runs, synthetic_runs
 
 from robustbench_filters.core.budgets import eps_key, eps_text
-from robustbench_filters.gating.metrics import same_eps
 from robustbench_filters.core.parsing import parse_number
+from robustbench_filters.gating.metrics import same_eps
 from robustbench_filters.report import build_report
 from robustbench_filters.report import certified as CT
 from robustbench_filters.report import figures as F
@@ -93,12 +93,16 @@ def test_an_axis_writes_eps_like_the_table() -> None:
 
 def test_terminal_table_writes_eps_like_the_report(capsys) -> None:
     from robustbench_filters.cli._render import render_summary
+    from robustbench_filters.summaries import ImageAttackSummary
 
-    cell = {"acc": 0.5, "lo": 0.4, "hi": 0.6}
+    cell = {"acc": 0.5, "lo": 0.4, "hi": 0.6, "n": 10, "correct": 5}
     robust = [{"attack": "pgd", "eps": e, **cell} for e in (0.5 / 255, 1 / 255)]
-    summary = {"n_examples": 10, "data": "synthetic", "norm": "linf", "checks": [],
-               "checks_summary": {"passed": True, "pass": 0, "warn": 0, "fail": 0},
-               "models": {"deit": {"clean": cell, "robust": robust}}}  # fmt: skip
+    summary = ImageAttackSummary.build({
+        "kind": "attack", "family": "image", "data": "synthetic", "n_examples": 10, "seed": 0, "attacks": ["pgd"],
+        "eps": [0.5 / 255, 1 / 255], "norm": "linf", "steps": 20, "step_size": "0.15*eps",
+        "models": {"deit": {"clean": cell, "robust": robust}}, "checks": [],
+        "checks_summary": {"passed": True, "pass": 0, "warn": 0, "fail": 0},
+    })  # fmt: skip
     render_summary(summary)
     out = capsys.readouterr().out
     assert "0.00196" in out and "1/255" in out and "0.0019607" not in out and "0.003922" not in out

@@ -245,7 +245,7 @@ def test_full_report_from_engine_runs(tmp_path: Path) -> None:
 
     result = build_report([img, lm, lip, seq], tmp_path / "rep")
     assert set(result.figures) == {
-        "robust_accuracy_vs_eps", "attention_maps", "perplexity_vs_rate", "lipschitz_profile", "perturbation_vs_seqlen"
+        "robust_accuracy_vs_eps", "attention_maps", "perplexity_vs_budget", "lipschitz_profile", "perturbation_vs_seqlen"
     }  # fmt: skip
     assert {"robust_accuracy", "paired_vs_baseline", "perplexity", "corruption_lm", "lipschitz_bounds",
             "lipschitz_layers", "seqlen"} <= set(result.tables)  # fmt: skip

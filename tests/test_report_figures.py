@@ -46,7 +46,7 @@ def test_the_checks_catch_type3_fonts_and_low_dpi(tmp_path: Path) -> None:
 
 def test_every_report_figure_is_print_ready(report) -> None:
     assert set(report.figures) == {
-        "robust_accuracy_vs_eps", "perplexity_vs_rate", "lipschitz_profile", "perturbation_vs_seqlen"
+        "robust_accuracy_vs_eps", "perplexity_vs_budget", "lipschitz_profile", "perturbation_vs_seqlen"
     }  # fmt: skip
     assert_print_ready([p for paths in report.figures.values() for p in paths])
     svg = report.figures["lipschitz_profile"][2].read_text()

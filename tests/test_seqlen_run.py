@@ -23,7 +23,7 @@ def test_the_layer_study_run_holds_the_studys_rows_and_verifies(tmp_path: Path) 
     manifest = verify_run(tmp_path / "seq")
     assert manifest["kind"] == "seqlen" and manifest["config"]["ns"] == [8, 16]
     assert set(manifest["config"]["weights"]) == {"attention-layer"}  # the synthetic layers' weights are recorded
-    assert load_run(tmp_path / "seq").summary["n_values"] == [8, 16]
+    assert load_run(tmp_path / "seq").summary.n_values == [8, 16]
     assert "seqlen" in load_runs([tmp_path / "seq"]).families
 
 

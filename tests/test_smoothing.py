@@ -11,6 +11,7 @@ import torch
 from _smoothing_models import Linear3, TinyMLP, exact_p_top, linear_examples
 from scipy import stats
 
+import robustbench_filters as rf
 from robustbench_filters.checks import FAIL, PASS, WARN
 from robustbench_filters.core.errors import RobfiltError
 from robustbench_filters.smoothing import (
@@ -20,7 +21,6 @@ from robustbench_filters.smoothing import (
     certificate_rows,
     certified_accuracy,
     certify,
-    certify_smoothed,
     check_abstention,
     check_certified_below_attack,
     check_determinism,
@@ -32,6 +32,7 @@ from robustbench_filters.smoothing import (
     smooth_adv_pgd,
     summarize,
 )
+from robustbench_filters.smoothing import Sampling as S
 from robustbench_filters.smoothing.bounds import binom_test_half, radius_from_lower
 from robustbench_filters.smoothing.sampler import BLOCK, example_noise, noise_block
 
@@ -96,7 +97,7 @@ def test_counts_match_a_per_example_reference_loop() -> None:
     model = TinyMLP().eval()
     x = torch.rand(3, 1, 28, 28)
     ids = [11, 4, 30]
-    counts = sample_counts(model, x, ids, SIGMA, 230, seed=5, phase="estimate", batch_size=64)
+    counts = sample_counts(model, x, ids, SIGMA, 230, "estimate", S.defaults(seed=5, batch=64))
     assert counts.shape == (3, 10) and (counts.sum(1) == 230).all()
     for slot, i in enumerate(ids):
         noise = example_noise((1, 28, 28), SIGMA, 230, seed=5, example_id=i, phase="estimate")
@@ -110,18 +111,18 @@ def test_rows_do_not_depend_on_batch_size_order_or_slicing() -> None:
     x = torch.rand(5, 1, 28, 28)
     y = torch.randint(0, 10, (5,))
     ids = [3, 8, 1, 20, 6]
-    kw = dict(n0=30, n=150, alpha=0.01, seed=2)
-    ref = certificate_rows(model, x, y, ids, SIGMA, batch_size=1, **kw)
+    s = S.defaults(n0=30, n=150, alpha=0.01, seed=2)
+    ref = certificate_rows(model, x, y, ids, SIGMA, s.replace(batch=1))
     for bs in (7, 1000):
-        assert ref.equals(certificate_rows(model, x, y, ids, SIGMA, batch_size=bs, **kw)), bs
+        assert ref.equals(certificate_rows(model, x, y, ids, SIGMA, s.replace(batch=bs))), bs
     perm = [4, 2, 0, 3, 1]
-    shuffled = certificate_rows(model, x[perm], y[perm], [ids[i] for i in perm], SIGMA, batch_size=7, **kw)
+    shuffled = certificate_rows(model, x[perm], y[perm], [ids[i] for i in perm], SIGMA, s.replace(batch=7))
     assert (
         shuffled.sort_values("example_id")
         .reset_index(drop=True)
         .equals(ref.sort_values("example_id").reset_index(drop=True))
     )
-    part = certificate_rows(model, x[1:3], y[1:3], ids[1:3], SIGMA, batch_size=7, **kw)
+    part = certificate_rows(model, x[1:3], y[1:3], ids[1:3], SIGMA, s.replace(batch=7))
     assert part.reset_index(drop=True).equals(ref.iloc[1:3].reset_index(drop=True))
 
 
@@ -131,9 +132,9 @@ def test_zoo_deit_rows_are_the_same_for_batch_sizes_1_and_7() -> None:
 
     model = create_model("deit", "micro", checkpoint="zoo")
     x, y = load_images("fashion-mnist", split="test").take(torch.tensor([0, 7]))
-    kw = dict(n0=10, n=40, alpha=0.05, seed=0, model_label="deit")
-    a = certificate_rows(model, x, y, [0, 7], SIGMA, batch_size=1, **kw)
-    b = certificate_rows(model, x, y, [0, 7], SIGMA, batch_size=7, **kw)
+    s = S.defaults(n0=10, n=40, alpha=0.05, seed=0)
+    a = certificate_rows(model, x, y, [0, 7], SIGMA, s.replace(batch=1), "deit")
+    b = certificate_rows(model, x, y, [0, 7], SIGMA, s.replace(batch=7), "deit")
     assert a.equals(b)
 
 
@@ -151,7 +152,7 @@ def test_certify_on_a_linear_model_is_sound_and_within_monte_carlo_error() -> No
     model = Linear3().eval()
     x, y = linear_examples(model, DISTANCES)
     n, alpha = 2000, 0.001
-    cert = certify(model, x, list(range(len(y))), SIGMA, n0=100, n=n, alpha=alpha, batch_size=500, seed=0)
+    cert = certify(model, x, list(range(len(y))), SIGMA, S.defaults(n0=100, n=n, alpha=alpha, batch=500, seed=0))
     for i, d in enumerate(DISTANCES):
         p = exact_p_top(d, SIGMA)
         true_radius = abs(d)  # the exact radius of the smoothed linear classifier: distance to the boundary
@@ -169,17 +170,17 @@ def test_certify_on_a_linear_model_is_sound_and_within_monte_carlo_error() -> No
 def test_certify_abstains_on_the_boundary_and_never_predicts_the_dead_class() -> None:
     model = Linear3().eval()
     x, y = linear_examples(model, [1e-6, -1e-6])
-    cert = certify(model, x, [0, 1], SIGMA, n0=100, n=500, alpha=0.001, batch_size=256, seed=1)
+    cert = certify(model, x, [0, 1], SIGMA, S.defaults(n0=100, n=500, alpha=0.001, batch=256, seed=1))
     assert (cert.prediction == ABSTAIN).all() and (cert.radius == 0).all()
     assert (cert.top_class_n0 != 2).all()
-    pred, p_values = predict(model, x, [0, 1], SIGMA, n=500, alpha=0.001, seed=1)
+    pred, p_values = predict(model, x, [0, 1], SIGMA, S.defaults(n=500, alpha=0.001, seed=1))
     assert (pred == ABSTAIN).all() and (p_values > 0.001).all()
 
 
 def test_predict_returns_the_smoothed_class_away_from_the_boundary() -> None:
     model = Linear3().eval()
     x, y = linear_examples(model, [0.3, -0.3, 0.6])
-    pred, p_values = predict(model, x, [0, 1, 2], SIGMA, n=400, alpha=0.001, seed=0)
+    pred, p_values = predict(model, x, [0, 1, 2], SIGMA, S.defaults(n=400, alpha=0.001, seed=0))
     assert np.array_equal(pred, y.numpy()) and (p_values <= 0.001).all()
 
 
@@ -190,7 +191,7 @@ def test_rows_columns_and_certified_accuracy() -> None:
     model = Linear3().eval()
     x, y = linear_examples(model, DISTANCES + [1e-6])
     y[1] = 0  # a wrong label: prediction 1 is confidently wrong, so no certificate for the label
-    rows = certificate_rows(model, x, y, list(range(len(y))), [SIGMA, 0.5], model_label="lin", n0=50, n=500)
+    rows = certificate_rows(model, x, y, list(range(len(y))), [SIGMA, 0.5], S.defaults(n0=50, n=500), "lin")
     assert len(rows) == 2 * len(y) and set(rows.model) == {"lin"}
     one = rows[rows.sigma == SIGMA].set_index("example_id")
     assert not one.loc[1, "correct"] and one.loc[1, "certified_radius"] > 0
@@ -214,31 +215,38 @@ def test_rows_columns_and_certified_accuracy() -> None:
 # --- the API and its checks -----------------------------------------------------------------------------------------
 
 
-def test_certify_smoothed_returns_rows_summary_and_passing_checks() -> None:
+def test_certify_on_tensors_returns_rows_summary_and_passing_checks() -> None:
+    """Tensors are data like any other: certify(model, data=(x, y)) certifies each example, noise seeded by its
+    position."""
     model = Linear3()
     x, y = linear_examples(model, DISTANCES)
-    res = certify_smoothed(model, x, y, [SIGMA], n0=50, n=500, batch_size=300, model_label="lin")
-    assert len(res.rows) == len(y) and set(res.summary.radius) == {0.0, 0.25, 0.5, 0.75, 1.0}
-    assert {c.name: c.status for c in res.checks} == {
+    res = rf.certify(model, [SIGMA], data=(x, y), n_examples=None, n0=50, n=500, noise_batch=300, attack_examples=0)
+    certs = res.rows[res.rows.kind == "certificate"]
+    assert len(certs) == len(y) and certs.example_id.tolist() == list(range(len(y)))
+    direct = certificate_rows(model, x, y, list(range(len(y))), SIGMA, S.defaults(n0=50, n=500, batch=300), "model0")
+    pd.testing.assert_frame_equal(certs[direct.columns].reset_index(drop=True), direct)
+    table = res.summary.models["model0"][f"{SIGMA:g}"].certified
+    assert [c.radius for c in table] == [0.0, 0.25, 0.5, 0.75, 1.0]
+    assert {c.name: c.status for c in res.summary.checks} == {
         "model outputs finite on every noise draw": PASS,
         "abstention rate": PASS,
         "same seed, same certificates": PASS,
     }
-    assert res.settings["n"] == 500 and res.settings["max_certifiable_radius"]["0.25"] > 0
+    assert res.summary.n == 500 and res.summary.max_certifiable_radius[f"{SIGMA:g}"] > 0
 
 
-def test_certify_smoothed_with_attack_adds_robust_accuracy_and_the_soundness_check() -> None:
+def test_certify_on_tensors_with_the_attack_adds_robust_accuracy_and_the_soundness_check() -> None:
     model = Linear3()
     x, y = linear_examples(model, DISTANCES)
-    res = certify_smoothed(
-        model, x, y, np.float32(SIGMA), n0=50, n=500, model_label="lin", attack=True, attack_radii=(0.25,),
-        attack_steps=8, attack_draws=8,
+    res = rf.certify(
+        model, SIGMA, data=(x, y), n_examples=None, n0=50, n=500, attack_examples=len(y),
+        attack_radii=(0.25,), attack_steps=8, attack_draws=8,
     )  # fmt: skip
-    check = next(c for c in res.checks if c.name.startswith("certified <= robust"))
+    check = next(c for c in res.summary.checks if c.name.startswith("certified <= robust"))
     assert check.status == PASS, check.detail
-    at = res.summary[res.summary.radius == 0.25].iloc[0]
-    assert at.certified_acc <= at.smoothed_robust_acc < 1.0  # |d| < 0.25 examples are beaten
-    assert len(res.attacks) == len(y) and res.settings["attack_steps"] == 8
+    (at,) = res.summary.empirical_l2
+    assert at["radius"] == 0.25 and at["certified_acc"] <= at["smoothed_robust_acc"] < 1.0  # |d| < 0.25 are beaten
+    assert len(res.rows[res.rows.kind == "attack"]) == len(y)
 
 
 def test_abstention_check_warns_when_most_examples_abstain() -> None:
@@ -258,8 +266,9 @@ def test_determinism_check_fails_for_a_nondeterministic_model() -> None:
     model = _Noisy()
     x = torch.rand(3, 1, 28, 28)
     y = torch.zeros(3, dtype=torch.long)
-    rows = certificate_rows(model, x, y, [0, 1, 2], SIGMA, n0=20, n=100, model_label="noisy")
-    check = check_determinism(model, x, y, rows, batch_size=1000)
+    s = S.defaults(n0=20, n=100, batch=1000)
+    rows = certificate_rows(model, x, y, [0, 1, 2], SIGMA, s, "noisy")
+    check = check_determinism(model, x, y, rows, s)
     assert check.status == FAIL
 
 
@@ -268,25 +277,26 @@ def test_smooth_adv_pgd_reaches_the_boundary_of_a_linear_model_and_stays_in_the_
     x, y = linear_examples(model, [0.2, -0.2])
     ids = [0, 1]
     for eps, flips in [(0.1, False), (0.35, True)]:
-        x_adv = smooth_adv_pgd(model, x, y, ids, SIGMA, eps, steps=10, draws=8)
+        x_adv = smooth_adv_pgd(model, x, y, ids, SIGMA, eps, S.defaults(attack_steps=10, attack_draws=8))
         assert ((x_adv - x).flatten(1).norm(dim=1) <= eps + 1e-5).all()
         assert x_adv.min() >= 0 and x_adv.max() <= 1
-        pred, _ = predict(model, x_adv, ids, SIGMA, n=500, alpha=0.001, phase="adv")
+        pred, _ = predict(model, x_adv, ids, SIGMA, S.defaults(n=500, alpha=0.001), phase="adv")
         assert (pred != y.numpy()).all() if flips else (pred == y.numpy()).all(), (eps, pred)
 
 
 def test_certified_accuracy_is_below_robust_accuracy_and_the_check_can_fail() -> None:
     model = Linear3().eval()
     x, y = linear_examples(model, [0.1, -0.2, 0.3, -0.45])
-    rows = certificate_rows(model, x, y, [0, 1, 2, 3], SIGMA, model_label="lin", n0=50, n=500)
-    attacks = attack_rows(model, x, y, rows, radii=(0.15, 0.25), steps=10, draws=8)
+    s = S.defaults(n0=50, n=500, attack_steps=10, attack_draws=8)
+    rows = certificate_rows(model, x, y, [0, 1, 2, 3], SIGMA, s, "lin")
+    attacks = attack_rows(model, x, y, rows, (0.15, 0.25), s)
     check = check_certified_below_attack(attacks, "lin")
     assert check.status == PASS, check.detail
     for r, grp in attacks.groupby("radius"):
         assert grp.certified.mean() <= grp.robust.mean()
         assert not grp.robust.all(), r  # the attack does beat examples closer than r to the boundary
     inflated = rows.assign(certified_correct_radius=rows.certified_correct_radius * 10)
-    bad = attack_rows(model, x, y, inflated, radii=(0.25,), steps=10, draws=8)
+    bad = attack_rows(model, x, y, inflated, (0.25,), s)
     assert check_certified_below_attack(bad, "lin").status == FAIL
 
 
@@ -296,24 +306,29 @@ def test_certified_accuracy_is_below_robust_accuracy_and_the_check_can_fail() ->
 @pytest.mark.parametrize(
     ("kwargs", "needle"),
     [
-        ({"sigmas": [0.0]}, "sigma must be a positive number"),
-        ({"sigmas": [float("nan")]}, "sigma must be a positive number"),
-        ({"sigmas": []}, "at least one noise level"),
-        ({"n0": 0}, "--n0 must be at least 1"),
-        ({"n": 0}, "--n must be at least 1"),
-        ({"alpha": 0.7}, "--alpha must be in (0, 0.5)"),
-        ({"batch_size": 0}, "--batch-size must be positive"),
-        ({"example_ids": [1, 1]}, "must be distinct"),
-        ({"example_ids": [1, 2, 3]}, "2 example ids"),
+        ({"sigmas": [0.0]}, "sigmas needs positive noise levels"),
+        ({"sigmas": [float("nan")]}, "sigmas must be a finite number"),
+        ({"sigmas": []}, "sigmas needs positive noise levels"),
+        ({"n0": 0}, "n0 must be positive"),
+        ({"n": 0}, "n must be positive"),
+        ({"alpha": 0.7}, "alpha must be in (0, 0.5)"),
+        ({"batch_size": 0}, "batch_size must be positive"),
+        ({"noise_batch": 0}, "noise_batch must be positive"),
     ],
 )
 def test_bad_settings_are_one_line_errors(kwargs: dict, needle: str) -> None:
+    """The certify config is where every setting is checked (the engine functions take its settings record)."""
     model = Linear3()
     x, y = linear_examples(model, [0.1, 0.2])
-    args = {"sigmas": [SIGMA], "n0": 10, "n": 20, "example_ids": [0, 1], **kwargs}
-    if args["example_ids"] == [1, 2, 3]:
-        x, y = torch.cat([x, x[:1]]), torch.cat([y, y[:1]])
-        args["example_ids"] = [1, 2]
+    args = {"sigmas": [SIGMA], "n0": 10, "n": 20, **kwargs}
     with pytest.raises(RobfiltError) as info:
-        certify_smoothed(model, x, y, args.pop("sigmas"), checks=False, **args)
-    assert needle in str(info.value) and "\n" not in str(info.value)
+        rf.certify(model, args.pop("sigmas"), data=(x, y), n_examples=None, attack_examples=0, **args)
+    assert needle in str(info.value) and "\n" not in str(info.value) and "--" not in str(info.value)
+
+
+def test_the_settings_record_takes_the_configs_defaults() -> None:
+    from robustbench_filters.configs import CertifyConfig
+
+    config = CertifyConfig(models=("deit",), n0=7, seed=3, noise_batch=99)
+    assert S.of(config, num_classes=10) == S.defaults(n0=7, seed=3, batch=99, num_classes=10)
+    assert S.defaults().n0 == CertifyConfig(models=("deit",)).n0

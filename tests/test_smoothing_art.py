@@ -14,7 +14,7 @@ import pytest
 import torch
 from _smoothing_models import SHAPE, Linear3, TinyMLP, linear_examples
 
-from robustbench_filters.smoothing import certify, clopper_pearson_lower, sample_counts
+from robustbench_filters.smoothing import Sampling, certify, clopper_pearson_lower, sample_counts
 from robustbench_filters.smoothing.bounds import radius_from_lower
 
 pytest.importorskip("statsmodels")  # ART's certify() computes its bound with statsmodels
@@ -59,10 +59,10 @@ def test_ours_and_art_agree_within_monte_carlo_error(which: str) -> None:
         x = torch.rand(5, *SHAPE)
         classes = 10
     ids = list(range(len(x)))
-    ours = certify(model, x, ids, SIGMA, n0=N0, n=N, alpha=ALPHA, batch_size=500, seed=0)
+    ours = certify(model, x, ids, SIGMA, Sampling.defaults(n0=N0, n=N, alpha=ALPHA, batch=500, seed=0))
     art_pred, art_radius = _art_certify(model, x, classes)
     # a precise reference for pA from many draws, to size the tolerance and judge which classes are clear
-    ref = sample_counts(model, x, ids, SIGMA, 20_000, seed=99, phase="reference", batch_size=2000)
+    ref = sample_counts(model, x, ids, SIGMA, 20_000, "reference", Sampling.defaults(seed=99, batch=2000))
     for i in ids:
         top = int(ref[i].argmax())
         p = ref[i, top] / ref[i].sum()

@@ -11,12 +11,18 @@ import torch
 from robustbench_filters import create_model
 from robustbench_filters.checks import FAIL
 from robustbench_filters.cli import run
-from robustbench_filters.data import load_images
 from robustbench_filters.core.errors import CheckpointError
+from robustbench_filters.data import load_images
 from robustbench_filters.models.checkpoint import ZOO_NOISE_SIGMAS, load_checkpoint, zoo_path
 from robustbench_filters.models.zoo import MIN_CERTIFIED_ACC, noise_zoo_status
-from robustbench_filters.smoothing import attack_rows, certificate_rows, check_certified_below_attack
-from robustbench_filters.smoothing.zoo import CARD_RADII, certify_checkpoint, metric_key
+from robustbench_filters.smoothing import (
+    Sampling,
+    attack_rows,
+    certificate_rows,
+    check_certified_below_attack,
+    summarize,
+)
+from robustbench_filters.smoothing.zoo import CARD_RADII, CARD_SAMPLING, certify_checkpoint, metric_key
 
 DEITS = ["deit", "deit-bsa", "deit-grc", "deit-bsa-grc"]
 
@@ -74,7 +80,7 @@ def test_zoo_bar_covers_the_noise_trained_models() -> None:
 def test_certify_checkpoint_writes_a_card_block_that_keeps_the_checkpoint_loadable(tmp_path) -> None:
     folder = tmp_path / "deit-sigma"
     shutil.copytree(zoo_path("deit", "micro", 0.25), folder)
-    block = certify_checkpoint(folder, n_examples=6, n0=10, n=50, alpha=0.01, batch_size=128)
+    block = certify_checkpoint(folder, n_examples=6, sampling=CARD_SAMPLING.replace(n0=10, n=50, alpha=0.01))
     card = json.loads((folder / "card.json").read_text())
     assert card["certification"] == block and block["n_examples"] == 6 and block["n"] == 50
     assert {c["name"] for c in block["checks"]} == {
@@ -90,7 +96,7 @@ def test_certify_checkpoint_refuses_a_model_trained_without_noise(tmp_path) -> N
     folder = tmp_path / "plain"
     shutil.copytree(zoo_path("deit", "micro"), folder)
     with pytest.raises(CheckpointError, match="not trained with noise"):
-        certify_checkpoint(folder, n_examples=2, n0=5, n=5, write=False)
+        certify_checkpoint(folder, n_examples=2, sampling=CARD_SAMPLING.replace(n0=5, n=5), write=False)
 
 
 def test_certified_accuracy_is_below_smoothed_robust_accuracy_on_a_zoo_model() -> None:
@@ -99,10 +105,9 @@ def test_certified_accuracy_is_below_smoothed_robust_accuracy_on_a_zoo_model() -
     data = load_images("fashion-mnist", split="test")
     ids = torch.arange(12)
     x, y = data.take(ids)
-    rows = certificate_rows(
-        model, x, y, ids.tolist(), 0.25, model_label="deit", n0=50, n=300, alpha=0.001, batch_size=500
-    )
-    attacks = attack_rows(model, x, y, rows, radii=(0.25,), steps=4, draws=8, batch_size=500)
+    s = Sampling.defaults(n0=50, n=300, alpha=0.001, batch=500, attack_steps=4, attack_draws=8)
+    rows = certificate_rows(model, x, y, ids.tolist(), 0.25, s, "deit")
+    attacks = attack_rows(model, x, y, rows, (0.25,), s)
     check = check_certified_below_attack(attacks, "deit")
     assert check.status != FAIL, check.detail
     assert attacks.certified.mean() <= attacks.robust.mean() + (attacks.certified & ~attacks.robust).mean()
@@ -114,21 +119,19 @@ def test_zoo_certification_is_a_certify_run_with_the_cards_numbers(tmp_path) -> 
     those of CERTIFY on the stratified prefix computed directly."""
     from robustbench_filters.data.images import stratified_prefix
     from robustbench_filters.runs.folder import verify_run
-    from robustbench_filters.smoothing import certify_smoothed
 
     folder = zoo_path("deit", "micro", 0.25)
-    block = certify_checkpoint(folder, n_examples=6, n0=10, n=50, alpha=0.01, write=False, out=tmp_path / "run")
+    block = certify_checkpoint(
+        folder, n_examples=6, sampling=CARD_SAMPLING.replace(n0=10, n=50, alpha=0.01), write=False, out=tmp_path / "run"
+    )
     manifest = verify_run(tmp_path / "run")
     assert manifest["kind"] == "certify" and manifest["config"]["n_examples"] == 6
     data = load_images("fashion-mnist", split="test")
     ids = torch.as_tensor(stratified_prefix(data.y, 6))
     x, y = data.take(ids)
-    direct = certify_smoothed(
-        load_checkpoint(folder), x, y, [0.25], example_ids=ids.tolist(), n0=10, n=50, alpha=0.01,
-        radii=CARD_RADII, model_label="deit",
-    )  # fmt: skip
-    assert block["certified_acc"] == [float(v) for v in direct.summary.certified_acc]
-    assert block["ci95"] == [
-        [float(a), float(b)] for a, b in zip(direct.summary.ci_low, direct.summary.ci_high, strict=True)
-    ]
-    assert block["abstain_rate"] == float(direct.rows.abstain.mean())
+    rows = certificate_rows(load_checkpoint(folder), x, y, ids.tolist(), [0.25],
+                            Sampling.defaults(n0=10, n=50, alpha=0.01), "deit")  # fmt: skip
+    direct = summarize(rows, CARD_RADII)
+    assert block["certified_acc"] == [float(v) for v in direct.certified_acc]
+    assert block["ci95"] == [[float(a), float(b)] for a, b in zip(direct.ci_low, direct.ci_high, strict=True)]
+    assert block["abstain_rate"] == float(rows.abstain.mean())

@@ -285,6 +285,24 @@ def _as_committed(study, tmp_path: Path) -> Path:
     return copy
 
 
+def test_a_resumed_clone_retrains_only_the_checkpoints_a_changed_piece_needs(study, tmp_path):
+    """A clone holds no checkpoints: when only the LM attack's settings change, the vision models are not retrained
+    (their recorded hashes stand in), the LM models are, and only the LM attack is measured again."""
+    copy = _as_committed(study, tmp_path)
+    before = json.loads((copy / "study.json").read_text())["pieces"]
+    plan = smoke_plan(lm_attack=replace(LM_ATTACK_TEMPLATE, n_examples=4, rates=(0.0, 0.05), eps=(0.05,), steps=2))
+    result = run_study(plan, copy, resume=True, report=False)
+    assert result.executed == ["train/lm/s0", "train/lm-bsa/s0", "lm-attack/s0"]
+    assert sorted(p.name for p in (copy / "checkpoints").iterdir()) == sorted(
+        Path(before[f"train/{m}/s0"]["path"]).name for m in ("lm", "lm-bsa")
+    )
+    after = json.loads((copy / "study.json").read_text())["pieces"]
+    for m in ("deit", "deit-grc", "lm", "lm-bsa"):  # the same weights (training is deterministic), records kept
+        assert after[f"train/{m}/s0"]["weights_sha256"] == before[f"train/{m}/s0"]["weights_sha256"]
+    assert after["train/deit/s0"] == before["train/deit/s0"]
+    assert after["vision-attack/s0"] == before["vision-attack/s0"]
+
+
 def test_write_up_redraws_a_committed_study_without_training(study, tmp_path):
     copy = _as_committed(study, tmp_path)
     before = {name: (copy / name).read_text() for name in ("README.md", "results.json", "scores.csv")}

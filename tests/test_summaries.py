@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from run_summaries import image_summary
+from run_summaries import image_summary, image_summary_doc, lm_summary
 
 from robustbench_filters.cli import run as cli_run
 from robustbench_filters.core.errors import RobfiltError, RunStateError
@@ -25,6 +25,7 @@ from robustbench_filters.summaries import (
     SeqlenSummary,
     read_summary,
     report_family,
+    summary_type,
 )
 
 COMMITTED = Path(__file__).resolve().parents[1] / "reports"
@@ -64,26 +65,27 @@ KINDS = {
 @pytest.mark.parametrize("kind", list(KINDS))
 def test_every_kind_reads_typed_and_writes_back_byte_for_byte(every_kind: Path, kind: str) -> None:
     run = load_run(every_kind / kind)
-    assert type(run.typed_summary) is KINDS[kind]
-    assert _written(run.typed_summary.to_dict()) == (every_kind / kind / "summary.json").read_text()
+    assert type(run.summary) is KINDS[kind]
+    assert _written(run.summary.to_dict()) == (every_kind / kind / "summary.json").read_text()
 
 
 def test_typed_fields_read_what_was_written(every_kind: Path) -> None:
-    image = load_run(every_kind / "image")
-    s = image.typed_summary
+    image = every_kind / "image"
+    s = load_run(image).summary
     assert isinstance(s, ImageAttackSummary) and s.family == "image" and list(s.models) == ["deit", "deit-bsa"]
-    raw = image.summary["models"]["deit"]["robust"]
+    written = json.loads((image / "summary.json").read_text())
+    raw = written["models"]["deit"]["robust"]
     assert len(raw) == 2
     assert [(r.attack, r.eps, r.acc, r.n) for r in s.models["deit"].robust] == [
         (r["attack"], r["eps"], r["acc"], r["n"]) for r in raw
     ]
     assert s.sanity_checks() and all(c.status in ("pass", "warn", "fail") for c in s.sanity_checks())
-    assert s.checks_summary.passes == image.summary["checks_summary"]["pass"]
-    lm = load_run(every_kind / "lm").typed_summary
+    assert s.checks_summary.passes == written["checks_summary"]["pass"]
+    lm = load_run(every_kind / "lm").summary
     assert isinstance(lm, LMAttackSummary)
     swap = [r for r in lm.models["lm"].results if r.attack == "wordswap"]
     assert swap and all(r.rate == r.eps for r in swap)
-    assert load_run(every_kind / "seqlen").typed_summary.sanity_checks() == []
+    assert load_run(every_kind / "seqlen").summary.sanity_checks() == []
 
 
 def test_committed_run_folders_read_and_write_back(tmp_path: Path) -> None:
@@ -176,18 +178,33 @@ def test_report_family_comes_from_kind_and_family_alone() -> None:
         report_family("attack", "text", "run folder r")
 
 
-def test_a_writer_that_renames_a_key_fails_before_writing(tmp_path: Path) -> None:
-    """RunWriter.finish writes only what the typed summary reads back: a drifted writer is a loud bug."""
+def test_a_measurement_that_renames_a_key_fails_before_writing(tmp_path: Path) -> None:
+    """A measurement builds its typed summary from its document: a drifted key is a loud bug, and so is a summary
+    of another kind's type handed to the writer; neither leaves a finished folder."""
     rows = pd.DataFrame({"model": ["m"], "example_id": [0], "attack": ["clean"], "eps": [0.0], "correct": [True]})
-    summary = image_summary(rows)
-    summary["attack_names"] = summary.pop("attacks")
+    doc = image_summary_doc(rows)
+    doc["attack_names"] = doc.pop("attacks")
+    with pytest.raises(RunStateError, match="has key 'attack_names'.*this is a bug"):
+        ImageAttackSummary.build(doc)
     out = tmp_path / "run"
     with RunWriter(out, "attack", {"n": 1}, seed=0, extra={"family": "image"}) as w:
         w.write_part("all", rows)
-        with pytest.raises(RunStateError, match="has key 'attack_names'.*this is a bug"):
-            w.finish(rows, summary)
+        with pytest.raises(RunStateError, match="it is a LMAttackSummary, not a ImageAttackSummary.*this is a bug"):
+            w.finish(rows, lm_summary())
     assert not (out / "summary.json").exists() and not (out / "rows.parquet").exists()
     assert json.loads((out / "manifest.json").read_text())["status"] == "running"  # resumable, not complete
+
+
+def test_the_writer_stamps_the_fingerprint_on_the_summary_it_returns(tmp_path: Path) -> None:
+    rows = pd.DataFrame({"model": ["m"], "example_id": [0], "attack": ["clean"], "eps": [0.0], "correct": [True]})
+    built = image_summary(rows)
+    assert built.fingerprint == ""
+    with RunWriter(tmp_path / "run", "attack", {"n": 1}, seed=0, extra={"family": "image"}) as w:
+        w.write_part("all", rows)
+        written = w.finish(rows, built)
+    assert written.fingerprint == w.fp and written.format_version == 2
+    assert load_run(tmp_path / "run").summary == written
+    assert json.loads((tmp_path / "run" / "summary.json").read_text()) == written.to_dict()
 
 
 @pytest.mark.parametrize("kind", ["image", "corruption", "certify"])
@@ -201,3 +218,26 @@ def test_a_summary_json_baseline_holds_the_metrics_of_its_run_folder(every_kind:
 
     from_summary = table(every_kind / kind / "summary.json")
     assert from_summary and from_summary == table(every_kind / kind)
+
+
+def test_the_registry_of_run_kinds_names_each_kinds_classes() -> None:
+    """Every row's config and measurement import (they are named by module path: the table sits below them), and
+    each class finds its row again; the measurement's kind is the row's name."""
+    from robustbench_filters.summaries import RUN_KINDS, kind_of
+
+    assert len({(k.name, k.family) for k in RUN_KINDS}) == len(RUN_KINDS)
+    for row in RUN_KINDS:
+        config, measurement = row.config_class(), row.measurement_class()
+        assert kind_of(config) is row and kind_of(measurement) is row and kind_of(row.summary) is row
+        assert summary_type(row.name, row.family, "r") is row.summary
+    with pytest.raises(RunStateError, match="in no row of the registry"):
+        kind_of(dict)
+
+
+def test_the_api_builds_each_kinds_measurement_from_the_registry() -> None:
+    from robustbench_filters.api.evaluate import measurement_for
+    from robustbench_filters.configs import CertifyConfig, CorruptionConfig, ImageAttackConfig, LipschitzConfig
+
+    for cls, kind in ((ImageAttackConfig, "attack"), (CorruptionConfig, "corruption"), (CertifyConfig, "certify"),
+                      (LipschitzConfig, "lipschitz")):  # fmt: skip
+        assert measurement_for(cls(models=("deit",))).kind == kind

@@ -10,8 +10,8 @@ import timm
 import torch
 
 from robustbench_filters.core.errors import CheckpointError, RobfiltError
-from robustbench_filters.models.loading import load_model
 from robustbench_filters.models import create_model
+from robustbench_filters.models.loading import load_model
 from robustbench_filters.models.normalize import get_normalizer
 
 R18 = "timm:resnet18?num_classes=10&in_chans=1&img_size=32"
@@ -118,7 +118,9 @@ def test_normaliser_comes_from_the_pretrained_cfg_or_the_arguments() -> None:
     assert torch.allclose(norm.mean.flatten(), torch.tensor([0.485, 0.456, 0.406]))
     grey = get_normalizer(load_model("timm:resnet18?in_chans=1", checkpoint="none").module)
     assert torch.allclose(grey.mean.flatten(), torch.tensor([0.449]), atol=1e-6)
-    mine = load_model("timm:resnet18?in_chans=1&mean=0.5&std=[0.25]&crop_pct=1&interpolation=bilinear", "micro", "none")
+    mine = load_model(
+        "timm:resnet18?in_chans=1&mean=0.5&std=[0.25]&crop_pct=1&interpolation=bilinear", checkpoint="none"
+    )
     assert get_normalizer(mine.module).mean.item() == 0.5 and get_normalizer(mine.module).std.item() == 0.25
     assert mine.input.crop_pct == 1.0 and mine.input.interpolation == "bilinear"
 

@@ -12,8 +12,8 @@ import torch
 from robustbench_filters.attacks.training import PGDTraining
 from robustbench_filters.cli import run
 from robustbench_filters.models.registry import resolve_spec
-from robustbench_filters.train.recipe import LATER_FIELDS
 from robustbench_filters.train.loop import DEFAULT_RECIPES, Recipe, _Task, recipe_identity, train
+from robustbench_filters.train.recipe import LATER_FIELDS
 
 TINY = Recipe(steps=4, batch_size=8, lr=2e-3, eval_max=16, augment=False, ckpt_every=2, adversarial="pgd",
               train_eps=0.05, train_steps=2)  # fmt: skip

@@ -12,10 +12,10 @@ from robustbench_filters.cli import run
 from robustbench_filters.core.errors import RobfiltError
 from robustbench_filters.core.family import Family
 from robustbench_filters.models.registry import resolve_spec
-from robustbench_filters.train.recipe import LATER_FIELDS
 from robustbench_filters.study.checkpoints import card_mismatch
 from robustbench_filters.study.plan import digest, quick_plan, recipe_tag
 from robustbench_filters.train.loop import DEFAULT_RECIPES, Recipe, _Task, recipe_identity, train
+from robustbench_filters.train.recipe import LATER_FIELDS
 
 TINY = Recipe(steps=3, batch_size=16, lr=2e-3, eval_max=50, augment=False)
 

@@ -14,11 +14,11 @@ import torch
 from _untrusted_models import build, level_data, write_level_folder
 from torch.utils.data import Dataset
 
-from robustbench_filters.api.evaluate import certify, estimate_lipschitz, evaluate
 from robustbench_filters.api.benchmark import benchmark
+from robustbench_filters.api.evaluate import certify, estimate_lipschitz, evaluate
 from robustbench_filters.configs import CertifyConfig, ImageAttackConfig
-from robustbench_filters.data.labels import label_index, label_indices
 from robustbench_filters.core.errors import RobfiltError
+from robustbench_filters.data.labels import label_index, label_indices
 
 FAST = dict(eps=[0.03], steps=1, checkpoint="none")
 SUBSET = [0, 1, 2, 3, 4, 5, 6, 8]  # 8 images labelled within 0..8 for a 10-logit model
@@ -57,7 +57,7 @@ def test_a_subset_of_the_classes_runs_with_the_model_class_count(monkeypatch) ->
     monkeypatch.setattr(torchattacks.APGDT, "__init__", spy)
     x, y = level_data(SUBSET)
     res = evaluate(build(), ["apgd-t"], data=(x, y), n_examples=8, eps=[0.01], steps=1, checkpoint="none")
-    assert res.summary["models"]["model0"]["clean"]["acc"] == 1.0
+    assert res.summary.models["model0"].clean.acc == 1.0
     assert seen and set(seen) == {10}  # APGD-T targets the model's 10 classes, not max(label) + 1 = 9
 
 
@@ -68,7 +68,7 @@ def test_subset_runs_in_benchmark_certify_corruptions_and_lipschitz() -> None:
                            checkpoint="none", attack_examples=0)  # fmt: skip
     assert len(certify(config=config).rows) == 8
     res = evaluate(build(), ["corruption:contrast"], data=(x, y), n_examples=8, checkpoint="none", severities=[1])
-    assert res.summary["models"]["model0"]["clean"]["acc"] == 1.0
+    assert res.summary.models["model0"].clean.acc == 1.0
     lip = estimate_lipschitz([build()], n_examples=8, bounds=False, inputs=x, input_labels=y, checkpoint=None)
     assert lip.examples.label.tolist() == SUBSET
 
@@ -76,7 +76,7 @@ def test_subset_runs_in_benchmark_certify_corruptions_and_lipschitz() -> None:
 def test_a_dataset_with_subset_labels_runs() -> None:
     x, y = level_data(SUBSET)
     res = evaluate(build(), ["fgsm"], data=Pairs(x, y.tolist()), n_examples=8, **FAST)
-    assert res.summary["models"]["model0"]["clean"]["acc"] == 1.0
+    assert res.summary.models["model0"].clean.acc == 1.0
 
 
 def test_hf_disk_labels_that_stop_at_8_run(tmp_path) -> None:
@@ -87,13 +87,13 @@ def test_hf_disk_labels_that_stop_at_8_run(tmp_path) -> None:
     feats = Features({"image": Array3D((1, 8, 8), "float32"), "label": Value("int64")})
     HFDataset.from_dict({"image": x.numpy(), "label": y.tolist()}, features=feats).save_to_disk(str(tmp_path / "hf"))
     res = evaluate(build(), ["fgsm"], data=f"hf-disk:{tmp_path / 'hf'}", n_examples=8, **FAST)
-    assert res.summary["models"]["model0"]["clean"]["acc"] == 1.0
+    assert res.summary.models["model0"].clean.acc == 1.0
 
 
 def test_a_folder_with_fewer_class_folders_than_classes_runs_when_named_by_index(tmp_path) -> None:
     folder = write_level_folder(tmp_path / "digits", [str(k) for k in range(9)], per_class=1)
     res = _on_folder(build(), folder, 9)
-    assert res.summary["models"]["model0"]["clean"]["acc"] == 1.0
+    assert res.summary.models["model0"].clean.acc == 1.0
 
 
 def test_a_folder_subset_whose_names_are_not_indices_is_refused(tmp_path) -> None:
@@ -161,7 +161,7 @@ def test_images_that_require_grad_work_and_are_not_modified() -> None:
     x = x.requires_grad_(True)
     before = x.detach().clone()
     res = evaluate(build(), ["fgsm"], data=(x, y), n_examples=8, **FAST)
-    assert res.summary["models"]["model0"]["clean"]["acc"] == 1.0
+    assert res.summary.models["model0"].clean.acc == 1.0
     assert benchmark(build(), data=(x, y), eps=0.03, attack="fgsm").clean.acc == 1.0
     assert torch.equal(x.detach(), before) and x.grad is None and x.is_leaf
     lip = estimate_lipschitz([build()], n_examples=2, bounds=False, inputs=x[:2], checkpoint=None)

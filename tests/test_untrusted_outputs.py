@@ -11,18 +11,20 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
 from _untrusted_models import build, level_data, write_level_folder, write_models
 
-from robustbench_filters.api.evaluate import certify, estimate_lipschitz, evaluate
 from robustbench_filters.api.benchmark import benchmark
+from robustbench_filters.api.evaluate import certify, estimate_lipschitz, evaluate
 from robustbench_filters.checks.logits import guard_logits, predictions
 from robustbench_filters.cli import run
 from robustbench_filters.configs import CertifyConfig
 from robustbench_filters.core.errors import RobfiltError
+from robustbench_filters.smoothing import Sampling
 from robustbench_filters.smoothing.sampler import sample_counts
 
 LABELS = [0, 1, 2, 3, 0, 1, 2, 3]
@@ -41,8 +43,10 @@ BAD_AT_START = {
 }
 
 
-def _failed(summary: dict) -> dict[str, str]:
-    return {c["name"]: c["detail"] for c in summary["checks"] if c["status"] == "fail"}
+def _failed(summary: Any) -> dict[str, str]:
+    """The failed checks of a run's summary (typed, or the JSON a command printed): name -> detail."""
+    checks = [c.to_dict() for c in summary.checks] if hasattr(summary, "checks") else summary["checks"]
+    return {c["name"]: c["detail"] for c in checks if c["status"] == "fail"}
 
 
 # --- the shared guard ---------------------------------------------------------------------------------------------
@@ -188,7 +192,7 @@ def test_bad_outputs_on_adversarial_inputs_fail_a_check_and_count_as_no_predicti
     adv = res.rows[res.rows.attack == attack]
     assert clean.correct.all()  # the model is perfect on the clean (on-grid) images
     assert not adv.correct.any() and adv.margin.isna().all()  # labels 0 included: NaN never becomes class 0
-    assert "model outputs finite" in _failed(res.summary) and not res.summary["checks_summary"]["passed"]
+    assert "model outputs finite" in _failed(res.summary) and not res.summary.checks_summary.passed
 
 
 def test_corrupted_inputs_with_nan_outputs_fail_a_check() -> None:
@@ -213,7 +217,7 @@ def test_cli_exit_3_when_adversarial_outputs_are_nan(tmp_path: Path, capfd) -> N
 def test_smoothing_never_counts_a_nan_draw_as_a_vote() -> None:
     x, y = level_data([0, 1])
     model = build(bad="nans", when="bright")
-    counts = sample_counts(model, x, [0, 1], 0.25, 200, seed=0, phase="estimate")
+    counts = sample_counts(model, x, [0, 1], 0.25, 200, "estimate", Sampling.defaults())
     invalid = 200 - counts.sum(1)
     assert (invalid > 0).all() and (counts >= 0).all()  # NaN draws are no one's votes
     config = CertifyConfig(models=(model,), sigmas=(0.25,), data=(x, y), n_examples=2, n0=20, n=50,
@@ -255,26 +259,26 @@ def _tiny_lm() -> torch.nn.Module:
 
     tok = CharTokenizer.train(load_text("austen", split="train"))
     torch.manual_seed(0)
-    model = create_model("lm", vocab_size=tok.vocab_size, n_layer=1, n_head=2, n_embd=16, block_size=32).eval()
+    model = create_model(
+        "lm", vocab_size=tok.vocab_size, n_layer=1, n_head=2, n_embd=16, block_size=32, checkpoint="none"
+    ).eval()
     model.tokenizer = tok
     return model
 
 
-def test_the_smoothing_api_checks_outputs_and_labels_too() -> None:
-    from robustbench_filters.smoothing import certify_smoothed
-
+def test_certify_on_tensors_checks_outputs_and_labels_too() -> None:
     x, y = level_data([0, 1])
+    common = {"n_examples": None, "n0": 4, "n": 8, "attack_examples": 0}
     with pytest.raises(RobfiltError, match="returns a tuple"):
-        certify_smoothed(build(bad="tuple"), x, y, 0.25, n0=4, n=8)
+        certify(build(bad="tuple"), 0.25, data=(x, y), **common)
     with pytest.raises(RobfiltError, match=r"include 10.*returns 10 classes"):
-        certify_smoothed(build(), x, torch.tensor([0, 10]), 0.25, n0=4, n=8)
+        certify(build(), 0.25, data=(x, torch.tensor([0, 10])), **common)
     with pytest.raises(RobfiltError, match="text"):
-        certify_smoothed(build(), x, ["a", "b"], 0.25, n0=4, n=8)
-    res = certify_smoothed(build(bad="nans", when="bright"), x, y, 0.5, n0=10, n=30)
-    assert (
-        res.rows.abstain.all()
-        and {c.name: c.status for c in res.checks}["model outputs finite on every noise draw"] == "fail"
-    )
+        certify(build(), 0.25, data=(x, ["a", "b"]), **common)
+    res = certify(build(bad="nans", when="bright"), 0.5, data=(x, y), **{**common, "n0": 10, "n": 30})
+    certs = res.rows[res.rows["kind"] == "certificate"]
+    assert certs.abstain.all()
+    assert {c.name: c.status for c in res.summary.checks}["model outputs finite on every noise draw"] == "fail"
 
 
 def test_the_guard_keeps_the_model_mode_and_its_numbers() -> None:

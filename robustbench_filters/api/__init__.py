@@ -1,2 +1,4 @@
-"""The public Python API: the functions :mod:`robustbench_filters` exports (:mod:`.evaluate`, :mod:`.benchmark`) over the shared runner.
+"""The public Python API over the shared runner: :mod:`.evaluate` (``evaluate``, ``certify``,
+``estimate_lipschitz``) and :mod:`.benchmark` (RobustBench's ``benchmark``, with :mod:`.benchmark_lm` and
+:mod:`.robustbench_args`). ``import robustbench_filters`` exports these names lazily.
 """

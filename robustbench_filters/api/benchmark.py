@@ -10,37 +10,45 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 import torch
 from torch import nn
 
-from .evaluate import evaluate
-from ..attacks.catalogue import ATTACKS, DEFAULT_IMAGE_ATTACK, Norm, get_attack
-from .benchmark_lm import LMBenchmarkResult, benchmark_lm
+from ..attacks.catalogue import Norm
 from ..checks import FAIL, WARN
-from ..configs import CORRUPTION, CorruptionConfig, ImageAttackConfig, LMAttackConfig, RunConfig, build, model_family, read
+from ..configs import (
+    CORRUPTION,
+    CorruptionConfig,
+    ImageAttackConfig,
+    LMAttackConfig,
+    RunConfig,
+    build,
+    model_family,
+    read,
+)
 from ..configs.options import api_signature
 from ..core.errors import RobfiltError, unknown
 from ..core.family import Family
+from ..core.names import ATTACK_SPECS
 from ..core.progress import ProgressHook
-from .robustbench_args import robustbench_options
-from ..runs.runner import RunResult
-from ..stats.intervals import wilson_interval
 from ..core.surface import Surface
+from ..runs.runner import RunResult
+from ..stats.aggregates import mean_cell_accuracy
+from ..summaries import CorruptionSummary, ImageAttackSummary
+from ..summaries import image as summaries
+from ..summaries.corruption import CorruptionModelResults
+from ..summaries.image import RobustAccuracy
+from .benchmark_lm import LMBenchmarkResult, benchmark_lm, given_run, one_eps
+from .evaluate import evaluate
+from .robustbench_args import robustbench_options
 
 log = logging.getLogger(__name__)
 
 #: RobustBench's threat models, spelt as RobustBench spells them, and the norm each one attacks in.
 THREAT_MODELS: dict[str, Norm | None] = {"Linf": Norm.LINF, "L2": Norm.L2, "corruptions": None}
-#: RobustBench's standard CIFAR budgets, used when ``eps`` is not given.
-DEFAULT_BENCH_EPS: dict[Norm, float] = {Norm.LINF: 8 / 255, Norm.L2: 0.5}
-DEFAULT_ATTACK = DEFAULT_IMAGE_ATTACK
 
 
 @dataclass(frozen=True)
@@ -121,75 +129,44 @@ def _check_model(model: Any) -> None:
         )
 
 
-def _eps(eps: Any, norm: Norm | None) -> float | None:
-    if norm is None:
-        if eps is not None:
-            raise RobfiltError("eps does not apply to threat_model='corruptions' (severities 1-5 are run); drop eps.")
-        return None
-    if eps is None:
-        return DEFAULT_BENCH_EPS[norm]
-    if isinstance(eps, Sequence) and not isinstance(eps, str):
-        raise RobfiltError("benchmark takes one eps; for an eps grid use evaluate(model, eps=[...]).")
-    try:
-        value = float(eps)
-    except (TypeError, ValueError):
-        raise RobfiltError(f"eps must be a number such as 8/255, got {eps!r}.") from None
-    if not (value > 0 and math.isfinite(value)):
-        raise RobfiltError(f"eps must be a positive finite budget on the [0, 1] image scale, got {eps!r}; e.g. 8/255.")
-    return value
-
-
-def _attack(attack: str | None, norm: Norm | None, steps: int | None) -> str:
-    if norm is None:
-        if attack is not None or steps is not None:
-            raise RobfiltError("threat_model='corruptions' runs no attack; drop attack and steps.")
-        return CORRUPTION
-    name = DEFAULT_ATTACK if attack is None else str(attack)
-    info = get_attack(name)
-    if norm not in info.norms:
-        fits = sorted(n for n, a in ATTACKS.items() if norm in a.norms)
-        raise RobfiltError(
-            f"attack {name!r} has no {norm.value} version; for this threat model use one of: {', '.join(fits)}."
-        )
-    return name
-
-
-def _config(threat: str, attack: str, eps: float | None, given: dict[str, Any]) -> RunConfig:
-    if threat == "corruptions":
-        return build(CorruptionConfig, {"attacks": (CORRUPTION,), "baseline": None, **given})
+def _config(threat: str, attack: str | None, eps: Any, given: dict[str, Any]) -> RunConfig:
+    """The run of one benchmark: corruptions, or ``attack`` at ``eps`` in the threat model's norm. Every default
+    and rule is the config's; benchmark adds only that it measures one eps."""
+    if threat == "corruptions":  # attack or eps given are refused by the config: a corruption run has neither
+        return build(CorruptionConfig, {"attacks": (CORRUPTION,), "baseline": None, **given, **given_run(attack, eps)})
     if "attacks" in given:
         raise RobfiltError("corruptions= applies to threat_model='corruptions'; drop it.")
-    return build(ImageAttackConfig, {"attacks": (attack,), "eps": (eps,), "norm": THREAT_MODELS[threat], **given})
+    norm = THREAT_MODELS[threat]
+    if (
+        attack is not None
+        and isinstance(attack, str)
+        and attack in ATTACK_SPECS
+        and norm not in ATTACK_SPECS[attack].norms
+    ):
+        fits = sorted(n for n, a in ATTACK_SPECS.items() if norm in a.norms and Family.IMAGE in a.families)
+        raise RobfiltError(  # the config's rule, said for threat_model (benchmark has no norm parameter)
+            f"attack {attack!r} has no {norm.value} version; for this threat model use one of: {', '.join(fits)}."
+        )
+    config = build(ImageAttackConfig, {"norm": norm, **given, **given_run(attack, eps)})
+    one_eps(config)
+    return config
 
 
-def _corruption_accuracy(rows: pd.DataFrame) -> Accuracy:
-    """Mean accuracy over every corruption and severity, with a Wilson interval over the ``n`` examples.
-
-    The cells of one example are correlated, so they are not n x cells independent trials. Each example's
-    score (its share of correct cells) lies in [0, 1] with variance at most p(1 - p), so a Wilson interval at
-    the example count is at least as wide as the truth needs (asymptotically): conservative, never too narrow.
-    """
-    cells = rows[rows.kind == "contamination"]
-    per_example = cells.groupby("example_id").correct.mean()
-    n = len(per_example)
-    p = float(per_example.mean())
-    lo, hi = wilson_interval(p * n, n)  # type: ignore[arg-type]
-    return Accuracy(p, lo, hi, n)
-
-
-def _accuracy(entry: dict[str, Any]) -> Accuracy:
-    return Accuracy(float(entry["acc"]), float(entry["lo"]), float(entry["hi"]), int(entry["n"]))
+def _accuracy(entry: summaries.Accuracy | RobustAccuracy) -> Accuracy:
+    return Accuracy(float(entry.acc), float(entry.lo), float(entry.hi), int(entry.n))
 
 
 def _result(label: str, threat: str, attack: str, eps: float | None, run: RunResult, row_label: str) -> BenchmarkResult:
-    per_model = run.summary["models"][row_label]
-    clean = _accuracy(per_model["clean"])
-    if threat == "corruptions":
-        robust = _corruption_accuracy(run.rows)
+    summary = run.summary
+    assert isinstance(summary, ImageAttackSummary | CorruptionSummary)
+    per_model = summary.models[row_label]
+    clean = _accuracy(per_model.clean)
+    if isinstance(per_model, CorruptionModelResults):
+        robust = Accuracy(**mean_cell_accuracy(run.rows[run.rows["model"] == row_label]))
     else:
-        (entry,) = per_model["robust"]
+        (entry,) = per_model.robust
         robust = _accuracy(entry)
-    checks = tuple(SanityCheck(c["name"], c["status"], c["detail"]) for c in run.summary["checks"])
+    checks = tuple(SanityCheck(c.name, c.status, c.detail) for c in summary.checks)
     for c in checks:
         if c.status == FAIL:
             log.warning("benchmark of %s: sanity check FAILED: %s: %s", label, c.name, c.detail)
@@ -236,7 +213,8 @@ def benchmark(
         data: a data spec (``fashion-mnist``, ``cifar10``, ``imagefolder:<path>``, ``hf-disk:<path>``), an
             ``(x, y)`` pair of tensors or numpy arrays, or a torch ``Dataset`` of (image, label).
         threat_model: ``"Linf"``, ``"L2"`` or ``"corruptions"`` (case-insensitive; RobustBench's enum works).
-        eps: the budget on the [0, 1] scale; default 8/255 (Linf) or 0.5 (L2), RobustBench's CIFAR budgets.
+        eps: the one budget on the [0, 1] scale, required for Linf and L2 as in RobustBench (8/255 and 0.5 are
+            RobustBench's CIFAR budgets); an eps grid is ``evaluate(model, eps=[...])``.
         attack: the attack (default: the strongest robfilt offers, see above).
         options: any option of an image attack run, named as everywhere (``n_examples``, ``batch_size``,
             ``device``, ``seed``, ``steps``, ``checkpoint``, ``data_root``, ``img_size``, ...); ``n_examples``
@@ -248,9 +226,9 @@ def benchmark(
             refused with what to use instead.
 
     A language model (``lm``, ``hf:DIR``, or a ``transformers`` causal LM with ``tokenizer``) gets an
-    :class:`.benchmarking_lm.LMBenchmarkResult` instead: clean and attacked perplexity (token perplexity with its
+    :class:`.benchmark_lm.LMBenchmarkResult` instead: clean and attacked perplexity (token perplexity with its
     95% interval, and lm-eval's word/byte perplexity and bits per byte for Hugging Face models) under embedding
-    ``pgd`` (or ``fgsm``) at a relative eps (default 0.05) on up to 64 sequences of ``data`` (default ``austen``);
+    ``pgd`` (or ``fgsm``) at one relative eps (e.g. 0.05) on up to 64 sequences of ``data`` (default ``austen``);
     ``tokenizer``, ``max_length``, ``stride`` and ``precision`` apply to it.
     """
     _check_model(model)
@@ -263,18 +241,17 @@ def benchmark(
 
         model = str(dataclasses.replace(parse_model_ref(model), name=model_name))
     threat = _threat_model(threat_model)
-    norm = THREAT_MODELS[threat]
     out = out if out is not None else kept
     if model_family(model) is Family.LM:
-        given = read(options, Surface.API)
-        return benchmark_lm(model, data or "austen", threat, norm, eps, attack, given, out, resume, overwrite)
-    value = _eps(eps, norm)
-    name = _attack(attack, norm, options.get("steps"))
+        given = {**read(options, Surface.API), **given_run(attack, eps)}
+        return benchmark_lm(model, data or "austen", threat, THREAT_MODELS[threat], given, out=out, resume=resume,
+                            overwrite=overwrite)  # fmt: skip
     data = "fashion-mnist" if data is None else data
     given = read({"n_examples": None, **options, "models": (model,), "data": data}, Surface.API)
-    config = _config(threat, name, value, given)
+    config = _config(threat, attack, eps, given)
     run = evaluate(config=config, out=out, resume=resume, overwrite=overwrite, progress=progress)  # type: ignore[arg-type]
-    return _result(model_name or config.labels[0], threat, name, value, run, config.labels[0])
+    value = config.eps[0] if isinstance(config, ImageAttackConfig) else None
+    return _result(model_name or config.labels[0], threat, config.attacks[0], value, run, config.labels[0])
 
 
 api_signature(

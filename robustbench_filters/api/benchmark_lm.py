@@ -1,30 +1,32 @@
 """``benchmark`` for language models: clean and attacked perplexity of one model, RobustBench's one-call style.
 
 The image ``benchmark`` returns accuracies; a language model has none that means much, so this returns perplexities:
-the token perplexity with its 95% bootstrap interval over sequences, plus lm-eval's ``word_perplexity``,
-``byte_perplexity`` and ``bits_per_byte`` for models scored lm-eval style (Hugging Face models). It runs
-:func:`.api.evaluate` with one embedding attack at one eps, so its numbers equal evaluate's for the same inputs.
+the token perplexity with its 95% bootstrap interval over documents, plus lm-eval's ``word_perplexity``,
+``byte_perplexity`` and ``bits_per_byte`` (every model is scored on whole documents in lm-eval's rolling windows).
+It runs :func:`.api.evaluate` with one embedding attack at one eps, so its numbers equal evaluate's for the same
+inputs.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..checks import FAIL, Check
-from ..configs import LMAttackConfig, build
+from ..configs import LMAttackConfig, build, read
 from ..core.errors import RobfiltError
+from ..core.names import Norm
+from ..core.surface import Surface
 from ..runs.runner import RunResult
-
-#: The default relative eps (a fraction of the mean token-embedding norm; see attacks.embedding).
-DEFAULT_LM_BENCH_EPS = 0.05
+from ..summaries import LMAttackSummary
+from ..summaries import lm as summaries
+from ..summaries.lm import LMAttackResult
 
 
 @dataclass(frozen=True)
 class Perplexity:
-    """Token perplexity [95% CI] over ``n`` sequences; lm-eval's metrics where the model was scored that way."""
+    """Token perplexity [95% CI] over ``n`` documents, and lm-eval's metrics."""
 
     ppl: float
     lo: float
@@ -56,25 +58,35 @@ class LMBenchmarkResult:
         return self.clean.ppl, self.robust.ppl
 
 
-def _perplexity(entry: dict[str, Any]) -> Perplexity:
-    extra = {k: entry.get(k) for k in ("word_perplexity", "byte_perplexity", "bits_per_byte")}
-    return Perplexity(float(entry["ppl"]), float(entry["ppl_lo"]), float(entry["ppl_hi"]), int(entry["n_sequences"]),
-                      **extra)  # fmt: skip
+def _perplexity(entry: summaries.Perplexity | LMAttackResult) -> Perplexity:
+    extra = {name: value for name, (value, _, _) in entry.lm_eval().items()}
+    return Perplexity(float(entry.ppl), float(entry.ppl_lo), float(entry.ppl_hi), int(entry.n_sequences), **extra)
+
+
+def given_run(attack: Any, eps: Any) -> dict[str, Any]:
+    """benchmark's ``attack`` and ``eps`` as the run's options (read as Python values); left out when not given,
+    so the config's defaults and rules apply."""
+    given = {"attacks": attack} if attack is not None else {}
+    return read({**given, "eps": eps} if eps is not None else given, Surface.API)
+
+
+def one_eps(config: Any) -> None:
+    """A benchmark measures one budget: its config (the given eps, or the config's default grid) must hold one."""
+    if len(config.eps) != 1:
+        shown = ", ".join(f"{e:g}" for e in config.eps)
+        raise RobfiltError(
+            f"benchmark measures one eps, as RobustBench's does (where eps is required), not {shown}; pass one, e.g. "
+            "eps=8/255 (Linf) or eps=0.5 (L2) for images, eps=0.05 for a language model; for an eps grid use "
+            "evaluate(model, eps=[...])."
+        )
 
 
 def benchmark_lm(
-    model: Any,
-    data: str,
-    threat: str,
-    norm: Any,
-    eps: float | None,
-    attack: str | None,
-    options: dict[str, Any],
-    out: str | Path | None = None,
-    resume: bool = False,
-    overwrite: bool = False,
+    model: Any, data: Any, threat: str, norm: Norm | None, given: dict[str, Any], **folder: Any
 ) -> LMBenchmarkResult:
-    """The language-model branch of :func:`.benchmarking.benchmark` (see there for the arguments)."""
+    """The language-model branch of :func:`.benchmark.benchmark` (see there): ``given`` are the run's options
+    (``attack`` and ``eps`` among them), ``norm`` the threat model's (None: corruptions) and ``folder`` the run
+    folder's (``out``, ``resume``, ``overwrite``)."""
     from .evaluate import evaluate
 
     if norm is None:
@@ -86,21 +98,24 @@ def benchmark_lm(
         raise RobfiltError(
             f"a language model reads text: pass data='austen', 'text:FILE' or 'hf-disk:DIR', not {type(data).__name__}."
         )
-    name = attack or "pgd"
-    if name not in ("fgsm", "pgd"):
-        raise RobfiltError(f"attack {name!r} has no language-model version; use 'pgd' or 'fgsm' (embedding space).")
-    value = DEFAULT_LM_BENCH_EPS if eps is None else float(eps)
-    if not (value > 0 and math.isfinite(value)):
-        raise RobfiltError(f"eps must be a positive relative embedding radius, got {eps!r}; e.g. 0.05.")
-    given = {k: v for k, v in options.items() if v is not None}
-    config = build(LMAttackConfig, {"models": (model,), "attacks": (name,), "eps": (value,), "norm": norm,
-                                    "data": data, **given})  # fmt: skip
-    run = evaluate(config=config, out=out, resume=resume, overwrite=overwrite)  # type: ignore[arg-type]
+    attacks = given.get("attacks", ())
+    if any(a not in ("fgsm", "pgd") for a in attacks):
+        raise RobfiltError(
+            f"attack {attacks[0]!r} has no language-model version; use 'pgd' or 'fgsm' (embedding space)."
+        )
+    given = {k: v for k, v in given.items() if v is not None}
+    config = build(LMAttackConfig, {"models": (model,), "norm": norm, "data": data, **given})
+    assert isinstance(config, LMAttackConfig)
+    one_eps(config)
+    run = evaluate(config=config, **folder)
+    name, value = config.attacks[0], config.eps[0]
     label = config.labels[0]
-    per_model = run.summary["models"][label]
-    (entry,) = [r for r in per_model["results"] if r["attack"] == name]
-    checks = tuple(Check(c["name"], c["model"], c["status"], c["detail"]) for c in run.summary["checks"])
+    summary = run.summary
+    assert isinstance(summary, LMAttackSummary)
+    per_model = summary.models[label]
+    (entry,) = [r for r in per_model.results if r.attack == name]
+    checks = tuple(Check(c.name, c.model, c.status, c.detail) for c in summary.checks)
     return LMBenchmarkResult(
-        label, threat, name, value, _perplexity(per_model["clean"]), _perplexity(entry), checks,
+        label, threat, name, value, _perplexity(per_model.clean), _perplexity(entry), checks,
         all(c.status != FAIL for c in checks), run.out, run,
     )  # fmt: skip

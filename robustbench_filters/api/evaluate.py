@@ -11,37 +11,37 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..configs import CertifyConfig, CorruptionConfig, ImageAttackConfig, LipschitzConfig, LMAttackConfig, ModelLike, RunConfig, attack_config_class, build, read
+from ..configs import (
+    CertifyConfig,
+    CorruptionConfig,
+    ImageAttackConfig,
+    LipschitzConfig,
+    LMAttackConfig,
+    ModelLike,
+    RunConfig,
+    attack_config_class,
+    build,
+    read,
+)
 from ..configs.options import api_signature
 from ..core.errors import RobfiltError
-from ..lipschitz.run import LipschitzResult
 from ..core.progress import ProgressHook
+from ..core.surface import Surface
+from ..lipschitz.run import LipschitzResult
 from ..runs.measurement import Measurement
 from ..runs.runner import RunResult, run
-from ..core.surface import Surface
+from ..summaries import kind_of
 
 
 def measurement_for(config: RunConfig) -> Measurement:
-    """The measurement that runs ``config`` (one per kind of run)."""
-    if isinstance(config, ImageAttackConfig):
-        from ..attacks.image import ImageAttack
+    """The measurement that runs ``config``: its kind's row in the registry of run kinds (summaries/kinds.py)."""
+    return kind_of(type(config)).measurement_class()(config)
 
-        return ImageAttack(config)
-    if isinstance(config, LMAttackConfig):
-        from ..attacks.lm import LMAttack
 
-        return LMAttack(config)
-    if isinstance(config, CorruptionConfig):
-        from ..attacks.corruption import Corruptions
-
-        return Corruptions(config)
-    if isinstance(config, CertifyConfig):
-        from ..smoothing.run import Certify
-
-        return Certify(config)
-    from ..lipschitz.run import Lipschitz
-
-    return Lipschitz(config)
+def run_config(config: RunConfig, **folder: Any) -> RunResult:
+    """Run a ready ``config`` of any kind through the runner (``folder``: ``out``, ``resume``, ``overwrite``,
+    ``progress``): what :func:`evaluate`, :func:`certify`, :func:`estimate_lipschitz`, the gate and the study do."""
+    return run(measurement_for(config), **folder)
 
 
 def _config(
@@ -95,16 +95,18 @@ def evaluate(
         data: dataset spec (bundled ``fashion-mnist`` for images, ``austen`` for LMs by default), or for images an
             ``(x, y)`` pair of tensors/numpy arrays or a torch ``Dataset`` (then pass ``eps``).
         n_examples: examples drawn (seeded) from the test split, shared by all models; default at most 256 images
-            or 64 sequences (all of them when the data has fewer); None: every example.
+            or 64 documents (all of them when the data has fewer); None: every example.
         out: run folder; None keeps everything in a temporary folder.
         tokenizer: LMs: the tokenizer object (or folder) of the model(s); default: the one saved with each model.
-        max_length, stride, precision: LMs: the window in tokens (default: the model's positions, at most 1024),
-            tokens newly predicted per lm-eval window (default: max_length), and ``fp32`` or ``bf16`` weights.
+        split: LMs: the documents of ``data`` scored: ``all``, ``train``, ``val`` or ``test`` (default).
+        max_length, stride, precision: LMs: lm-eval's rolling window in tokens (default: a Hugging Face model's
+            positions, at most 1024; robfilt's block size), tokens newly predicted per window (default: max_length),
+            and ``fp32`` or ``bf16`` weights.
         config: a ready config instead of models and options.
     """
     given = {"models": models, "attacks": attacks, "eps": eps, **options}
     config = _config(config, (ImageAttackConfig, LMAttackConfig, CorruptionConfig), given, "evaluate")
-    return run(measurement_for(config), out=out, resume=resume, overwrite=overwrite, progress=progress)
+    return run_config(config, out=out, resume=resume, overwrite=overwrite, progress=progress)
 
 
 def certify(
@@ -125,7 +127,7 @@ def certify(
     line (``robfilt certify --attack-radii`` is ``attack_radii=``).
     """
     config = _config(config, (CertifyConfig,), {"models": models, "sigmas": sigmas, **options}, "certify")
-    return run(measurement_for(config), out=out, resume=resume, overwrite=overwrite, progress=progress)
+    return run_config(config, out=out, resume=resume, overwrite=overwrite, progress=progress)
 
 
 def estimate_lipschitz(
@@ -146,9 +148,7 @@ def estimate_lipschitz(
     from ..lipschitz.run import lipschitz_result
 
     config = _config(config, (LipschitzConfig,), {"models": models, **options}, "estimate_lipschitz")
-    return lipschitz_result(
-        run(measurement_for(config), out=out, resume=resume, overwrite=overwrite, progress=progress)
-    )
+    return lipschitz_result(run_config(config, out=out, resume=resume, overwrite=overwrite, progress=progress))
 
 
 api_signature(evaluate, ImageAttackConfig, LMAttackConfig, CorruptionConfig)
@@ -156,4 +156,12 @@ api_signature(certify, CertifyConfig)
 api_signature(estimate_lipschitz, LipschitzConfig)
 
 
-__all__ = ["LipschitzResult", "RunResult", "certify", "estimate_lipschitz", "evaluate", "measurement_for"]
+__all__ = [
+    "LipschitzResult",
+    "RunResult",
+    "certify",
+    "estimate_lipschitz",
+    "evaluate",
+    "measurement_for",
+    "run_config",
+]

@@ -346,7 +346,7 @@ def cascade(
     which of them it broke. The rerun is a check: it changes no row's outcome.
 
     ``trace``: receives every example's point after each eps (and which examples were attacked there), for
-    ``--save-adversarial`` and :func:`~.direct.attack`; recording changes nothing the cascade computes.
+    ``--save-adversarial`` and :func:`robustbench_filters.api.attack.attack`; recording changes nothing the cascade computes.
     """
     run = _Run(model, label, batch, settings)
     b, grid = batch, sorted(settings.eps)

@@ -15,8 +15,7 @@ baseline makes no error (or no extra error) has an undefined CE (null) and is le
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -30,14 +29,15 @@ from ..checks import model as MC
 from ..checks import summarize as summarize_checks
 from ..checks.logits import check_image_rows, guard_logits, predictions
 from ..configs import CORRUPTION as PREFIX
-from ..configs import CorruptionConfig, data_label
+from ..configs import CorruptionConfig
 from ..runs.measurement import PrepareContext, Tick
-from ..runs.units import Unit, ids_digest, unit_seed
+from ..runs.units import Unit, unit_seed
+from ..stats.aggregates import accuracy
 from ..stats.intervals import finite_interval
+from ..summaries import CorruptionSummary
 from .cascade import margin_loss
 from .corruption_transforms import CORRUPTIONS, corrupt, parameter_table, pregenerate
-from .image import accuracy
-from .image_models import ImageModelsMeasurement, frozen
+from .image_models import GridMeasurement
 
 DEFAULT_BASELINE = "deit"
 N_CHECK = 32  # images the severity-0 and model checks probe
@@ -179,10 +179,9 @@ def _model_checks(
     ]
 
 
-class Corruptions(ImageModelsMeasurement):
+class Corruptions(GridMeasurement):
     """Image models x corruptions x severities on shared examples, with mCE relative to a baseline model."""
 
-    kind = "corruption"
     config: CorruptionConfig
 
     def prepare(self, ctx: PrepareContext) -> None:
@@ -197,28 +196,15 @@ class Corruptions(ImageModelsMeasurement):
             "attacks": list(c.attacks),
             "corruptions": self.names,
             "severities": list(c.severities),
-            "data": data_label(c.data),
-            "data_checksum": self.source.checksum,
-            "n_examples": c.n_examples,
-            "example_ids_sha256": ids_digest(self.ids),
-            "batch_size": c.batch_size,
-            "size": c.size,
-            "checkpoint": c.checkpoint,
+            **self.described_examples(),
             "baseline": c.baseline,
         }
 
-    def plan(self) -> list[Unit]:
-        n_models, n_batches = len(self.loaded), len(self.batches)
-        units = [Unit(mi, n, bi) for mi in range(n_models) for n in self.names for bi in range(n_batches)]
-        return units + [Unit(mi, "clean", bi) for mi in range(n_models) for bi in range(n_batches)]
+    def parts(self) -> Sequence[str]:
+        return self.names
 
-    def work(self, unit: Unit) -> int:
-        return 1 if unit.part == "clean" else len(self.config.severities)
-
-    @contextlib.contextmanager
-    def session(self) -> Iterator[None]:
-        with frozen(self.modules()):
-            yield
+    def grid(self) -> Sequence[float]:
+        return self.config.severities
 
     def _clean(self, mi: int, bi: int) -> tuple[torch.Tensor, ...]:
         if self._cache is None or self._cache[0] != (mi, bi):
@@ -265,14 +251,10 @@ class Corruptions(ImageModelsMeasurement):
                  CC.check_severity_distance(rows, label))  # fmt: skip
         return [ch for ch in found if ch is not None]
 
-    def summarise(self, rows: pd.DataFrame, checks: list[Check]) -> dict[str, Any]:
+    def summarise(self, rows: pd.DataFrame, checks: list[Check]) -> CorruptionSummary:
         c, labels = self.config, self.labels
-        return {
-            "kind": "corruption",
-            "family": "image",
-            "data": data_label(c.data),
-            "n_examples": c.n_examples,
-            "seed": c.seed,
+        return CorruptionSummary.build({
+            **self.summary_head(),
             "attacks": list(c.attacks),
             "corruptions": self.names,
             "severities": list(c.severities),
@@ -281,4 +263,4 @@ class Corruptions(ImageModelsMeasurement):
             "models": summarize_corruption_rows(rows, c.baseline),
             "checks": [ch.to_dict() for ch in sorted(checks, key=lambda ch: labels.index(ch.model))],
             "checks_summary": summarize_checks(checks),
-        }
+        })  # fmt: skip

@@ -55,7 +55,7 @@ class _EarlyPGDMixin:
         loss: str = "ce",
         restarts: int = 1,
     ) -> None:
-        """torchattacks' constructor (next in the MRO: PGD or PGDL2), then early exit, the loss and restarts."""
+        """The torchattacks parent's arguments (it comes next in the MRO), then the early-exit settings."""
         super().__init__(model, eps=eps, alpha=alpha, steps=steps, random_start=random_start)  # type: ignore[call-arg]
         if loss not in ("ce", "margin"):
             raise ValueError(f"unknown PGD loss {loss!r}")

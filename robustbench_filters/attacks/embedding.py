@@ -28,15 +28,15 @@ sequence's perturbation does not depend on which other sequences share its batch
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from ..core.errors import RobfiltError, unknown
-from ..models.lm_batch import sequence_nll
 from ..core.names import EMBEDDING_ATTACKS, EPS_MODES
+from ..models.lm_batch import sequence_nll
 from .catalogue import Norm
 
 _TINY = 1e-12
@@ -154,9 +154,11 @@ class EmbeddingAttack:
         mask: torch.Tensor,
         generators: Sequence[torch.Generator] | None = None,
         support: torch.Tensor | None = None,
+        on_step: Callable[[int], None] | None = None,
     ) -> torch.Tensor:
         """Return ``delta`` (same shape as ``emb``), zero outside ``support`` (default: where ``mask`` scores; a
-        rolling window also perturbs its unscored context) and inside the per-token ball."""
+        rolling window also perturbs its unscored context) and inside the per-token ball. ``on_step(i)`` is called
+        after step i (1-based): one forward and one backward pass per row."""
         emb = emb.detach()
         keep = (mask if support is None else support).unsqueeze(-1).to(emb.dtype)
         if self.eps_abs == 0:
@@ -168,10 +170,12 @@ class EmbeddingAttack:
             gens = generators or [torch.Generator().manual_seed(i) for i in range(emb.shape[0])]
             delta = random_start(tuple(emb.shape), self.eps_abs, self.norm, gens, emb.device, emb.dtype) * keep
             steps, alpha = self.steps, self.alpha
-        for _ in range(steps):
+        for step in range(steps):
             delta.requires_grad_(True)
             with torch.enable_grad():
                 loss = _loss(model, emb + delta, targets, mask)
                 (grad,) = torch.autograd.grad(loss, delta)
             delta = project(delta.detach() + alpha * _ascent_direction(grad, self.norm), self.eps_abs, self.norm) * keep
+            if on_step is not None:
+                on_step(step + 1)
         return delta.detach()

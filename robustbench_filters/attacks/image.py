@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -24,18 +24,20 @@ from ..checks import model as MC
 from ..checks import summarize as summarize_checks
 from ..checks.convergence import THRESHOLD_POINTS, sample_probability
 from ..checks.logits import GuardedLogits, check_image_rows, guard_logits, predictions
-from ..configs import ImageAttackConfig, data_label
+from ..configs import ImageAttackConfig
 from ..runs.adversarial import AdversarialTrace
 from ..runs.measurement import PrepareContext, Tick, UnitOutput
-from ..runs.units import Unit, ids_digest, unit_seed
-from ..stats.intervals import wilson_interval
+from ..runs.units import Unit, unit_seed
+from ..stats.aggregates import attack_accuracies
+from ..summaries import ImageAttackSummary
 from .cascade import Batch, CascadeSettings, batch_rows, cascade
 from .catalogue import ATTACKS, PGD_STEPS, STRONG, AttackParams, Norm, get_attack
-from .image_models import ImageModelsMeasurement, frozen
+from .image_models import GridMeasurement
 
 log = logging.getLogger(__name__)
 
-AMP_DTYPES: dict[str, torch.dtype] = {"bf16": torch.bfloat16}
+#: the torch dtype of each --amp choice (their names: core.names.AMP_DTYPES)
+AUTOCAST_DTYPES: dict[str, torch.dtype] = {"bf16": torch.bfloat16}
 #: Examples the model-level sanity checks probe: one per 16 examples of the run, 1 to N_CHECK. The checks then
 #: cost a few percent of an attack (PGD-10 spends 31 passes per example; the checks about 7 on each probed one).
 N_CHECK = 16
@@ -54,79 +56,16 @@ def convergence_attacks(config: ImageAttackConfig) -> tuple[str, ...]:
     return tuple(a for a in chosen if config.check_convergence or ATTACKS[a].strength == STRONG)
 
 
-def accuracy(correct: pd.Series) -> dict[str, float]:
-    """Accuracy with its 95% Wilson interval, n and the count of correct examples."""
-    n, k = int(len(correct)), int(correct.sum())
-    lo, hi = wilson_interval(k, n)
-    return {"acc": k / n if n else float("nan"), "lo": lo, "hi": hi, "n": n, "correct": k}
-
-
-def ledger(sub: pd.DataFrame) -> dict[str, Any]:
-    """The compute ledger of some rows: passes in total and per example, who broke the examples (counts, "clean"
-    for those the model got wrong unattacked), and the convergence check's tally. Empty for rows from before it."""
-    if "fwd" not in sub.columns:
-        return {}
-    n = max(len(sub), 1)
-    fwd, bwd = float(sub.fwd.sum()), float(sub.bwd.sum())
-    broken = sub.fooled_by[sub.fooled_by != ""].value_counts()
-    order = (["clean"] if "clean" in broken.index else []) + [k for k in broken.index if k != "clean"]
-    out: dict[str, Any] = {
-        "cost": {
-            "fwd": fwd,
-            "bwd": bwd,
-            "fwd_per_example": fwd / n,
-            "bwd_per_example": bwd / n,
-            "exact": bool(sub.cost_exact.all()),
-        },  # fmt: skip
-        "broken_by": {k: int(broken[k]) for k in order},
-    }
-    conv = sub[sub.convergence.isin(["held", "broken"])]
-    if len(conv):
-        out["convergence"] = {
-            "checked": len(conv),
-            "broken": int((conv.convergence == "broken").sum()),
-            "fwd": float(sub.conv_fwd.sum()),
-            "bwd": float(sub.conv_bwd.sum()),
-        }
-    return out
-
-
-def summarize_rows(rows: pd.DataFrame) -> dict[str, Any]:
-    """Per model: clean accuracy and robust accuracy per attack and eps, with Wilson intervals, each attack's
-    strength, and the compute ledger (per attack and eps, and per attack over the whole eps grid)."""
-    out: dict[str, Any] = {}
-    for label, grp in rows.groupby("model", sort=False):
-        clean = grp[grp.attack == "clean"]
-        robust = []
-        attacked = grp[grp.attack != "clean"]
-        for (attack, eps), sub in attacked.groupby(["attack", "eps"], sort=True):
-            info = ATTACKS.get(attack)
-            entry = {"attack": attack, "eps": float(eps), **accuracy(sub.correct)}
-            entry |= {"strength": info.strength if info else None, **ledger(sub)}
-            robust.append(entry)
-        out[label] = {"clean": {**accuracy(clean.correct), **ledger(clean)}, "robust": robust}
-        if "fwd" in grp.columns:
-            n = max(clean.example_id.nunique(), 1)
-            cost = {}
-            for attack, sub in attacked.groupby("attack", sort=False):
-                conv = float(sub.conv_fwd.sum() + sub.conv_bwd.sum())
-                passes = float(sub.fwd.sum() + sub.bwd.sum())
-                cost[attack] = {"passes": passes, "per_example": passes / n, "convergence_passes": conv}
-            out[label]["cost"] = cost
-    return out
-
-
 def autocast(device: torch.device, amp: str | None) -> AbstractContextManager:
     """bf16 autocast when asked for (``--amp``), otherwise nothing: fp32 stays the default everywhere."""
     if amp is None:
         return contextlib.nullcontext()
-    return torch.autocast(device_type=device.type, dtype=AMP_DTYPES[amp])
+    return torch.autocast(device_type=device.type, dtype=AUTOCAST_DTYPES[amp])
 
 
-class ImageAttack(ImageModelsMeasurement):
+class ImageAttack(GridMeasurement):
     """Image models x catalogue attacks over an eps grid, on examples shared by every model."""
 
-    kind = "attack"
     config: ImageAttackConfig
 
     def prepare(self, ctx: PrepareContext) -> None:
@@ -150,13 +89,7 @@ class ImageAttack(ImageModelsMeasurement):
                 "probability": sample_probability(len(self.ids)),
                 "threshold_points": THRESHOLD_POINTS,
             },  # fmt: skip
-            "data": data_label(c.data),
-            "data_checksum": self.source.checksum,
-            "n_examples": c.n_examples,
-            "example_ids_sha256": ids_digest(self.ids),
-            "batch_size": c.batch_size,
-            "size": c.size,
-            "checkpoint": c.checkpoint,
+            **self.described_examples(),
             "check_masking": c.check_masking,
         }
         if c.amp is not None:
@@ -165,19 +98,11 @@ class ImageAttack(ImageModelsMeasurement):
             described["save_adversarial"] = True
         return described
 
-    def plan(self) -> list[Unit]:
-        """Attack units first, clean units last: round-robin sharding then mixes cheap and expensive units."""
-        n_models, n_batches = len(self.loaded), len(self.batches)
-        attack = [Unit(mi, a, bi) for mi in range(n_models) for a in self.config.attacks for bi in range(n_batches)]
-        return attack + [Unit(mi, "clean", bi) for mi in range(n_models) for bi in range(n_batches)]
+    def parts(self) -> Sequence[str]:
+        return self.config.attacks
 
-    def work(self, unit: Unit) -> int:
-        return 1 if unit.part == "clean" else len(self.config.eps)
-
-    @contextlib.contextmanager
-    def session(self) -> Iterator[None]:
-        with frozen(self.modules()):
-            yield
+    def grid(self) -> Sequence[float]:
+        return self.config.eps
 
     # --- units ----------------------------------------------------------------------------------------------------
 
@@ -287,14 +212,10 @@ class ImageAttack(ImageModelsMeasurement):
         checks.extend(IC.check_convergence(rows, label))
         return checks
 
-    def summarise(self, rows: pd.DataFrame, checks: list[Check]) -> dict[str, Any]:
+    def summarise(self, rows: pd.DataFrame, checks: list[Check]) -> ImageAttackSummary:
         c = self.config
-        return {
-            "kind": "attack",
-            "family": "image",
-            "data": data_label(c.data),
-            "n_examples": c.n_examples,
-            "seed": c.seed,
+        return ImageAttackSummary.build({
+            **self.summary_head(),
             "attacks": list(c.attacks),
             "eps": list(c.eps),
             "norm": c.norm.value,
@@ -302,11 +223,11 @@ class ImageAttack(ImageModelsMeasurement):
             "step_size": c.step_size if c.step_size is not None else "0.15*eps",
             "early_stop": c.early_stop,
             "precision": {"clean": c.amp or "fp32", "attacks": (c.amp if c.amp_attacks else None) or "fp32"},
-            "models": summarize_rows(rows),
+            "models": attack_accuracies(rows),
             "checks": [ch.to_dict() for ch in checks],
             "checks_summary": summarize_checks(checks),
             "attention": self.attention_maps(),
-        }
+        })  # fmt: skip
 
     def attention_maps(self) -> dict[str, Any]:
         """CLS attention per layer of every DeiT-style model on the first selected example (for reports).

@@ -8,28 +8,27 @@ selection is checked and fingerprinted the same way whichever command measures i
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
 from torch import nn
 
 from ..checks.logits import require_logits
-from ..configs import data_label, model_label
-from ..data.labels import check_labels_fit, pool_labels
+from ..checks.model import model_device, require_input_dependence, require_model_device
+from ..configs import ImageAttackConfig, data_label, model_label
 from ..core.errors import RobfiltError
-from ..models.loading import LoadedModel, load_model
+from ..data.labels import check_labels_fit, pool_labels
+from ..models.loading import LoadedModel, Loading, load_model
 from ..runs.measurement import Measurement, PrepareContext
-from ..runs.units import batch_slices
+from ..runs.units import Unit, batch_slices, ids_digest
 
 
 def load_image_models(config: Any) -> list[LoadedModel]:
     """The config's models, loaded for evaluation (registry names, ``timm:``, factories, or modules as given)."""
-    args = config.parsed_model_args
+    how = Loading.of(config)
     return [
-        load_model(m, config.size, config.checkpoint, config.seed, config.allow_pickle, config.base_dir, args)
-        if isinstance(m, str)
-        else LoadedModel(model_label(m, i), "custom", m.eval(), "module")
+        load_model(m, how) if isinstance(m, str) else LoadedModel(model_label(m, i), "custom", m.eval(), "module")
         for i, m in enumerate(config.models)
     ]
 
@@ -45,9 +44,11 @@ def open_images(config: Any, models: list[LoadedModel]) -> Any:
     )  # fmt: skip
 
 
-def check_fits(lm: LoadedModel, x: torch.Tensor, data: str) -> int:
-    """Refuse, before any folder is written, a model that cannot take this data or does not return finite
-    (batch, classes) logits; return its class count (the logits' last dimension)."""
+def check_fits(lm: LoadedModel, x: torch.Tensor, data: str, device: torch.device | str = "cpu") -> int:
+    """Refuse, before any folder is written, a model that is on another device than the run's, cannot take this
+    data or does not return finite (batch, classes) logits; return its class count (the logits' last dimension)."""
+    require_model_device(lm.module, lm.label, device)
+    x = x.to(model_device(lm.module) or "cpu")
     try:
         with torch.no_grad(), frozen([lm.module]):
             out = lm.module.eval()(x)
@@ -94,6 +95,13 @@ def frozen(modules: list[nn.Module]) -> Iterator[None]:
             p.requires_grad_(flag)
 
 
+def units_then_clean(n_models: int, parts: list[str] | tuple[str, ...], n_batches: int) -> list[Unit]:
+    """(model, part, batch) units of every part first, then one clean unit per (model, batch): round-robin
+    sharding then mixes cheap and expensive units."""
+    units = [Unit(mi, part, bi) for mi in range(n_models) for part in parts for bi in range(n_batches)]
+    return units + [Unit(mi, "clean", bi) for mi in range(n_models) for bi in range(n_batches)]
+
+
 class ImageModelsMeasurement(Measurement):
     """Base of the measurements over image models: ``open_examples`` sets ``loaded``, ``source``, ``ids``,
     ``batches`` and ``classes`` (each model's class count, from its logits) and records the selection's digest
@@ -111,12 +119,30 @@ class ImageModelsMeasurement(Measurement):
         self.ids = ctx.select(len(self.source), c.n_examples) if fixed is None else ctx.use(len(self.source), fixed)
         probe, _ = self.source.take(self.ids[:2])
         data = data_label(c.data)
-        self.classes = [check_fits(lm, probe, data) for lm in self.loaded]
+        self.classes = [check_fits(lm, probe, data, ctx.device) for lm in self.loaded]
+        if isinstance(c, ImageAttackConfig):  # gradient attacks: the logits must depend on the input, by gradient
+            for lm in self.loaded:
+                with frozen([lm.module]):
+                    require_input_dependence(lm.module, lm.label, probe.to(model_device(lm.module) or "cpu"))
         self.class_map = check_labels(self.source, self.ids, self.loaded, self.classes, data)
         ctx.record_data("examples", self.source.digest(self.ids))  # after the labels are settled
         if self.class_map is not None:
             ctx.examples["examples"]["labels"] = self.class_map
         self.batches = batch_slices(len(self.ids), c.batch_size)
+
+    def described_examples(self) -> dict[str, Any]:
+        """What every image run's description records of its examples and models' origin (the fingerprint hashes
+        the description with sorted keys, so where these keys stand does not matter)."""
+        c = self.config
+        return {"data": data_label(c.data), "data_checksum": self.source.checksum, "n_examples": c.n_examples,
+                "example_ids_sha256": ids_digest(self.ids), "batch_size": c.batch_size, "size": c.size,
+                "checkpoint": c.checkpoint}  # fmt: skip
+
+    def summary_head(self) -> dict[str, Any]:
+        """The keys every image run's summary starts with: kind, family, data, example count and seed."""
+        c = self.config
+        return {"kind": self.kind, "family": "image", "data": data_label(c.data), "n_examples": c.n_examples,
+                "seed": c.seed}  # fmt: skip
 
     @property
     def labels(self) -> list[str]:
@@ -124,3 +150,28 @@ class ImageModelsMeasurement(Measurement):
 
     def modules(self) -> list[nn.Module]:
         return [lm.module for lm in self.loaded]
+
+
+class GridMeasurement(ImageModelsMeasurement):
+    """An image measurement that runs each part (an attack, a corruption) over a grid (eps values, severities) per
+    (model, batch) unit with the weights frozen, then one clean unit per (model, batch): the image attacks and
+    the corruptions plan, count and hold their units this one way."""
+
+    def parts(self) -> Sequence[str]:
+        """The names of the non-clean units' parts, in plan order."""
+        raise NotImplementedError
+
+    def grid(self) -> Sequence[float]:
+        """The grid one part's unit runs over (one progress step per point)."""
+        raise NotImplementedError
+
+    def plan(self) -> list[Unit]:
+        return units_then_clean(len(self.loaded), self.parts(), len(self.batches))
+
+    def work(self, unit: Unit) -> int:
+        return 1 if unit.part == "clean" else len(self.grid())
+
+    @contextlib.contextmanager
+    def session(self) -> Iterator[None]:
+        with frozen(self.modules()):
+            yield

@@ -3,9 +3,9 @@
 One batch row through the model is one pass. robfilt's own attack loops (:mod:`.early`) count per example as
 they call the model and leave a :class:`Ledger` on the attack. Any other attack (torchattacks' FGSM, FAB,
 Square, CW, a user's) runs on a :class:`CountingModel`, which counts every call's rows: when each call took the
-attack's whole batch the count per example is exact; an attack that calls the model on subsets it picks itself
-(FAB, Square) cannot be attributed to examples from outside, so its exact total is spread evenly over its batch
-and the rows say so (``cost_exact`` false).
+attack's whole batch the count per example is exact (FAB's, given only examples still standing); an attack that
+calls the model on subsets it picks itself (Square) cannot be attributed to examples from outside, so its exact
+total is spread evenly over its batch and the rows say so (``cost_exact`` false).
 """
 
 from __future__ import annotations

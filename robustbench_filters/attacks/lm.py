@@ -1,22 +1,19 @@
-"""Language-model attacks as a runner measurement: embedding FGSM/PGD and word-swap contamination on shared text.
+"""Language-model attacks as a runner measurement: embedding FGSM/PGD and word-swap contamination on documents.
 
-Units are (model, clean or attack, batch of sequences); rows are built in :mod:`.lm_rows`. Perplexity is
-``exp(sum NLL / sum tokens)`` over sequences (with the report's 95% bootstrap interval over sequences), next-token
-accuracy likewise, always recomputed from the rows.
+Examples are whole documents of one split of the text (:mod:`robustbench_filters.data.documents`; ``--split``,
+default ``test``), each scored on lm-eval's rolling token windows of each model's own tokenizer (:mod:`.lm_rows`).
+Units are (model, clean or attack, batch of documents). Per model, the summary gives the token perplexity
+``exp(sum NLL / sum tokens)`` (per character for robfilt's character-level LMs) with its 95% bootstrap interval over
+documents, next-token accuracy, lm-eval's ``word_perplexity``, ``byte_perplexity`` and ``bits_per_byte`` (the clean
+document's words and bytes), and the compute ledger (forward and backward passes), always recomputed from the rows.
 eps is relative to the embedding scale by default (see :mod:`.embedding`); the scale of every model is reported.
-
-Hugging Face causal LMs (``hf:DIR`` or a ``transformers`` model with its tokenizer) run through the same code as
-robfilt's own GPT, seen through :class:`robustbench_filters.models.hf.adapter.HFCausalLM`. They are scored as lm-eval scores
-documents (rolling windows, every token predicted), so their summaries add lm-eval's ``word_perplexity``,
-``byte_perplexity`` and ``bits_per_byte`` next to the token perplexity; ``perplexity_metric`` names the metric of
-every model (per character for robfilt's character-level LMs).
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -30,55 +27,67 @@ from ..checks import model as MC
 from ..checks import summarize as summarize_checks
 from ..checks.logits import require_logits
 from ..configs import WORDSWAP, LMAttackConfig
+from ..core.counts import UpTo
 from ..core.errors import RobfiltError, UserCodeError
 from ..runs.measurement import Measurement, PrepareContext, Tick
 from ..runs.units import Unit, batch_slices, ids_digest
 from ..stats.intervals import bootstrap_ratio_interval, lm_eval_columns
+from ..summaries import LMAttackSummary
 from .catalogue import Norm
 from .embedding import eps_scale
-from .lm_rows import (
-    LMSubject,
-    attack_rows,
-    document_counts,
-    encode_batch,
-    score_rows,
-    text_chunks,
-    wordswap_rows,
-)
+from .lm_rows import Docs, LMSubject, attack_rows, clean_rows, probe_batch, wordswap_rows
 from .lm_subjects import load_lm_subjects
 from .wordswap import eligible_spans
 
-N_PROBE = 8  # sequences the model-level checks probe
+log = logging.getLogger(__name__)
+
+N_PROBE = 8  # windows the model-level checks probe
+
+
+def ledger(rows: pd.DataFrame) -> dict[str, Any]:
+    """The compute behind some rows: forward and backward passes in total and per document (empty for rows written
+    before LM rows had a ledger)."""
+    if "fwd" not in rows.columns or not len(rows):
+        return {}
+    n, fwd, bwd = len(rows), float(rows.fwd.sum()), float(rows.bwd.sum())
+    return {"cost": {"fwd": fwd, "bwd": bwd, "fwd_per_example": fwd / n, "bwd_per_example": bwd / n,
+                     "exact": bool(rows.cost_exact.all())}}  # fmt: skip
 
 
 def _aggregate(rows: pd.DataFrame) -> dict[str, Any]:
-    """Perplexity with the report's 95% bootstrap interval over sequences (same resampling, same seed)."""
+    """Perplexity with the report's 95% bootstrap interval over documents (same resampling, same seed); NaN (never
+    a number) when no token was predicted."""
     n_tok = int(rows.n_tokens.sum())
-    nll = float(rows.nll_sum.sum()) / n_tok if n_tok else float("nan")
-    seq_ppl = np.exp(rows.nll_sum / rows.n_tokens.clip(lower=1))
+    nll = float(rows.nll_sum.sum()) / n_tok if n_tok else math.nan
+    scored = rows[rows.n_tokens > 0]
+    seq_ppl = np.exp(scored.nll_sum / scored.n_tokens)
     ppl_lo, ppl_hi = bootstrap_ratio_interval(rows.nll_sum.to_numpy(float), rows.n_tokens.to_numpy(float))
     return {
-        "ppl": math.exp(nll) if n_tok else float("nan"),
+        "ppl": math.exp(nll) if n_tok else math.nan,
         "ppl_lo": ppl_lo,
         "ppl_hi": ppl_hi,
-        "acc": float(rows.correct_tokens.sum()) / n_tok if n_tok else float("nan"),
+        "acc": float(rows.correct_tokens.sum()) / n_tok if n_tok else math.nan,
         "nll": nll,
         "n_tokens": n_tok,
         "n_sequences": int(len(rows)),
-        "ppl_median_seq": float(np.median(seq_ppl)) if len(rows) else float("nan"),
+        "ppl_median_seq": float(np.median(seq_ppl)) if len(scored) else math.nan,
+        **({"n_windows": int(rows.n_windows.sum())} if "n_windows" in rows.columns else {}),
         **lm_eval_columns(rows),
+        **ledger(rows),
     }
 
 
 def summarize_lm_rows(rows: pd.DataFrame) -> dict[str, Any]:
-    """Per model: clean perplexity/accuracy, then one entry per (attack, eps or rate), recomputed from rows."""
+    """Per model: clean perplexity/accuracy, then one entry per (attack, eps or rate), and the passes each attack
+    spent over its whole grid; recomputed from rows."""
     out: dict[str, Any] = {}
     for label, grp in rows.groupby("model", sort=False):
         clean = _aggregate(grp[grp.kind == "clean"])
         results = []
-        for (attack, eps), sub in grp[grp.kind != "clean"].groupby(["attack", "eps"], sort=True):
+        attacked = grp[grp.kind != "clean"]
+        for (attack, eps), sub in attacked.groupby(["attack", "eps"], sort=True):
             entry = {"attack": attack, "kind": sub.kind.iloc[0], "eps": float(eps), **_aggregate(sub)}
-            entry["ppl_ratio"] = entry["ppl"] / clean["ppl"] if clean["ppl"] > 0 else float("nan")
+            entry["ppl_ratio"] = entry["ppl"] / clean["ppl"] if clean["ppl"] > 0 else math.nan
             if entry["kind"] == "contamination":
                 entry["rate"] = float(eps)
                 entry["words_swapped"] = float(sub.n_swapped.sum() / max(int(sub.n_eligible.sum()), 1))
@@ -86,19 +95,24 @@ def summarize_lm_rows(rows: pd.DataFrame) -> dict[str, Any]:
                 entry["eps_abs"] = float(sub.eps_abs.iloc[0])
             results.append(entry)
         out[label] = {"clean": clean, "results": results}
+        if "fwd" in grp.columns:
+            n = max(int((grp.kind == "clean").sum()), 1)
+            out[label]["cost"] = {
+                attack: {"passes": (p := float(sub.fwd.sum() + sub.bwd.sum())), "per_example": p / n}
+                for attack, sub in attacked.groupby("attack", sort=False)
+            }
     return out
 
 
 def perplexity_metric(subject: LMSubject) -> str:
     """Which perplexity the rows of ``subject`` give (tables print it next to the numbers)."""
-    if subject.rolling is not None:
-        r = subject.rolling
-        return (
-            f"per token, lm-eval rolling windows (max_length {r.max_length}, stride {r.stride}); also lm-eval's "
-            "word_perplexity, byte_perplexity, bits_per_byte"
-        )
+    r = subject.rolling
     kind = getattr(subject.tokenizer, "kind", "")
-    return "per character (character tokenizer)" if kind == "char" else f"per token ({kind or 'model'} tokenizer)"
+    unit = "per character (character tokenizer)" if kind == "char" else f"per token ({kind or 'model'} tokenizer)"
+    return (
+        f"{unit}, whole documents in lm-eval rolling windows (max_length {r.max_length}, stride {r.stride}); also "
+        "lm-eval's word_perplexity, byte_perplexity, bits_per_byte"
+    )
 
 
 def scale_definition(norm: Norm, eps_mode: str) -> str:
@@ -109,51 +123,63 @@ def scale_definition(norm: Norm, eps_mode: str) -> str:
     return "eps_abs = eps * mean |entry| of the token-embedding matrix (Linf box)"
 
 
-def _window(subjects: Sequence[LMSubject], max_length: int | None, stride: int | None) -> int:
-    """Characters per sequence minus one: the smallest window, ``--max-length`` included (checked per model)."""
-    if stride is not None and all(s.rolling is None for s in subjects):
-        raise RobfiltError("--stride applies to hf: models (lm-eval's rolling windows); drop it.")
-    for s in subjects:
-        limit = int(s.module.config.block_size)
-        if s.rolling is None and max_length is not None and max_length > limit:
-            raise RobfiltError(f"--max-length {max_length} is longer than {s.label}'s block size {limit}; pass less.")
-    return min([int(s.module.config.block_size) for s in subjects] + ([max_length] if max_length else []))
+def tokenizer_digest(tokenizer: Any) -> str:
+    """What identifies a tokenization, for run fingerprints (a Hugging Face tokenizer's own digest, else its
+    saved form)."""
+    own = getattr(tokenizer, "digest", None)
+    if isinstance(own, str):
+        return own
+    to_dict = getattr(tokenizer, "to_dict", None)
+    text = repr(sorted(to_dict().items())) if callable(to_dict) else type(tokenizer).__name__
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _announce(docs: Any, n: int, requested: int | None, split_given: bool) -> None:
+    """The run's first lines: which documents, how many of them, and why fewer than asked."""
+    log.info("data %s", docs.describe(default=not split_given))
+    total = len(docs.texts)
+    if requested is None or n == total:
+        if isinstance(requested, UpTo) and requested > total:
+            log.warning(
+                "scoring all %d documents of %s's %s split: fewer than --n-examples %d (the default is a cap); pass "
+                "--split all for more", total, docs.data, docs.split, int(requested),
+            )  # fmt: skip
+        else:
+            log.info("scoring all %d documents", total)
+    else:
+        log.info("scoring %d of the %d documents (a seeded sample, --n-examples %d)", n, total, n)
 
 
 class LMAttack(Measurement):
-    """Language models x (embedding attacks, word swap) on the same seeded text sequences."""
+    """Language models x (embedding attacks, word swap) on the same seeded documents."""
 
-    kind = "attack"
     config: LMAttackConfig
 
     def prepare(self, ctx: PrepareContext) -> None:
-        from ..data import load_text
+        from ..data import load_documents
 
         c = self.config
         self.device = ctx.device
-        text = load_text(c.data, split="test", **({"text_column": c.text_column} if c.text_column else {}))
-        self.data_checksum = hashlib.sha256(text.encode()).hexdigest()[:16]
+        docs = load_documents(c.data, c.split, **({"text_column": c.text_column} if c.text_column else {}))
+        self.data_checksum = docs.checksum
         self.subjects = load_lm_subjects(
             c.models, c.data, c.size, c.checkpoint, c.seed, c.tokenizer, c.base_dir, c.parsed_model_args,
             max_length=c.max_length, stride=c.stride, precision=c.precision, device=c.device,
         )  # fmt: skip
-        self.block = _window(self.subjects, c.max_length, c.stride)
-        pool = text_chunks(text, self.block + 1)
-        if not pool:
-            raise RobfiltError(
-                f"the {c.data} test text has {len(text)} characters, fewer than one sequence ({self.block + 1})."
-            )
-        self.ids = ctx.select(len(pool), c.n_examples)
+        self.ids = ctx.select(len(docs.texts), c.n_examples)
         self.n = len(self.ids)
-        self.chunks = [pool[int(i)] for i in self.ids]
-        ctx.record_data("examples", hashlib.sha256("\0".join(self.chunks).encode()).hexdigest())
-        if any(r > 0 for r in c.rates) and not any(eligible_spans(t)[0] for t in self.chunks):
+        _announce(docs, self.n, c.n_examples, c.split != LMAttackConfig.split)
+        self.texts = [docs.texts[int(i)] for i in self.ids]
+        ctx.record_data("examples", hashlib.sha256("\0".join(self.texts).encode()).hexdigest())
+        if any(r > 0 for r in c.rates) and not any(eligible_spans(t)[0] for t in self.texts):
             raise RobfiltError(
-                f"the selected {c.data} test text has no eligible words (only stopwords, or no words); "
+                f"the selected {c.data} documents have no eligible words (only stopwords, or no words); "
                 "word swap needs content words."
             )
+        self.tokens = [[s.tokenizer.encode(t) for t in self.texts] for s in self.subjects]
+        self.windows = [[len(s.rolling.windows(t)) for t in toks] for s, toks in zip(self.subjects, self.tokens,
+                                                                                     strict=True)]  # fmt: skip
         self.batches = batch_slices(self.n, c.batch_size)
-        self._encoded: tuple[tuple[int, int], Any] | None = None
         self._on_device: set[int] = set()
         for mi in range(len(self.subjects)):
             self._check_outputs(mi)
@@ -162,16 +188,18 @@ class LMAttack(Measurement):
         """Refuse, before any folder is written, a model whose logits are not finite (batch, seq, vocab) with a
         logit for every token its tokenizer makes (token ids are the classes of a language model)."""
         s = self._subject(mi)
-        b = encode_batch(s.tokenizer, self.chunks[:2], self.block + 1, self.device)
+        b = probe_batch(s, self.tokens[mi], 2, self.device)
+        if not len(b.idx):  # no document has a token: the rows say so (a failed check), nothing to probe
+            return
         try:
             with torch.no_grad():
                 out = s.module.forward_embeddings(s.module.embed(b.idx))
         except Exception as exc:  # noqa: BLE001 - the user's forward may raise anything
             raise UserCodeError.wrap(s.label, "its first forward pass", exc, "fix it, then rerun") from None
-        vocab = require_logits(out, len(b.idx), model=s.label, rank=3, where="the first selected sequences")
+        vocab = require_logits(out, len(b.idx), model=s.label, rank=3, where="the first selected documents")
         if out.shape[1] != b.idx.shape[1]:
             raise RobfiltError(
-                f"model {s.label} returns {out.shape[1]} positions for sequences of {b.idx.shape[1]} tokens; "
+                f"model {s.label} returns {out.shape[1]} positions for windows of {b.idx.shape[1]} tokens; "
                 "it must return (batch, seq, vocab) logits, one row per input position."
             )
         if vocab < s.tokenizer.vocab_size:
@@ -199,28 +227,23 @@ class LMAttack(Measurement):
             "steps": c.steps,
             "step_size": c.step_size,
             "data": c.data,
+            "split": c.split,
             "data_checksum": self.data_checksum,
             "n_examples": self.n,
             "example_ids_sha256": ids_digest(self.ids),
-            "seq_chars": self.block + 1,
+            "windows": self._windows(),
             "replacement": c.replacement,
             "batch_size": c.batch_size,
             "size": c.size,
             "checkpoint": c.checkpoint,
             "sources": [s.source for s in self.subjects],
             "check_masking": c.check_masking,
-            **self._hf_description(),
+            **({"precision": c.precision} if c.precision != "fp32" else {}),
         }
 
-    def _hf_description(self) -> dict[str, Any]:
-        """Precision and lm-eval windows, recorded only where they apply (older runs keep their fingerprints)."""
-        extra: dict[str, Any] = {"precision": self.config.precision} if self.config.precision != "fp32" else {}
-        windows = {
-            s.label: {**s.rolling.describe(), "tokenizer": s.tokenizer.digest}
-            for s in self.subjects
-            if s.rolling is not None
-        }
-        return {**extra, "windows": windows} if windows else extra
+    def _windows(self) -> dict[str, dict[str, Any]]:
+        """Each model's lm-eval windows and tokenization (recorded, so --resume with others is refused)."""
+        return {s.label: {**s.rolling.describe(), "tokenizer": tokenizer_digest(s.tokenizer)} for s in self.subjects}
 
     def plan(self) -> list[Unit]:
         n_models, n_batches = len(self.subjects), len(self.batches)
@@ -228,8 +251,14 @@ class LMAttack(Measurement):
         return attack + [Unit(mi, "clean", bi) for mi in range(n_models) for bi in range(n_batches)]
 
     def work(self, unit: Unit) -> int:
+        """Window-steps: a window scored once, or through one attack step, is one; word swap counts documents."""
         c = self.config
-        return 1 if unit.part == "clean" else len(c.rates) if unit.part == WORDSWAP else len(c.eps)
+        windows = sum(self.windows[unit.model][self.batches[unit.batch]])
+        if unit.part == "clean":
+            return windows
+        if unit.part == WORDSWAP:
+            return len(c.rates) * len(self.ids[self.batches[unit.batch]])
+        return windows * len(c.eps) * (1 if unit.part == "fgsm" else c.steps)
 
     def _subject(self, mi: int) -> LMSubject:
         s = self.subjects[mi]
@@ -238,28 +267,27 @@ class LMAttack(Measurement):
             self._on_device.add(mi)
         return s
 
-    def _encode(self, mi: int, bi: int):  # noqa: ANN202 - lm_rows.Batch
-        if self._encoded is None or self._encoded[0] != (mi, bi):
-            texts, s = self.chunks[self.batches[bi]], self.subjects[mi]
-            self._encoded = ((mi, bi), encode_batch(s.tokenizer, texts, self.block + 1, self.device, s.rolling))
-        return self._encoded[1]
+    def _docs(self, mi: int, sl: slice) -> Docs:
+        return Docs(self.ids[sl].numpy(), self.texts[sl], self.tokens[mi][sl])
 
     def measure(self, unit: Unit, tick: Tick) -> pd.DataFrame:
         c, s = self.config, self._subject(unit.model)
-        ids, texts = self.ids[self.batches[unit.batch]], self.chunks[self.batches[unit.batch]]
+        docs = self._docs(unit.model, self.batches[unit.batch])
         if unit.part == WORDSWAP:
-            return wordswap_rows(s, texts, ids, c.rates, c.replacement, self.block + 1, c.seed, self.device, tick)
-        b, counts = self._encode(unit.model, unit.batch), document_counts(s, texts)
+            return wordswap_rows(s, docs, c.rates, c.replacement, c.seed, c.batch_size, self.device, tick)
         if unit.part == "clean":
-            rows = score_rows(s.module, s.label, ids, b, s.module.embed(b.idx), "clean", "clean", 0.0, "", **counts)
-            tick(1)
+            rows = clean_rows(s, docs, c.batch_size, self.device)
+            tick(self.work(unit))
             return rows
         scale = eps_scale(s.module, c.norm, c.eps_mode)
-        return attack_rows(s, unit.part, c.eps, c.norm, scale, b, ids, c.steps, c.step_size, c.seed, tick, **counts)
+        return attack_rows(s, unit.part, c.eps, c.norm, scale, docs, c.steps, c.step_size, c.seed, c.batch_size,
+                           self.device, tick)  # fmt: skip
 
     def model_checks(self, model: int) -> list[Check]:
         c, s = self.config, self._subject(model)
-        probe = encode_batch(s.tokenizer, self.chunks[:N_PROBE], self.block + 1, self.device, s.rolling)
+        probe = probe_batch(s, self.tokens[model], N_PROBE, self.device)
+        if not len(probe.idx):
+            return []  # no document has a token (its row check fails the run)
         checks = [
             MC.check_eval_deterministic(s.module, s.label, probe.idx),
             LC.check_embedding_gradients(s.module, s.label, probe.idx, probe.targets, probe.mask),
@@ -267,14 +295,15 @@ class LMAttack(Measurement):
         if c.check_masking and "pgd" in c.attacks:
             mid = c.eps[len(c.eps) // 2]
             scale = eps_scale(s.module, c.norm, c.eps_mode)
-            ids = torch.arange(probe.n_sequences)
-            base = attack_rows(s, "pgd", [mid], c.norm, scale, probe, ids, c.steps, c.step_size, c.seed)
-            more = attack_rows(s, "pgd", [mid], c.norm, scale, probe, ids, 5 * c.steps, c.step_size, c.seed)
+            few = self._docs(model, slice(0, min(N_PROBE, self.n)))
+            base, more = (attack_rows(s, "pgd", [mid], c.norm, scale, few, steps, c.step_size, c.seed, c.batch_size,
+                                      self.device) for steps in (c.steps, 5 * c.steps))  # fmt: skip
             checks.append(LC.check_more_steps(LC.ppl(base), LC.ppl(more), s.label, 5))
         return checks
 
     def row_checks(self, rows: pd.DataFrame, label: str) -> list[Check]:
         found = [
+            LC.check_tokens_scored(rows, label),
             LC.check_finite_outputs(rows, label),
             LC.check_rate0_equals_clean(rows, label),
             LC.check_eps0_equals_clean(rows, label),
@@ -285,12 +314,13 @@ class LMAttack(Measurement):
         ]
         return [ch for ch in found if ch is not None]
 
-    def summarise(self, rows: pd.DataFrame, checks: list[Check]) -> dict[str, Any]:
+    def summarise(self, rows: pd.DataFrame, checks: list[Check]) -> LMAttackSummary:
         c, labels = self.config, self.labels
-        return {
+        return LMAttackSummary.build({
             "kind": "attack",
             "family": "lm",
             "data": c.data,
+            "split": c.split,
             "n_examples": self.n,
             "seed": c.seed,
             "attacks": list(c.attacks),
@@ -302,11 +332,14 @@ class LMAttack(Measurement):
             "eps_scale_definition": scale_definition(c.norm, c.eps_mode),
             "steps": c.steps,
             "step_size": c.step_size if c.step_size is not None else "0.15*eps",
-            "seq_chars": self.block + 1,
+            "windows": {s.label: s.rolling.describe() for s in self.subjects},
             "replacement": c.replacement,
             "precision": c.precision,
             "perplexity_metric": {s.label: perplexity_metric(s) for s in self.subjects},
             "models": summarize_lm_rows(rows),
             "checks": [ch.to_dict() for ch in sorted(checks, key=lambda ch: labels.index(ch.model))],
             "checks_summary": summarize_checks(checks),
-        }
+        })  # fmt: skip
+
+
+__all__ = ["LMAttack", "ledger", "perplexity_metric", "scale_definition", "summarize_lm_rows"]

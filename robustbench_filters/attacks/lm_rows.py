@@ -1,28 +1,27 @@
-"""Rows of language-model units: text chunks, token batches, scoring, embedding attacks and word swap.
+"""Rows of language-model units: documents scored on lm-eval's rolling token windows, clean, attacked or contaminated.
 
-Sequences (the "examples"): the test split is cut into disjoint chunks of ``block_size + 1`` *characters*
-(``block_size``: the smallest of the models'), the ragged tail dropped. A chunk is contaminated (word swap) as raw
-text, then tokenised by each model's own tokenizer and cut to ``block_size + 1`` tokens; inputs are tokens
-``[:-1]``, targets ``[1:]``. Sequences of unequal length (word swap shortens text; BPE needs fewer tokens than
-characters) are right-padded and the padding is masked out of every loss and count.
+Examples are whole documents (:mod:`robustbench_filters.data.documents`). Each model tokenises a document with its
+own tokenizer and cuts it into lm-eval's rolling windows (:class:`robustbench_filters.models.hf.rolling.Rolling`:
+``max_length`` inputs, ``stride`` new tokens each, the first token predicted from the tokenizer's prefix token), so
+every token is predicted exactly once and nothing is cut mid-word. A row is one (model, document, attack, eps or
+rate): the sums over the document's windows.
 
-Hugging Face models (``LMSubject.rolling`` set, :mod:`robustbench_filters.models.hf`) score a chunk as lm-eval scores a
-document instead: every token is predicted, the first from the tokenizer's prefix token (BOS, else EOS), in lm-eval's
-rolling windows of at most ``max_length`` inputs (:mod:`robustbench_filters.models.hf.rolling`). A batch then holds one
-row per window (``Batch.owner`` names its sequence); a sequence's numbers are the sums over its windows, and its
-rows also carry the clean chunk's words and UTF-8 bytes (lm-eval's denominators; 0 for per-token models).
+- Clean rows come from :func:`robustbench_filters.models.hf.perplexity.score_documents`, the one metric code that
+  ``robfilt train`` writes into its cards too.
+- Embedding attacks (``fgsm``, ``pgd``; :mod:`.embedding`) perturb each window's input embeddings, its context
+  included, and score its predicted tokens; eps values run in ascending order and each window keeps the worst
+  perturbation found so far.
+- Word swap (:mod:`.wordswap`) contaminates the raw document, which is then tokenised and scored like a clean one.
 
-Metrics per sequence (rows): summed next-token NLL, number of predicted tokens, correctly predicted tokens.
-Embedding attacks (``fgsm``, ``pgd``; see :mod:`.embedding`) perturb the token embeddings of the clean sequence
-(of each window, its context included) and are scored on its clean targets; eps values run in ascending order and
-each sequence (window) keeps the worst perturbation found so far. Word swap (:mod:`.wordswap`) is scored on the
-contaminated text itself. Every random draw is seeded from (seed, attack, eps or rate, example id, and the window
-index when it is not 0), so rows do not depend on the batch.
+Rows also carry lm-eval's denominators of the clean document (words, UTF-8 bytes) and the compute ledger: the
+forward and backward passes spent on the document at that eps or rate (one forward per window to score it, and per
+attack step one forward and one backward per window). Every random draw is seeded from (seed, attack, eps or rate,
+document id, and the window index when it is not 0), so rows do not depend on the batch. ``batch_size`` windows go
+through the model at a time.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -32,8 +31,10 @@ import pandas as pd
 import torch
 from torch import nn
 
-from ..checks.logits import predictions
-from ..models.lm_batch import Batch, sequence_nll, window_batch
+from ..models.hf.perplexity import per_document, score_documents
+from ..models.hf.rolling import Rolling, Window, count_bytes, count_words, window_rows
+from ..models.lm_batch import RowScores, score_batch, window_batch
+from ..runs.measurement import Tick
 from ..runs.units import unit_seed
 from .catalogue import Norm
 from .embedding import EmbeddingAttack, perturbation_size
@@ -55,98 +56,46 @@ ROW_COLUMNS = (
     "n_swapped",
     "n_words",
     "n_bytes",
+    "n_windows",
+    "fwd",
+    "bwd",
+    "cost_exact",
 )
 
 
 @dataclass
 class LMSubject:
-    """A language model ready for evaluation, with the tokenizer its checkpoint was trained with."""
+    """A language model ready for evaluation: the tokenizer its checkpoint was trained with and its windows."""
 
     label: str
     module: nn.Module
     tokenizer: Any
     source: str
-    rolling: Any = None  # hf.rolling.Rolling: lm-eval's windows; None: one shifted sequence per chunk
+    rolling: Rolling
 
 
-def text_chunks(text: str, chunk_chars: int) -> list[str]:
-    """Disjoint chunks of ``chunk_chars`` characters; the ragged tail is dropped."""
-    return [text[i : i + chunk_chars] for i in range(0, len(text) - chunk_chars + 1, chunk_chars)]
+@dataclass(frozen=True)
+class Docs:
+    """The documents of one unit: their example ids, texts and this model's tokens."""
+
+    ids: np.ndarray
+    texts: Sequence[str]
+    tokens: Sequence[Sequence[int]]
+
+    @property
+    def counts(self) -> dict[str, np.ndarray]:
+        """lm-eval's denominators of each clean document: words (as its wikitext task counts them), UTF-8 bytes."""
+        return {
+            "n_words": np.array([count_words(t) for t in self.texts], dtype=np.int64),
+            "n_bytes": np.array([count_bytes(t) for t in self.texts], dtype=np.int64),
+        }
 
 
-def encode_batch(
-    tokenizer: Any, texts: Sequence[str], max_tokens: int, device: torch.device, rolling: Any = None
-) -> Batch:
-    """Tokenise, cut to ``max_tokens`` tokens, shift into inputs/targets and right-pad with a mask; with
-    ``rolling``, lm-eval's windows of every text instead (a text too short for any token gets an empty row)."""
-    if rolling is not None:
-        from ..models.hf.rolling import Window, window_rows
-
-        lists = [tokenizer.encode(t) for t in texts]
-        rows = window_rows(lists, rolling)
-        have = {w.doc for w in rows}
-        rows += [Window(d, 0, [rolling.prefix_token_id], [0], 0) for d in range(len(texts)) if d not in have]
-        return window_batch(sorted(rows, key=lambda w: (w.doc, w.index)), device)
-    seqs = [tokenizer.encode(t)[:max_tokens] for t in texts]
-    width = max(1, max(len(s) for s in seqs) - 1)
-    idx = torch.zeros(len(seqs), width, dtype=torch.long)
-    tgt = torch.zeros_like(idx)
-    mask = torch.zeros(len(seqs), width)
-    for i, s in enumerate(seqs):
-        n = max(0, len(s) - 1)
-        if n:
-            idx[i, :n] = torch.tensor(s[:-1])
-            tgt[i, :n] = torch.tensor(s[1:])
-            mask[i, :n] = 1.0
-    return Batch(idx.to(device), tgt.to(device), mask.to(device))
-
-
-def _score_rows(model: nn.Module, emb: torch.Tensor, b: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per row (sequence or window): summed NLL (float64), scored tokens, correct tokens.
-
-    A row whose logits are not a finite (batch, seq, vocab) tensor at its scored positions is no prediction:
-    NaN NLL and 0 correct tokens (never argmax's token 0), which fails the "model outputs finite" check.
-    """
-    with torch.no_grad():
-        out = model.forward_embeddings(emb)
-        if (
-            isinstance(out, torch.Tensor)
-            and out.is_floating_point()
-            and out.dim() == 3
-            and out.shape[:2] == b.idx.shape
-        ):
-            bad = ((~torch.isfinite(out).all(-1)) & (b.mask > 0)).any(1)
-            nll = torch.where(bad, float("nan"), sequence_nll(out, b.targets, b.mask))
-            correct = ((predictions(out) == b.targets).float() * b.mask).sum(1) * ~bad
-        else:  # a tuple, a dict or another shape mid-run: no row of the batch has a prediction
-            nll = torch.full((len(b.idx),), float("nan"), device=b.mask.device)
-            correct = torch.zeros(len(b.idx), device=b.mask.device)
-    return nll.double().cpu(), b.mask.sum(1).cpu(), correct.cpu()
-
-
-def _score(model: nn.Module, emb: torch.Tensor, b: Batch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per sequence: summed NLL, predicted tokens, correct tokens (a NaN window makes its sequence NaN)."""
-    nll, n_tok, correct = (b.per_sequence(v) for v in _score_rows(model, emb, b))
-    return nll.numpy(), n_tok.numpy().astype(np.int64), correct.numpy().astype(np.int64)
-
-
-def document_counts(subject: LMSubject, texts: Sequence[str]) -> dict[str, np.ndarray]:
-    """lm-eval's denominators of each clean chunk (words, UTF-8 bytes) for rolling-window models, else nothing."""
-    if subject.rolling is None:
-        return {}
-    from ..models.hf.rolling import count_bytes, count_words
-
-    return {
-        "n_words": np.array([count_words(t) for t in texts], dtype=np.int64),
-        "n_bytes": np.array([count_bytes(t) for t in texts], dtype=np.int64),
-    }
-
-
-def _frame(label: str, ids: torch.Tensor, kind: str, attack: str, eps: float, norm: str, **cols: Any) -> pd.DataFrame:
+def _frame(label: str, ids: np.ndarray, kind: str, attack: str, eps: float, norm: str, **cols: Any) -> pd.DataFrame:
     n = len(ids)
     base = {
         "model": label,
-        "example_id": ids.numpy().astype(np.int64),
+        "example_id": np.asarray(ids, dtype=np.int64),
         "kind": kind,
         "attack": attack,
         "eps": float(eps),
@@ -157,15 +106,49 @@ def _frame(label: str, ids: torch.Tensor, kind: str, attack: str, eps: float, no
         "n_swapped": np.zeros(n, dtype=np.int64),
         "n_words": np.zeros(n, dtype=np.int64),
         "n_bytes": np.zeros(n, dtype=np.int64),
+        "bwd": np.zeros(n),
+        "cost_exact": True,
     }
     base.update(cols)
     return pd.DataFrame(base)[list(ROW_COLUMNS)]
 
 
-def score_rows(model, label, ids, b, emb, kind, attack, eps, norm, **cols) -> pd.DataFrame:
-    """Score one batch of sequences (given embeddings) into rows."""
-    nll, n_tok, correct = _score(model, emb, b)
-    return _frame(label, ids, kind, attack, eps, norm, nll_sum=nll, n_tokens=n_tok, correct_tokens=correct, **cols)
+def scored_rows(
+    subject: LMSubject,
+    docs: Docs,
+    kind: str,
+    attack: str,
+    eps: float,
+    batch_size: int,
+    device: torch.device,
+    **cols: Any,
+) -> pd.DataFrame:
+    """Rows of documents scored unperturbed (clean, or the contaminated text of ``docs``) with the one metric code."""
+    s = score_documents(subject.module, docs.tokens, subject.rolling, batch_size, device)
+    return _frame(subject.label, docs.ids, kind, attack, eps, "", nll_sum=s.nll, n_tokens=s.n_tokens,
+                  correct_tokens=s.correct, n_windows=s.n_windows, fwd=s.fwd, **cols)  # fmt: skip
+
+
+def clean_rows(subject: LMSubject, docs: Docs, batch_size: int, device: torch.device) -> pd.DataFrame:
+    return scored_rows(subject, docs, "clean", "clean", 0.0, batch_size, device, **docs.counts)
+
+
+@dataclass
+class _Best:
+    """A chunk of windows' worst perturbation so far and its scores."""
+
+    delta: torch.Tensor
+    scores: RowScores | None = None
+
+    def update(self, delta: torch.Tensor, scores: RowScores) -> None:
+        if self.scores is None:
+            better = torch.ones(len(scores.nll), dtype=torch.bool)
+        else:  # a NaN (no prediction) is kept, so its row shows it
+            better = (scores.nll >= self.scores.nll) | scores.nll.isnan()
+        old = self.scores or scores
+        self.scores = RowScores(*(torch.where(better, getattr(scores, k), getattr(old, k))
+                                  for k in ("nll", "n_tokens", "correct")))  # fmt: skip
+        self.delta = torch.where(better.to(delta.device).view(-1, 1, 1), delta, self.delta)
 
 
 def attack_rows(
@@ -174,97 +157,133 @@ def attack_rows(
     eps_grid: Sequence[float],
     norm: Norm,
     scale: float,
-    b: Batch,
-    ids: torch.Tensor,
+    docs: Docs,
     steps: int,
     step_size: float | None,
     seed: int,
-    tick: Callable[[int], None] | None = None,
-    **cols: Any,
+    batch_size: int,
+    device: torch.device,
+    tick: Tick | None = None,
 ) -> pd.DataFrame:
-    """One embedding attack over an ascending eps grid; each sequence (or window) keeps its worst perturbation so
-    far. A window is attacked on its own inputs (context included) and scored on its scored tokens."""
-    model, label = subject.module, subject.label
-    emb = model.embed(b.idx).detach()
-    row_ids = ids if b.owner is None else ids[b.owner.cpu()]
-    windows = [0] * len(row_ids) if b.window is None else b.window.tolist()
-    best_delta = torch.zeros_like(emb)
-    best_nll = torch.full((len(row_ids),), -math.inf, dtype=torch.float64)
+    """One embedding attack over an ascending eps grid on every window of ``docs``, ``batch_size`` windows at a
+    time; a document's row at an eps sums its windows' worst perturbations so far."""
+    model, grid = subject.module, sorted(eps_grid)
+    windows = window_rows(docs.tokens, subject.rolling)
+    owners = np.array([w.doc for w in windows], dtype=np.int64)
+    keys = ("nll", "n_tokens", "correct", "pert", "fwd", "bwd")
+    per_eps = {eps: {k: np.zeros(len(windows)) for k in keys} for eps in grid}
+    n_steps = 1 if attack == "fgsm" else steps
+    for start in range(0, len(windows), batch_size):
+        chunk = windows[start : start + batch_size]
+        b = window_batch(chunk, device)
+        emb = model.embed(b.idx).detach()
+        best = _Best(torch.zeros_like(emb))
+        for k, eps in enumerate(grid):
+            atk = EmbeddingAttack(attack, norm, eps * scale, steps=steps,
+                                  step_size=None if step_size is None else step_size * scale)  # fmt: skip
+            gens = [torch.Generator().manual_seed(unit_seed(*_key(seed, attack, norm, eps, docs.ids[w.doc], w)))
+                    for w in chunk]  # fmt: skip
+            where = f"eps {eps:g} ({k + 1}/{len(grid)})"
+            on_step = None if tick is None else _step_ticker(tick, len(chunk), where, n_steps)
+            delta = atk.perturb(model, emb, b.targets, b.mask, gens, support=b.valid, on_step=on_step)
+            ran = n_steps if eps * scale > 0 else 0
+            if tick is not None and not ran:
+                tick(len(chunk) * n_steps, where)
+            best.update(delta, score_batch(model, emb + delta, b))
+            out, sl = per_eps[eps], slice(start, start + len(chunk))
+            assert best.scores is not None
+            out["nll"][sl], out["n_tokens"][sl], out["correct"][sl] = (
+                best.scores.nll.numpy(), best.scores.n_tokens.numpy(), best.scores.correct.numpy())  # fmt: skip
+            out["pert"][sl] = perturbation_size(best.delta, norm).double().cpu().numpy()
+            out["fwd"][sl], out["bwd"][sl] = ran + 1, ran
+    n = len(docs.ids)
     frames = []
-    for eps in sorted(eps_grid):
-        eps_abs = eps * scale
-        atk = EmbeddingAttack(
-            attack, norm, eps_abs, steps=steps, step_size=None if step_size is None else step_size * scale
-        )
-        keys = [
-            (seed, attack, norm.value, f"{eps:.6g}", int(i), *((w,) if w else ()))
-            for i, w in zip(row_ids, windows, strict=True)
-        ]
-        gens = [torch.Generator().manual_seed(unit_seed(*k)) for k in keys]
-        delta = atk.perturb(model, emb, b.targets, b.mask, gens, support=b.valid)
-        nll, _, _ = _score_rows(model, emb + delta, b)
-        better = (nll >= best_nll) | nll.isnan()  # a NaN (no prediction) is kept, so its row shows it
-        best_nll = torch.where(better, nll, best_nll)
-        best_delta = torch.where(better.to(emb.device).view(-1, 1, 1), delta, best_delta)
-        size = b.per_sequence(perturbation_size(best_delta, norm).double().cpu(), "amax")
+    for eps in grid:
+        v = per_eps[eps]
+        pert = np.zeros(n)
+        np.maximum.at(pert, owners, v["pert"])
         frames.append(
-            score_rows(
-                model,
-                label,
-                ids,
-                b,
-                emb + best_delta,
+            _frame(
+                subject.label,
+                docs.ids,
                 "adversarial",
                 attack,
                 eps,
                 norm.value,
-                pert_norm=size.numpy(),
-                eps_abs=np.full(len(ids), eps_abs),
-                **cols,
-            )
+                nll_sum=per_document(v["nll"], owners, n, np.float64),
+                n_tokens=per_document(v["n_tokens"], owners, n, np.int64),
+                correct_tokens=per_document(v["correct"], owners, n, np.int64),
+                pert_norm=pert,
+                eps_abs=np.full(n, eps * scale),
+                n_windows=per_document(np.ones(len(owners)), owners, n, np.int64),
+                fwd=per_document(v["fwd"], owners, n, np.float64),
+                bwd=per_document(v["bwd"], owners, n, np.float64),
+                **docs.counts,
+            )  # fmt: skip
         )
-        if tick is not None:
-            tick(1)
     return pd.concat(frames, ignore_index=True)
+
+
+def _key(seed: int, attack: str, norm: Norm, eps: float, doc_id: Any, w: Window) -> tuple[Any, ...]:
+    """What seeds a window's random start (the window index only when it is not 0, as before windows existed)."""
+    return (seed, attack, norm.value, f"{eps:.6g}", int(doc_id), *((w.index,) if w.index else ()))
+
+
+def _step_ticker(tick: Tick, n_windows: int, where: str, steps: int) -> Callable[[int], None]:
+    def on_step(step: int) -> None:
+        tick(n_windows, f"{where} step {step}/{steps}")
+
+    return on_step
 
 
 def wordswap_rows(
     subject: LMSubject,
-    chunks: Sequence[str],
-    ids: torch.Tensor,
+    docs: Docs,
     rates: Sequence[float],
     replacement: str,
-    max_tokens: int,
     seed: int,
+    batch_size: int,
     device: torch.device,
-    tick: Callable[[int], None] | None = None,
+    tick: Tick | None = None,
 ) -> pd.DataFrame:
-    """Word swap at every rate: contaminate each raw chunk, tokenise, score on the contaminated text."""
-    model = subject.module
+    """Word swap at every rate: contaminate each raw document, tokenise, score it like a clean one."""
     frames = []
-    for rate in sorted(rates):
-        res = [
-            swap_words(t, rate, unit_seed(seed, "wordswap", int(i)), replacement)
-            for t, i in zip(chunks, ids, strict=True)
-        ]
-        b = encode_batch(subject.tokenizer, [r.text for r in res], max_tokens, device, subject.rolling)
+    for k, rate in enumerate(sorted(rates)):
+        res = [swap_words(t, rate, unit_seed(seed, "wordswap", int(i)), replacement)
+               for t, i in zip(docs.texts, docs.ids, strict=True)]  # fmt: skip
+        swapped = Docs(docs.ids, [r.text for r in res], [subject.tokenizer.encode(r.text) for r in res])
         frames.append(
-            score_rows(
-                model,
-                subject.label,
-                ids,
-                b,
-                model.embed(b.idx),
+            scored_rows(
+                subject,
+                swapped,
                 "contamination",
                 "wordswap",
                 rate,
-                "",
+                batch_size,
+                device,
                 pert_norm=np.array([r.fraction for r in res]),
                 n_eligible=np.array([r.n_eligible for r in res], dtype=np.int64),
                 n_swapped=np.array([r.n_swapped for r in res], dtype=np.int64),
-                **document_counts(subject, chunks),
-            )
+                **docs.counts,
+            )  # fmt: skip
         )
         if tick is not None:
-            tick(1)
+            tick(len(docs.ids), f"rate {rate:g} ({k + 1}/{len(rates)})")
     return pd.concat(frames, ignore_index=True)
+
+
+def probe_batch(subject: LMSubject, tokens: Sequence[Sequence[int]], n: int, device: torch.device) -> Any:
+    """The first ``n`` windows of some documents, as one batch (the model-level checks probe it)."""
+    return window_batch(window_rows(tokens, subject.rolling)[:n], device)
+
+
+__all__ = [
+    "ROW_COLUMNS",
+    "Docs",
+    "LMSubject",
+    "attack_rows",
+    "clean_rows",
+    "probe_batch",
+    "scored_rows",
+    "wordswap_rows",
+]

@@ -4,7 +4,9 @@ Models come as registry names (robfilt's own GPT, from the zoo, a checkpoint or 
 (Hugging Face causal LMs, :mod:`robustbench_filters.models.hf.load`), or objects: a robfilt ``CausalLM``, a
 ``transformers`` causal LM with its tokenizer, or an already wrapped
 :class:`~robustbench_filters.models.hf.adapter.HFCausalLM`. Every one becomes an :class:`~.lm_rows.LMSubject`; Hugging Face
-models carry lm-eval's rolling windows (``LMSubject.rolling``) and are checked against their tokenizer.
+models are checked against their tokenizer. Every model carries lm-eval's rolling windows (``LMSubject.rolling``):
+``--max-length`` inputs (default: a Hugging Face model's positions, at most 1024, or robfilt's block size) and
+``--stride`` new tokens each.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from torch import nn
 
 from ..configs import model_label
 from ..core.errors import RobfiltError
+from ..models.hf.rolling import Rolling, prefix_token
 from .lm_rows import LMSubject
 
 
@@ -81,6 +84,32 @@ def _own_tokenizer(tokenizer: Any) -> Any:
     return tokenizer
 
 
+def _in_precision(module: nn.Module, source: str, options: dict[str, Any]) -> nn.Module:
+    """An own model in ``--precision`` (a caller's module is copied, never cast in place)."""
+    if options.get("precision", "fp32") == "fp32":
+        return module
+    from ..models.hf.load import precision_dtype
+
+    dtype = precision_dtype(options["precision"], options.get("device", "cpu"))
+    return (copy.deepcopy(module) if source == "module" else module).to(dtype)
+
+
+def _own_subject(label: str, module: nn.Module, tok: Any, source: str, options: dict[str, Any]) -> LMSubject:
+    """One of robfilt's own LMs with its tokenizer, checked, and its windows."""
+    emb = getattr(module, "tok_embed", None)
+    if isinstance(emb, nn.Embedding) and emb.num_embeddings < tok.vocab_size:
+        raise RobfiltError(
+            f"{label}: the tokenizer has {tok.vocab_size} tokens but the model only {emb.num_embeddings}; use the "
+            "tokenizer saved with the checkpoint."
+        )
+    limit = int(module.config.block_size)
+    max_length, stride = options.get("max_length"), options.get("stride")
+    if max_length is not None and max_length > limit:
+        raise RobfiltError(f"--max-length {max_length} is longer than {label}'s block size {limit}; pass less.")
+    window = int(max_length or limit)
+    return LMSubject(label, module, tok, source, Rolling(window, int(stride or window), prefix_token(tok)))
+
+
 def load_lm_subjects(
     models: Sequence[str | nn.Module],
     data: str,
@@ -99,10 +128,11 @@ def load_lm_subjects(
     train split. ``hf:`` models and ``transformers`` models take ``max_length``, ``stride``, ``precision`` and
     ``device`` from ``hf_options`` (:mod:`robustbench_filters.models.hf.load`).
     """
-    from ..models.loading import load_model
     from ..models import create_model
+    from ..models.factory import wants_untrained
+    from ..models.loading import load_model
 
-    untrained = checkpoint in (None, "none")
+    untrained = wants_untrained(checkpoint)
     own = [m for m in models if not _is_hf(m)]
     own_tok = _own_tokenizer(tokenizer) if own else None
     fallback = own_tok
@@ -118,30 +148,28 @@ def load_lm_subjects(
     for i, m in enumerate(models):
         if _is_hf(m):
             out.append(_hf_subject(m, i, tokenizer, checkpoint, options))
-        elif not isinstance(m, str):
-            tok = own_tok or getattr(m, "tokenizer", None) or fallback
-            out.append(LMSubject(model_label(m, i), m.eval(), tok, "module"))
+            continue
+        if not isinstance(m, str):
+            label, module, tok, source = (
+                model_label(m, i),
+                m.eval(),
+                own_tok or getattr(m, "tokenizer", None) or fallback,
+                "module",
+            )
         elif untrained:
             torch.manual_seed(seed)
-            out.append(LMSubject(m, create_model(m, size, vocab_size=fallback.vocab_size), fallback, "untrained"))
+            label, module, tok, source = (
+                m,
+                create_model(m, size, checkpoint="none", vocab_size=fallback.vocab_size),
+                fallback,
+                "untrained",
+            )
         else:
-            lm = load_model(m, size, checkpoint, seed, base_dir=base_dir, model_args=model_args)
+            lm = load_model(m, size=size, checkpoint=checkpoint, seed=seed, base_dir=base_dir, model_args=model_args)
             tok = (
                 own_tok or getattr(lm.module, "tokenizer", None) or _tokenizer_for(lm.ref.target, size, str(checkpoint))
             )
-            out.append(LMSubject(lm.label, lm.module.eval(), tok, lm.source))
-    if hf_options.get("precision", "fp32") != "fp32":
-        from ..models.hf.load import precision_dtype
-
-        dtype = precision_dtype(hf_options["precision"], hf_options.get("device", "cpu"))
-        for s in out:
-            if s.rolling is None:  # hf subjects are loaded (or copied) in this dtype already
-                s.module = (copy.deepcopy(s.module) if s.source == "module" else s.module).to(dtype)
-    for s in out:
-        emb = getattr(s.module, "tok_embed", None)
-        if isinstance(emb, nn.Embedding) and emb.num_embeddings < s.tokenizer.vocab_size:
-            raise RobfiltError(
-                f"{s.label}: the tokenizer has {s.tokenizer.vocab_size} tokens but the model only "
-                f"{emb.num_embeddings}; use the tokenizer saved with the checkpoint."
-            )
+            label, module, source = lm.label, lm.module.eval(), lm.source
+        module = _in_precision(module, source, hf_options)
+        out.append(_own_subject(label, module, tok, source, hf_options))
     return out

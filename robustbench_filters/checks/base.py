@@ -9,6 +9,10 @@ Checks are grouped by what they check: :mod:`.model` (probing a model), :mod:`.i
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the rows are pandas frames; this module stays light to import
+    import pandas as pd
 
 PASS, WARN, FAIL = "pass", "warn", "fail"
 EPS_TOL = 1e-5  # float32 slack when verifying the eps-ball
@@ -27,6 +31,13 @@ class Check:
 
 def ball_tolerance(eps: float) -> float:
     return eps * EPS_TOL + 1e-6
+
+
+def model_rows(rows: pd.DataFrame, model: str, kind: str | None = None) -> pd.DataFrame:
+    """One model's rows of a run's table, of one ``kind`` (clean, adversarial, contamination, ...) when given:
+    every row check starts from this selection."""
+    sub = rows[rows.model == model]
+    return sub if kind is None else sub[sub["kind"] == kind]
 
 
 def all_passed(checks: list[Check]) -> bool:

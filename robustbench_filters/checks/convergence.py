@@ -28,7 +28,7 @@ import math
 import pandas as pd
 
 from ..stats.intervals import hypergeom_upper
-from .base import FAIL, PASS, Check
+from .base import FAIL, PASS, Check, model_rows
 
 #: the check fails when the upper bound on the overstatement of robust accuracy exceeds this (percentage points)
 THRESHOLD_POINTS = 0.5
@@ -65,7 +65,7 @@ def check_convergence(rows: pd.DataFrame, model: str) -> list[Check]:
     """One check per attack that reran: at every eps, survivors, checked, broken and the bound in points."""
     if "convergence" not in rows.columns:
         return []
-    adv = rows[(rows.model == model) & rows["kind"].eq("adversarial")]
+    adv = model_rows(rows, model, "adversarial")
     rerun = set(adv.loc[adv.convergence.isin(["held", "broken"]), "attack"])
     out = []
     for attack in [a for a in adv.attack.unique() if a in rerun]:

@@ -4,12 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .base import FAIL, PASS, WARN, Check
-
-
-def _model_rows(rows: pd.DataFrame, model: str, kind: str) -> pd.DataFrame:
-    sub = rows[rows.model == model]
-    return sub[sub["kind"] == kind]
+from .base import FAIL, PASS, WARN, Check, model_rows
 
 
 def check_severity0(label: str, max_move: float, pred_changed: int, n: int) -> Check:
@@ -21,7 +16,7 @@ def check_severity0(label: str, max_move: float, pred_changed: int, n: int) -> C
 
 def check_corruption_box(rows: pd.DataFrame, model: str) -> Check | None:
     """Corrupted images stay finite and inside [0, 1]."""
-    sub = _model_rows(rows, model, "contamination")
+    sub = model_rows(rows, model, "contamination")
     if sub.empty:
         return None
     bad = int((~sub.in_box).sum())
@@ -32,7 +27,7 @@ def check_corruption_box(rows: pd.DataFrame, model: str) -> Check | None:
 
 def check_severity_distance(rows: pd.DataFrame, model: str) -> Check | None:
     """Mean L2 distance to the clean image grows with severity for every corruption (a harness check)."""
-    sub = _model_rows(rows, model, "contamination")
+    sub = model_rows(rows, model, "contamination")
     if sub.empty:
         return None
     bad = []

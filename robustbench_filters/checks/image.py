@@ -8,14 +8,20 @@ import pandas as pd
 import torch
 from torch import nn
 
-from .base import FAIL, PASS, WARN, Check, ball_tolerance
+from .base import FAIL, PASS, WARN, Check, ball_tolerance, model_rows
 from .convergence import check_convergence  # noqa: F401 - re-exported (the image checks, in one place)
 from .logits import predictions
 
 
+def _adversarial(rows: pd.DataFrame, model: str) -> pd.DataFrame:
+    """One model's attacked rows (its clean pseudo-attack rows left out): what the ball and monotone checks read."""
+    adv = model_rows(rows, model, "adversarial")
+    return adv[adv.attack != "clean"]
+
+
 def check_in_ball(rows: pd.DataFrame, model: str) -> Check:
     """Every adversarial example lies inside its eps-ball and in [0, 1] (and is finite)."""
-    adv = rows[(rows.model == model) & (rows.attack != "clean") & rows["kind"].eq("adversarial")]
+    adv = _adversarial(rows, model)
     if adv.empty:
         return Check("inside eps-ball and [0,1]", model, PASS, "no adversarial rows")
     over = adv.pert_norm > adv.eps + adv.eps.map(ball_tolerance)
@@ -33,7 +39,7 @@ def check_in_ball(rows: pd.DataFrame, model: str) -> Check:
 
 def check_monotone(rows: pd.DataFrame, model: str) -> Check:
     """Accuracy never increases with eps, per attack (and per example: once fooled, always fooled)."""
-    adv = rows[(rows.model == model) & (rows.attack != "clean") & rows["kind"].eq("adversarial")]
+    adv = _adversarial(rows, model)
     bad = []
     for attack, grp in adv.groupby("attack"):
         acc = grp.groupby("eps").correct.mean().sort_index()

@@ -14,7 +14,7 @@ import pandas as pd
 import torch
 from torch import nn
 
-from .base import FAIL, PASS, WARN, Check, ball_tolerance
+from .base import FAIL, PASS, WARN, Check, ball_tolerance, model_rows
 from .logits import check_finite_rows
 
 # PGD vs FGSM: in the near-linear regime of small eps both reach the same boundary point, so a relative
@@ -29,14 +29,10 @@ def ppl(rows: pd.DataFrame) -> float:
     return math.exp(float(rows.nll_sum.sum()) / n) if n > 0 else float("nan")
 
 
-def _model_rows(rows: pd.DataFrame, model: str, kind: str | None = None) -> pd.DataFrame:
-    sub = rows[rows.model == model]
-    return sub if kind is None else sub[sub["kind"] == kind]
-
-
 def _paired_equal(a: pd.DataFrame, b: pd.DataFrame, cols: tuple[str, ...]) -> tuple[int, int]:
     """(number of examples, number that differ in any of ``cols``) after pairing by example_id."""
-    m = a.set_index("example_id")[list(cols)].join(b.set_index("example_id")[list(cols)], rsuffix="_b", how="inner")
+    left, right = a.set_index("example_id")[list(cols)], b.set_index("example_id")[list(cols)]
+    m = left.merge(right, left_index=True, right_index=True, how="inner", suffixes=("", "_b"))
     diff = np.zeros(len(m), dtype=bool)
     for c in cols:
         diff |= ~np.isclose(m[c].to_numpy(float), m[f"{c}_b"].to_numpy(float), rtol=0, atol=0, equal_nan=True)
@@ -45,39 +41,56 @@ def _paired_equal(a: pd.DataFrame, b: pd.DataFrame, cols: tuple[str, ...]) -> tu
 
 def check_finite_outputs(rows: pd.DataFrame, model: str) -> Check:
     """Every sequence of every kind was scored on finite logits (a NaN NLL is a sequence with no prediction)."""
-    sub = _model_rows(rows, model)
-    return check_finite_rows(pd.Series(~np.isfinite(sub.nll_sum.to_numpy(float))), model, "sequences")
+    sub = model_rows(rows, model)
+    return check_finite_rows(pd.Series(~np.isfinite(sub.nll_sum.to_numpy(float))), model, "documents")
+
+
+def check_tokens_scored(rows: pd.DataFrame, model: str) -> Check:
+    """Every document gave the model at least one token to predict: a perplexity over no tokens would read as the
+    score of a perfect model (word perplexity 1), so a run with such a document fails."""
+    clean = model_rows(rows, model, "clean")
+    empty = clean[clean.n_tokens <= 0]
+    if len(empty):
+        first = int(empty.example_id.iloc[0])
+        return Check(
+            "every document has tokens", model, FAIL,
+            f"{len(empty)} of {len(clean)} documents have no tokens under this model's tokenizer (first: document "
+            f"{first}); its perplexities over them are not numbers; check the tokenizer",
+        )  # fmt: skip
+    return Check(
+        "every document has tokens", model, PASS, f"{len(clean)} documents, {int(clean.n_tokens.sum())} tokens"
+    )
 
 
 def check_rate0_equals_clean(rows: pd.DataFrame, model: str, attack: str = "wordswap") -> Check | None:
     """Contamination at rate 0 must reproduce the clean numbers exactly (same text, same tokens, same NLL)."""
-    sub = _model_rows(rows, model, "contamination")
+    sub = model_rows(rows, model, "contamination")
     zero = sub[(sub.attack == attack) & (sub.eps == 0.0)]
     if zero.empty:
         return None
-    n, bad = _paired_equal(zero, _model_rows(rows, model, "clean"), ("nll_sum", "n_tokens", "correct_tokens"))
+    n, bad = _paired_equal(zero, model_rows(rows, model, "clean"), ("nll_sum", "n_tokens", "correct_tokens"))
     if bad or n != len(zero):
-        return Check("rate 0 equals clean", model, FAIL, f"{bad} of {len(zero)} sequences differ from clean")
-    return Check("rate 0 equals clean", model, PASS, f"{n} sequences identical to clean")
+        return Check("rate 0 equals clean", model, FAIL, f"{bad} of {len(zero)} documents differ from clean")
+    return Check("rate 0 equals clean", model, PASS, f"{n} documents identical to clean")
 
 
 def check_eps0_equals_clean(rows: pd.DataFrame, model: str) -> Check | None:
     """An embedding attack at eps = 0 must not move anything (Carlini check 4)."""
-    sub = _model_rows(rows, model, "adversarial")
+    sub = model_rows(rows, model, "adversarial")
     zero = sub[sub.eps == 0.0]
     if zero.empty:
         return None
-    clean = _model_rows(rows, model, "clean")
+    clean = model_rows(rows, model, "clean")
     bad = sum(_paired_equal(g, clean, ("nll_sum", "correct_tokens"))[1] for _, g in zero.groupby("attack"))
     moved = int((zero.pert_norm > 0).sum())
     if bad or moved:
-        return Check("eps=0 equals clean", model, FAIL, f"{moved} perturbations moved, {bad} sequences changed")
-    return Check("eps=0 equals clean", model, PASS, f"{len(zero)} sequences unchanged")
+        return Check("eps=0 equals clean", model, FAIL, f"{moved} perturbations moved, {bad} documents changed")
+    return Check("eps=0 equals clean", model, PASS, f"{len(zero)} documents unchanged")
 
 
 def check_ppl_monotone(rows: pd.DataFrame, model: str) -> Check | None:
     """Perplexity under an embedding attack never decreases as eps grows (overall and per sequence)."""
-    adv = _model_rows(rows, model, "adversarial")
+    adv = model_rows(rows, model, "adversarial")
     if adv.empty:
         return None
     bad = []
@@ -87,7 +100,7 @@ def check_ppl_monotone(rows: pd.DataFrame, model: str) -> Check | None:
             bad.append(attack)
         per = grp.assign(nll=grp.nll_sum / grp.n_tokens.clip(lower=1)).sort_values("eps")
         if per.groupby("example_id").nll.apply(lambda s: bool((s.diff().dropna() < -1e-6).any())).any():
-            bad.append(f"{attack} (per sequence)")
+            bad.append(f"{attack} (per document)")
     if bad:
         return Check("perplexity non-decreasing in eps", model, FAIL, f"decreases for {', '.join(sorted(set(bad)))}")
     return Check("perplexity non-decreasing in eps", model, PASS, "monotone for every attack")
@@ -95,7 +108,7 @@ def check_ppl_monotone(rows: pd.DataFrame, model: str) -> Check | None:
 
 def check_pgd_vs_fgsm(rows: pd.DataFrame, model: str) -> Check | None:
     """Iterative beats single-step: perplexity under PGD >= under FGSM at every shared eps."""
-    adv = _model_rows(rows, model, "adversarial")
+    adv = model_rows(rows, model, "adversarial")
     if not {"pgd", "fgsm"} <= set(adv.attack.unique()):
         return None
     worst, n_eps = 0.0, 0
@@ -115,7 +128,7 @@ def check_pgd_vs_fgsm(rows: pd.DataFrame, model: str) -> Check | None:
 
 def check_embedding_ball(rows: pd.DataFrame, model: str) -> Check | None:
     """Every embedding perturbation lies inside its per-token ball, and every NLL is finite."""
-    adv = _model_rows(rows, model, "adversarial")
+    adv = model_rows(rows, model, "adversarial")
     if adv.empty:
         return None
     over = adv.pert_norm > adv.eps_abs + adv.eps_abs.map(ball_tolerance)
@@ -133,18 +146,18 @@ def check_embedding_ball(rows: pd.DataFrame, model: str) -> Check | None:
 
 def check_contamination_rate(rows: pd.DataFrame, model: str) -> Check | None:
     """Word swap touches rate * eligible words, within one word per sequence (stochastic rounding)."""
-    sub = _model_rows(rows, model, "contamination")
+    sub = model_rows(rows, model, "contamination")
     if sub.empty:
         return None
     off = (sub.n_swapped - sub.eps * sub.n_eligible).abs() > 1.0 + 1e-9
     if off.any():
         return Check(
-            "swap rate as requested", model, FAIL, f"{int(off.sum())} of {len(sub)} sequences miss it by >1 word"
+            "swap rate as requested", model, FAIL, f"{int(off.sum())} of {len(sub)} documents miss it by >1 word"
         )
     got = ", ".join(
         f"{rate:g}: {100 * g.n_swapped.sum() / max(int(g.n_eligible.sum()), 1):.1f}%" for rate, g in sub.groupby("eps")
     )
-    return Check("swap rate as requested", model, PASS, f"{len(sub)} sequences within 1 word; swapped {got}")
+    return Check("swap rate as requested", model, PASS, f"{len(sub)} documents within 1 word; swapped {got}")
 
 
 def check_embedding_gradients(
@@ -163,8 +176,8 @@ def check_embedding_gradients(
     if zero == len(idx):
         return Check("finite, non-zero gradients", label, FAIL, "all embedding gradients are zero")
     if zero:
-        return Check("finite, non-zero gradients", label, WARN, f"{zero}/{len(idx)} sequences have zero gradient")
-    return Check("finite, non-zero gradients", label, PASS, f"{len(idx)} sequences")
+        return Check("finite, non-zero gradients", label, WARN, f"{zero}/{len(idx)} windows have zero gradient")
+    return Check("finite, non-zero gradients", label, PASS, f"{len(idx)} windows")
 
 
 def check_more_steps(ppl_base: float, ppl_more: float, label: str, factor: int) -> Check:

@@ -9,7 +9,30 @@ from typing import Any, ClassVar
 from ..core.counts import UpTo
 from ..core.errors import RobfiltError
 from ..core.family import Family
-from ..core.names import AMP_DTYPES, ATTACK_SPECS, CORRUPTION, CORRUPTIONS, DEFAULT_IMAGE_ATTACK, DEFAULT_LM_ATTACK, DEFAULT_RATES, DEFAULT_REPLACEMENT, EMBEDDING_ATTACKS, EPS_MODES, PRECISIONS, SEVERITIES, WORDSWAP, Norm, attack_help, attack_spec, check_corruption, check_severity, parse_norm, validate_rate
+from ..core.names import (
+    AMP_DTYPES,
+    ATTACK_SPECS,
+    CORRUPTION,
+    CORRUPTIONS,
+    DEFAULT_IMAGE_ATTACK,
+    DEFAULT_LM_ATTACK,
+    DEFAULT_RATES,
+    DEFAULT_REPLACEMENT,
+    DEFAULT_TEXT_SPLIT,
+    EMBEDDING_ATTACKS,
+    EPS_MODES,
+    PRECISIONS,
+    SEVERITIES,
+    WORDSWAP,
+    Norm,
+    attack_help,
+    attack_spec,
+    check_corruption,
+    check_severity,
+    normalise_split,
+    parse_norm,
+    validate_rate,
+)
 from ..core.surface import flag, given
 from .base import (
     DEFAULT_LM_EPS,
@@ -21,6 +44,21 @@ from .base import (
     default_eps,
 )
 from .options import Bool, Int, Many, Number, Text, Tokenizer, option
+
+
+def _attack_names(values: Any) -> tuple[str, ...]:
+    """The attacks of a run: at least one, none twice."""
+    attacks = _unique(_names(values), "attacks")
+    if not attacks:
+        raise RobfiltError(f"no attack given; pass {given('attacks', 'NAME[,NAME...]')}.")
+    return attacks
+
+
+def _check_steps(steps: int | None, step_size: float | None) -> None:
+    """Iterations and step size of iterative attacks: positive when given."""
+    _positive(steps, "steps")
+    if step_size is not None and not (step_size > 0 and math.isfinite(step_size)):
+        raise RobfiltError(f"{flag('step_size')} must be a positive number, got {step_size}.")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,7 +74,6 @@ class ImageAttackConfig(ImageDataConfig):
     so ``--resume`` with the other setting is refused (the rows are the same either way).
     """
 
-    KIND: ClassVar[str] = "attack"
     FAMILY: ClassVar[Family | None] = Family.IMAGE
     DESCRIPTION: ClassVar[str] = "image attack"
 
@@ -94,9 +131,7 @@ class ImageAttackConfig(ImageDataConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        attacks = _unique(_names(self.attacks), "attacks")
-        if not attacks:
-            raise RobfiltError(f"no attack given; pass {given('attacks', 'NAME[,NAME...]')}.")
+        attacks = _attack_names(self.attacks)
         for a in attacks:
             if a == WORDSWAP:
                 raise RobfiltError(
@@ -129,9 +164,7 @@ class ImageAttackConfig(ImageDataConfig):
             if norm is Norm.LINF and e > 1.0:
                 raise RobfiltError(f"eps {e:g} is above 1 on the [0, 1] input scale; did you mean {e:g}/255?")
         self._set("eps", tuple(sorted(eps)))
-        _positive(self.steps, "steps")
-        if self.step_size is not None and not (self.step_size > 0 and math.isfinite(self.step_size)):
-            raise RobfiltError(f"{flag('step_size')} must be a positive number, got {self.step_size}.")
+        _check_steps(self.steps, self.step_size)
         if not isinstance(self.early_stop, bool):
             raise RobfiltError(f"{flag('early_stop')} must be true or false, got {self.early_stop!r}.")
         if self.check_convergence is not None and not isinstance(self.check_convergence, bool):
@@ -157,7 +190,6 @@ class LMAttackConfig(RunConfig):
     With no attack named, embedding-space PGD runs: the strongest attack robfilt has for language models.
     """
 
-    KIND: ClassVar[str] = "attack"
     FAMILY: ClassVar[Family | None] = Family.LM
     DESCRIPTION: ClassVar[str] = "language-model attack"
 
@@ -191,15 +223,22 @@ class LMAttackConfig(RunConfig):
         panel="Model",
     )
     text_column: str | None = option(None, help="hf-disk data: the text column (language models).", panel="Data")
+    split: str = option(
+        DEFAULT_TEXT_SPLIT,
+        help="Language models: the documents of --data to score: all, train, val or test (default test: the held-out "
+        "documents; a source without splits is cut 90/5/5 by characters at document boundaries).",
+        panel="Data",
+    )
     max_length: int | None = option(
         None,
-        help="Language models: window in tokens (default: the block size; hf: models: their positions, at most 1024).",
+        help="Language models: lm-eval's rolling window in tokens (default: the block size; hf: models: their "
+        "positions, at most 1024).",
         value=Int(),
         panel="Data",
     )
     stride: int | None = option(
-        None, help="hf: models: tokens newly predicted per lm-eval window (default: max length).", value=Int(),
-        panel="Data",
+        None, help="Language models: tokens newly predicted per rolling window (default: max length, lm-eval's "
+        "disjoint windows).", value=Int(), panel="Data",
     )  # fmt: skip
     precision: str = option(
         "fp32", help="Language models' weights: fp32 or bf16 (attacks run in it too).", panel="Model"
@@ -210,9 +249,7 @@ class LMAttackConfig(RunConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        attacks = _unique(_names(self.attacks), "attacks")
-        if not attacks:
-            raise RobfiltError(f"no attack given; pass {given('attacks', 'NAME[,NAME...]')}.")
+        attacks = _attack_names(self.attacks)
         for a in attacks:
             if a == WORDSWAP:
                 continue
@@ -260,11 +297,13 @@ class LMAttackConfig(RunConfig):
             raise RobfiltError(f"unknown {flag('norm')} {self.norm!r}; use linf or l2.") from None
         if self.eps_mode not in EPS_MODES:
             raise RobfiltError(f"unknown {flag('eps_mode')} {self.eps_mode!r}; use relative or absolute.")
-        _positive(self.steps, "steps")
-        if self.step_size is not None and not (self.step_size > 0 and math.isfinite(self.step_size)):
-            raise RobfiltError(f"{flag('step_size')} must be a positive number, got {self.step_size}.")
+        _check_steps(self.steps, self.step_size)
         if not self.replacement:
             raise RobfiltError(f"{flag('replacement')} is empty; give a token such as AAA.")
+        try:
+            self._set("split", normalise_split(self.split))
+        except RobfiltError:
+            raise RobfiltError(f"unknown {flag('split')} {self.split!r}; use all, train, val or test.") from None
         _positive(self.max_length, "max_length")
         _positive(self.stride, "stride")
         if self.max_length is not None and self.stride is not None and self.stride > self.max_length:
@@ -284,7 +323,6 @@ class LMAttackConfig(RunConfig):
 class CorruptionConfig(ImageDataConfig):
     """Common corruptions at severities 1-5 on image models, with mCE (see :mod:`.attacks.corruption`)."""
 
-    KIND: ClassVar[str] = "corruption"
     FAMILY: ClassVar[Family | None] = Family.IMAGE
     DESCRIPTION: ClassVar[str] = "corruption"
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from ..core.errors import RobfiltError
 from ..core.family import Family
 from ..core.names import CORRUPTION, WORDSWAP, Norm, check_data_spec
+from ..core.seeds import check_seed
 from ..core.surface import Surface, flag, given
 from .options import Bool, Data, Declared, Int, Models, Pairs, Text, internal, is_module, option
 
@@ -34,6 +35,10 @@ DEFAULT_EPS: dict[str, dict[Norm, tuple[float, ...]]] = {
 DEFAULT_LM_EPS: tuple[float, ...] = (0.01, 0.02, 0.05, 0.1)
 DEFAULT_LM_SEQUENCES = 64
 DEVICES = ("cpu", "cuda")
+#: a side of 4096 pixels is 200 MB per float image; larger sizes are typos that would exhaust memory
+MAX_IMG_SIZE = 4096
+#: decoding processes: more than this is a typo that would fork the machine to a halt
+MAX_WORKERS = 256
 
 
 def default_eps(data: str, norm: Norm) -> tuple[float, ...]:
@@ -123,8 +128,9 @@ def _check_device(device: str) -> None:
 
 
 MODEL_HELP = (
-    "Comma list of model references: registry names (deit-grc), timm:<arch>[?key=value&...], file.py:factory or "
-    "pkg.mod:factory; name=ref sets the display name. In Python, torch modules too."
+    "Comma list of model references: registry names (deit-grc, lm), timm:<arch>[?key=value&...], hf:DIR (a Hugging "
+    "Face causal LM folder or cached hub id), file.py:factory or pkg.mod:factory; name=ref sets the display name. In "
+    "Python, torch modules too."
 )
 
 
@@ -132,7 +138,6 @@ MODEL_HELP = (
 class RunConfig(Declared):
     """What every kind of run shares: the models, the data, the seed and where the models come from."""
 
-    KIND: ClassVar[str] = ""
     FAMILY: ClassVar[Family | None] = None
     DESCRIPTION: ClassVar[str] = ""
     #: random inputs of the model's shape are data too (Lipschitz runs)
@@ -208,8 +213,7 @@ class RunConfig(Declared):
             )
         _positive(self.n_examples, "n_examples")
         _positive(self.batch_size, "batch_size")
-        if isinstance(self.seed, bool) or int(self.seed) != self.seed:
-            raise RobfiltError(f"{flag('seed')} must be an integer, got {self.seed}.")
+        self._set("seed", check_seed(self.seed))
         _check_device(str(self.device))
 
     @property
@@ -233,12 +237,26 @@ class RunConfig(Declared):
         return tuple(f.name for f in dataclasses.fields(cls))
 
 
+def _empty(values: Any) -> bool:
+    """An array, tensor or sequence of length 0 (shapes are checked where the data is read)."""
+    try:
+        return len(values) == 0
+    except TypeError:
+        return False
+
+
 def _check_image_data(config: Any) -> None:
     """Image data options: a positive image size and worker count (0 workers decodes in this process), and a
     class map only for image folders, read now so a bad map is refused before any model is built."""
+    if isinstance(config.data, tuple | list) and len(config.data) == 2 and _empty(config.data[0]):
+        raise RobfiltError(f"{flag('data')} holds no images; give at least one (image, label) pair.")
     _positive(config.img_size, "img_size")
-    if config.num_workers is not None and (isinstance(config.num_workers, bool) or int(config.num_workers) < 0):
-        raise RobfiltError(f"{flag('num_workers')} must be 0 or more, got {config.num_workers}.")
+    if config.img_size is not None and config.img_size > MAX_IMG_SIZE:
+        raise RobfiltError(f"{flag('img_size')} must be at most {MAX_IMG_SIZE} pixels, got {config.img_size}.")
+    if config.num_workers is not None and (
+        isinstance(config.num_workers, bool) or not 0 <= int(config.num_workers) <= MAX_WORKERS
+    ):
+        raise RobfiltError(f"{flag('num_workers')} must be from 0 to {MAX_WORKERS}, got {config.num_workers}.")
     if config.class_map is not None:
         if not (isinstance(config.data, str) and config.data.strip().startswith("imagefolder:")):
             raise RobfiltError(

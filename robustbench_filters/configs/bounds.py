@@ -19,12 +19,25 @@ from .base import (
 from .options import Bool, Int, Many, Number, api_only, internal, option
 
 
+def _check_examples(value: Any, name: str) -> None:
+    """``inputs`` / ``input_labels``: a non-empty batch (a tensor, an array or a list of examples), not a scalar,
+    text or a mapping; what each example must be is checked when the run reads them."""
+    if value is None:
+        return
+    try:
+        count = 0 if isinstance(value, str | bytes | dict) or getattr(value, "ndim", 1) == 0 else len(value)
+    except TypeError:
+        count = 0
+    if not count:
+        what = f"shape {tuple(value.shape)}" if hasattr(value, "shape") else type(value).__name__
+        raise RobfiltError(f"{name} must be a non-empty tensor or array of examples (N, ...), got {what}.")
+
+
 @dataclass(frozen=True, kw_only=True)
 class LipschitzConfig(ImageDataConfig):
     """Lower and certified upper Lipschitz bounds per example (see :mod:`.lipschitz.run`); image models read their
     data with the image-data options, language models with ``text_column`` and ``seq_len``."""
 
-    KIND: ClassVar[str] = "lipschitz"
     FAMILY: ClassVar[Family | None] = None
     DESCRIPTION: ClassVar[str] = "Lipschitz"
     SYNTHETIC: ClassVar[bool] = True
@@ -86,6 +99,8 @@ class LipschitzConfig(ImageDataConfig):
         self._set("gap_rhos", _unique(map(float, self.gap_rhos), "gap_rhos"))
         if any(not (r > 0 and math.isfinite(r)) for r in self.gap_rhos):
             raise RobfiltError(f"{flag('gap_rhos')} must be positive finite radii, got {list(self.gap_rhos)}.")
+        for name in ("inputs", "input_labels"):  # Python objects: refused by kind before anything reads them
+            _check_examples(getattr(self, name), name)
         short = self.inputs is not None and self.n_examples is not None and len(self.inputs) < self.n_examples
         if short and not isinstance(self.n_examples, UpTo):
             raise RobfiltError(
@@ -102,7 +117,6 @@ class CertifyConfig(ImageDataConfig):
     on its first ``attack_examples`` examples to check that no certificate claims more than an attack can refute.
     """
 
-    KIND: ClassVar[str] = "certify"
     FAMILY: ClassVar[Family | None] = Family.IMAGE
     DESCRIPTION: ClassVar[str] = "certify"
 
@@ -127,6 +141,10 @@ class CertifyConfig(ImageDataConfig):
     attack_draws: int = option(
         16, help="Noise draws per step of that attack (its expectation over noise).", value=Int(), panel="Certify"
     )
+    noise_batch: int = option(
+        128, help="Noise samples per forward pass: draws of several examples share a pass (on a GPU pass "
+        "thousands). Batching never changes a certificate.", value=Int(), panel="Certify",
+    )  # fmt: skip
     checkpoint: str | None = "zoo:sigma0.25"
     n_examples: int | None = UpTo(64)
     batch_size: int = 16
@@ -161,3 +179,4 @@ class CertifyConfig(ImageDataConfig):
             raise RobfiltError(f"{flag('attack_examples')} must be 0 or more, got {self.attack_examples}.")
         _positive(self.attack_steps, "attack_steps")
         _positive(self.attack_draws, "attack_draws")
+        _positive(self.noise_batch, "noise_batch")

@@ -3,7 +3,7 @@
 A field's declaration (:func:`option`) carries its flag, its help text and how its values are read; the run kinds it
 applies to are the config classes that have the field. From that one declaration come the typer options of
 ``robfilt attack/certify/lipschitz/train`` (:mod:`robustbench_filters.cli._options`), the keyword arguments of
-:func:`~robustbench_filters.api.evaluate`, :func:`~robustbench_filters.api.evaluate.certify`,
+:func:`~robustbench_filters.api.evaluate.evaluate`, :func:`~robustbench_filters.api.evaluate.certify`,
 :func:`~robustbench_filters.api.benchmark.benchmark` and ``estimate_lipschitz``, and the keys of a spec section.
 So an option cannot exist on one surface and be missing on another, and its name cannot drift.
 

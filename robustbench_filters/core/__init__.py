@@ -1,4 +1,5 @@
-"""Vocabulary and utilities every tier shares: errors, names of closed vocabularies, atomic I/O, how options are spelt on each surface, progress hooks, versions, torchrun context.
+"""The vocabulary every tier shares: errors, the names of closed vocabularies (norms, attacks, corruptions,
+precisions), atomic I/O, how an option is spelt on each surface, progress hooks, versions and the torchrun context.
 
-Nothing here imports torch at module level, so the command line can answer ``--help`` without it.
+Nothing here imports torch at module level, so the command line answers ``--help`` without it.
 """

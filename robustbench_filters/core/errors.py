@@ -17,8 +17,21 @@ class RobfiltError(ValueError):
     exit_code: int = 2
 
     def __init__(self, message: str) -> None:
-        # One line, always: multi-line errors get lost in CI logs.
-        super().__init__(" ".join(str(message).split()))
+        # One line, always: multi-line errors get lost in CI logs. A file name that is not UTF-8 reaches messages
+        # with its undecodable bytes as surrogates, which no terminal or log can write: they are shown escaped.
+        super().__init__(printable(" ".join(str(message).split())))
+
+
+def printable(text: str) -> str:
+    """``text`` with the undecodable bytes of a non-UTF-8 file name (Python's surrogate escapes, raw or as ``repr``
+    writes them) shown as ``\\xff``, so any stream can print it (the file is still named by its bytes)."""
+    import re
+
+    try:
+        text = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a lone surrogate that is no escaped byte
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return re.sub(r"\\udc([89a-f][0-9a-f])", r"\\x\1", text)
 
 
 class ChecksumError(RobfiltError):
@@ -54,6 +67,10 @@ def unknown(kind: str, name: str, choices: Iterable[str]) -> RobfiltError:
     return RobfiltError(f"unknown {kind} {name!r}.{hint}")
 
 
+#: how autograd says that nothing it was asked to differentiate depends on a tensor that requires grad
+NO_GRAD_PATH = "does not require grad and does not have a grad_fn"
+
+
 class UserCodeError(RobfiltError):
     """An exception raised inside a user's code (a model's forward, a factory): one line, exit code 2."""
 
@@ -61,6 +78,12 @@ class UserCodeError(RobfiltError):
     def wrap(
         cls, label: str, where: str, exc: BaseException, hint: str = "fix it, then rerun with --resume"
     ) -> UserCodeError:
+        if isinstance(exc, RuntimeError) and NO_GRAD_PATH in str(exc):  # autograd found no path to the input
+            return cls(
+                f"no gradient reaches model {label}'s input in {where}: its forward detaches the images or computes "
+                "without them (x.detach(), .item(), numpy, argmax), so gradient attacks cannot run; the model must "
+                "change (resuming cannot help)."
+            )
         if isinstance(exc, SystemExit):
             what = f"SystemExit({exc.code!r})"
         else:
@@ -83,11 +106,10 @@ def describe_os_error(exc: OSError) -> str:
 
     name = _errno.errorcode.get(exc.errno or -1, "")
     where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
+    again = "then run the command again (a run that had started continues with --resume: its finished parts are kept)"
     if name in DISK_ERRNOS:
-        return f"{DISK_ERRNOS[name]}{where}; free space, then rerun with --resume (finished parts are kept)"
+        return f"{DISK_ERRNOS[name]}{where}; free space, {again}"
     if name in PERMISSION_ERRNOS:
-        return (
-            f"{PERMISSION_ERRNOS[name]}{where}; fix the permissions, then rerun with --resume (finished parts are kept)"
-        )
+        return f"{PERMISSION_ERRNOS[name]}{where}; fix the permissions, {again}"
     label = f"{name}: " if name else ""
-    return f"I/O error ({label}{exc.strerror or exc}){where}; fix the cause, then rerun with --resume"
+    return f"I/O error ({label}{exc.strerror or exc}){where}; fix the cause, {again}"

@@ -16,6 +16,16 @@ from typing import Any
 TEMP_SUFFIX = ".tmp"
 
 
+def non_utf8_path(path: str | Path) -> bool:
+    """True when ``path`` holds bytes that are not UTF-8 (Python keeps them as surrogate escapes): the Parquet,
+    safetensors and JSON writers robfilt uses cannot name such a file, so an output folder there is refused."""
+    try:
+        os.fspath(path).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
 def is_temp_of(name: str, target: str) -> bool:
     """Whether the file ``name`` is the temp file of an atomic write of ``target`` (left behind by a kill -9)."""
     return name.startswith(f".{target}.") and name.endswith(TEMP_SUFFIX)

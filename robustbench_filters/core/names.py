@@ -148,7 +148,8 @@ def attack_spec(name: str, family: Family | None = None) -> AttackSpec:
         raise unknown("attack", name, [*ATTACK_SPECS, WORDSWAP, CORRUPTION])
     spec = ATTACK_SPECS[name]
     if family is not None and family not in spec.families:
-        fits = sorted(n for n, a in ATTACK_SPECS.items() if family in a.families)
+        contamination = {Family.LM: WORDSWAP, Family.IMAGE: CORRUPTION}[family]  # also named by --attack
+        fits = sorted([*(n for n, a in ATTACK_SPECS.items() if family in a.families), contamination])
         raise RobfiltError(
             f"attack {name!r} does not fit {family.value} models; for {family.value} use one of: {', '.join(fits)}."
         )
@@ -159,8 +160,7 @@ def attacks_for(family: Family) -> tuple[str, ...]:
     return tuple(n for n, a in ATTACK_SPECS.items() if family in a.families)
 
 
-#: Image attacks of the catalogue, in catalogue order; the language-model ones (embedding attacks).
-IMAGE_ATTACKS: tuple[str, ...] = attacks_for(Family.IMAGE)
+#: The language-model attacks of the catalogue (embedding attacks), in catalogue order.
 LM_ATTACKS: tuple[str, ...] = attacks_for(Family.LM)
 EMBEDDING_ATTACKS: tuple[str, ...] = LM_ATTACKS
 #: How an LM eps is read: relative to the mean token-embedding norm, or as an absolute embedding radius.
@@ -210,6 +210,26 @@ DATA_PREFIXES: dict[str, tuple[tuple[Family, ...], str]] = {
     HF_DISK: ((Family.IMAGE, Family.LM), "folder"),
     TEXT_PREFIX: ((Family.LM,), "file or folder"),
 }
+#: What ``--split`` takes for text (``val`` is stored as ``valid``, the name of the split files), and its default:
+#: the held-out documents, the ones a model trained by robfilt never saw.
+TEXT_SPLIT_CHOICES: tuple[str, ...] = ("all", "train", "val", "test")
+DEFAULT_TEXT_SPLIT = "test"
+_SPLIT_ALIASES = {"val": "valid", "validation": "valid", "dev": "valid"}
+
+
+def normalise_split(split: str, allow_all: bool = True) -> str:
+    """``all``/``train``/``valid``/``test`` (``val``, ``validation`` and ``dev`` mean ``valid``), else one line."""
+    from .errors import suggest
+
+    s = str(split).strip().lower()
+    s = _SPLIT_ALIASES.get(s, s)
+    known = ("all", "train", "valid", "test") if allow_all else ("train", "valid", "test")
+    if s not in known:
+        shown = TEXT_SPLIT_CHOICES if allow_all else TEXT_SPLIT_CHOICES[1:]
+        raise RobfiltError(f"unknown split {split!r}.{suggest(s, shown)} Use one of: {', '.join(shown)}.")
+    return s
+
+
 DATA_NAMES: dict[Family, tuple[str, ...]] = {
     Family.IMAGE: (BUNDLED_IMAGES, *TORCHVISION_SETS),
     Family.LM: (BUNDLED_TEXT,),
@@ -237,9 +257,29 @@ def check_data_spec(spec: str, families: set[Family], *, synthetic: bool = False
     if key in known:
         return
     prefixes = [p for p, (serves, _) in DATA_PREFIXES.items() if families <= set(serves)]
-    if spec and Path(spec).expanduser().exists() and prefixes:
-        raise RobfiltError(f"unknown data {spec!r}; to read your own files use '{prefixes[0]}{spec}'.")
+    path = Path(spec).expanduser() if spec else None
+    if path is not None and path.exists() and prefixes:
+        raise _own_data(spec, path.is_dir(), prefixes)
     raise unknown("data", spec, [*known, *(f"{p}<path>" for p in prefixes)])
+
+
+#: what each data prefix reads, for messages that suggest one
+DATA_READS: dict[str, str] = {
+    IMAGEFOLDER: "one sub-folder of images per class",
+    HF_DISK: "a Hugging Face datasets save_to_disk folder",
+    TEXT_PREFIX: "plain text",
+}
+
+
+def _own_data(spec: str, is_dir: bool, prefixes: list[str]) -> RobfiltError:
+    """The refusal of an existing path given without a prefix: the prefixes that read that kind of path."""
+    what = "folder" if is_dir else "file"
+    fitting = [p for p in prefixes if what in DATA_PREFIXES[p][1]]
+    if not fitting:
+        wanted = " or ".join(f"'{p}<folder>' ({DATA_READS[p]})" for p in prefixes)
+        return RobfiltError(f"unknown data {spec!r}: it is a file, and these models read folders: {wanted}.")
+    options = " or ".join(f"'{p}{spec}' ({DATA_READS[p]})" for p in fitting)
+    return RobfiltError(f"unknown data {spec!r}; to read your own {what} use {options}.")
 
 
 # -------------------------------------------------------------------------------------------- Lipschitz

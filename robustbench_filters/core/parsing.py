@@ -64,15 +64,6 @@ def parse_numbers(
     return values
 
 
-def parse_ints(text: str, what: str, lo: int | None = None, hi: int | None = None) -> list[int]:
-    """A comma list of integers within [lo, hi] ("2.5" is refused, not truncated)."""
-    values = parse_numbers(text, what, lo=lo, hi=hi)
-    for v in values:
-        if v != int(v):
-            raise RobfiltError(f"{what} {v:g} is not a whole number; give integers like 1,3,5.")
-    return [int(v) for v in values]
-
-
 def parse_names(text: str, what: str, choices: list[str] | tuple[str, ...] | None = None) -> list[str]:
     """A list of names; with ``choices``, unknown names get close-match suggestions."""
     from .errors import unknown

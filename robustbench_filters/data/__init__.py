@@ -1,6 +1,6 @@
 """Data: bundled real data (Fashion-MNIST subset, Jane Austen), external image/text sets, tokenizers.
 
-Images are float32 in [0, 1] (N, C, H, W); text is a str per split; LM data are int64 token tensors. Nothing
+Images are float32 in [0, 1] (N, C, H, W); text is a list of documents per split (:mod:`.documents`) or one str; LM data are int64 token tensors. Nothing
 is downloaded unless a caller passes ``download=True``. Bundled files are verified against checksums.
 """
 
@@ -10,8 +10,9 @@ from typing import Any
 
 from .adapters import DatasetSource, TensorSource
 from .assets import ASSETS_DIR, asset_path, load_checksums, sha256_file, verify_assets
+from .documents import DEFAULT_SPLIT, SPLIT_CHOICES, Documents, load_documents
 from .folder import FolderSource
-from .hf import HFImageSource, load_hf_text
+from .hf import HFImageSource, load_hf_documents, load_hf_text
 from .images import (
     IMAGE_DATASETS,
     IMAGE_SPLITS,
@@ -33,6 +34,8 @@ from .tokenizers import TOKENIZER_KINDS, BPETokenizer, CharTokenizer, Tokenizer,
 
 __all__ = [
     "ASSETS_DIR",
+    "DEFAULT_SPLIT",
+    "SPLIT_CHOICES",
     "IMAGE_DATASETS",
     "IMAGE_SPLITS",
     "STOPWORDS",
@@ -42,6 +45,7 @@ __all__ = [
     "BPETokenizer",
     "CharTokenizer",
     "DatasetSource",
+    "Documents",
     "FolderSource",
     "HFImageSource",
     "ImageData",
@@ -58,6 +62,8 @@ __all__ = [
     "image_transform",
     "input_spec_of",
     "load_checksums",
+    "load_documents",
+    "load_hf_documents",
     "load_hf_text",
     "load_images",
     "load_stopwords",

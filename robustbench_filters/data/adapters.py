@@ -35,7 +35,9 @@ _TOL = 1e-6  # float images may overshoot [0, 1] by rounding
 
 
 def _channels_first(x: torch.Tensor, channel_last: bool | None, what: str) -> torch.Tensor:
-    """(N, C, H, W) from (N, C, H, W), (N, H, W, C) or (N, H, W)."""
+    """(N, C, H, W) from (N, C, H, W), (N, H, W, C) or (N, H, W); at least one image."""
+    if x.dim() in (3, 4) and x.shape[0] == 0:
+        raise RobfiltError(f"{what} hold no images (shape {tuple(x.shape)}); give at least one.")
     if x.dim() == 3:
         return x.unsqueeze(1)
     if x.dim() != 4:
@@ -50,10 +52,23 @@ def _channels_first(x: torch.Tensor, channel_last: bool | None, what: str) -> to
     return x
 
 
-def _as_tensor(x: Any) -> torch.Tensor:
+def _as_tensor(x: Any, what: str) -> torch.Tensor:
     """A tensor view of ``x``, detached from any autograd graph (the caller's images are data, not parameters)."""
-    t = torch.from_numpy(np.ascontiguousarray(x)) if isinstance(x, np.ndarray) else torch.as_tensor(x)
+    try:
+        t = torch.from_numpy(np.ascontiguousarray(x)) if isinstance(x, np.ndarray) else torch.as_tensor(x)
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise RobfiltError(f"{what} cannot be read as an array of images ({type(x).__name__}: {exc}).") from None
+    require_values(t, what)
     return t.detach()
+
+
+def require_values(t: torch.Tensor, what: str) -> None:
+    """Refuse a tensor on the meta device: it has a shape but no values to measure (on any other device robfilt
+    copies what it reads to the run's device)."""
+    if t.device.type == "meta":
+        raise RobfiltError(
+            f"{what} are on the meta device, which holds no values; give tensors with data (e.g. on cpu)."
+        )
 
 
 def to_unit_float(x: Any, what: str = "images", channel_last: bool | None = None) -> torch.Tensor:
@@ -61,7 +76,7 @@ def to_unit_float(x: Any, what: str = "images", channel_last: bool | None = None
 
     Always a new tensor: ``x`` (which may share memory with it before the copy) is never modified.
     """
-    t = _channels_first(_as_tensor(x), channel_last, what)
+    t = _channels_first(_as_tensor(x, what), channel_last, what)
     if t.dtype == torch.uint8:
         return t.float().div_(255.0)
     if not t.is_floating_point():
@@ -108,7 +123,7 @@ class TensorSource:
         resize: bool = False,
         channel_last: bool | None = None,
     ) -> None:
-        t = _channels_first(_as_tensor(x), channel_last, "images (data[0])")
+        t = _channels_first(_as_tensor(x, "images (data[0])"), channel_last, "images (data[0])")
         t = t.clone() if t.dtype == torch.uint8 else to_unit_float(t, "images (data[0])", channel_last=False)
         self._x = t  # our own copy: a later change to the caller's tensor cannot change what was measured
         self.y = to_labels(y, len(t), "labels (data[1])")

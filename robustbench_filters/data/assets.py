@@ -8,13 +8,13 @@ is verified (sha256) the first time it is opened in a process, and a mismatch st
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 from pathlib import Path
 from typing import Any
 
 from ..core.errors import ChecksumError, RobfiltError
+from ..core.io import sha256_file as sha256_file  # re-exported: one file hash for assets and runs
 
 log = logging.getLogger(__name__)
 
@@ -25,15 +25,6 @@ _FIX = "reinstall robustbench-filters (pip install --force-reinstall robustbench
 
 # (resolved path, size, mtime_ns) of files already verified in this process: hash each file once, not per load.
 _verified: set[tuple[str, int, int]] = set()
-
-
-def sha256_file(path: str | Path) -> str:
-    """Hex sha256 of a file, read in 1 MiB chunks."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def load_checksums(root: Path | None = None) -> dict[str, str]:

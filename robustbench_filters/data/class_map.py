@@ -1,9 +1,12 @@
 """Class maps: which class of the model each class folder of an ``imagefolder:`` holds.
 
-A folder's labels are, by default, the positions of its sorted class folders (torchvision's ``ImageFolder``
-rule). That is the right contract for a folder with one sub-folder per class of the model, and a silent
-mislabelling for a subset: five Imagenette folders read by an ImageNet model would be classes 0-4 (tench,
-goldfish, ...), whatever they hold. Two ways give a subset its true labels:
+Class folders all named by class index (``0``, ``2``, ``10``) are labelled by their numbers, never by their
+positions among the sorted names (``10`` sorts before ``2``); a folder mixing numbers and other names is refused,
+since neither rule would label every folder as its name says. Other names are labelled, by default, by the
+positions of the sorted class folders (torchvision's ``ImageFolder`` rule), and the run's manifest records which
+folder got which index. That is the right contract for a folder with one sub-folder per class of the model, and
+a silent mislabelling for a subset: five Imagenette folders read by an ImageNet model would be classes 0-4
+(tench, goldfish, ...), whatever they hold. Two ways give a subset its true labels:
 
 - **ImageNet wnids, automatically.** When every class folder is named by a WordNet id (``n01440764``), as
   ImageNet and its subsets (Imagenette, Imagewoof) ship them, and the model returns 1000 classes, each folder's
@@ -22,8 +25,9 @@ goldfish, ...), whatever they hold. Two ways give a subset its true labels:
   model's class count is known) an index the model has no logit for. Entries for folders that are absent are
   fine: one map serves a data set and its subsets. Two folders may share an index (they are then one class).
 
-The mapping used is recorded in the run's manifest (``ClassMap.record``: the map's origin and sha256), and the
-labels it gives enter the digest of the selected examples, so a run with another map is another run.
+The mapping used is recorded in the run's manifest (``ClassMap.record``: the map's origin and sha256; positional
+labels as the map itself) and shown once in the output; the labels it gives enter the digest of the selected
+examples, so a run with another map is another run.
 """
 
 from __future__ import annotations
@@ -52,6 +56,12 @@ IMAGENET_CLASSES = 1000
 #: where timm keeps ImageNet-1k's synsets, in class-index order (read with pkgutil, never downloaded)
 TIMM_SYNSETS = ("timm.data", "_info/imagenet_synsets.txt")
 AUTO_WNID = "imagenet-1k wnids"
+#: the origin of the labels of a folder whose class folders are all named by class index (``0``, ``2``, ``10``)
+AUTO_INDEX = "folder names are class indices"
+#: the origin of positional labels (torchvision's rule: the positions of the sorted class-folder names)
+POSITIONS = "sorted folder names"
+#: no model has more classes; a larger "index" is a typo, and would not fit the int64 labels either
+MAX_CLASS_INDEX = 2**31 - 1
 FORMATS = (".json", ".csv", ".tsv")
 MAX_BYTES = 16 << 20  # a map of folder names is small; a larger file is not one
 
@@ -68,10 +78,12 @@ class ClassMap:
 
     @property
     def auto(self) -> bool:
-        return self.origin == AUTO_WNID
+        return self.origin in (AUTO_WNID, AUTO_INDEX)
 
     def what(self) -> str:
         """How messages name this map."""
+        if self.origin == AUTO_INDEX:
+            return "the folder names (class indices)"
         return "the ImageNet-1k wnid map" if self.auto else f"{flag('class_map')} {self.origin}"
 
     def record(self) -> dict[str, str]:
@@ -98,6 +110,10 @@ def _index(value: Any, name: str, where: str) -> int:
         )
     if value < 0:
         raise RobfiltError(f"{where} maps {name!r} to {value}; class indices start at 0.")
+    if value > MAX_CLASS_INDEX:
+        raise RobfiltError(
+            f"{where} maps {name!r} to {value}, which is no model's class index (at most {MAX_CLASS_INDEX})."
+        )
     return value
 
 
@@ -141,7 +157,7 @@ def _from_table(text: str, delimiter: str, where: str) -> dict[str, int]:
                 f"{where} line {line} maps {name!r} to {index!r}, which is not a class index{header}; write a whole "
                 "number such as 3."
             )
-        out[name] = int(index)
+        out[name] = _index(int(index), name, where)
     return out
 
 
@@ -207,6 +223,71 @@ def imagenet_class_map(names: Sequence[str], where: str) -> ClassMap:
     return ClassMap({n: index[n] for n in names}, AUTO_WNID, sha)
 
 
+def _shown(names: Sequence[str], k: int = 3) -> str:
+    return ", ".join(names[:k]) + (", ..." if len(names) > k else "")
+
+
+def is_index_name(name: str) -> bool:
+    """A class-folder name that is a class index: ASCII digits only (``0``, ``10``, ``007``; not ``-1``, ``1.0``)."""
+    return name.isascii() and name.isdigit()
+
+
+def index_name_map(names: Sequence[str], where: str) -> ClassMap | None:
+    """The labels class-folder names give by themselves: when every name is a class index (``0`` ... ``10``), each
+    folder's label is its number, never its position among the sorted names (``10`` sorts before ``2``). None when
+    no name is a number (positions then apply). A mix of numbers and other names is refused: neither rule would
+    label every folder as its name says.
+    """
+    numbers = [n for n in names if is_index_name(n)]
+    if not numbers:
+        return None
+    if len(numbers) < len(names):
+        others = [n for n in names if not is_index_name(n)]
+        raise RobfiltError(
+            f"the class folders of {where} mix class indices ({_shown(numbers)}) and names ({_shown(others)}), so "
+            f"neither the numbers nor the sorted names label every folder; name every class folder by its class "
+            f"index, or pass {flag('class_map')} FILE (folder name -> class index)."
+        )
+    seen: dict[int, str] = {}
+    for name in names:
+        value = int(name)
+        if value > MAX_CLASS_INDEX:
+            raise RobfiltError(
+                f"class folder {name!r} of {where} is no model's class index (at most {MAX_CLASS_INDEX}); rename or "
+                f"remove it, or pass {flag('class_map')} FILE (folder name -> class index)."
+            )
+        if value in seen:
+            raise RobfiltError(
+                f"class folders {seen[value]!r} and {name!r} of {where} both name class {value}; merge them into one "
+                "folder or rename one."
+            )
+        seen[value] = name
+    digest = hashlib.sha256("\n".join(names).encode("utf-8", "surrogateescape")).hexdigest()
+    return ClassMap({n: int(n) for n in names}, AUTO_INDEX, digest)
+
+
+def positions_record(names: Sequence[str]) -> dict[str, Any]:
+    """The manifest's record of positional labels: which class folder got which index (sorted names)."""
+    return {"class_map": POSITIONS, "labels": {name: i for i, name in enumerate(names)}}
+
+
+def describe_labels(record: dict[str, Any], names: Sequence[str], where: str) -> str:
+    """One line saying where a folder's labels came from, for the output (shown once per run)."""
+    origin = record["class_map"]
+    if origin == POSITIONS:
+        pairs = [f"{n}={i}" for i, n in enumerate(names)]
+        return (
+            f"labels of {where}: the positions of the sorted class-folder names ({_shown(pairs, 5)}), recorded in "
+            f"the run's manifest; pass {flag('class_map')} FILE to give others"
+        )
+    if origin == AUTO_INDEX:
+        by_value = sorted(names, key=int)
+        return f"labels of {where}: the class folders are named by class index ({_shown(by_value, 5)})"
+    if origin == AUTO_WNID:
+        return f"labels of {where}: the ImageNet-1k indices of the wnid folders ({_shown(list(names))})"
+    return f"labels of {where}: from {flag('class_map')} {origin}"
+
+
 def _wnid_refusal(data: str, names: Sequence[str], why: str, fix: str = "") -> RobfiltError:
     shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
     return RobfiltError(
@@ -220,10 +301,11 @@ def settle_folder_labels(
 ) -> dict[str, str] | None:
     """Fix a folder's labels once every model's class count (``classes``) is known, and refuse what would mislabel.
 
-    A class map given by file was applied when the folder was opened; here its indices must be classes of every
-    model. Without one, wnid folders read by 1000-class models get ImageNet-1k's indices; otherwise positions
-    are labels only where they are class indices (:func:`.labels.check_positions_are_classes`). Returns the
-    manifest record of the mapping (None: positions, torchvision's rule).
+    A class map given by file, or the folders' own class-index names (:func:`index_name_map`), was applied when
+    the folder was opened; here its indices must be classes of every model. Without one, wnid folders read by
+    1000-class models get ImageNet-1k's indices; otherwise positions are labels only where they are class
+    indices (:func:`.labels.check_positions_are_classes`). Returns the manifest record of the labels' origin
+    (:func:`positions_record` for positions), and logs it once per folder.
     """
     from .labels import check_labels_fit, check_positions_are_classes
 
@@ -251,21 +333,31 @@ def settle_folder_labels(
             check_positions_are_classes(names, k, model=model, data=data)
         else:
             for name, index in zip(names, cmap.labels_of(names, data), strict=True):
-                if index >= k:
+                if index >= k and cmap.origin != AUTO_INDEX:  # a folder named 10: check_labels_fit names it
                     raise RobfiltError(
                         f"{cmap.what()} maps class folder {name!r} to {index}, but model {model} returns {k} "
                         f"classes (indices 0..{k - 1}); fix the map or use a model with those classes."
                     )
         check_labels_fit(source.labels, k, model=model, data=data, names=source.folder_of_label)
-    return None if cmap is None else cmap.record()
+    record = positions_record(names) if cmap is None else cmap.record()
+    if not getattr(source, "labels_shown", False):
+        log.info("%s", describe_labels(record, names, data))
+        source.labels_shown = True
+    return record
 
 
 __all__ = [
+    "AUTO_INDEX",
     "AUTO_WNID",
     "IMAGENET_CLASSES",
+    "POSITIONS",
     "ClassMap",
     "all_wnids",
+    "describe_labels",
     "imagenet_class_map",
+    "index_name_map",
+    "is_index_name",
+    "positions_record",
     "read_class_map",
     "settle_folder_labels",
 ]

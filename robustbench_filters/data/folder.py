@@ -1,7 +1,8 @@
 """Image folders that scale: an index of files, and only the selected examples decoded, a batch at a time.
 
-``imagefolder:<path>`` is an ImageNet-style folder: one sub-folder per class (sorted names give the labels, as in
-torchvision's ``ImageFolder``), image files anywhere below it. Opening one lists file names only; nothing is
+``imagefolder:<path>`` is an ImageNet-style folder: one sub-folder per class, image files anywhere below it.
+Hidden entries (names starting with ``.``: ``.git``, macOS's ``._0.png`` resource forks) are skipped, folders and
+files alike. Opening one lists file names only; nothing is
 decoded until :meth:`FolderSource.take` asks for examples, and then only those, through a torch ``DataLoader``
 whose workers decode in parallel. Memory grows with the batch, not with the folder: ImageNet's 50,000
 validation images are never held at once.
@@ -23,9 +24,14 @@ indexed at most once.
 
 Class folders may themselves be links, and links may point outside the data root.
 
-Labels are the positions of the sorted class folders unless a class map says otherwise (:mod:`.class_map`: a
-file given as ``class_map``, or ImageNet-1k's indices for wnid folders, applied once the model's class count is
-known with :meth:`FolderSource.apply_class_map`).
+Labels (:mod:`.class_map`): class folders all named by class index (``0``, ``2``, ``10``) are labelled by those
+numbers; otherwise by the positions of the sorted class-folder names (torchvision's ``ImageFolder`` rule), recorded
+in the run's manifest; a mix of the two is refused. A class-map file given as ``class_map`` overrides both, and wnid
+folders get ImageNet-1k's indices for a 1000-class model (applied once the model's class count is known, with
+:meth:`FolderSource.apply_class_map`).
+
+File names are whatever bytes the file system holds: a name that is not UTF-8 is read and hashed by its bytes
+(``os.fsencode``), and shown with its undecodable bytes escaped (``\\xff``).
 """
 
 from __future__ import annotations
@@ -43,7 +49,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from ..core.errors import RobfiltError
-from .class_map import ClassMap, read_class_map
+from .class_map import AUTO_INDEX, ClassMap, index_name_map, read_class_map
 from .preprocess import InputSpec, pil_transform, resolve_input_spec
 
 log = logging.getLogger(__name__)
@@ -128,7 +134,7 @@ def _walk_class(folder: Path, cls: str, seen: dict[tuple[int, int], tuple[str, s
         dirnames[:] = keep
         rel = Path(dirpath).relative_to(folder)
         for f in sorted(filenames):
-            if not f.lower().endswith(IMG_EXTENSIONS):
+            if f.startswith(".") or not f.lower().endswith(IMG_EXTENSIONS):  # hidden files (._0.png) like folders
                 continue
             path = (rel / f).as_posix()
             key = _identity(folder, path)
@@ -217,6 +223,9 @@ class FolderSource:
         self.name = f"{IMAGEFOLDER}{base}"
         self.split = split
         self._checksum = ""
+        self.labels_shown = False  # the labels' origin is logged once, when they are settled (.class_map)
+        if class_map is None:
+            class_map = index_name_map(self.classes, self.name)  # class folders named 0, 2, 10: those labels
         if class_map is not None:
             self.apply_class_map(class_map if isinstance(class_map, ClassMap) else read_class_map(class_map))
         log.info(
@@ -236,7 +245,7 @@ class FolderSource:
         self.labels = per_folder[self.positions]
         self.class_map = class_map
         self._checksum = ""
-        log.info("labels of %s from %s", self.root, class_map.origin)
+        log.debug("labels of %s from %s", self.root, class_map.origin)
 
     @property
     def folder_of_label(self) -> dict[int, str]:
@@ -258,7 +267,9 @@ class FolderSource:
 
     def _settings(self) -> bytes:
         settings: dict[str, Any] = {"classes": self.classes, "preprocess": self.spec.settings()}
-        if self.class_map is not None:  # positions add nothing, so unmapped folders keep their digests
+        if self.class_map is not None and self.class_map.origin != AUTO_INDEX:
+            # positions and class-index names add nothing to the names (the labels are hashed too), so such
+            # folders keep their digests
             settings["class_map"] = self.class_map.record()
         return json.dumps(settings, sort_keys=True).encode()
 
@@ -268,7 +279,8 @@ class FolderSource:
         if not self._checksum:
             h = hashlib.sha256(b"robfilt-imagefolder-v1\0" + self._settings())
             for rel, label in zip(self.files, self.labels.tolist(), strict=True):
-                h.update(f"{rel}\0{(self.root / rel).stat().st_size}\0{label}\n".encode())
+                # a name is hashed by its bytes: one that is not UTF-8 (a surrogate-escaped str) hashes too
+                h.update(os.fsencode(rel) + f"\0{(self.root / rel).stat().st_size}\0{label}\n".encode())
             self._checksum = h.hexdigest()
         return self._checksum
 

@@ -39,8 +39,8 @@ _SPLIT_ALIASES = {
 }
 
 
-def load_hf_disk(path: str | os.PathLike[str], split: str) -> tuple[Any, str]:
-    """(the ``datasets.Dataset`` of ``split``, the split name used) from a ``save_to_disk`` folder."""
+def _load_disk(path: str | os.PathLike[str]) -> Any:
+    """``datasets.load_from_disk`` of a local folder (never the network), or one line."""
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     import datasets
 
@@ -50,12 +50,20 @@ def load_hf_disk(path: str | os.PathLike[str], split: str) -> tuple[Any, str]:
             f"Hugging Face dataset folder {str(path)!r} does not exist; pass hf-disk:<folder from save_to_disk>."
         )
     try:
-        obj = datasets.load_from_disk(str(p))
+        return datasets.load_from_disk(str(p))
     except KeyboardInterrupt:
         raise
     except Exception as exc:  # noqa: BLE001 - datasets raises several types for foreign folders
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
         raise RobfiltError(f"{p} is not a dataset folder written by save_to_disk ({first}).") from None
+
+
+def load_hf_disk(path: str | os.PathLike[str], split: str) -> tuple[Any, str]:
+    """(the ``datasets.Dataset`` of ``split``, the split name used) from a ``save_to_disk`` folder."""
+    import datasets
+
+    p = Path(path).expanduser()
+    obj = _load_disk(path)
     if isinstance(obj, datasets.DatasetDict):
         for name in _SPLIT_ALIASES.get(split, (split,)):
             if name in obj:
@@ -239,19 +247,35 @@ class HFImageSource:
         return self._checksum
 
 
-def load_hf_text(path: str | os.PathLike[str], split: str = "test", text_column: str = "text") -> str:
-    """The text of one split (``train``/``valid``/``test``, already normalised by the caller) of a ``save_to_disk``
-    dataset: its ``text_column`` rows joined by newlines."""
-    from .splits import SPLITS, contiguous_split
+def load_hf_documents(path: str | os.PathLike[str], split: str = "test", text_column: str = "text") -> list[str]:
+    """The documents of one split (``all``/``train``/``valid``/``test``, normalised by the caller) of a
+    ``save_to_disk`` dataset: one per non-empty row of ``text_column``. A ``DatasetDict`` has its own splits
+    (``all``: every split, in its order); a single dataset is cut 90/5/5 at row boundaries."""
+    from .splits import split_documents
 
+    if split == "all":
+        obj = _load_disk(path)
+        if hasattr(obj, "keys"):  # DatasetDict
+            return [d for name in obj for d in _rows(obj[name], text_column, Path(path))]
+        return _rows(obj, text_column, Path(path))
     ds, used = load_hf_disk(path, split)
-    _column(ds, text_column, "text", Path(path))
+    docs = _rows(ds, text_column, Path(path))
+    return docs if used else split_documents(docs, split)
+
+
+def _rows(ds: Any, text_column: str, where: Path) -> list[str]:
+    _column(ds, text_column, "text", where)
     rows = ds[text_column]
     if any(not isinstance(r, str) for r in rows[:100]):
-        raise RobfiltError(f"text column {text_column!r} of {path} does not hold strings; pass the text column's name.")
-    text = "\n".join(rows)
-    if not used:  # one dataset, no splits: the same contiguous 90/5/5 cut as a single text file
-        text = dict(zip(SPLITS, contiguous_split(text), strict=True))[split]
+        raise RobfiltError(
+            f"text column {text_column!r} of {where} does not hold strings; pass the text column's name."
+        )
+    return [r.strip() for r in rows if isinstance(r, str) and r.strip()]
+
+
+def load_hf_text(path: str | os.PathLike[str], split: str = "test", text_column: str = "text") -> str:
+    """The text of one split of a ``save_to_disk`` dataset: its documents (rows) with a blank line between them."""
+    text = "\n\n".join(load_hf_documents(path, split, text_column))
     if not text.strip():
         raise RobfiltError(f"the {split} text of {path} is empty; give a dataset with text in column {text_column!r}.")
     return text

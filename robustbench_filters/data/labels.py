@@ -31,6 +31,8 @@ def _refuse(what: str, detail: str) -> RobfiltError:
 def label_indices(values: Any, n: int | None = None, what: str = "labels") -> torch.Tensor:
     """Labels as an int64 tensor (N,) of non-negative whole numbers (``n``: the count they must have)."""
     if isinstance(values, torch.Tensor):
+        if values.device.type == "meta":
+            raise RobfiltError(f"{what} are on the meta device, which holds no values; give labels with data.")
         arr = values.detach().cpu().numpy()
     else:
         try:
@@ -131,20 +133,21 @@ def pool_labels(source: Any, ids: torch.Tensor) -> torch.Tensor:
 
 
 def check_positions_are_classes(names: Sequence[str], classes: int, *, model: str, data: str) -> None:
-    """A folder's labels are the positions of its sorted class folders (torchvision's ``ImageFolder`` rule).
+    """A folder whose class folders are not named by class index is labelled by the positions of its sorted class
+    folders (torchvision's ``ImageFolder`` rule; folders named ``0``, ``3``, ``10`` are labelled by their numbers
+    instead: :func:`.class_map.index_name_map`).
 
     With a folder per class of the model, that is the usual contract. With fewer folders than classes (a subset)
-    the positions are class indices only when the folder names say so (``0``, ``1``, ..., ``k-1``); anything
-    else (``cat``, ``n01440764``, or ``0``, ``3``, ``7``) would silently mislabel every image, so it is refused
-    (a class map gives such a folder its labels: :mod:`.class_map`).
+    the positions would silently mislabel every image (``cat``, ``n01440764``), so it is refused (a class map
+    gives such a folder its labels: :mod:`.class_map`).
     """
-    if len(names) >= classes or list(names) == [str(i) for i in range(len(names))]:
+    if len(names) >= classes:
         return
     shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
     raise RobfiltError(
         f"{data} has {len(names)} class folders ({shown}) but model {model} returns {classes} classes, so a folder's "
         f"position is not its class index; pass {flag('class_map')} FILE (folder name -> class index), name the "
-        f"folders by class index (0, 1, ..., {len(names) - 1}) or give one folder per class of the model."
+        f"folders by their class indices (0, 3, 7, ...) or give one folder per class of the model."
     )
 
 

@@ -1,9 +1,10 @@
 """Token streams for language-model training and evaluation.
 
 Training samples random windows from one long id tensor (nanoGPT style) with an explicit ``torch.Generator``,
-so a seed fixes every batch and a resumed run can replay them. Evaluation uses fixed, non-overlapping
-windows instead: every model and attack sees exactly the same contexts, which makes per-example records
-pairable across models.
+so a seed fixes every batch and a resumed run can replay them. Measurements do not use these streams: they score
+whole documents in lm-eval's rolling windows (:mod:`robustbench_filters.models.hf.perplexity`), the same for ``robfilt
+train``'s card and ``robfilt attack``. :func:`eval_windows` (fixed, non-overlapping windows of one stream) is what
+cards were scored with before documents.
 """
 
 from __future__ import annotations

@@ -2,13 +2,16 @@
 
 Contiguous ranges (not random lines) keep test text unseen as a whole: a language model cannot memorise the
 test chapters from neighbouring training lines. Cutting at a paragraph break keeps sentences whole. The bundled
-Austen corpus was cut with this rule per novel (``scripts/build_assets.py`` loads this file directly), and
-``load_text("text:<file>")`` applies it to a user's single file, so both behave the same.
+Austen corpus was cut with this rule per novel (``scripts/build_assets.py`` loads this file directly), and a user's
+source without splits is cut by the same rule at document boundaries (:func:`.documents.split_bounds`), so both
+behave the same.
 
 This module imports only the standard library, so the build script can load it without importing torch.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 SPLITS: tuple[str, ...] = ("train", "valid", "test")
 FRACTIONS: tuple[float, ...] = (0.90, 0.05, 0.05)
@@ -38,3 +41,28 @@ def contiguous_split(text: str, fractions: tuple[float, ...] = FRACTIONS) -> tup
         bounds.append(max(bounds[-1], _cut(text, round(acc * len(text)))))
     bounds.append(len(text))
     return tuple(text[a:b].strip("\n") for a, b in zip(bounds[:-1], bounds[1:], strict=True))
+
+
+def split_bounds(docs: Sequence[str], fractions: tuple[float, ...] = FRACTIONS) -> list[int]:
+    """Document indices that cut ``docs`` into contiguous runs of about ``fractions`` of their characters: each cut
+    is the first document boundary at or after its share (the rule :func:`contiguous_split` applies to
+    characters)."""
+    sizes = [len(d) for d in docs]
+    total, bounds, acc = sum(sizes), [0], 0.0
+    for f in fractions[:-1]:
+        acc += f
+        target, seen, i = acc * total - 1e-9 * total, 0, 0  # (float sums of the fractions must not move a cut)
+        while i < len(sizes) and seen < target:
+            seen += sizes[i]
+            i += 1
+        bounds.append(max(bounds[-1], i))
+    return [*bounds, len(docs)]
+
+
+def split_documents(docs: Sequence[str], split: str) -> list[str]:
+    """The documents of ``split`` (``all`` or one of train/valid/test) of a source without splits of its own."""
+    if split == "all":
+        return list(docs)
+    b = split_bounds(docs)
+    i = SPLITS.index(split)
+    return list(docs[b[i] : b[i + 1]])

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, Self, runtime_checkable
 
 from ..core.errors import RobfiltError, unknown
 from ..core.io import atomic_write_text
@@ -34,6 +34,9 @@ class Tokenizer(Protocol):
     @property
     def unk_id(self) -> int: ...
 
+    @property
+    def prefix_token_id(self) -> int: ...
+
     def encode(self, text: str) -> list[int]: ...
 
     def decode(self, ids: list[int]) -> str: ...
@@ -43,7 +46,37 @@ class Tokenizer(Protocol):
     def save(self, path: str | Path) -> Path: ...
 
 
-class CharTokenizer:
+class _SavedTokenizer:
+    """What both tokenizers share: one JSON file (``to_dict`` with its ``type``) that :func:`load_tokenizer` reads
+    back, and a repr that names the vocabulary size."""
+
+    kind: str
+
+    @property
+    def vocab_size(self) -> int:
+        raise NotImplementedError
+
+    def to_dict(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def save(self, path: str | Path) -> Path:
+        return atomic_write_text(path, json.dumps(self.to_dict(), ensure_ascii=False) + "\n")
+
+    @classmethod
+    def load(cls, path: str | Path) -> Self:
+        """Load ``path``, refusing a file that holds the other kind of tokenizer."""
+        tok = load_tokenizer(path)
+        if not isinstance(tok, cls):
+            raise RobfiltError(
+                f"expected a {cls.kind} tokenizer but the file holds a {tok.kind} one; use load_tokenizer"
+            )
+        return tok
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(vocab_size={self.vocab_size})"
+
+
+class CharTokenizer(_SavedTokenizer):
     """One token per character seen in the training text; unseen characters map to ``<unk>`` (id 0).
 
     ``decode`` renders ``<unk>`` as U+FFFD, one character, so decoded text keeps one character per token.
@@ -74,6 +107,12 @@ class CharTokenizer:
     def unk_id(self) -> int:
         return 0
 
+    @property
+    def prefix_token_id(self) -> int:
+        """The token a document's first character is predicted from: the newline, which precedes every paragraph
+        of the training stream (blank lines separate documents), else ``<unk>``."""
+        return self._stoi.get("\n", 0)
+
     def encode(self, text: str) -> list[int]:
         get = self._stoi.get
         return [get(c, 0) for c in text]
@@ -101,18 +140,8 @@ class CharTokenizer:
             raise ValueError("vocab must be a list starting with <unk>")
         return cls(vocab[1:])
 
-    def save(self, path: str | Path) -> Path:
-        return atomic_write_text(path, json.dumps(self.to_dict(), ensure_ascii=False) + "\n")
 
-    @classmethod
-    def load(cls, path: str | Path) -> CharTokenizer:
-        return _expect(load_tokenizer(path), cls)
-
-    def __repr__(self) -> str:
-        return f"CharTokenizer(vocab_size={self.vocab_size})"
-
-
-class BPETokenizer:
+class BPETokenizer(_SavedTokenizer):
     """Byte-level BPE (GPT-2 style) trained with Hugging Face ``tokenizers``; any text round-trips exactly."""
 
     kind = "bpe"
@@ -151,6 +180,13 @@ class BPETokenizer:
     def unk_id(self) -> int:
         return int(self._tok.token_to_id(UNK))
 
+    @property
+    def prefix_token_id(self) -> int:
+        """The token a document's first token is predicted from: the newline's, when it is one token (it precedes
+        every paragraph of the training stream), else ``<unk>``."""
+        ids = self._tok.encode("\n").ids
+        return int(ids[0]) if len(ids) == 1 else self.unk_id
+
     def encode(self, text: str) -> list[int]:
         return list(self._tok.encode(text).ids)
 
@@ -171,16 +207,6 @@ class BPETokenizer:
         from tokenizers import Tokenizer as HFTokenizer
 
         return cls(HFTokenizer.from_str(json.dumps(d["tokenizer"])))
-
-    def save(self, path: str | Path) -> Path:
-        return atomic_write_text(path, json.dumps(self.to_dict(), ensure_ascii=False) + "\n")
-
-    @classmethod
-    def load(cls, path: str | Path) -> BPETokenizer:
-        return _expect(load_tokenizer(path), cls)
-
-    def __repr__(self) -> str:
-        return f"BPETokenizer(vocab_size={self.vocab_size})"
 
 
 _CLASSES: dict[str, type[CharTokenizer] | type[BPETokenizer]] = {"char": CharTokenizer, "bpe": BPETokenizer}
@@ -221,9 +247,3 @@ def load_tokenizer(path: str | Path) -> CharTokenizer | BPETokenizer:
         raise RobfiltError(
             f"tokenizer file {path} is corrupted ({type(e).__name__}: {e}); re-save it or retrain"
         ) from None
-
-
-def _expect(tok: CharTokenizer | BPETokenizer, cls: type) -> Any:
-    if not isinstance(tok, cls):
-        raise RobfiltError(f"expected a {cls.kind} tokenizer but the file holds a {tok.kind} one; use load_tokenizer")
-    return tok

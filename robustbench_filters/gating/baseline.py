@@ -37,8 +37,8 @@ import numpy as np
 
 from ..core.errors import RobfiltError, suggest
 from ..core.io import atomic_write_json
-from ..stats.paired import PairedBinary, PairedRatio
 from ..runs.folder import Run, load_run
+from ..stats.paired import PairedBinary, PairedRatio
 from .metrics import (
     BASELINE_FORMAT,
     LM_EVAL,

@@ -28,11 +28,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Any, Literal
 
 from ..core.errors import RobfiltError
-from ..stats.paired import PairedBinary, PairedRatio, sign_flip_ratio_test
 from ..stats.intervals import mcnemar_one_sided, paired_margin_score_test
+from ..stats.paired import PairedBinary, PairedRatio, sign_flip_ratio_test
 from .metrics import DIRECTION, RELATIVE, Metric
 from .modes import Decision, Mode, Status, threshold_mode
 from .power import (
@@ -238,28 +238,14 @@ def baseline_check(
     return vacuous_decision(decision, fresh)
 
 
-def decide_baseline(
-    base: Metric,
-    fresh: Metric,
-    *,
-    mode: Mode | str = Mode.PAIRED,
-    tolerance: float = 0.0,
-    alpha: float = DEFAULT_ALPHA,
-    pair: PairedBinary | PairedRatio | None = None,
-    unpaired_reason: str = "",
-    fallback: bool = False,
-    discordance: float = DEFAULT_DISCORDANCE,
-    n_perm: int = 10_000,
-    seed: int = 0,
-) -> Decision:
-    """Judge a fresh metric against its baseline value, alone (see the module docstring for the rules).
+def decide_baseline(base: Metric, fresh: Metric, **check: Any) -> Decision:
+    """Judge a fresh metric against its baseline value, alone (see the module docstring for the rules); ``check``
+    holds :func:`baseline_check`'s keywords (mode, tolerance, alpha, pair, ...).
 
     ``pair`` holds both runs' per-example outcomes for ``paired`` mode; without it, ``fallback=True`` uses the
     interval rule and says so in the detail, else a one-line :class:`RobfiltError` names ``unpaired_reason``.
     """
-    checked = baseline_check(base, fresh, mode=mode, tolerance=tolerance, alpha=alpha, pair=pair,
-                             unpaired_reason=unpaired_reason, fallback=fallback, discordance=discordance,
-                             n_perm=n_perm, seed=seed)  # fmt: skip
+    checked = baseline_check(base, fresh, **check)
     return vacuous_decision(paired_decision(checked), fresh) if isinstance(checked, PairedTest) else checked
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from ..core.errors import RobfiltError
 from ..runs.folder import Run
 from ..stats.intervals import holm
+from ..summaries.lm import LM_EVAL
 from .baseline import Baseline
 from .decide import PairedTest, baseline_check, decide_threshold, fmt, paired_decision, vacuous_decision
 from .junit import Stopwatch, TimedCase
@@ -144,6 +145,8 @@ def judge_baseline(
             run, fresh = _locate(base, runs, metrics, baseline.source)
             baseline.check_data(run)
             chosen = Mode.parse(mode(base) if callable(mode) else mode)
+            if chosen is Mode.PAIRED and base.metric in LM_EVAL:  # no paired test exists: intervals, as planned
+                chosen = Mode.INTERVAL  # (plan.planned_mode); token perplexity of the same rows is tested paired
             pair, why = (None, "")
             if chosen is Mode.PAIRED:
                 pair, why = baseline.paired(run, fresh.model, fresh.condition, fresh.metric)
@@ -180,7 +183,7 @@ def sanity_outcomes(runs: Sequence[Run], mode: str) -> list[Outcome]:
         return []
     out = []
     for run in runs:
-        for c in run.typed_summary.sanity_checks():
+        for c in run.summary.sanity_checks():
             status = {"pass": "pass", "warn": "warn", "fail": "fail" if mode == "fail" else "warn"}.get(
                 c.status, "warn"
             )

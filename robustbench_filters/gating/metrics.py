@@ -36,12 +36,12 @@ from typing import Any
 
 import pandas as pd
 
-from ..stats import aggregates as A
 from ..core.errors import RobfiltError, suggest
 from ..core.parsing import parse_number
 from ..runs.folder import Run, load_run
+from ..stats import aggregates as A
 from ..stats.intervals import max_certifiable_radius, wilson_interval
-from ..summaries import CERTIFY, IMAGE, LIPSCHITZ, LM, Summary, read_summary
+from ..summaries import CERTIFY, IMAGE, LIPSCHITZ, LM, Summary, kind_of, read_summary
 from ..summaries.certify import CertifySummary, SigmaCertificates
 from ..summaries.corruption import CorruptionSummary
 from ..summaries.image import ImageAttackSummary
@@ -83,8 +83,8 @@ VACUOUS_FLAG: dict[str, str] = {
 #: which 95% interval each metric carries (a footnote of every table that shows them)
 INTERVALS: dict[str, str] = {
     "acc": "Wilson score interval over examples",
-    "token_acc": "percentile bootstrap over sequences",
-    "ppl": "percentile bootstrap over sequences",
+    "token_acc": "percentile bootstrap over documents (LM examples)",
+    "ppl": "percentile bootstrap over documents (LM examples)",
     "lipschitz_upper": "none (a certified bound)",
     "lipschitz_local_upper": "none (median of certified bounds)",
     "lipschitz_lower": "none (the max of per-example lower bounds)",
@@ -116,7 +116,9 @@ class Metric:
     n: int | None = None
     family: str = ""
     source: str = ""
-    vacuous: bool | None = None  # a certified number that certifies nothing (Lipschitz: robustbench_filters.stats.vacuity)
+    vacuous: bool | None = (
+        None  # a certified number that certifies nothing (Lipschitz: robustbench_filters.stats.vacuity)
+    )
 
     @property
     def key(self) -> str:
@@ -330,7 +332,7 @@ def _from_summary(summary: Summary, source: str) -> list[Metric]:
                 attack = f"{A.CORRUPTION_PREFIX}{name}"
                 out += [_accuracy(model, condition(attack, s.severity), s, source) for s in c.by_severity]
     else:
-        raise RobfiltError(f"{source} is the summary of a {summary.KIND} run, which holds no gate metrics; pass an "
+        raise RobfiltError(f"{source} is the summary of a {kind_of(type(summary)).name} run, which holds no gate metrics; pass an "
                            "attack, corruption, lipschitz or certify run.")  # fmt: skip
     return out
 

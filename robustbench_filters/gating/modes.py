@@ -22,54 +22,54 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from typing import Self
 
 from ..core.errors import RobfiltError, unknown
 
 
-class Mode(str, Enum):
+class _Word(str, Enum):
+    """A word of the gate's vocabulary: printed as its value (details, JSON, JUnit) and parsed from a spec's or a
+    flag's text with the refusal every such word gives."""
+
+    def __str__(self) -> str:
+        return self.value
+
+    @classmethod
+    def parse(cls, text: str | Self) -> Self:
+        if isinstance(text, cls):
+            return text
+        try:
+            return cls(text)
+        except ValueError:
+            raise unknown(cls.noun(), str(text), [m.value for m in cls]) from None
+
+    @classmethod
+    def noun(cls) -> str:
+        """What a refusal calls the word (the class name unless that would not read well)."""
+        return cls.__name__.lower()
+
+
+class Mode(_Word):
     PAIRED = "paired"
     INTERVAL = "interval"
     POINT = "point"
 
-    def __str__(self) -> str:
-        return self.value
-
     @classmethod
-    def parse(cls, text: str | Mode) -> Mode:
-        if isinstance(text, Mode):
-            return text
-        try:
-            return cls(text)
-        except ValueError:
-            raise unknown("check mode", str(text), [m.value for m in cls]) from None
+    def noun(cls) -> str:
+        return "check mode"
 
 
-class Status(str, Enum):
+class Status(_Word):
     PASS = "pass"
     WARN = "warn"
     FAIL = "fail"
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class Correction(str, Enum):
+class Correction(_Word):
     """Multiple-testing correction across a gate's paired p-values."""
 
     HOLM = "holm"
     NONE = "none"
-
-    def __str__(self) -> str:
-        return self.value
-
-    @classmethod
-    def parse(cls, text: str | Correction) -> Correction:
-        if isinstance(text, Correction):
-            return text
-        try:
-            return cls(text)
-        except ValueError:
-            raise unknown("correction", str(text), [c.value for c in cls]) from None
 
 
 THRESHOLD_MODES = (Mode.INTERVAL, Mode.POINT)

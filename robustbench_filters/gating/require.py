@@ -8,18 +8,19 @@ own small language: keys per family, conditions checked against the section's ru
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from .. import configs as CF
 from ..core.errors import RobfiltError, suggest
-from .metrics import certified_attack, same_eps
-from .modes import THRESHOLD_MODES, Mode
-from .outcome import Requirement
 from ..core.parsing import parse_number
 from ..stats.intervals import max_certifiable_radius
 from ..summaries import CERTIFY, IMAGE, LIPSCHITZ, LM
+from .metrics import certified_attack, same_eps
+from .modes import THRESHOLD_MODES, Mode
+from .outcome import Requirement
 
 # threshold key -> metric; "min_" keys are lower limits, "max_" keys upper limits
 THRESHOLDS: dict[str, dict[str, str]] = {
@@ -38,6 +39,21 @@ THRESHOLDS: dict[str, dict[str, str]] = {
         "min_radius": "radius",
     },
     CERTIFY: {"min_certified_acc": "certified_acc"},
+}
+#: metric -> (lowest, highest) value it can take and how to say so: a limit outside would pass or fail whatever
+#: was measured (min_acc = 1.5 always fails, max_ppl = 0.5 too; min_acc = -0.2 always passes)
+DOMAINS: dict[str, tuple[float, float, str]] = {
+    "acc": (0.0, 1.0, "a share of examples in [0, 1]"),
+    "token_acc": (0.0, 1.0, "a share of tokens in [0, 1]"),
+    "certified_acc": (0.0, 1.0, "a share of examples in [0, 1]"),
+    "ppl": (1.0, math.inf, "a perplexity, at least 1"),
+    "word_perplexity": (1.0, math.inf, "a perplexity, at least 1"),
+    "byte_perplexity": (1.0, math.inf, "a perplexity, at least 1"),
+    "bits_per_byte": (0.0, math.inf, "a number of bits, at least 0"),
+    "lipschitz_upper": (0.0, math.inf, "a Lipschitz constant, at least 0"),
+    "lipschitz_local_upper": (0.0, math.inf, "a Lipschitz constant, at least 0"),
+    "lipschitz_lower": (0.0, math.inf, "a Lipschitz constant, at least 0"),
+    "radius": (0.0, math.inf, "a radius, at least 0"),
 }
 #: what selects a requirement's conditions: attack and eps, or for certify the smoothed classifier and the radius
 CONDITION_KEYS: dict[str, frozenset[str]] = {CERTIFY: frozenset({"sigma", "radius"})}
@@ -62,16 +78,13 @@ def check_keys(spec: Path, table: Mapping[str, Any], allowed: Iterable[str], whe
             )
 
 
-def _int(spec: Path, value: Any, what: str, minimum: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise spec_error(spec, f"{what} must be an integer >= {minimum}, got {value!r}.")
-    return value
-
-
 def read_number(spec: Path, value: Any, what: str) -> float:
+    """A finite number (TOML's ``nan`` and ``inf`` are refused: no limit or level is infinite or undefined)."""
     if isinstance(value, bool):
         raise spec_error(spec, f"{what} must be a number, got {value!r}.")
     if isinstance(value, int | float):
+        if not math.isfinite(value):
+            raise spec_error(spec, f"{what} must be a finite number, got {value!r}.")
         return float(value)
     if isinstance(value, str):
         return parse_number(value, f"{spec.name}: {what}")
@@ -189,8 +202,9 @@ def read_requirements(spec: Path, fam: str, models: list[str], entries: Any, con
             threshold = read_number(spec, value, f"{where} {key}")
             metric = THRESHOLDS[fam][key]
             bound = "min" if key.startswith("min_") else "max"
-            if metric == "certified_acc" and not 0 <= threshold <= 1:
-                raise spec_error(spec, f"{where} {key} must be a share of examples in [0, 1], got {threshold:g}.")
+            lo, hi, domain = DOMAINS[metric]
+            if not lo <= threshold <= hi:
+                raise spec_error(spec, f"{where} {key} must be {domain}, got {threshold:g}.")
             for name in names:
                 for attack, eps in conditions:
                     req = Requirement(fam, name, attack, eps, metric, bound, threshold, where, mode)

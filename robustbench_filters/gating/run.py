@@ -12,28 +12,27 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..api.evaluate import measurement_for
+from ..api.evaluate import run_config
 from ..core.errors import RobfiltError, RunStateError
-from .baseline import Baseline, read_baseline
-from .baseline import write_baseline as write_baseline_file
-from .judge import judge_baseline, judge_requirements, paired_family, sanity_outcomes
-from .junit import run_wall_seconds
-from .metrics import metrics_from_run, same_eps
-from .modes import BaselinePolicy, Mode
-from .outcome import FAIL, PASS, WARN, GateResult, PlannedCheck
-from .output import write_junit, write_markdown
-from .plan import plan_baseline, plan_thresholds
 from ..core.progress import ProgressHook
+from ..core.surface import Surface, surface
 from ..runs.crosscheck import example_key, refuse_copies, refuse_label_conflicts
 from ..runs.folder import Run, load_run
 from ..runs.outfolder import OutputFolder
-from ..runs.runner import run
-from .spec import Spec, load_spec
 from ..summaries import CERTIFY
-from ..core.surface import Surface, surface
+from .baseline import Baseline, read_baseline
+from .baseline import write_baseline as write_baseline_file
+from .judge import Judged, judge_baseline, judge_requirements, paired_family, sanity_outcomes
+from .junit import run_wall_seconds
+from .metrics import metrics_from_run, same_eps
+from .modes import BaselinePolicy, Mode
+from .outcome import FAIL, PASS, WARN, GateResult, Outcome, PlannedCheck
+from .output import write_junit, write_markdown
+from .plan import plan_baseline, plan_thresholds
+from .spec import Spec, load_spec
 
 log = logging.getLogger(__name__)
 PlanHook = Callable[[list[PlannedCheck]], None]
@@ -146,7 +145,7 @@ def produce_runs(spec: Spec, out: Path, progress: ProgressHook | None = None) ->
         folder = out / fam
         log.info("check: making the fresh %s run in %s", fam, folder)
         with surface(Surface.SPEC):  # a problem found while running names the spec's key, not a command-line flag
-            run(measurement_for(section.config), out=folder, overwrite=True, progress=progress)
+            run_config(section.config, out=folder, overwrite=True, progress=progress)
         runs.append(load_run(folder))
     return runs
 
@@ -230,73 +229,111 @@ def run_gate(
         overwrite: write into an ``out`` that holds files the gate did not write (they are kept; see
             :mod:`.runs.outfolder`); without it such a folder is refused before any work.
     """
-    loaded = load_spec(spec) if spec is not None else None
-    if loaded is None and not runs:
-        raise RobfiltError("nothing to check; pass --spec FILE, or --run RUN_DIR with --baseline FILE.")
-    baseline_path = Path(baseline) if baseline is not None else (loaded.baseline if loaded else None)
-    if loaded is None and baseline_path is None and write_baseline is None:
-        raise RobfiltError("--run needs something to compare with; pass --baseline FILE or --spec FILE.")
-    policy = _policy(loaded, tolerance, mode)
-    out_dir = Path(out) if out is not None else (loaded.out if loaded else Path("runs") / "check")
-    folder = None
-    if not runs or junit is None or summary is None:  # the gate writes into out: check it before any work
-        folder = OutputFolder(out_dir, "check", overwrite=overwrite, legacy=legacy_files).open()
-    rewrite = _rewrites_baseline(baseline_path, write_baseline)
-    base = read_baseline(baseline_path) if baseline_path is not None and not rewrite else None  # fail fast
-
-    if runs:
-        run_objs = [load_run(r) for r in runs]
-        check_given_runs(run_objs, loaded, baseline_path)
-        plan = plan_gate(loaded, base, policy, run_objs)
-    else:
-        assert loaded is not None
-        check_runnable(loaded)
-        plan = plan_gate(loaded, base, policy)
-        if on_plan is not None:
-            on_plan(plan)
-        run_objs = produce_runs(loaded, out_dir, progress)
+    gate = _Gate.open(spec, runs, baseline, tolerance, mode, out, needs_out=not runs or junit is None or summary is None,
+                      write_baseline=write_baseline, overwrite=overwrite)  # fmt: skip
+    run_objs, plan = _runs(gate, runs, on_plan, progress)
     metrics = {r.run_id: metrics_from_run(r) for r in run_objs}
-
-    outcomes = []
-    if loaded is not None:
-        requirements = {fam: s.requirements for fam, s in loaded.sections.items()}
-        outcomes += judge_requirements(requirements, run_objs, metrics, loaded.path.name)
-    judged = []
-    if base is not None:
-        judged = judge_baseline(base, run_objs, mode=policy.mode, tolerance=policy.tolerance, alpha=policy.alpha,
-                                fallback=policy.interval_fallback, discordance=policy.discordance,
-                                correction=policy.correction, metrics=metrics)  # fmt: skip
-        outcomes += [j.outcome() for j in judged]
-    outcomes += sanity_outcomes(run_objs, loaded.sanity if loaded else "warn")
-
+    outcomes, judged = _judge(gate, run_objs, metrics)
     result = GateResult(
-        name=loaded.name if loaded else "robfilt check",
+        name=gate.spec.name if gate.spec else "robfilt check",
         outcomes=outcomes,
         runs=[r.run_id for r in run_objs],
-        out=out_dir,
-        baseline=str(baseline_path) if baseline_path else None,
-        policy=policy,
+        out=gate.out,
+        baseline=str(gate.baseline_path) if gate.baseline_path else None,
+        policy=gate.policy,
         paired_checks=paired_family(judged),
         plan=plan,
         run_seconds={r.run_id: run_wall_seconds(r.manifest) for r in run_objs},
     )
-    if rewrite and baseline_path is not None:
-        replaced = "is replaced" if baseline_path.exists() else "does not exist yet"
-        result.notes.append(f"baseline {baseline_path} {replaced}: no baseline checks this time")
-    fallen = sum(j.decision.detail.startswith("paired unavailable") for j in judged)
-    if fallen:
-        result.notes.append(
-            f"{fallen} baseline check(s) had no per-example outcomes to pair and used the interval rule"
-        )
+    result.notes += _notes(gate, judged)
     if write_baseline is not None:
         write_baseline_file(write_baseline, run_objs)
         result.notes.append(f"wrote a version 2 baseline (metrics and per-example outcomes) to {write_baseline}")
-    result.junit = write_junit(result, Path(junit) if junit else _claim(folder, JUNIT))
-    result.summary = write_markdown(result, Path(summary) if summary else _claim(folder, SUMMARY))
-    if folder is not None:
-        folder.finish()
+    result.junit = write_junit(result, Path(junit) if junit else _claim(gate.folder, JUNIT))
+    result.summary = write_markdown(result, Path(summary) if summary else _claim(gate.folder, SUMMARY))
+    if gate.folder is not None:
+        gate.folder.finish()
     log.info("check: %d pass, %d warn, %d fail", result.count(PASS), result.count(WARN), result.count(FAIL))
     return result
+
+
+@dataclass
+class _Gate:
+    """What a gate call checks against, settled before any run: the spec, the baseline (None when the call
+    rewrites it), the policy, and where outputs go (``folder`` None when every output path is given)."""
+
+    spec: Spec | None
+    baseline_path: Path | None
+    base: Baseline | None
+    rewrite: bool
+    policy: BaselinePolicy
+    out: Path
+    folder: OutputFolder | None
+
+    @classmethod
+    def open(
+        cls, spec: str | Path | None, runs: Sequence[str | Path], baseline: str | Path | None,
+        tolerance: float | None, mode: str | None, out: str | Path | None, *, needs_out: bool,
+        write_baseline: str | Path | None, overwrite: bool,
+    ) -> _Gate:  # fmt: skip
+        """Read the spec and the baseline and claim the output folder, refusing a call that cannot be judged."""
+        loaded = load_spec(spec) if spec is not None else None
+        if loaded is None and not runs:
+            raise RobfiltError("nothing to check; pass --spec FILE, or --run RUN_DIR with --baseline FILE.")
+        baseline_path = Path(baseline) if baseline is not None else (loaded.baseline if loaded else None)
+        if loaded is None and baseline_path is None and write_baseline is None:
+            raise RobfiltError("--run needs something to compare with; pass --baseline FILE or --spec FILE.")
+        policy = _policy(loaded, tolerance, mode)
+        out_dir = Path(out) if out is not None else (loaded.out if loaded else Path("runs") / "check")
+        folder = OutputFolder(out_dir, "check", overwrite=overwrite, legacy=legacy_files).open() if needs_out else None
+        rewrite = _rewrites_baseline(baseline_path, write_baseline)
+        base = read_baseline(baseline_path) if baseline_path is not None and not rewrite else None  # fail fast
+        return cls(loaded, baseline_path, base, rewrite, policy, out_dir, folder)
+
+
+def _runs(
+    gate: _Gate, runs: Sequence[str | Path], on_plan: PlanHook | None, progress: ProgressHook | None
+) -> tuple[list[Run], list[PlannedCheck]]:
+    """The runs to judge (given ones, verified; or the spec's fresh ones) and the plan of checks."""
+    if runs:
+        given = [load_run(r) for r in runs]
+        check_given_runs(given, gate.spec, gate.baseline_path)
+        return given, plan_gate(gate.spec, gate.base, gate.policy, given)
+    assert gate.spec is not None
+    check_runnable(gate.spec)
+    plan = plan_gate(gate.spec, gate.base, gate.policy)
+    if on_plan is not None:
+        on_plan(plan)
+    return produce_runs(gate.spec, gate.out, progress), plan
+
+
+def _judge(gate: _Gate, runs: list[Run], metrics: Mapping[str, list]) -> tuple[list[Outcome], list[Judged]]:
+    """The outcomes: the spec's thresholds, the baseline checks (with their judgements) and the sanity checks."""
+    outcomes: list[Outcome] = []
+    if gate.spec is not None:
+        requirements = {fam: s.requirements for fam, s in gate.spec.sections.items()}
+        outcomes += judge_requirements(requirements, runs, metrics, gate.spec.path.name)
+    judged: list[Judged] = []
+    if gate.base is not None:
+        p = gate.policy
+        judged = judge_baseline(gate.base, runs, mode=p.mode, tolerance=p.tolerance, alpha=p.alpha,
+                                fallback=p.interval_fallback, discordance=p.discordance, correction=p.correction,
+                                metrics=metrics)  # fmt: skip
+        outcomes += [j.outcome() for j in judged]
+    outcomes += sanity_outcomes(runs, gate.spec.sanity if gate.spec else "warn")
+    return outcomes, judged
+
+
+def _notes(gate: _Gate, judged: list[Judged]) -> list[str]:
+    """What a reader of the result must know besides the outcomes: a baseline being replaced, interval fallbacks."""
+    notes = []
+    if gate.rewrite and gate.baseline_path is not None:
+        replaced = "is replaced" if gate.baseline_path.exists() else "does not exist yet"
+        notes.append(f"baseline {gate.baseline_path} {replaced}: no baseline checks this time")
+    fallen = sum(j.decision.detail.startswith("paired unavailable") for j in judged)
+    if fallen:
+        notes.append(f"{fallen} baseline check(s) had no per-example outcomes to pair and used the interval rule")
+    return notes
 
 
 __all__ = ["check_runnable", "plan_gate", "produce_runs", "run_gate"]

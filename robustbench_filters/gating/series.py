@@ -28,8 +28,8 @@ import numpy as np
 import pandas as pd
 
 from ..core.errors import RobfiltError
-from ..stats.paired import PairedBinary, PairedRatio
 from ..runs.folder import Run
+from ..stats.paired import PairedBinary, PairedRatio
 from ..summaries import CERTIFY
 from .metrics import (
     certificate_rows,

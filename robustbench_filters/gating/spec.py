@@ -73,12 +73,12 @@ from typing import Any
 
 from .. import configs as CF
 from ..core.errors import RobfiltError
+from ..core.surface import Surface, surface
+from ..models.checkpoint import is_zoo_ref
+from ..summaries import CERTIFY, IMAGE, LIPSCHITZ, LM
 from .modes import BaselinePolicy, Correction, Mode
 from .outcome import Requirement
-from ..models.checkpoint import is_zoo_ref
 from .require import check_keys, read_number, read_requirements, spec_error
-from ..summaries import CERTIFY, IMAGE, LIPSCHITZ, LM
-from ..core.surface import Surface, surface
 
 SECTIONS: tuple[str, ...] = (IMAGE, LM, LIPSCHITZ, CERTIFY)
 TOP_KEYS = frozenset({"version", "name", "out", "baseline", "tolerance", "sanity", "device", "allow_code", *SECTIONS})

@@ -111,6 +111,35 @@ def _text(name: str, target: Target, config: Any, select: Selector) -> Inputs:
     return Inputs(x=torch.stack([ids[s : s + seq_len] for s in starts.tolist()]), y=None, ids=starts)
 
 
+def given_inputs(target: Target, inputs: Any, labels: Any, n: int) -> Inputs:
+    """The first ``n`` of the caller's ``inputs`` (and ``input_labels``), checked as ``evaluate`` checks ``data``:
+    images of an image model through :func:`robustbench_filters.data.adapters.to_unit_float` (float in [0, 1] or
+    uint8, (N, C, H, W) or its channel-last and grey forms), token ids of a language model as whole numbers from 0,
+    anything else (embeddings, a generic module's inputs) as finite floats; never empty, never on the meta device.
+    The caller's tensor is copied, never modified or kept in its autograd graph."""
+    from ..data.adapters import to_labels, to_unit_float
+
+    y = to_labels(labels[:n], n, "input_labels") if labels is not None else None
+    if target.family is Family.IMAGE:
+        return Inputs(x=to_unit_float(inputs[:n], "inputs"), y=y, ids=torch.arange(n))
+    try:
+        x = torch.as_tensor(inputs[:n]).detach()
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise RobfiltError(f"inputs cannot be read as a tensor ({type(inputs).__name__}: {exc}).") from None
+    if x.device.type == "meta":
+        raise RobfiltError("inputs are on the meta device (a shape without values); give tensors that hold data.")
+    if x.dim() < 2 or x.shape[0] == 0:
+        raise RobfiltError(f"inputs must be a batch of at least one example (N, ...), got shape {tuple(x.shape)}.")
+    if target.family is Family.LM and not torch.is_floating_point(x):
+        if x.dtype == torch.bool or int(x.min()) < 0:
+            raise RobfiltError(f"inputs of {target.name} are token ids: whole numbers from 0, got dtype {x.dtype}.")
+    elif not torch.is_floating_point(x):
+        raise RobfiltError(f"inputs of {target.name} must be float tensors, got dtype {x.dtype}.")
+    elif not bool(torch.isfinite(x).all()):
+        raise RobfiltError("inputs contain NaN or inf values; give finite inputs.")
+    return Inputs(x=x.clone(), y=y, ids=torch.arange(n))
+
+
 def load_inputs(target: Target, config: Any, select: Selector) -> Inputs:
     """``config.n_examples`` examples for ``target`` from ``config.data`` (None: the family default), chosen by
     ``select`` and read with the run's data options."""

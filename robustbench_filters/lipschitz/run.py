@@ -33,19 +33,23 @@ from torch import nn
 from ..checks import Check
 from ..checks import summarize as summarize_checks
 from ..checks.logits import check_finite_rows, require_logits
+from ..checks.model import require_model_device
 from ..configs import LipschitzConfig
-from ..data.labels import check_labels_fit, label_indices
 from ..core.errors import RobfiltError, UserCodeError
 from ..core.family import Family
-from ..models import create_model
 from ..core.names import Method
+from ..core.seeds import derived_seed
+from ..data.labels import check_labels_fit
+from ..models import create_model
+from ..models.factory import UNTRAINED, wants_untrained
 from ..runs.measurement import Measurement, PrepareContext, Tick
 from ..runs.units import Unit, batch_slices, example_count
+from ..summaries import LipschitzSummary
 
 if TYPE_CHECKING:
     from ..runs.runner import RunResult
 from .certify import certified_radius, margins, trace_bounds
-from .data import DEFAULT_DATA, Inputs, load_inputs
+from .data import DEFAULT_DATA, Inputs, given_inputs, load_inputs
 from .jacobian import jacobian_norm_exact, jacobian_norm_power
 from .profile import layer_profile
 from .ratio import pair_ratio_ascent
@@ -63,7 +67,7 @@ class LipschitzResult:
 
     examples: pd.DataFrame
     layers: pd.DataFrame
-    summary: dict[str, Any]
+    summary: LipschitzSummary
     path: Path | None = None
     gap: pd.DataFrame = field(default_factory=pd.DataFrame)
 
@@ -89,22 +93,23 @@ class _Settings:
 def _load_model(ref: str, config: LipschitzConfig) -> nn.Module:
     """Build by name directly on the manual attention path (no copy needed; see :mod:`.target`).
 
-    Untrained weights (``checkpoint`` None/"none") are drawn from a seeded, forked RNG, so the same seed gives
+    Untrained weights (``checkpoint="none"``; None is the zoo default) are drawn from a seeded, forked RNG, so the same seed gives
     the same model (and ``--resume`` finds the same run) without touching the caller's RNG state. ``timm:`` and
     factory references (and any with arguments or ``--model-arg``) load like everywhere else
     (:func:`..loading.load_model`); the target switches a fused-attention copy to the manual path.
     """
-    from ..models.loading import load_model
+    from ..models.loading import Loading, load_model
     from ..models.ref import ModelKind, parse_model_ref
 
-    size, checkpoint, seed, args = config.size, config.checkpoint, config.seed, config.parsed_model_args
-    if parse_model_ref(ref).kind is not ModelKind.REGISTRY or parse_model_ref(ref).args or args:
-        return load_model(ref, size, checkpoint, seed, config.allow_pickle, config.base_dir, args).module
+    how = Loading.of(config)
+    size, checkpoint, seed = how.size, how.checkpoint, how.seed
+    if parse_model_ref(ref).kind is not ModelKind.REGISTRY or parse_model_ref(ref).args or how.model_args:
+        return load_model(ref, how).module
     ref = parse_model_ref(ref).target
-    if checkpoint is None or str(checkpoint).lower() == "none":
+    if wants_untrained(checkpoint):
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed * 1_000_003 + zlib.crc32(ref.encode()))
-            return create_model(ref, size, fused_attn=False)
+            torch.manual_seed(derived_seed(seed, 1_000_003, zlib.crc32(ref.encode())))
+            return create_model(ref, size, checkpoint=UNTRAINED, fused_attn=False)
     return create_model(ref, size, checkpoint=checkpoint, fused_attn=False)
 
 
@@ -220,7 +225,6 @@ def _gap_rows(
 class Lipschitz(Measurement):
     """Per-example lower bounds and certified upper bounds (and per-block profiles) for each model."""
 
-    kind = "lipschitz"
     config: LipschitzConfig
 
     def prepare(self, ctx: PrepareContext) -> None:
@@ -233,6 +237,8 @@ class Lipschitz(Measurement):
                                   int(c.power_iters), float(c.tol), int(c.ratio_steps), int(c.batch_size), int(c.seed))  # fmt: skip
         self.settings.rhos = [c.rho * 10 ** (-k / 2) for k in range(2 * RHO_GRID_DECADES + 1)]
         self.built = [_load_model(m, c) if isinstance(m, str) else m for m in c.models]
+        for m, label in zip(self.built, c.labels, strict=True):
+            require_model_device(m, label, ctx.device)
         # a reference's label (its display name or the reference, with --model-arg merged in) names it, as in
         # attack and certify runs
         names_given = [label if isinstance(m, str) else None for m, label in zip(c.models, c.labels, strict=True)]
@@ -253,11 +259,7 @@ class Lipschitz(Measurement):
         self.outputs: list[int] = []  # each model's output width (classes); its labels must index it
         for t in self.targets:
             if c.inputs is not None:
-                n = example_count(len(c.inputs), c.n_examples)
-                y = c.input_labels[:n] if c.input_labels is not None else None
-                y = label_indices(y, n, "input_labels") if y is not None else None
-                x = torch.as_tensor(c.inputs[:n]).detach()  # the caller's tensor, never its graph
-                inp = Inputs(x=x, y=y, ids=torch.arange(n))
+                inp = given_inputs(t, c.inputs, c.input_labels, example_count(len(c.inputs), c.n_examples))
             else:
                 select = lambda total, n, name=t.name: ctx.select(total, n, name=name, ordered=False)  # noqa: E731
                 inp = load_inputs(t, c, select)
@@ -304,7 +306,7 @@ class Lipschitz(Measurement):
     def measure(self, unit: Unit, tick: Tick) -> pd.DataFrame:
         t = self.targets[unit.model]
         key = f"{t.name}-{unit.batch:04d}"  # the generator seed keeps the name-based key of format 1 runs
-        gen = torch.Generator().manual_seed(self.settings.seed * 1_000_003 + zlib.crc32(key.encode()))
+        gen = torch.Generator().manual_seed(derived_seed(self.settings.seed, 1_000_003, zlib.crc32(key.encode())))
         if unit.part == "gap":
             rows = _gap_rows(t, self.inputs[unit.model], self.batches[unit.batch], self.config, gen)
         else:
@@ -320,11 +322,9 @@ class Lipschitz(Measurement):
             bad |= examples["pred"].to_numpy() < 0
         return [check_finite_rows(pd.Series(bad), label, "examples"), *lipschitz_checks(rows, label)]
 
-    def summarise(self, rows: pd.DataFrame, checks: list[Check]) -> dict[str, Any]:
-        summary = summarize(rows, self.factors)
-        summary["checks"] = [c.to_dict() for c in checks]
-        summary["checks_summary"] = summarize_checks(checks)
-        return summary
+    def summarise(self, rows: pd.DataFrame, checks: list[Check]) -> LipschitzSummary:
+        checked = {"checks": [c.to_dict() for c in checks], "checks_summary": summarize_checks(checks)}
+        return LipschitzSummary.build({**summarize(rows, self.factors), **checked})
 
 
 def lipschitz_result(result: RunResult) -> LipschitzResult:

@@ -21,9 +21,9 @@ from ..core.progress import ProgressHook
 from ..runs.measurement import Measurement, PrepareContext, Tick
 from ..runs.runner import RunResult, run
 from ..runs.units import Unit
+from ..summaries import SEQLEN, SeqlenSummary
 from .seqlen import DEFAULT_NS, _layers, sequence_length_study
 
-KIND = "seqlen"
 LABEL = "attention-layer"
 
 
@@ -58,8 +58,6 @@ class SeqlenConfig:
 
 class SeqlenLayer(Measurement):
     """One unit: the whole study (its draws come from one generator, so it is not split)."""
-
-    kind: ClassVar[str] = KIND
 
     def __init__(self, config: SeqlenConfig) -> None:
         config.validate()
@@ -96,8 +94,8 @@ class SeqlenLayer(Measurement):
         tick(1)
         return rows
 
-    def summarise(self, rows: pd.DataFrame, checks: list[Any]) -> dict[str, Any]:
-        return {"kind": KIND, "n_values": sorted(int(n) for n in rows["n"].unique())}
+    def summarise(self, rows: pd.DataFrame, checks: list[Any]) -> SeqlenSummary:
+        return SeqlenSummary.build({"kind": SEQLEN, "n_values": sorted(int(n) for n in rows["n"].unique())})
 
 
 def sequence_length_run(
@@ -112,4 +110,4 @@ def sequence_length_run(
     return run(SeqlenLayer(config or SeqlenConfig()), out=out, resume=resume, overwrite=overwrite, progress=progress)
 
 
-__all__ = ["KIND", "SeqlenConfig", "SeqlenLayer", "sequence_length_run"]
+__all__ = ["SeqlenConfig", "SeqlenLayer", "sequence_length_run"]

@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..stats import vacuity
 from ..checks import FAIL, PASS, Check
+from ..stats import vacuity
 from ..stats.intervals import NONNEGATIVE, finite_interval
 
 MODEL_LAYER = "model"

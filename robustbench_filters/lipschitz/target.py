@@ -44,8 +44,11 @@ def _first_leaf(model: nn.Module) -> nn.Module | None:
     return None
 
 
-def model_family(model: nn.Module) -> Family | None:
-    """IMAGE for any image classifier, LM for robfilt language models, None for other modules.
+def input_family(model: nn.Module) -> Family | None:
+    """What a module's input is, read from its architecture: IMAGE for any image classifier, LM for robfilt
+    language models, None for other modules (their input tensor as it is). Unlike
+    :func:`robustbench_filters.configs.model_family`, which names a run's family from a reference or a module's
+    robfilt spec, this looks at the layers, since the estimators must know which input space to measure in.
 
     Image classifiers are recognised by construction, not by name: robfilt/timm ViTs, any timm model (its
     ``pretrained_cfg`` has an ``input_size``), or any module whose first layer is a 2D convolution (a ResNet,
@@ -146,6 +149,6 @@ def make_target(
         if fam is Family.LM and not hasattr(prepared, "forward_embeddings"):
             raise RobfiltError(f"{model_name(model)} has no forward_embeddings(); only robfilt LMs are family 'lm'.")
     else:
-        fam = model_family(prepared)
+        fam = input_family(prepared)
     box = (0.0, 1.0) if fam is Family.IMAGE else None
     return Target(name=name or model_name(model), model=prepared, family=fam, box=box)

@@ -24,12 +24,13 @@ from torch import nn
 from ..core.errors import CheckpointError
 from ..core.family import Family
 from ..core.io import atomic_write_text
+from ..core.surface import given
 from ..core.versions import library_versions
+from .config import DeiTConfig, LMConfig, config_from_dict
+from .registry import ModelSpec, build_from_spec, parse_name
 from .zoo_index import CARD, WEIGHTS, ZOO_DIR, zoo_folder_name  # ZOO_DIR: a global here, so tests can move it
 from .zoo_index import ZOO_NOISE_SIGMAS as ZOO_NOISE_SIGMAS  # re-exported: the noise levels of the zoo
 from .zoo_index import noise_tag as noise_tag  # re-exported: how a noise level names a zoo variant
-from .config import DeiTConfig, LMConfig, config_from_dict
-from .registry import ModelSpec, build_from_spec, parse_name
 
 log = logging.getLogger(__name__)
 
@@ -144,15 +145,26 @@ def _resolve_paths(path: str | Path, name: str | None, size: str) -> tuple[Path,
             extra = f" --noise-sigma {noise:g}" if noise else ""
             raise CheckpointError(
                 f"no {path} weights for {name} ({size}); train them with "
-                f"`robfilt train --model {name} --size {size}{extra} --out {folder}` or pass --checkpoint PATH."
+                f"`robfilt train --model {name} --size {size}{extra} --out {folder}`, pass "
+                f"{given('checkpoint', 'PATH')}, or {given('checkpoint', 'none')} for untrained weights."
             )
         return folder / WEIGHTS, folder / CARD
     path = Path(path)
+    refuse_non_utf8(path)
     if not path.exists():
         raise CheckpointError(f"checkpoint {path} does not exist; pass a folder with {WEIGHTS} and {CARD}.")
     if path.is_dir():
         return path / WEIGHTS, path / CARD
     return path, path.parent / CARD
+
+
+def refuse_non_utf8(path: Path) -> None:
+    """safetensors opens files by UTF-8 path only: a checkpoint under a path that is not UTF-8 is refused by name
+    (before its card is read), instead of failing halfway as if the file were truncated."""
+    from ..core.io import non_utf8_path
+
+    if non_utf8_path(path):
+        raise CheckpointError(f"checkpoint {path} is not a UTF-8 path, which safetensors cannot open; rename it.")
 
 
 def _is_pickle(weights: Path) -> bool:

@@ -48,6 +48,19 @@ class FilterConfig:
         initial_sigmas(self.bsa_sigma, 1)
         self.grc_lambda = validate_lambda(self.grc_lambda)
 
+    def _require_positive(self, *names: str) -> None:
+        """The architecture sizes of a family (each family names its own), checked with one message shape."""
+        for name in names:
+            if int(getattr(self, name)) <= 0:
+                raise RobfiltError(f"{name} must be a positive integer, got {getattr(self, name)}.")
+
+    def _require_divisible(self, name: str, by: str, fix: str = "") -> None:
+        """A width split evenly across heads or patches; ``fix`` says how when the field name alone does not."""
+        value, divisor = getattr(self, name), getattr(self, by)
+        if value % divisor:
+            how = f"; {fix}." if fix else "."
+            raise RobfiltError(f"{name} {value} is not divisible by {by} {divisor}{how}")
+
 
 @dataclass
 class DeiTConfig(FilterConfig):
@@ -69,16 +82,9 @@ class DeiTConfig(FilterConfig):
 
     def validate(self) -> None:
         super().validate()
-        for name in ("img_size", "patch_size", "in_chans", "num_classes", "embed_dim", "depth", "num_heads"):
-            if int(getattr(self, name)) <= 0:
-                raise RobfiltError(f"{name} must be a positive integer, got {getattr(self, name)}.")
-        if self.img_size % self.patch_size:
-            raise RobfiltError(
-                f"img_size {self.img_size} is not divisible by patch_size {self.patch_size}; "
-                "pick an image size that is a multiple of the patch size."
-            )
-        if self.embed_dim % self.num_heads:
-            raise RobfiltError(f"embed_dim {self.embed_dim} is not divisible by num_heads {self.num_heads}.")
+        self._require_positive("img_size", "patch_size", "in_chans", "num_classes", "embed_dim", "depth", "num_heads")
+        self._require_divisible("img_size", "patch_size", "pick an image size that is a multiple of the patch size")
+        self._require_divisible("embed_dim", "num_heads")
         self.mean, self.std = tuple(self.mean), tuple(self.std)
         if len(self.mean) != self.in_chans or len(self.std) != self.in_chans:
             raise RobfiltError(f"mean/std need {self.in_chans} values (one per input channel).")
@@ -103,11 +109,8 @@ class LMConfig(FilterConfig):
 
     def validate(self) -> None:
         super().validate()
-        for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
-            if int(getattr(self, name)) <= 0:
-                raise RobfiltError(f"{name} must be a positive integer, got {getattr(self, name)}.")
-        if self.n_embd % self.n_head:
-            raise RobfiltError(f"n_embd {self.n_embd} is not divisible by n_head {self.n_head}.")
+        self._require_positive("vocab_size", "block_size", "n_layer", "n_head", "n_embd")
+        self._require_divisible("n_embd", "n_head")
         if not (0.0 <= self.dropout < 1.0) or math.isnan(self.dropout):
             raise RobfiltError(f"dropout must be in [0, 1), got {self.dropout}.")
 

@@ -13,8 +13,8 @@ import timm
 import torch
 from torch import nn
 
-from ..data.preprocess import InputSpec
 from ..core.errors import RobfiltError
+from ..data.preprocess import InputSpec
 from .bsa import BilateralAttention, PosKernel, bsa_layer
 from .config import FASHION_MNIST_MEAN, FASHION_MNIST_STD, DeiTConfig
 from .grc import BlockStack

@@ -8,10 +8,10 @@ from typing import Any
 from ..core.errors import RobfiltError
 from ..core.family import Family
 from ..core.names import ZOO_MODEL_SIZE, ZOO_MODELS, architecture
-from .zoo_index import list_table as list_table  # re-exported: `models list` reads cards only (no torch)
-from .zoo_index import noise_zoo, zoo_entry
 from .registry import build_from_spec, resolve_spec
 from .timm_registry import timm_name
+from .zoo_index import list_table as list_table  # re-exported: `models list` reads cards only (no torch)
+from .zoo_index import noise_zoo, zoo_entry
 
 FORMULATION_NOTE = (
     "These BSA and GRC formulas are this project's formulation of the principles in Abdullaev, Tkachenko & "

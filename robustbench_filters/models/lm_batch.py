@@ -70,4 +70,57 @@ def window_batch(windows: Sequence[Any], device: torch.device) -> Batch:
     return Batch(idx.to(device), tgt.to(device), mask.to(device), owner, index, support.to(device))
 
 
-__all__ = ["Batch", "sequence_nll", "window_batch"]
+@dataclass
+class RowScores:
+    """Per row (window or sequence) of a batch: summed NLL (float64; NaN where the model made no prediction),
+    scored tokens and correctly predicted tokens (int64), on the CPU."""
+
+    nll: torch.Tensor
+    n_tokens: torch.Tensor
+    correct: torch.Tensor
+
+    @staticmethod
+    def cat(parts: Sequence[RowScores]) -> RowScores:
+        if not parts:
+            empty = torch.zeros(0, dtype=torch.int64)
+            return RowScores(torch.zeros(0, dtype=torch.float64), empty, empty.clone())
+        return RowScores(*(torch.cat([getattr(p, k) for p in parts]) for k in ("nll", "n_tokens", "correct")))
+
+
+def score_batch(model: Any, emb: torch.Tensor, b: Batch) -> RowScores:
+    """Score the rows of ``b`` from the embeddings ``emb`` (clean or perturbed): ``model.forward_embeddings``.
+
+    A row whose logits are not a finite (batch, seq, vocab) tensor at its scored positions is no prediction: NaN
+    NLL and 0 correct tokens (never argmax's token 0), which fails the "model outputs finite" check.
+    """
+    with torch.no_grad():
+        out = model.forward_embeddings(emb)
+        if (
+            isinstance(out, torch.Tensor)
+            and out.is_floating_point()
+            and out.dim() == 3
+            and out.shape[:2] == b.idx.shape
+        ):
+            finite = torch.isfinite(out).all(-1)
+            bad = ((~finite) & (b.mask > 0)).any(1)
+            nll = torch.where(bad, float("nan"), sequence_nll(out, b.targets, b.mask))
+            predicted = torch.where(finite, out.argmax(-1), torch.full_like(b.targets, -1))
+            correct = ((predicted == b.targets).float() * b.mask).sum(1) * ~bad
+        else:  # a tuple, a dict or another shape mid-run: no row of the batch has a prediction
+            nll = torch.full((len(b.idx),), float("nan"), device=b.mask.device)
+            correct = torch.zeros(len(b.idx), device=b.mask.device)
+    n_tokens = b.mask.sum(1).round().to(torch.int64).cpu()
+    return RowScores(nll.double().cpu(), n_tokens, correct.round().to(torch.int64).cpu())
+
+
+def score_windows(model: Any, windows: Sequence[Any], batch_size: int, device: torch.device) -> RowScores:
+    """Clean scores of ``windows`` in order, ``batch_size`` windows per forward pass (a window's numbers do not
+    depend on the windows beside it, up to float rounding of the batched kernels)."""
+    parts = []
+    for start in range(0, len(windows), batch_size):
+        b = window_batch(windows[start : start + batch_size], device)
+        parts.append(score_batch(model, model.embed(b.idx), b))
+    return RowScores.cat(parts)
+
+
+__all__ = ["Batch", "RowScores", "score_batch", "score_windows", "sequence_nll", "window_batch"]

@@ -1,7 +1,7 @@
 """Resolve a model reference (``--model``) into a ready-to-evaluate module.
 
-Above both :mod:`.models` (robfilt's own architectures, timm, factories) and :mod:`.hf` (Hugging Face LMs),
-which is why it is not part of either package. References (:mod:`.models.ref`): ``[name=]target[?key=value&...]`` with target
+It sits above robfilt's own architectures, timm and factories (the rest of this package) and Hugging Face LMs
+(:mod:`.hf`), and below every measurement. References (:mod:`.ref`): ``[name=]target[?key=value&...]`` with target
 
 - a registry name (``deit-grc``): zoo weights by default, ``--checkpoint PATH`` (a robfilt checkpoint, or a plain
   state dict for the same architecture) or ``none`` (untrained); arguments are config fields plus ``size``;
@@ -18,6 +18,7 @@ Every model comes back in eval mode with its :class:`~robustbench_filters.data.p
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,13 +27,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..data.preprocess import InputSpec, input_spec_of
 from ..core.errors import RobfiltError
-from .checkpoint import CARD, is_zoo_ref
-from .factory import create_model
-from .ref import ModelKind, ModelRef, apply_model_args, model_kind, parse_model_ref
-from .registry import parse_name
 from ..core.names import ZOO_MODELS, architecture
+from ..data.preprocess import InputSpec, input_spec_of
+from .checkpoint import CARD, is_zoo_ref
+from .factory import UNTRAINED, create_model, wants_untrained
+from .ref import ModelKind, ModelRef, apply_model_args, parse_model_ref
+from .registry import parse_name
 
 DEFAULT_CHECKPOINTS = (None, "none", "zoo")
 
@@ -47,37 +48,49 @@ class LoadedModel:
     ref: ModelRef | None = None  # the parsed reference it was built from
 
 
-def validate_model_ref(ref: str | ModelRef) -> str:
-    """:func:`.ref.model_kind`, with a timm architecture checked against timm's registry too."""
-    kind = model_kind(ref)
-    if kind == "timm":
-        from .timm_models import check_timm_arch
+@dataclass(frozen=True)
+class Loading:
+    """How model references are built and where their weights come from: the model options of a run config
+    (:meth:`of`), or of a direct :func:`load_model` call.
 
-        check_timm_arch(parse_model_ref(ref).target)
-    mref = parse_model_ref(ref)
-    if mref.kind is ModelKind.HF and mref.args:
-        from .hf.convert import conversion_settings
+    ``checkpoint``: ``"zoo"`` (the default weights of the kind: zoo for registry names, the factory's own),
+    ``"none"``/None (untrained, seeded by ``seed``) or a path. ``base_dir`` is where relative factory paths and
+    dotted factory modules are looked up (default: the working directory; for a spec, the spec's folder).
+    ``model_args`` (e.g. from ``--model-arg``) override every reference's own arguments. The defaults are a run
+    config's (:class:`robustbench_filters.configs.RunConfig`; a test holds them equal).
+    """
 
-        conversion_settings(mref.args, mref.label)
-    return kind
+    size: str = "micro"
+    checkpoint: str | Path | None = "zoo"
+    seed: int = 0
+    allow_pickle: bool = False
+    base_dir: str | Path | None = None
+    model_args: Mapping[str, Any] | None = None
+
+    @classmethod
+    def of(cls, config: Any) -> Loading:
+        """The model options of a run config (its ``--model-arg`` pairs parsed)."""
+        return cls(config.size, config.checkpoint, int(config.seed), bool(config.allow_pickle), config.base_dir,
+                   config.parsed_model_args)  # fmt: skip
 
 
-def _registry(ref: ModelRef, size: str, checkpoint: Any, seed: int, allow_pickle: bool) -> tuple[nn.Module, str]:
+def _registry(ref: ModelRef, how: Loading) -> tuple[nn.Module, str]:
+    checkpoint, allow_pickle = how.checkpoint, how.allow_pickle
     overrides = dict(ref.args)
-    size = str(overrides.pop("size", size))
+    size = str(overrides.pop("size", how.size))
     name = ref.target
     if name in ZOO_MODELS:
         return create_model(name, size, checkpoint=checkpoint, **overrides), "zoo"
     parse_name(name)  # raises with suggestions
-    if checkpoint in (None, "none"):
-        torch.manual_seed(seed)
-        return create_model(name, size, **overrides), "untrained"
+    if wants_untrained(checkpoint):
+        torch.manual_seed(how.seed)
+        return create_model(name, size, checkpoint=UNTRAINED, **overrides), "untrained"
     path = Path(str(checkpoint)).expanduser()
     if not is_zoo_ref(checkpoint) and path.is_file() and not (path.parent / CARD).exists():
         # a plain state dict (e.g. trained with timm under the registered name): build from the reference, load it
         from .weights import load_weights
 
-        model = create_model(name, size, **overrides)
+        model = create_model(name, size, checkpoint=UNTRAINED, **overrides)
         return load_weights(model, path, ref.label, allow_pickle).eval(), str(checkpoint)
     if allow_pickle and not is_zoo_ref(checkpoint):
         from .checkpoint import load_checkpoint
@@ -86,10 +99,11 @@ def _registry(ref: ModelRef, size: str, checkpoint: Any, seed: int, allow_pickle
     return create_model(name, size, checkpoint=checkpoint, **overrides), str(checkpoint)
 
 
-def _timm(ref: ModelRef, checkpoint: Any, seed: int, allow_pickle: bool) -> tuple[nn.Module, str]:
+def _timm(ref: ModelRef, how: Loading) -> tuple[nn.Module, str]:
     from .timm_models import build_timm
     from .timm_registry import REGISTERED
 
+    checkpoint, seed = how.checkpoint, how.seed
     if checkpoint == "zoo":
         if ref.target not in REGISTERED:
             raise RobfiltError(
@@ -98,64 +112,58 @@ def _timm(ref: ModelRef, checkpoint: Any, seed: int, allow_pickle: bool) -> tupl
             )
         return build_timm(ref, seed, pretrained=True), "zoo"
     model = build_timm(ref, seed)
-    if checkpoint in (None, "none"):
+    if wants_untrained(checkpoint):
         return model, f"random init (seed {seed})"
     from .weights import load_weights
 
-    return load_weights(model, checkpoint, ref.label, allow_pickle).eval(), str(checkpoint)
+    return load_weights(model, checkpoint, ref.label, how.allow_pickle).eval(), str(checkpoint)
 
 
-def _factory(
-    ref: ModelRef, checkpoint: Any, seed: int, allow_pickle: bool, base_dir: str | Path | None
-) -> tuple[nn.Module, str]:
+def _factory(ref: ModelRef, how: Loading) -> tuple[nn.Module, str]:
     from .user_factory import build_factory
 
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = build_factory(ref, base_dir)
-    if checkpoint in DEFAULT_CHECKPOINTS:
+        torch.manual_seed(how.seed)
+        model = build_factory(ref, how.base_dir)
+    if how.checkpoint in DEFAULT_CHECKPOINTS or wants_untrained(how.checkpoint):
         return model.eval(), "factory"  # the factory's own weights: nothing to load
     from .weights import load_weights
 
-    return load_weights(model, checkpoint, ref.label, allow_pickle).eval(), str(checkpoint)
+    return load_weights(model, how.checkpoint, ref.label, how.allow_pickle).eval(), str(how.checkpoint)
 
 
-def _hf(ref: ModelRef, checkpoint: Any, base_dir: str | Path | None, **options: Any) -> tuple[nn.Module, str]:
+def _hf(ref: ModelRef, how: Loading) -> tuple[nn.Module, str]:
     from .hf.load import load_hf
 
-    if checkpoint not in DEFAULT_CHECKPOINTS:
+    if how.checkpoint not in DEFAULT_CHECKPOINTS and not wants_untrained(how.checkpoint):
         raise RobfiltError(f"--checkpoint does not apply to {ref.label}: the hf: folder holds its weights; drop it.")
-    module = load_hf(ref.target, label=ref.label, base_dir=base_dir, conversion=ref.args, **options)
+    module = load_hf(ref.target, label=ref.label, base_dir=how.base_dir, conversion=ref.args)
     return module, f"hf:{ref.target}"
 
 
-def load_model(
-    ref: str | ModelRef,
-    size: str = "micro",
-    checkpoint: str | Path | None = "zoo",
-    seed: int = 0,
-    allow_pickle: bool = False,
-    base_dir: str | Path | None = None,
-    model_args: Mapping[str, Any] | None = None,
-) -> LoadedModel:
+def load_model(ref: str | ModelRef, how: Loading | None = None, **options: Any) -> LoadedModel:
     """Load one model reference for evaluation, in eval mode.
 
-    ``model_args`` (e.g. from ``--model-arg``) override the reference's own arguments. ``base_dir`` is where
-    relative factory paths and dotted factory modules are looked up (default: the working directory; for a spec,
-    pass the spec's folder). ``checkpoint``: ``"zoo"`` (default weights of the kind: zoo for registry models, the
-    factory's own), ``"none"``/None (untrained, seeded by ``seed``) or a path.
+    ``how`` holds the model options (:class:`Loading`: size, checkpoint, seed, allow_pickle, base_dir,
+    model_args); keyword ``options`` set or override single ones (``load_model(ref, checkpoint="none", seed=7)``).
+    ``checkpoint``: ``"zoo"`` (the default, as on the command line; None means the same: default weights of the
+    kind, zoo for registry models, the factory's own), ``"none"`` (untrained, seeded by ``seed``: only on this
+    explicit request) or a path.
     """
-    mref = apply_model_args(parse_model_ref(ref), model_args)
+    how = dataclasses.replace(how or Loading(), **options)
+    if how.checkpoint is None:
+        how = dataclasses.replace(how, checkpoint="zoo")
+    mref = apply_model_args(parse_model_ref(ref), how.model_args)
     if mref.kind is ModelKind.TIMM:
-        module, source = _timm(mref, checkpoint, seed, allow_pickle)
+        module, source = _timm(mref, how)
         family = "timm"
     elif mref.kind is ModelKind.FACTORY:
-        module, source = _factory(mref, checkpoint, seed, allow_pickle, base_dir)
+        module, source = _factory(mref, how)
         family = "custom"
     elif mref.kind is ModelKind.HF:
-        module, source = _hf(mref, checkpoint, base_dir)
+        module, source = _hf(mref, how)
         family = "lm"
     else:
-        module, source = _registry(mref, size, checkpoint, seed, allow_pickle)
+        module, source = _registry(mref, how)
         family = parse_name(architecture(mref.target))[0].value
     return LoadedModel(mref.label, family, module, source, input_spec_of(module), mref)

@@ -278,7 +278,7 @@ def model_kind(ref: str | ModelRef, base_dir: str | Path | None = None) -> str:
     Registry names are checked against the vocabulary (with suggestions) and a factory's ``.py`` file must exist,
     so run configs refuse a bad name or file before the heavy imports (a relative file from ``base_dir`` too: a spec's
     folder). A timm architecture needs timm itself
-    (:func:`.resolve.validate_model_ref`, and loading, check it); a factory's callable is checked when the model is
+    (loading checks it: :func:`.timm_models.check_timm_arch`); a factory's callable is checked when the model is
     loaded (that runs the user's code).
     """
     from ..core.names import HF_INSTALL, architecture, parse_name

@@ -14,15 +14,13 @@ from torch import nn
 
 from ..core.errors import RobfiltError, unknown
 from ..core.family import Family
+from ..core.names import MODEL_NAMES as MODEL_NAMES  # re-exported: the registry's names are the vocabulary's
+from ..core.names import PREFIX as PREFIX
+from ..core.names import parse_name as parse_name
 from .config import DeiTConfig, LMConfig, apply_overrides
 from .deit import DEIT_SIZES, build_deit
 from .lm import LM_SIZES, CausalLM
 
-#: Registry-name prefix of each family: ``deit-*`` names are image models, ``lm-*`` language models.
-PREFIX: dict[Family, str] = {Family.IMAGE: "deit", Family.LM: "lm"}
-MODEL_NAMES: tuple[str, ...] = tuple(
-    f"{fam}{suffix}" for fam in ("deit", "lm") for suffix in ("", "-bsa", "-grc", "-bsa-grc")
-)
 SIZES: dict[Family, tuple[str, ...]] = {Family.IMAGE: tuple(DEIT_SIZES), Family.LM: tuple(LM_SIZES)}
 
 
@@ -45,15 +43,6 @@ class ModelSpec:
 
     def config_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self.config)
-
-
-def parse_name(name: str) -> tuple[Family, bool, bool]:
-    """'deit-bsa-grc' -> (Family.IMAGE, bsa=True, grc=True)."""
-    if name not in MODEL_NAMES:
-        raise unknown("model", name, MODEL_NAMES)
-    prefix, *mods = name.split("-")
-    family = next(f for f, p in PREFIX.items() if p == prefix)
-    return family, "bsa" in mods, "grc" in mods
 
 
 def resolve_spec(name: str, size: str = "micro", **overrides: Any) -> ModelSpec:

@@ -6,7 +6,7 @@ import hook runs it right after the first ``import timm``, wherever that import 
 robfilt's own models). Either way, ``timm.create_model("deit_tiny_bsa_grc_patch16_224")`` works after
 ``import robustbench_filters``, in whichever order the two were imported.
 
-Registering needs only names and input configs (:mod:`.names`); each entry point imports robfilt's builder when
+Registering needs only names and input configs (:mod:`..core.names`); each entry point imports robfilt's builder when
 it is called, so the registration never imports robfilt's model modules (which may be half-imported at that
 moment: they import timm themselves).
 """

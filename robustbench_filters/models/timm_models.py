@@ -16,8 +16,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..data.preprocess import InputSpec
 from ..core.errors import RobfiltError, suggest
+from ..data.preprocess import InputSpec
 from .normalize import attach_normalizer, channel_stats
 from .ref import ModelKind, ModelRef
 from .user_code import describe_exception, user_code

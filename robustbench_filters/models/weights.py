@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from ..core.errors import CheckpointError
-from .checkpoint import WEIGHTS, _is_pickle
+from .checkpoint import WEIGHTS, _is_pickle, refuse_non_utf8
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +32,7 @@ SHOWN = 3  # mismatches named per kind
 def weights_file(path: str | Path) -> Path:
     """The weights file of ``path``: the file itself, or ``model.safetensors`` inside a folder."""
     p = Path(path).expanduser()
+    refuse_non_utf8(p)
     if not p.exists():
         raise CheckpointError(
             f"checkpoint {p} does not exist; pass a .safetensors file (or a torch file with --allow-pickle)."

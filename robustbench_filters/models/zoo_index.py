@@ -17,7 +17,7 @@ from ..core.names import MODEL_NAMES, SIZES, ZOO_MODEL_SIZE, ZOO_MODELS, parse_n
 
 WEIGHTS = "model.safetensors"
 CARD = "card.json"
-ZOO_DIR = Path(__file__).resolve().parent / "zoo"
+ZOO_DIR = Path(__file__).resolve().parents[1] / "zoo"  # robustbench_filters/zoo, package data
 # Noise levels of the noise-trained zoo variants (``checkpoint="zoo:sigma0.25"``): base classifiers for
 # randomized smoothing, trained with Gaussian data augmentation (``robfilt train --noise-sigma``).
 ZOO_NOISE_SIGMAS: tuple[float, ...] = (0.25,)

@@ -55,6 +55,15 @@ class ReportBuilder:
         self.result.tables[name] = paths
         self.sections.append(I.Section(title, caption, table=name, inline=R.markdown(layout), layout=layout))
 
+    def family_figure(
+        self, family: str, name: str, title: str, caption: str | Callable[[Any], str], draw: Callable[..., Any],
+        data: Any, subtitle: str,
+    ) -> None:  # fmt: skip
+        """A figure of one family's runs: ``draw(data, sources, subtitle, paper=...)`` (see :meth:`figure`)."""
+        src = self.rs.ids(family)
+        make = lambda paper: draw(data, src, subtitle, paper=paper)  # noqa: E731
+        self.figure(name, title, caption, make, src, subtitle, self.rs.families[family])
+
     def figure(
         self,
         name: str,
@@ -104,7 +113,7 @@ class ReportBuilder:
     # -- index ---------------------------------------------------------------------------------------------
     def checks_notes(self) -> None:
         for run in self.rs.runs:
-            failed = [f"{c.model}: {c.name}" for c in run.typed_summary.sanity_checks() if c.status == "fail"]
+            failed = [f"{c.model}: {c.name}" for c in run.summary.sanity_checks() if c.status == "fail"]
             if failed:
                 self.result.notes.append(
                     f"run {run.run_id}: {len(failed)} sanity check(s) FAILED ({'; '.join(failed)}); "

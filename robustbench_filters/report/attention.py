@@ -26,7 +26,7 @@ class AttentionMaps:
 
 def recorded_attention(run: Run) -> RecordedAttention | None:
     """The maps an image attack run recorded; None for other runs (corruption runs record none)."""
-    summary = run.typed_summary
+    summary = run.summary
     return summary.recorded_attention() if isinstance(summary, ImageAttackSummary) else None
 
 

@@ -47,12 +47,13 @@ def image_subtitle(runs: Sequence[Run], rows: pd.DataFrame, n: int) -> str:
 
 
 def lm_subtitle(runs: Sequence[Run], rows: pd.DataFrame, n: int) -> str:
-    """'n = 64 sequences · FGSM, PGD-20 on embeddings: per-token L2, ε × mean embedding norm · word swap ...'."""
+    """'n = 64 documents · FGSM, PGD-20 on embeddings: per-token L2, ε × mean embedding norm · word swap ...'."""
     adv = _adversarial(rows)
     kinds = adv.groupby("attack", sort=False)["kind"].first() if "kind" in adv.columns else pd.Series(dtype=str)
     embedding = [a for a, k in kinds.items() if k != "contamination"]
     text = [a for a, k in kinds.items() if k == "contamination"]
-    parts = [f"n = {n} sequences"]
+    unit = "documents" if "n_windows" in rows.columns else "sequences"  # runs from before documents: chunks
+    parts = [f"n = {n} {unit}"]
     if embedding:
         norms = [NORMS.get(str(v), str(v)) for v in dict.fromkeys(adv.loc[adv["attack"].isin(embedding), "norm"])]
         relative = "relative" in _config(runs, "eps_mode")

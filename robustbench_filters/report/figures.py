@@ -68,11 +68,6 @@ def _with_clean(table: pd.DataFrame, model: str, attack: str) -> pd.DataFrame:
     return mine.sort_values("eps", kind="stable")
 
 
-def on_255_grid(eps: Sequence[float]) -> bool:
-    """True when every non-zero budget prints as k/255 (:func:`..budgets.eps_text`), as the tables show it."""
-    return on_grid(list(eps))
-
-
 MAX_EPS_TICKS = 9  # more measured budgets than this: matplotlib places the ticks (still labelled by eps_text)
 
 
@@ -203,7 +198,7 @@ def perplexity_figure(
             tidy_grid(ax, log)
         for ax in axes.flat[len(attacks) :]:
             ax.set_visible(False)
-        label_figure(fig, subtitle or _default_subtitle(ppl, "sequences"), sources, paper=paper)
+        label_figure(fig, subtitle or _default_subtitle(ppl, "documents"), sources, paper=paper)
         legend_below(fig)
     return fig
 

@@ -249,6 +249,6 @@ def checks_frame(runs: Sequence) -> pd.DataFrame:
     rows = [
         {"run": r.run_id, "model": c.model, "check": c.name, "status": c.status, "detail": c.detail}
         for r in runs
-        for c in r.typed_summary.sanity_checks()
+        for c in r.summary.sanity_checks()
     ]
     return pd.DataFrame(rows, columns=["run", "model", "check", "status", "detail"])

@@ -24,8 +24,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from ..stats import vacuity
 from ..core.errors import RobfiltError
+from ..stats import vacuity
 from .style import ONE_COLUMN, TWO_COLUMN, drawn, label_figure, legend_below, mark, new_figure, paper_style
 from .tables import GAP_PREFIX
 

@@ -12,12 +12,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pandas as pd
 
-from ..stats import vacuity
 from ..core.budgets import eps_text
 from ..core.io import atomic_write_text
+from ..stats import vacuity
 from .latex import format_number, label_for, latex_table
 from .tables import CLEAN, model_order
 
@@ -88,11 +90,18 @@ def perplexity_layout(table: pd.DataFrame) -> pd.DataFrame:
     """Rows (attack, eps or rate), one column per model: perplexity [95% bootstrap CI]."""
     if table.empty:
         return pd.DataFrame()
-    models, data = _by_condition(
-        table,
-        lambda r: f"{r.ppl:.2f}" + (f" [{r.ppl_lo:.2f}, {r.ppl_hi:.2f}]" if math.isfinite(r.ppl_lo) else ""),
-    )
+    models, data = _by_condition(table, _ppl_cell)
     return pd.DataFrame(data, columns=["attack", "eps / rate", *models])
+
+
+def _ppl_cell(r: Any) -> str:
+    """'12.31 [11.80, 12.90] x1.42': perplexity [95% bootstrap CI] and, under attack, its ratio to clean ('-' when
+    no token was predicted: never a number)."""
+    if not math.isfinite(r.ppl):
+        return "-"
+    cell = f"{r.ppl:.2f}" + (f" [{r.ppl_lo:.2f}, {r.ppl_hi:.2f}]" if math.isfinite(r.ppl_lo) else "")
+    ratio = getattr(r, "x_clean", math.nan)
+    return cell + (f" x{ratio:.2f}" if r.attack != "clean" and math.isfinite(ratio) else "")
 
 
 def lm_eval_layout(table: pd.DataFrame) -> pd.DataFrame:
@@ -103,6 +112,7 @@ def lm_eval_layout(table: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame()
     models = model_order(sub)
     conds = list(dict.fromkeys(_condition(a, e) for a, e in sub[["attack", "eps"]].itertuples(index=False)))
+    sub = sub[np.isfinite(sub["word_perplexity"].to_numpy(float))]
     cells = {
         (r.model, _condition(r.attack, r.eps)): f"{r.word_perplexity:.4g}"
         + (f" [{r.word_perplexity_lo:.4g}, {r.word_perplexity_hi:.4g}]" if math.isfinite(r.word_perplexity_lo) else "")
@@ -152,21 +162,30 @@ def _certified(values: pd.Series, flags: pd.Series, kind: str = "upper") -> pd.S
     return pd.Series([vacuity.label(t, f, kind) for t, f in zip(text, flags, strict=True)], index=values.index)
 
 
+def _bounds(table: pd.DataFrame, names: tuple[str, str, str, str]) -> dict[str, pd.Series]:
+    """The lower bound (mean, max) and the certified local and global upper bounds, under ``names``."""
+    lower_mean, lower_max, local, upper = names
+    return {
+        lower_mean: table["lower_mean"].map(sci),
+        lower_max: table["lower_max"].map(sci),
+        local: _certified(table["local_upper_median"], table["local_upper_vacuous"]),
+        upper: _certified(table["global_upper"], table["global_upper_vacuous"]),
+    }
+
+
 def lipschitz_layout(table: pd.DataFrame) -> pd.DataFrame:
     if table.empty:
         return pd.DataFrame()
+    bounds = _bounds(table, ("lower (mean)", "lower (max)", "local upper (median)", "certified upper"))
     return pd.DataFrame(
         {
             "model": table["model"],
             "method": table["method"],
             "n": table["n"],
-            "lower (mean)": table["lower_mean"].map(sci),
-            "lower (max)": table["lower_max"].map(sci),
-            "local upper (median)": _certified(table["local_upper_median"], table["local_upper_vacuous"]),
-            "certified upper": _certified(table["global_upper"], table["global_upper_vacuous"]),
+            **bounds,
             "upper / lower": table["upper_over_lower"].map(sci),
             "radius (mean)": _certified(table["radius_mean"], table["radius_vacuous"], "radius"),
-        }
+        }  # fmt: skip
     )
 
 
@@ -174,16 +193,8 @@ def lipschitz_layer_layout(table: pd.DataFrame) -> pd.DataFrame:
     """Per model and block: the empirical gain (mean, max over examples) and the certified block constants."""
     if table.empty:
         return pd.DataFrame()
-    return pd.DataFrame(
-        {
-            "model": table["model"],
-            "block": table["block"],
-            "gain (mean)": table["lower_mean"].map(sci),
-            "gain (max)": table["lower_max"].map(sci),
-            "certified local (median)": _certified(table["local_upper_median"], table["local_upper_vacuous"]),
-            "certified block constant": _certified(table["global_upper"], table["global_upper_vacuous"]),
-        }
-    )
+    names = ("gain (mean)", "gain (max)", "certified local (median)", "certified block constant")
+    return pd.DataFrame({"model": table["model"], "block": table["block"], **_bounds(table, names)})
 
 
 def seqlen_layout(table: pd.DataFrame) -> pd.DataFrame:

@@ -58,16 +58,8 @@ def lipschitz_section(b: ReportBuilder) -> None:
                 R.lipschitz_layer_layout(layers),
                 LIPSCHITZ,
             )
-            src, sub = b.rs.ids(LIPSCHITZ), C.lipschitz_subtitle(rows)
-            b.figure(
-                "lipschitz_profile",
-                "Per-layer Lipschitz profile",
-                F.lipschitz_profile_caption,
-                lambda paper: F.lipschitz_profile_figure(layers, src, sub, paper=paper),
-                src,
-                sub,
-                b.rs.families[LIPSCHITZ],
-            )
+            b.family_figure(LIPSCHITZ, "lipschitz_profile", "Per-layer Lipschitz profile", F.lipschitz_profile_caption,
+                            F.lipschitz_profile_figure, layers, C.lipschitz_subtitle(rows))  # fmt: skip
         lipschitz_gap_section(b, rows)
     rows = b.rs.rows.get(SEQLEN)
     if rows is None:
@@ -82,16 +74,8 @@ def lipschitz_section(b: ReportBuilder) -> None:
         R.seqlen_layout(study),
         SEQLEN,
     )
-    src, sub = b.rs.ids(SEQLEN), C.seqlen_subtitle(study)
-    b.figure(
-        "perturbation_vs_seqlen",
-        "Perturbation vs sequence length (figure)",
-        F.seqlen_caption,
-        lambda paper: F.seqlen_figure(study, src, sub, paper=paper),
-        src,
-        sub,
-        b.rs.families[SEQLEN],
-    )
+    b.family_figure(SEQLEN, "perturbation_vs_seqlen", "Perturbation vs sequence length (figure)", F.seqlen_caption,
+                    F.seqlen_figure, study, C.seqlen_subtitle(study))  # fmt: skip
 
 
 def lipschitz_gap_section(b: ReportBuilder, rows: pd.DataFrame) -> None:
@@ -112,16 +96,12 @@ def lipschitz_gap_section(b: ReportBuilder, rows: pd.DataFrame) -> None:
         caption += " vacuous = a certified median more than 6 decades (1e6 ×) above the empirical one."
     b.table("lipschitz_gap", "Where the certified Lipschitz bounds lose", caption, table, G.gap_layout(table),
                LIPSCHITZ)  # fmt: skip
-    src, sub = b.rs.ids(LIPSCHITZ), G.gap_subtitle(gap)
-    b.figure(
-        "lipschitz_gap",
-        "Where the certified Lipschitz bounds lose (figure)",
-        "Per block and for the whole model (medians over examples, log axis): the vertical segments are the losses.",
-        lambda paper: G.lipschitz_gap_figure(gap, sources=src, subtitle=sub, paper=paper),
-        src,
-        sub,
-        b.rs.families[LIPSCHITZ],
+    caption = (
+        "Per block and for the whole model (medians over examples, log axis): the vertical segments are the losses."
     )
+    b.family_figure(LIPSCHITZ, "lipschitz_gap", "Where the certified Lipschitz bounds lose (figure)", caption,
+                    lambda data, src, sub, paper: G.lipschitz_gap_figure(data, sources=src, subtitle=sub, paper=paper),
+                    gap, G.gap_subtitle(gap))  # fmt: skip
 
 
 def certify_section(b: ReportBuilder) -> None:

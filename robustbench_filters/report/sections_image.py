@@ -33,7 +33,6 @@ def image_section(b: ReportBuilder, baseline: str | None, attention: bool | None
         if attention:
             b.skip("attention maps", "no image run given (the maps use the run's weights)")
         return
-    src = b.rs.ids(IMAGE)
     acc = T.accuracy_table(rows)
     if acc.empty:
         b.skip("robust accuracy table", "the image runs hold no attack rows")
@@ -49,15 +48,8 @@ def image_section(b: ReportBuilder, baseline: str | None, attention: bool | None
         )
         if (acc["attack"] != T.CLEAN).any():
             sub = C.image_subtitle(b.rs.families[IMAGE], rows, n)
-            b.figure(
-                "robust_accuracy_vs_eps",
-                "Robust accuracy vs eps",
-                F.robust_accuracy_caption,
-                lambda paper: F.robust_accuracy_figure(acc, src, sub, paper=paper),
-                src,
-                sub,
-                b.rs.families[IMAGE],
-            )
+            b.family_figure(IMAGE, "robust_accuracy_vs_eps", "Robust accuracy vs eps", F.robust_accuracy_caption,
+                            F.robust_accuracy_figure, acc, sub)  # fmt: skip
         else:
             b.skip("robust accuracy figure", "only clean rows")
     ledger = T.ledger_table(rows)
@@ -131,7 +123,7 @@ def attention_section(b: ReportBuilder) -> None:
     from .attention import maps_from_run
 
     for run in b.rs.families.get(IMAGE, []):
-        summary = run.typed_summary
+        summary = run.summary
         if isinstance(summary, ImageAttackSummary) and set(ATTENTION_MODELS) <= set(summary.recorded_attention().maps):
             break
     else:

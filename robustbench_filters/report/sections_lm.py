@@ -30,8 +30,8 @@ def lm_section(b: ReportBuilder) -> None:
             "perplexity",
             "Perplexity under attack and contamination",
             "Token perplexity exp(sum nll / sum tokens) (per character for robfilt's character-level LMs) with "
-            "95% bootstrap intervals over examples, per attack and eps (embedding attacks) or contamination rate "
-            f"(text attacks); {context}.",
+            "95% bootstrap intervals over documents and, under attack, its ratio to the model's clean perplexity "
+            f"(x clean), per attack and eps (embedding attacks) or contamination rate (text attacks); {context}.",
             table,
             R.perplexity_layout(table),
             LM,
@@ -41,24 +41,27 @@ def lm_section(b: ReportBuilder) -> None:
                 "lm_eval",
                 "lm-eval perplexities under attack and contamination",
                 "lm-eval's word_perplexity [95% bootstrap CI], byte_perplexity and bits_per_byte (rolling "
-                "log-likelihood windows; words and bytes of the clean text), for the models scored that way "
-                f"(Hugging Face models); {context}.",
+                "log-likelihood windows over whole documents; words and bytes of the clean text); "
+                f"{context}.",
                 table,
                 R.lm_eval_layout(table),
                 LM,
             )
-        if (table["attack"] != T.CLEAN).any():
-            src = b.rs.ids(LM)
-            sub = C.lm_subtitle(b.rs.families[LM], rows, int(table["n"].max()))
-            b.figure(
-                "perplexity_vs_rate",
-                "Perplexity vs contamination rate",
-                F.perplexity_caption,
-                lambda paper: F.perplexity_figure(table, src, sub, paper=paper),
-                src,
-                sub,
-                b.rs.families[LM],
+        if "passes" in table.columns and table["passes"].notna().any():
+            ledger = table[["model", "attack", "eps", "passes_per_example", "passes"]].dropna()
+            b.table(
+                "lm_compute_ledger",
+                "Compute ledger",
+                "Model passes (forward + backward; one window through the model is one pass) per document and in "
+                f"total, per attack and eps or rate; {context}.",
+                ledger,
+                R.generic_layout(ledger),
+                LM,
             )
+        if (table["attack"] != T.CLEAN).any():
+            sub = C.lm_subtitle(b.rs.families[LM], rows, int(table["n"].max()))
+            b.family_figure(LM, "perplexity_vs_budget", "Perplexity vs contamination rate and embedding eps",
+                            F.perplexity_caption, F.perplexity_figure, table, sub)  # fmt: skip
         else:
             b.skip("perplexity figure", "only clean rows")
     corruption_section(b, rows, LM)

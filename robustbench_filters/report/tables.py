@@ -18,7 +18,22 @@ from collections.abc import Sequence
 import pandas as pd
 
 from ..stats import vacuity
-from ..stats.aggregates import CLEAN, CORRUPTION_PREFIX, MODEL_LAYER, accuracy_table, bootstrap_ratio_interval, classifier_rows, corruption_table, eps_label, finite_values, is_corruption, lipschitz_table, lm_eval_columns, model_order, perplexity_table
+from ..stats.aggregates import (
+    CLEAN,
+    CORRUPTION_PREFIX,
+    MODEL_LAYER,
+    accuracy_table,
+    bootstrap_ratio_interval,
+    classifier_rows,
+    corruption_table,
+    eps_label,
+    finite_values,
+    is_corruption,
+    lipschitz_table,
+    lm_eval_columns,
+    model_order,
+    perplexity_table,
+)
 from ..stats.intervals import mcnemar_exact
 
 GAP_PREFIX = "gap/"  # how a Lipschitz run folder marks its gap rows (robfilt lipschitz --gap)

@@ -12,7 +12,7 @@ those records:
 - two names compared with each other are two models: distinct labels with one weights digest compare a model with
   itself (a paired difference of exactly zero that claims to be a comparison).
 
-Each refusal is one line naming the folder (:class:`~robustbench_filters.errors.RunStateError`).
+Each refusal is one line naming the folder (:class:`~robustbench_filters.core.errors.RunStateError`).
 """
 
 from __future__ import annotations
@@ -110,17 +110,12 @@ def refuse_label_conflicts(runs: Iterable[Run], what: str = "runs compared on th
             by_digest.setdefault(digest, (label, run))
 
 
-def seed_of(run: Run) -> Any:
-    return run.manifest.get("seed")
-
-
 __all__ = [
     "FALLBACK_KEY_FIELDS",
     "KEY_FIELDS",
     "example_key",
     "refuse_copies",
     "refuse_label_conflicts",
-    "seed_of",
     "selections_of",
     "weights_of",
 ]

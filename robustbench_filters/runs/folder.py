@@ -24,6 +24,7 @@ recorded hashes before they trust a single number or tensor.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import hashlib
 import json
@@ -37,8 +38,8 @@ import pandas as pd
 
 from ..core import io as _io
 from ..core.errors import RobfiltError, RunStateError
-from ..summaries import Summary, read_summary, report_family, written_summary
 from ..core.versions import git_commit, library_versions
+from ..summaries import Summary, read_summary, report_family, written_summary
 from . import adversarial as _adv
 from .lock import LOCK, RunLock
 from .prepare import check_writable, prepare_out
@@ -336,18 +337,20 @@ class RunWriter:
 
     # --- finishing --------------------------------------------------------------------------------------------
 
-    def finish(self, rows: pd.DataFrame, summary: dict[str, Any]) -> None:
-        """Write the merged rows, the summary, then the manifest with every hash and status complete.
+    def finish(self, rows: pd.DataFrame, summary: Summary) -> Summary:
+        """Write the merged rows, the summary (stamped with this run's format version and fingerprint), then the
+        manifest with every hash and status complete; returns the summary as written.
 
-        The summary is written through its typed summary (:mod:`robustbench_filters.summaries`), which must read it
-        back key for key: a writer that renames or adds a key fails here, not in a reader months later."""
+        The summary must be the typed summary of the run's kind and read back key for key
+        (:func:`robustbench_filters.summaries.written_summary`): a measurement that renames or adds a key fails
+        here, not in a reader months later."""
         if not self.primary:
             raise RunStateError("only rank 0 finishes a distributed run.")
         _adv.check_folder(self.out, self._planned, set(self._done), set(self._adversarial))
-        doc = {"format_version": FORMAT_VERSION, "fingerprint": self.fp, **summary}
-        typed = written_summary(doc, self.kind, self.extra.get("family"), self.out)  # before any file is written
+        summary = dataclasses.replace(summary, format_version=FORMAT_VERSION, fingerprint=self.fp)
+        doc = written_summary(summary, self.kind, self.extra.get("family"), self.out)  # before any file is written
         _io.atomic_write(self.out / ROWS, lambda tmp: rows.to_parquet(tmp, index=False))
-        _io.atomic_write_json(self.out / SUMMARY, typed.to_dict())
+        _io.atomic_write_json(self.out / SUMMARY, doc)
         manifest = json.loads((self.out / MANIFEST).read_text())
         manifest.update(
             status="complete",
@@ -358,20 +361,20 @@ class RunWriter:
             summary_sha256=_io.sha256_file(self.out / SUMMARY),
         )
         _io.atomic_write_json(self.out / MANIFEST, manifest)
+        return summary
 
 
 @dataclass
 class Run:
     """A finished, verified run, as read back by reports, checks and the study.
 
-    ``summary`` is the document as written (and hashed); readers use ``typed_summary``, its typed form for the
-    run's kind, so a renamed key fails loudly instead of reading as None."""
+    ``summary`` is the typed summary of the run's kind, read strictly from ``summary.json``, so a renamed key fails
+    loudly instead of reading as None."""
 
     path: Path
     manifest: dict[str, Any]
     rows: pd.DataFrame
-    summary: dict[str, Any]
-    typed_summary: Summary
+    summary: Summary
 
     @property
     def kind(self) -> str:
@@ -430,10 +433,10 @@ def load_run(path: str | Path) -> Run:
     """Read a finished run folder after verifying it (see :func:`verify_run`)."""
     path = Path(path)
     manifest = verify_run(path)
-    summary = json.loads((path / SUMMARY).read_text())
-    typed = read_summary(summary, manifest["kind"], manifest.get("family"), f"run folder {path}")
+    doc = json.loads((path / SUMMARY).read_text())
+    summary = read_summary(doc, manifest["kind"], manifest.get("family"), f"run folder {path}")
     rows = pd.read_parquet(path / ROWS)
-    return Run(path=path, manifest=manifest, rows=rows, summary=summary, typed_summary=typed)
+    return Run(path=path, manifest=manifest, rows=rows, summary=summary)
 
 
 def load_adversarial(

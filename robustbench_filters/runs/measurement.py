@@ -15,7 +15,7 @@ import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 import pandas as pd
 import torch
@@ -23,9 +23,11 @@ from torch import nn
 
 from ..checks import Check
 from ..core.errors import RobfiltError
+from ..summaries import Summary, kind_of
 from .units import Unit, ids_digest, select_examples
 
-Tick = Callable[[int], None]
+#: ``tick(k)`` or ``tick(k, detail)``: ``k`` more work steps done, and where the unit is now (shown with the model).
+Tick = Callable[..., None]
 
 
 @dataclass
@@ -72,10 +74,13 @@ class PrepareContext:
 class Measurement(ABC):
     """One kind of measurement. Subclasses fill the hooks; see the module docstring for the order of calls."""
 
-    kind: ClassVar[str]
-
     def __init__(self, config: Any) -> None:
         self.config = config
+
+    @property
+    def kind(self) -> str:
+        """The run's kind, as the manifest records it: its row in the registry of run kinds (summaries/kinds.py)."""
+        return kind_of(type(self)).name
 
     @property
     def family(self) -> str | None:
@@ -122,8 +127,9 @@ class Measurement(ABC):
         return []
 
     @abstractmethod
-    def summarise(self, rows: pd.DataFrame, checks: list[Check]) -> dict[str, Any]:
-        """The summary document, recomputed from the merged rows."""
+    def summarise(self, rows: pd.DataFrame, checks: list[Check]) -> Summary:
+        """The typed summary of the run's kind, recomputed from the merged rows (the run writer stamps its
+        fingerprint on it)."""
 
     @contextlib.contextmanager
     def session(self) -> Iterator[None]:

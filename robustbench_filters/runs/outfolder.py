@@ -40,7 +40,7 @@ LEDGER = ".robfilt-outputs.json"
 LEDGER_FORMAT = "robfilt-outputs"
 RUN_FORMAT = "robfilt-run"
 CARD_FORMAT = "robfilt-checkpoint"
-#: files of a training folder (models/checkpoint.py and train.py name them)
+#: files of a training folder (models/checkpoint.py and train/loop.py name them)
 TRAINING_FILES = ("model.safetensors", "card.json", "tokenizer.json", "model.safetensors.tmp")
 #: what a Hugging Face fine-tuning writes besides those (save_pretrained and its tokenizer; train_hf)
 HF_TRAINING_FILES = ("config.json", "generation_config.json", "tokenizer_config.json", "special_tokens_map.json")
@@ -249,8 +249,13 @@ class OutputFolder:
     def open(self) -> OutputFolder:
         """Check the folder against the rule above; nothing is written or removed when it is refused."""
         out = self.out
+        if _io.non_utf8_path(out):
+            raise self._refuse("is not a UTF-8 path, and robfilt's files cannot be written under one; pick another.")
         if out.is_symlink() and not out.exists():
-            raise self._refuse("is a broken link; pass a folder path.")
+            raise self._refuse(
+                f"is a link to {os.readlink(out)}, which does not exist; create that folder first, or pass another "
+                f"{self.option} (nothing was written)."
+            )
         if out.exists() and not out.is_dir():
             raise self._refuse("is a file; pass a folder path.")
         if not out.exists() or not all_entries(out):

@@ -18,12 +18,29 @@ MANIFEST, SUMMARY, ROWS, PARTS, ADVERSARIAL = "manifest.json", "summary.json", "
 TRAINING_OUTPUTS = tuple(f for f in TRAINING_FILES if not f.endswith(".tmp"))  # what training writes into --out
 
 
+def _blocked(out: Path, name: str, dirs: tuple[str, ...], what: str) -> RunStateError:
+    """The refusal of a file robfilt did not write where ``what`` (the run, training) writes: a file of a name
+    it writes would be written over; one inside a folder it owns (``parts/``) would have to go when that folder is
+    emptied or replaced, and robfilt never removes a file it did not write."""
+    top = name.split("/")[0]
+    if "/" in name and top in dirs:
+        why = f"inside {top}/, which {what} empties or replaces, and robfilt never removes a file it did not write"
+    elif top in dirs:
+        why = f"where {what} keeps its {top}/ folder"
+    else:
+        why = f"and {what} writes a file of that name"
+    return RunStateError(
+        f"--out {out} holds {name!r}, which robfilt did not write, {why}; move it away or pick another --out "
+        "(nothing was changed)."
+    )
+
+
 def prepare_out(out: Path, kind: str, resume: bool, overwrite: bool) -> None:
     """Refuse an output folder that holds anything but a run of this kind that we may continue or replace.
 
     Runs before a single file is touched. Files robfilt did not write (by the run's manifest, see
-    :mod:`.outfolder`) are refused unless ``overwrite``; even then they are kept, and one that the run would
-    replace (a ``rows.parquet`` of the user's, anything in ``parts/``) is refused.
+    :mod:`.outfolder`) are refused unless ``overwrite``; even then they are kept, and one where the run writes
+    (a ``rows.parquet`` of the user's, anything in ``parts/``, which the run empties) is refused.
     """
     if not out.exists():
         return
@@ -59,10 +76,7 @@ def prepare_out(out: Path, kind: str, resume: bool, overwrite: bool) -> None:
         )
     blocking = [f for f in foreign if f in (MANIFEST, ROWS, SUMMARY, PARTS, ADVERSARIAL) or f.startswith(unit_dirs)]
     if blocking:
-        raise RunStateError(
-            f"--out {out} holds {blocking[0]!r}, which robfilt did not write and the run would replace; move it "
-            "away or pick another --out (nothing was changed)."
-        )
+        raise _blocked(out, blocking[0], (PARTS, ADVERSARIAL), "the run")
     if listed is None:
         return
     if not (resume or overwrite):
@@ -81,7 +95,18 @@ def prepare_out(out: Path, kind: str, resume: bool, overwrite: bool) -> None:
 
 
 def check_writable(out: Path) -> None:
-    """Fail before any work if the output folder cannot be created or written."""
+    """Fail before any work if the output folder cannot be created or written (a path that is not UTF-8, or a
+    link to a folder that does not exist, is refused by name: nothing has been written, so nothing can resume)."""
+    if _io.non_utf8_path(out):
+        raise RunStateError(
+            f"--out {out} is not a UTF-8 path, and the run's files (Parquet, JSON) cannot be written under one; "
+            "pick a folder whose path is UTF-8."
+        )
+    if out.is_symlink() and not out.exists():
+        raise RunStateError(
+            f"--out {out} is a link to {os.readlink(out)}, which does not exist; create that folder first, or pass "
+            "another --out (nothing was written)."
+        )
     probe = out
     while not probe.exists():
         probe = probe.parent
@@ -119,10 +144,7 @@ def prepare_training_out(out: Path, resume: bool, overwrite: bool, state_dir: st
             if f.split("/")[0] in (*TRAINING_OUTPUTS, state_dir, state_dir + ".old", state_dir + ".tmp")
         ]
         if blocking:
-            raise RunStateError(
-                f"--out {out} holds {blocking[0]!r}, which robfilt did not write and training would replace; move it "
-                "away or pick another --out (nothing was changed)."
-            )
+            raise _blocked(out, blocking[0], (state_dir, state_dir + ".old", state_dir + ".tmp"), "training")
         if listed is not None and not (resume or overwrite):
             raise RunStateError(
                 f"--out {out} already holds a run; pass --resume to continue it, --overwrite, or another --out."

@@ -26,16 +26,16 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 import torch
 from torch import nn
 
-from ..core import distributed
 from ..checks import Check
+from ..core import distributed
 from ..core.errors import RobfiltError, RunStateError, UserCodeError
 from ..core.progress import ProgressHook, null_progress
+from ..summaries import Summary
 from .adversarial import AdversarialExamples
 from .folder import FORMAT_VERSION, RunWriter, load_run
 from .measurement import Measurement, PrepareContext, UnitOutput
@@ -46,14 +46,15 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class RunResult:
-    """What a run returns: the merged rows, the summary (with its checks) and the run folder (None if temporary).
+    """What a run returns: the merged rows, the typed summary of the run's kind (with its checks, as written to the
+    run folder's ``summary.json``) and the run folder (None if temporary).
 
     A run made with ``save_adversarial`` also returns its adversarial examples (:meth:`adversarial`): read from
     the run folder when asked, or held in memory when the run went to a temporary folder (removed on return).
     """
 
     rows: pd.DataFrame
-    summary: dict[str, Any]
+    summary: Summary
     out: Path | None
     adversarial_examples: AdversarialExamples | None = field(default=None, repr=False, compare=False)
 
@@ -96,9 +97,10 @@ class _Progress:
         self.hook, self.task, self.total, self.done, self.info = hook, task, total, 0, ""
         hook(task, 0, total, "")
 
-    def tick(self, k: int = 1) -> None:
+    def tick(self, k: int = 1, detail: str = "") -> None:
+        """``k`` more steps done; ``detail`` says where the unit is (``pgd eps 0.1 (2/5) step 7/20``)."""
         self.done = min(self.total, self.done + k)
-        self.hook(self.task, self.done, self.total, self.info)
+        self.hook(self.task, self.done, self.total, f"{self.info} {detail}" if detail else self.info)
 
 
 def run(
@@ -130,6 +132,8 @@ def run(
         "examples": prep.examples,
     }
     units = measurement.plan()
+    if not units:  # no example was selected: there would be no rows to summarise
+        raise RobfiltError(f"the {measurement.kind} run has nothing to measure (no examples); give data with examples.")
     keys = [u.key for u in units]
     if len(set(keys)) != len(keys):
         raise RunStateError("the measurement planned two units with one key; this is a bug.")
@@ -153,8 +157,7 @@ def run(
             )
         if merged is None:  # the other ranks read what rank 0 merged
             finished = load_run(folder)
-            rows = finished.rows
-            summary = {k: v for k, v in finished.summary.items() if k not in ("format_version", "fingerprint")}
+            rows, summary = finished.rows, finished.summary
             adversarial = AdversarialExamples.from_manifest(folder, finished.manifest)
         else:
             rows, summary = merged
@@ -196,7 +199,7 @@ def _compute(
 
 def _finish(
     measurement: Measurement, writer: RunWriter, units: list[Unit], model_checks: list[Check]
-) -> tuple[pd.DataFrame, dict[str, Any]]:
+) -> tuple[pd.DataFrame, Summary]:
     """Rank 0: merge every planned part in plan order, run the row checks, summarise, write the finished folder."""
     writer.refresh()
     missing = [u.key for u in units if not writer.is_done(u.key)]
@@ -209,8 +212,7 @@ def _finish(
     checks = list(model_checks)
     for label in measurement.labels:
         checks += measurement.row_checks(rows, label)
-    summary = measurement.summarise(rows, checks)
-    writer.finish(rows, summary)
+    summary = writer.finish(rows, measurement.summarise(rows, checks))
     log.info("finished %s run in %s (format %d)", measurement.kind, writer.out, FORMAT_VERSION)
     return rows, summary
 

@@ -19,10 +19,8 @@ from torch import nn
 
 from ..checks.logits import guard_logits
 from ..core.errors import RobfiltError
-from .sampler import DEFAULT_BATCH, example_noise, model_device
-
-DEFAULT_STEPS = 20
-DEFAULT_DRAWS = 16  # noise draws per step; Salman et al. use 1-8 when training and more to evaluate
+from .sampler import example_noise, model_device
+from .settings import Sampling
 
 
 def _project(x: torch.Tensor, delta: torch.Tensor, eps: float) -> torch.Tensor:
@@ -48,20 +46,18 @@ def smooth_adv_pgd(
     example_ids: Sequence[int],
     sigma: float,
     eps: float,
-    *,
-    steps: int = DEFAULT_STEPS,
-    draws: int = DEFAULT_DRAWS,
+    s: Sampling,
     step_size: float | None = None,
-    batch_size: int = DEFAULT_BATCH,
-    seed: int = 0,
-    num_classes: int | None = None,
 ) -> torch.Tensor:
     """Adversarial inputs within L2 distance ``eps`` of ``x`` (and in [0, 1]) against the smoothed classifier.
 
-    ``step_size`` defaults to 2.5 eps / steps (Madry et al.'s rule: enough to cross the ball and come back).
-    ``batch_size`` bounds examples x draws per forward/backward pass. With ``num_classes``, outputs that are not
-    finite (batch, classes) logits become NaN rows (:func:`..checks.logits.guard_logits`); they add no gradient.
+    ``s.attack_steps`` steps of ``s.attack_draws`` noise draws each (Salman et al. use 1-8 draws when training and
+    more to evaluate); ``step_size`` defaults to 2.5 eps / steps (Madry et al.'s rule: enough to cross the ball and
+    come back). ``s.batch`` bounds examples x draws per forward/backward pass. With ``s.num_classes``, outputs that
+    are not finite (batch, classes) logits become NaN rows (:func:`..checks.logits.guard_logits`); they add no
+    gradient.
     """
+    steps, draws, seed, num_classes = s.attack_steps, s.attack_draws, s.seed, s.num_classes
     if not (math.isfinite(eps) and eps >= 0):
         raise RobfiltError(f"attack radius must be a finite number >= 0, got {eps}.")
     if steps < 1 or draws < 1:
@@ -72,7 +68,7 @@ def smooth_adv_pgd(
     if eps == 0:
         return x.clone()
     alpha = step_size if step_size is not None else 2.5 * eps / steps
-    chunk = max(1, batch_size // draws)
+    chunk = max(1, s.batch // draws)
     out = []
     for lo in range(0, len(ids), chunk):
         xs, ys, chunk_ids = x[lo : lo + chunk], y[lo : lo + chunk], ids[lo : lo + chunk]
@@ -97,4 +93,4 @@ def smooth_adv_pgd(
     return torch.cat(out)
 
 
-__all__ = ["DEFAULT_DRAWS", "DEFAULT_STEPS", "smooth_adv_pgd"]
+__all__ = ["smooth_adv_pgd"]

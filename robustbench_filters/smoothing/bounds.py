@@ -10,7 +10,9 @@ from __future__ import annotations
 import numpy as np
 from scipy import stats
 
-from ..stats.intervals import max_certifiable_radius  # one formula, in stats: the gate judges certified radii with it too
+from ..stats.intervals import (
+    max_certifiable_radius,
+)  # one formula, in stats: the gate judges certified radii with it too
 
 
 def _as_int(a: np.ndarray | int) -> np.ndarray:

@@ -29,18 +29,16 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..core.errors import RobfiltError
 from .bounds import binom_test_half, clopper_pearson_lower, radius_from_lower
-from .sampler import DEFAULT_BATCH, sample_counts
+from .sampler import sample_counts
+from .settings import Sampling
 
 ABSTAIN = -1
 
-# Defaults and why: n0 = 100 and alpha = 0.001 are the paper's. n = 1000 (the paper uses 100,000) keeps CERTIFY
-# at 1,100 forward passes per example, affordable on a CPU for the micro zoo; the price is a cap on the radius of
-# sigma * Phi^-1(alpha^(1/n)) = 2.46 sigma, which still reaches r = 0.5 at sigma = 0.25.
-DEFAULT_N0 = 100
-DEFAULT_N = 1000
-DEFAULT_ALPHA = 0.001
+# The defaults (the certify config's, robustbench_filters.configs.CertifyConfig) and why: n0 = 100 and
+# alpha = 0.001 are the paper's. n = 1000 (the paper uses 100,000) keeps CERTIFY at 1,100 forward passes per example,
+# affordable on a CPU for the micro zoo; the price is a cap on the radius of sigma * Phi^-1(alpha^(1/n)) = 2.46
+# sigma, which still reaches r = 0.5 at sigma = 0.25.
 
 
 @dataclass(frozen=True)
@@ -59,16 +57,6 @@ class Certificates:
     @property
     def abstain(self) -> np.ndarray:
         return self.prediction == ABSTAIN
-
-
-def validate_settings(n0: int, n: int, alpha: float) -> None:
-    """One-line errors for CERTIFY settings that cannot give a certificate."""
-    if n0 < 1:
-        raise RobfiltError(f"--n0 must be at least 1, got {n0}.")
-    if n < 1:
-        raise RobfiltError(f"--n must be at least 1, got {n}.")
-    if not (0 < alpha < 0.5):
-        raise RobfiltError(f"--alpha must be in (0, 0.5), got {alpha}.")
 
 
 def certify_from_counts(
@@ -99,26 +87,12 @@ def certify_from_counts(
     )
 
 
-def certify(
-    model: nn.Module,
-    x: torch.Tensor,
-    example_ids: Sequence[int],
-    sigma: float,
-    *,
-    n0: int = DEFAULT_N0,
-    n: int = DEFAULT_N,
-    alpha: float = DEFAULT_ALPHA,
-    batch_size: int = DEFAULT_BATCH,
-    seed: int = 0,
-    noise_device: str | None = "cpu",
-    num_classes: int | None = None,
-) -> Certificates:
-    """CERTIFY for a batch of examples (see the module docstring); the model must be in eval mode."""
-    validate_settings(n0, n, alpha)
-    kw = dict(seed=seed, batch_size=batch_size, noise_device=noise_device, num_classes=num_classes)
-    counts0 = sample_counts(model, x, example_ids, sigma, n0, phase="select", **kw)
-    counts = sample_counts(model, x, example_ids, sigma, n, phase="estimate", **kw)
-    return certify_from_counts(counts0, counts, sigma, alpha, n0=n0, n=n)
+def certify(model: nn.Module, x: torch.Tensor, example_ids: Sequence[int], sigma: float, s: Sampling) -> Certificates:
+    """CERTIFY for a batch of examples with ``s.n0`` selection and ``s.n`` estimation draws at failure probability
+    ``s.alpha`` (see the module docstring); the model must be in eval mode."""
+    counts0 = sample_counts(model, x, example_ids, sigma, s.n0, "select", s)
+    counts = sample_counts(model, x, example_ids, sigma, s.n, "estimate", s)
+    return certify_from_counts(counts0, counts, sigma, s.alpha, n0=s.n0, n=s.n)
 
 
 def predict_from_counts(counts: np.ndarray, alpha: float, n: int | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -137,38 +111,12 @@ def predict_from_counts(counts: np.ndarray, alpha: float, n: int | None = None) 
 
 
 def predict(
-    model: nn.Module,
-    x: torch.Tensor,
-    example_ids: Sequence[int],
-    sigma: float,
-    *,
-    n: int = DEFAULT_N,
-    alpha: float = DEFAULT_ALPHA,
-    batch_size: int = DEFAULT_BATCH,
-    seed: int = 0,
-    phase: str = "predict",
-    noise_device: str | None = "cpu",
-    num_classes: int | None = None,
+    model: nn.Module, x: torch.Tensor, example_ids: Sequence[int], sigma: float, s: Sampling, phase: str = "predict"
 ) -> tuple[np.ndarray, np.ndarray]:
-    """PREDICT for a batch of examples: (class or ABSTAIN, p-value). Wrong with probability at most alpha."""
-    validate_settings(1, n, alpha)
-    counts = sample_counts(
-        model, x, example_ids, sigma, n, seed=seed, phase=phase, batch_size=batch_size, noise_device=noise_device,
-        num_classes=num_classes,
-    )  # fmt: skip
-    return predict_from_counts(counts, alpha, n)
+    """PREDICT for a batch of examples with ``s.n`` draws: (class or ABSTAIN, p-value). Wrong with probability at
+    most ``s.alpha``."""
+    counts = sample_counts(model, x, example_ids, sigma, s.n, phase, s)
+    return predict_from_counts(counts, s.alpha, s.n)
 
 
-__all__ = [
-    "ABSTAIN",
-    "DEFAULT_ALPHA",
-    "DEFAULT_BATCH",
-    "DEFAULT_N",
-    "DEFAULT_N0",
-    "Certificates",
-    "certify",
-    "certify_from_counts",
-    "predict",
-    "predict_from_counts",
-    "validate_settings",
-]
+__all__ = ["ABSTAIN", "Certificates", "certify", "certify_from_counts", "predict", "predict_from_counts"]

@@ -26,9 +26,9 @@ import torch
 from torch import nn
 
 from .bounds import clopper_pearson_interval
-from .certify import DEFAULT_ALPHA, DEFAULT_BATCH, DEFAULT_N, DEFAULT_N0, certify
+from .certify import certify
+from .settings import Sampling
 
-DEFAULT_RADII = (0.0, 0.25, 0.5, 0.75, 1.0)
 ROW_COLUMNS = [
     "model",
     "example_id",
@@ -57,15 +57,8 @@ def certificate_rows(
     y: torch.Tensor,
     example_ids: Sequence[int],
     sigmas: float | Sequence[float],
-    *,
+    s: Sampling,
     model_label: str = "model",
-    n0: int = DEFAULT_N0,
-    n: int = DEFAULT_N,
-    alpha: float = DEFAULT_ALPHA,
-    batch_size: int = DEFAULT_BATCH,
-    seed: int = 0,
-    noise_device: str | None = "cpu",
-    num_classes: int | None = None,
 ) -> pd.DataFrame:
     """CERTIFY every example at every sigma: a DataFrame with :data:`ROW_COLUMNS` (see the module docstring).
 
@@ -77,10 +70,7 @@ def certificate_rows(
     labels = y.detach().cpu().numpy().astype(np.int64)
     frames = []
     for sigma in sigma_list:
-        cert = certify(
-            model, x, ids, sigma, n0=n0, n=n, alpha=alpha, batch_size=batch_size, seed=seed, noise_device=noise_device,
-            num_classes=num_classes,
-        )  # fmt: skip
+        cert = certify(model, x, ids, sigma, s)
         correct = cert.prediction == labels
         frame = pd.DataFrame(
             {
@@ -97,10 +87,10 @@ def certificate_rows(
                 "p_lower": cert.p_lower,
                 "certified_radius": cert.radius,
                 "certified_correct_radius": np.where(correct, cert.radius, np.nan),
-                "n0": n0,
-                "n": n,
-                "alpha": alpha,
-                "seed": seed,
+                "n0": s.n0,
+                "n": s.n,
+                "alpha": s.alpha,
+                "seed": s.seed,
                 "nonfinite_draws": cert.nonfinite,
             }
         )
@@ -115,7 +105,7 @@ def certified_accuracy(rows: pd.DataFrame, radius: float) -> float:
     return float((rows["certified_correct_radius"].to_numpy() >= radius).mean())
 
 
-def summarize(rows: pd.DataFrame, radii: Sequence[float] = DEFAULT_RADII, level: float = 0.95) -> pd.DataFrame:
+def summarize(rows: pd.DataFrame, radii: Sequence[float], level: float = 0.95) -> pd.DataFrame:
     """Certified accuracy per (model, sigma, radius) with an exact Clopper-Pearson interval at ``level``.
 
     Columns: model, sigma, radius, n_examples, certified, certified_acc, ci_low, ci_high, abstain_rate,
@@ -157,4 +147,4 @@ def accuracy_curve(rows: pd.DataFrame, step: float = 0.05) -> pd.DataFrame:
     return summarize(rows, radii=grid.tolist())[["model", "sigma", "radius", "certified_acc", "ci_low", "ci_high"]]
 
 
-__all__ = ["DEFAULT_RADII", "ROW_COLUMNS", "accuracy_curve", "certificate_rows", "certified_accuracy", "summarize"]
+__all__ = ["ROW_COLUMNS", "accuracy_curve", "certificate_rows", "certified_accuracy", "summarize"]

@@ -23,11 +23,13 @@ import torch
 from ..attacks.image_models import ImageModelsMeasurement
 from ..checks import Check
 from ..checks import summarize as summarize_checks
-from ..configs import CertifyConfig, data_label
+from ..configs import CertifyConfig
 from ..runs.measurement import PrepareContext, Tick
-from ..runs.units import Unit, ids_digest
+from ..runs.units import Unit
+from ..summaries import CertifySummary
 from .bounds import max_certifiable_radius
 from .rows import ROW_COLUMNS, accuracy_curve, certificate_rows, summarize
+from .settings import Sampling
 from .soundness import (
     attack_rows,
     check_abstention,
@@ -42,7 +44,6 @@ CERTIFICATE, ATTACK = "certificate", "attack"
 class Certify(ImageModelsMeasurement):
     """Smoothed image models x sigmas: certified L2 radii per example, with the attack check on a subset."""
 
-    kind = "certify"
     config: CertifyConfig
 
     def prepare(self, ctx: PrepareContext) -> None:
@@ -57,10 +58,8 @@ class Certify(ImageModelsMeasurement):
         return {
             "models": self.labels, "sigmas": list(c.sigmas), "n0": c.n0, "n": c.n, "alpha": c.alpha,
             "radii": list(c.radii), "attack_examples": self.attacked, "attack_radii": list(c.attack_radii),
-            "attack_steps": c.attack_steps, "attack_draws": c.attack_draws, "data": data_label(c.data),
-            "data_checksum": self.source.checksum, "n_examples": c.n_examples,
-            "example_ids_sha256": ids_digest(self.ids), "batch_size": c.batch_size, "size": c.size,
-            "checkpoint": c.checkpoint,
+            "attack_steps": c.attack_steps, "attack_draws": c.attack_draws, "noise_batch": c.noise_batch,
+            **self.described_examples(),
         }  # fmt: skip
 
     def _attack_batches(self) -> list[int]:
@@ -74,14 +73,14 @@ class Certify(ImageModelsMeasurement):
     def work(self, unit: Unit) -> int:
         return len(self.config.sigmas) * (1 if unit.part == "certify" else 1 + len(self.config.attack_radii))
 
+    def _sampling(self, mi: int) -> Sampling:
+        return Sampling.of(self.config, num_classes=self.classes[mi])
+
     def _certificates(self, mi: int, ids: torch.Tensor) -> tuple[pd.DataFrame, torch.Tensor, torch.Tensor]:
-        c, lm = self.config, self.loaded[mi]
+        lm = self.loaded[mi]
         x, y = self.source.take(ids)
         x, y = x.to(self.device), y.to(self.device)
-        rows = certificate_rows(
-            lm.module, x, y, ids.tolist(), c.sigmas, model_label=lm.label, n0=c.n0, n=c.n, alpha=c.alpha,
-            batch_size=max(c.batch_size * 8, 128), seed=c.seed, num_classes=self.classes[mi],
-        )  # fmt: skip
+        rows = certificate_rows(lm.module, x, y, ids.tolist(), self.config.sigmas, self._sampling(mi), lm.label)
         return rows, x, y
 
     def measure(self, unit: Unit, tick: Tick) -> pd.DataFrame:
@@ -94,18 +93,14 @@ class Certify(ImageModelsMeasurement):
         rows, x, y = self._certificates(unit.model, ids)
         tick(len(self.config.sigmas))
         c = self.config
-        attacks = attack_rows(
-            self.loaded[unit.model].module, x, y, rows, c.attack_radii, steps=c.attack_steps, draws=c.attack_draws,
-            batch_size=max(c.batch_size * 8, 128), num_classes=self.classes[unit.model],
-        )  # fmt: skip
+        attacks = attack_rows(self.loaded[unit.model].module, x, y, rows, c.attack_radii, self._sampling(unit.model))
         tick(len(c.sigmas) * len(c.attack_radii))
         return attacks.assign(kind=ATTACK)
 
     def model_checks(self, model: int) -> list[Check]:
-        c, lm = self.config, self.loaded[model]
         ids = self.ids[: min(4, len(self.ids))]
         rows, x, y = self._certificates(model, ids)
-        return [check_determinism(lm.module, x, y, rows, max(c.batch_size * 8, 128))]
+        return [check_determinism(self.loaded[model].module, x, y, rows, self._sampling(model))]
 
     def row_checks(self, rows: pd.DataFrame, label: str) -> list[Check]:
         certs = rows[(rows["kind"] == CERTIFICATE) & (rows["model"] == label)]
@@ -115,7 +110,7 @@ class Certify(ImageModelsMeasurement):
             checks.append(check_certified_below_attack(attacks, label))
         return checks
 
-    def summarise(self, rows: pd.DataFrame, checks: list[Check]) -> dict[str, Any]:
+    def summarise(self, rows: pd.DataFrame, checks: list[Check]) -> CertifySummary:
         c = self.config
         # the certificate columns by name: dropping all-NaN columns (the attack rows' ones) would also drop
         # certified_correct_radius when no example is certified correct, e.g. an untrained model
@@ -130,12 +125,8 @@ class Certify(ImageModelsMeasurement):
                                   "n_examples": len(g), "smoothed_robust_acc": float(g["robust"].mean()),
                                   "certified_acc": float(g["certified"].mean())})  # fmt: skip
         labels = self.labels
-        return {
-            "kind": "certify",
-            "family": "image",
-            "data": data_label(c.data),
-            "n_examples": c.n_examples,
-            "seed": c.seed,
+        return CertifySummary.build({
+            **self.summary_head(),
             "sigmas": list(c.sigmas),
             "n0": c.n0,
             "n": c.n,
@@ -146,7 +137,7 @@ class Certify(ImageModelsMeasurement):
             "empirical_l2": empirical,
             "checks": [ch.to_dict() for ch in sorted(checks, key=lambda ch: labels.index(ch.model))],
             "checks_summary": summarize_checks(checks),
-        }
+        })  # fmt: skip
 
 
 def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:

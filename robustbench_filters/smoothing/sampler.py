@@ -23,11 +23,12 @@ from torch import nn
 
 from ..checks.logits import guard_logits, predictions, require_logits
 from ..core.errors import RobfiltError
+from .settings import Sampling
 
 BLOCK = 100  # draws per noise block: one generator per (example, phase, block)
-# Samples per forward pass. 128 suits CPUs: the micro DeiT classifies ~1.5x more samples per second at batch
-# 50-200 than at 1000 on one core (activations stay in cache; measured for B8). On a GPU pass thousands.
-DEFAULT_BATCH = 128
+# Samples per forward pass: the certify run's noise_batch (Sampling.batch). Its default, 128, suits CPUs: the micro
+# DeiT classifies ~1.5x more samples per second at batch 50-200 than at 1000 on one core (activations stay in
+# cache; measured for B8). On a GPU pass thousands.
 
 
 def noise_seed(seed: int, sigma: float, example_id: int, phase: str, block: int) -> int:
@@ -84,7 +85,7 @@ def _segments(
             yield slot, x[slot].unsqueeze(0) + noise[:count].to(x.device, x.dtype)
 
 
-def validate_sampling(x: torch.Tensor, ids: Sequence[int], sigma: float, num: int, batch_size: int) -> None:
+def validate_sampling(x: torch.Tensor, ids: Sequence[int], sigma: float, num: int, batch: int) -> None:
     """One-line errors for inputs the sampler cannot use."""
     if not len(ids):
         raise RobfiltError("no examples to sample; pass at least one example.")
@@ -96,42 +97,33 @@ def validate_sampling(x: torch.Tensor, ids: Sequence[int], sigma: float, num: in
         raise RobfiltError(f"sigma must be a positive number, got {sigma}.")
     if num < 1:
         raise RobfiltError(f"the number of noise draws must be at least 1, got {num}.")
-    if batch_size < 1:
-        raise RobfiltError(f"--batch-size must be positive, got {batch_size}.")
+    if batch < 1:
+        raise RobfiltError(f"noise_batch must be positive, got {batch}.")
 
 
 @torch.no_grad()
 def sample_counts(
-    model: nn.Module,
-    x: torch.Tensor,
-    example_ids: Sequence[int],
-    sigma: float,
-    num: int,
-    *,
-    seed: int,
-    phase: str,
-    batch_size: int = DEFAULT_BATCH,
-    noise_device: str | None = "cpu",
-    num_classes: int | None = None,
+    model: nn.Module, x: torch.Tensor, example_ids: Sequence[int], sigma: float, num: int, phase: str, s: Sampling
 ) -> np.ndarray:
     """Class counts of ``model(x_i + noise)`` over ``num`` draws per example: int64 array ``(k, num_classes)``.
 
     ``phase`` names the purpose of the draws ("select", "estimate", "predict", ...), so CERTIFY's two sample
-    sets are independent as the paper requires. ``noise_device=None`` draws noise on the model's device (faster on
-    a GPU, but then the noise differs between CPU and GPU runs).
+    sets are independent as the paper requires. ``s`` gives the seed, the samples per forward pass, where noise is
+    drawn and the model's class count (see :class:`.settings.Sampling`).
 
     A draw whose output is not finite logits (NaN, inf, a tuple, another shape; see :mod:`..checks.logits`) is
     nobody's vote: it is counted in no class, so ``num - counts.sum(1)`` is the number of such draws and a caller
-    must abstain on them. ``num_classes`` is the model's class count; by default the first batch's outputs give it
-    (and must then be a (batch, classes) tensor).
+    must abstain on them. Without ``s.num_classes`` the first batch's outputs give the class count (and must then be
+    a (batch, classes) tensor).
     """
     ids = [int(i) for i in example_ids]
-    validate_sampling(x, ids, sigma, num, batch_size)
+    validate_sampling(x, ids, sigma, num, s.batch)
     device = model_device(model)
     x = x.to(device)
-    gen_device = device if noise_device is None else torch.device(noise_device)
+    gen_device = device if s.noise_device is None else torch.device(s.noise_device)
     k = len(ids)
-    classes = num_classes
+    batch_size = s.batch
+    classes = s.num_classes
     counts: torch.Tensor | None = None
     pieces: list[torch.Tensor] = []
     slots: list[torch.Tensor] = []
@@ -153,7 +145,7 @@ def sample_counts(
         counts += torch.bincount(flat, minlength=k * (classes + 1))
         pieces, slots, filled = [], [], 0
 
-    for slot, samples in _segments(x, ids, sigma, num, seed, phase, gen_device):
+    for slot, samples in _segments(x, ids, sigma, num, s.seed, phase, gen_device):
         while samples.shape[0]:
             take = min(batch_size - filled, samples.shape[0])
             pieces.append(samples[:take])
@@ -167,4 +159,4 @@ def sample_counts(
     return counts.view(k, classes + 1)[:, :classes].cpu().numpy()
 
 
-__all__ = ["BLOCK", "DEFAULT_BATCH", "example_noise", "model_device", "noise_block", "noise_seed", "sample_counts"]
+__all__ = ["BLOCK", "example_noise", "model_device", "noise_block", "noise_seed", "sample_counts"]

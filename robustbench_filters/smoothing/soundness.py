@@ -19,14 +19,14 @@ from torch import nn
 
 from ..checks import FAIL, PASS, WARN, Check
 from ..checks.logits import FINITE_OUTPUTS
-from .attack import DEFAULT_DRAWS, DEFAULT_STEPS, smooth_adv_pgd
+from .attack import smooth_adv_pgd
 from .certify import ABSTAIN, predict_from_counts
 from .rows import certificate_rows
-from .sampler import DEFAULT_BATCH, sample_counts
+from .sampler import sample_counts
+from .settings import Sampling
 
 ABSTAIN_WARN = 0.25  # above this abstention rate the certified numbers mostly measure indecision
 DETERMINISM_EXAMPLES = 4
-ATTACK_RADII = (0.25, 0.5)
 
 
 def attack_rows(
@@ -34,18 +34,15 @@ def attack_rows(
     x: torch.Tensor,
     y: torch.Tensor,
     rows: pd.DataFrame,
-    radii: Sequence[float] = ATTACK_RADII,
-    *,
-    steps: int = DEFAULT_STEPS,
-    draws: int = DEFAULT_DRAWS,
-    batch_size: int = DEFAULT_BATCH,
-    num_classes: int | None = None,
+    radii: Sequence[float],
+    s: Sampling,
 ) -> pd.DataFrame:
     """Attack the smoothed classifier at each radius and re-decide with PREDICT at the adversarial point.
 
     ``rows`` are the certificate rows of exactly these examples (one model, any sigmas), in the order of ``x``.
     Only examples certified correct at radius 0 are attacked: for the others the zero perturbation already defeats
-    the smoothed classifier. PREDICT uses the rows' n, alpha and seed (phase "adversarial:<radius>").
+    the smoothed classifier. PREDICT uses ``s`` (phase "adversarial:<radius>"), the settings the rows were
+    certified with.
     One row per (example, sigma, radius): robust (PREDICT == label at the adversarial point and correct at x),
     certified (certified_correct_radius >= radius), adversarial_prediction (-1 abstain or not attacked),
     nonfinite_draws (PREDICT's draws with no prediction: PREDICT then abstains).
@@ -55,7 +52,7 @@ def attack_rows(
         ids = grp["example_id"].to_numpy()
         if len(ids) != len(x):
             raise ValueError(f"rows for sigma {sigma} hold {len(ids)} examples but x holds {len(x)}")
-        n, alpha, seed = int(grp["n"].iloc[0]), float(grp["alpha"].iloc[0]), int(grp["seed"].iloc[0])
+        n = s.n
         correct = grp["correct"].to_numpy()
         attacked = np.flatnonzero(correct)
         for r in radii:
@@ -63,15 +60,9 @@ def attack_rows(
             nonfinite = np.zeros(len(ids), dtype=np.int64)
             if len(attacked):
                 sel = torch.as_tensor(attacked)
-                x_adv = smooth_adv_pgd(
-                    model, x[sel], y[sel], ids[attacked], float(sigma), float(r),
-                    steps=steps, draws=draws, batch_size=batch_size, seed=seed, num_classes=num_classes,
-                )  # fmt: skip
-                counts = sample_counts(
-                    model, x_adv, ids[attacked], float(sigma), n, seed=seed, phase=f"adversarial:{float(r)!r}",
-                    batch_size=batch_size, num_classes=num_classes,
-                )  # fmt: skip
-                pred_adv[attacked], _ = predict_from_counts(counts, alpha, n)
+                x_adv = smooth_adv_pgd(model, x[sel], y[sel], ids[attacked], float(sigma), float(r), s)
+                counts = sample_counts(model, x_adv, ids[attacked], float(sigma), n, f"adversarial:{float(r)!r}", s)
+                pred_adv[attacked], _ = predict_from_counts(counts, s.alpha, n)
                 nonfinite[attacked] = n - counts.sum(axis=1)
             labels = grp["label"].to_numpy()
             out.append(
@@ -148,30 +139,28 @@ def check_determinism(
     x: torch.Tensor,
     y: torch.Tensor,
     rows: pd.DataFrame,
-    batch_size: int,
+    s: Sampling,
     k: int = DETERMINISM_EXAMPLES,
 ) -> Check:
-    """(c) Re-certify the first ``k`` examples with another batch size; the rows must be identical.
+    """(c) Re-certify the first ``k`` examples with another noise batch; the rows must be identical.
 
-    ``rows`` are :func:`certificate_rows` of ``(x, y)`` in the order of ``x`` (so its first ids are x's first rows).
+    ``rows`` are :func:`certificate_rows` of ``(x, y)`` with ``s``, in the order of ``x`` (so its first ids are x's
+    first rows).
     """
     name = "same seed, same certificates"
     label = str(rows["model"].iloc[0])
     first = rows[rows["example_id"].isin(rows["example_id"].iloc[:k])]
     ids = first["example_id"].unique()[:k]
-    other = max(1, batch_size // 3 + 1) if batch_size > 1 else 7
-    again = certificate_rows(
-        model, x[: len(ids)], y[: len(ids)], ids, sorted(first["sigma"].unique()), model_label=label,
-        n0=int(first["n0"].iloc[0]), n=int(first["n"].iloc[0]), alpha=float(first["alpha"].iloc[0]),
-        batch_size=other, seed=int(first["seed"].iloc[0]),
-    )  # fmt: skip
+    other = max(1, s.batch // 3 + 1) if s.batch > 1 else 7
+    sigmas = sorted(first["sigma"].unique())
+    again = certificate_rows(model, x[: len(ids)], y[: len(ids)], ids, sigmas, s.replace(batch=other), label)
     key = ["sigma", "example_id"]
     a = first.sort_values(key).reset_index(drop=True)
     b = again.sort_values(key).reset_index(drop=True)
     cols = ["prediction", "count_top_n0", "count_top", "p_lower", "certified_radius"]
     if len(a) != len(b) or not a[cols].equals(b[cols]):
         return Check(name, label, FAIL, f"re-running {len(ids)} examples with batch size {other} changed the rows")
-    return Check(name, label, PASS, f"{len(ids)} examples re-certified with batch size {other} (was {batch_size})")
+    return Check(name, label, PASS, f"{len(ids)} examples re-certified with batch size {other} (was {s.batch})")
 
 
 __all__ = ["attack_rows", "check_abstention", "check_certified_below_attack", "check_determinism", "check_finite_draws"]

@@ -18,13 +18,13 @@ from typing import Any
 import torch
 
 from ..configs import CertifyConfig
-from ..data.images import load_images, stratified_prefix
 from ..core.errors import CheckpointError
 from ..core.io import atomic_write_text
+from ..data.images import load_images, stratified_prefix
 from ..models.checkpoint import CARD, ZOO_NOISE_SIGMAS, load_checkpoint, zoo_path
 from ..runs.runner import run
-from .certify import DEFAULT_ALPHA, DEFAULT_BATCH, DEFAULT_N, DEFAULT_N0
 from .run import CERTIFICATE, Certify
+from .settings import Sampling
 
 log = logging.getLogger(__name__)
 
@@ -37,11 +37,17 @@ def metric_key(radius: float) -> str:
     return f"certified_acc_r{radius:g}"
 
 
-def rebuild_command(name: str, sigma: float, n_examples: int, n0: int, n: int, alpha: float, seed: int) -> str:
+#: how the cards were certified: CERTIFY's draws, failure probability and seed as a certify run's defaults, noise
+#: samples per forward pass 1024, examples per unit of the run 128
+CARD_SAMPLING = Sampling.defaults(batch=1024)
+CARD_BATCH_SIZE = 128
+
+
+def rebuild_command(name: str, sigma: float, n_examples: int, s: Sampling) -> str:
     """The command that remeasures a card's certification block (``scripts/certify_zoo.py``)."""
     return (
         f"python scripts/certify_zoo.py --model {name} --noise-sigma {sigma:g} --n-examples {n_examples} "
-        f"--n0 {n0} --n {n} --alpha {alpha:g} --seed {seed}"
+        f"--n0 {s.n0} --n {s.n} --alpha {s.alpha:g} --seed {s.seed}"
     )
 
 
@@ -49,11 +55,8 @@ def certify_checkpoint(
     folder: str | Path,
     *,
     n_examples: int = CARD_N_EXAMPLES,
-    n0: int = DEFAULT_N0,
-    n: int = DEFAULT_N,
-    alpha: float = DEFAULT_ALPHA,
-    batch_size: int = DEFAULT_BATCH,
-    seed: int = 0,
+    sampling: Sampling = CARD_SAMPLING,
+    batch_size: int = CARD_BATCH_SIZE,
     radii: tuple[float, ...] = CARD_RADII,
     write: bool = True,
     out: str | Path | None = None,
@@ -63,6 +66,9 @@ def certify_checkpoint(
     The certificates are a ``certify`` run like any other (:func:`robustbench_filters.runs.runner.run`, the same
     measurement as ``robfilt certify``), kept in ``out`` when given (resumable) and in a temporary folder otherwise;
     only the examples differ: the card's stratified prefix instead of a seeded selection.
+
+    ``sampling`` gives CERTIFY's draws, failure probability, seed and noise samples per forward pass
+    (:data:`CARD_SAMPLING`), ``batch_size`` the examples of a unit of the run.
 
     The examples are the stratified prefix of ``n_examples`` images of the test split of the checkpoint's
     training data; the noise of example i is seeded by (seed, sigma, i, phase), so the numbers are reproducible.
@@ -80,37 +86,37 @@ def certify_checkpoint(
     ids = stratified_prefix(data.y, n_examples)
     config = CertifyConfig(
         models=(str(card["name"]),), checkpoint=str(folder), size=str(card.get("size", "micro")), data=data.name,
-        sigmas=(sigma,), n0=n0, n=n, alpha=alpha, radii=tuple(radii), attack_examples=0, batch_size=batch_size,
-        seed=seed, example_ids=tuple(int(i) for i in ids), n_examples=len(ids),
+        sigmas=(sigma,), n0=sampling.n0, n=sampling.n, alpha=sampling.alpha, radii=tuple(radii), attack_examples=0,
+        batch_size=batch_size, noise_batch=sampling.batch, seed=sampling.seed, example_ids=tuple(int(i) for i in ids), n_examples=len(ids),
     )  # fmt: skip
     t0 = time.perf_counter()
     result = run(Certify(config), out=out, resume=out is not None, overwrite=False)
     wall = time.perf_counter() - t0
     summary = result.summary
-    table = summary["models"][str(card["name"])][f"{sigma:g}"]["certified"]
+    table = summary.models[str(card["name"])][f"{sigma:g}"].certified
     certs = result.rows[result.rows["kind"] == CERTIFICATE]
     block = {
         "method": "randomized smoothing, CERTIFY of Cohen, Rosenfeld & Kolter (2019); L2 radii on [0, 1] inputs",
         "sigma": sigma,
-        "n0": n0,
-        "n": n,
-        "alpha": alpha,
-        "seed": seed,
+        "n0": sampling.n0,
+        "n": sampling.n,
+        "alpha": sampling.alpha,
+        "seed": sampling.seed,
         "data": data.name,
         "split": "test",
         "n_examples": len(ids),
         "examples": "stratified prefix of the test split (robustbench_filters.data.images.stratified_prefix)",
         "examples_digest": data.digest(torch.as_tensor(ids)),
         "radii": list(radii),
-        "certified_acc": [float(r["certified_acc"]) for r in table],
-        "ci95": [[float(r["ci_low"]), float(r["ci_high"])] for r in table],
+        "certified_acc": [float(r.certified_acc) for r in table],
+        "ci95": [[float(r.ci_low), float(r.ci_high)] for r in table],
         "abstain_rate": float(certs.abstain.mean()),
-        "max_certifiable_radius": summary["max_certifiable_radius"][f"{sigma:g}"],
-        "checks": summary["checks"],
+        "max_certifiable_radius": summary.max_certifiable_radius[f"{sigma:g}"],
+        "checks": [c.to_dict() for c in summary.checks],
         "wall_time_s": round(wall, 1),
-        "samples_per_s": round(len(ids) * (n0 + n) / wall, 1) if wall > 0 else None,
+        "samples_per_s": round(len(ids) * (sampling.n0 + sampling.n) / wall, 1) if wall > 0 else None,
         "torch_threads": torch.get_num_threads(),
-        "rebuild_command": rebuild_command(card["name"], sigma, n_examples, n0, n, alpha, seed),
+        "rebuild_command": rebuild_command(card["name"], sigma, n_examples, sampling),
     }
     log.info("certified %s at sigma %g in %.0fs: %s", folder, sigma, wall, block["certified_acc"])
     if write:

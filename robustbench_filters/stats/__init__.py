@@ -1,2 +1,4 @@
-"""Statistics: intervals (Wilson, Clopper-Pearson, bootstrap, t), paired tests, vacuity of bounds, and the aggregates a report prints and the gate judges (computed once, here).
+"""Statistics: intervals (:mod:`.intervals`: Wilson, Clopper-Pearson, bootstrap, t), paired tests (:mod:`.paired`),
+the vacuity of bounds (:mod:`.vacuity`) and the aggregates that reports print and the gate judges
+(:mod:`.aggregates`), each computed once, here.
 """

@@ -17,12 +17,14 @@ Statistics:
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from . import vacuity
 from ..core.budgets import eps_key
+from ..core.names import ATTACK_SPECS
+from . import vacuity
 from .intervals import BOOTSTRAP, bootstrap_ratio_interval, lm_eval_columns, wilson_interval
 
 CLEAN = "clean"
@@ -43,10 +45,85 @@ def model_order(rows: pd.DataFrame) -> list[str]:
     return list(dict.fromkeys(rows["model"].tolist())) if "model" in rows.columns else []
 
 
-def _wilson_row(correct: pd.Series) -> dict[str, float]:
+def accuracy(correct: pd.Series) -> dict[str, Any]:
+    """Accuracy with its 95% Wilson interval over the examples, their count ``n`` and the count ``correct``: the one
+    place an accuracy is computed (run summaries, report tables and gate metrics all take it from here)."""
     n, k = int(len(correct)), int(correct.astype(bool).sum())
     lo, hi = wilson_interval(k, n)
     return {"n": n, "correct": k, "acc": k / n if n else math.nan, "lo": lo, "hi": hi}
+
+
+def mean_cell_accuracy(rows: pd.DataFrame) -> dict[str, Any]:
+    """Mean accuracy of a corruption run's rows over every corruption and severity (``acc``), with a Wilson
+    interval over the ``n`` examples (``lo``, ``hi``).
+
+    The cells of one example are correlated, so they are not n x cells independent trials. Each example's score
+    (its share of correct cells) lies in [0, 1] with variance at most p(1 - p), so a Wilson interval at the example
+    count is at least as wide as the truth needs (asymptotically): conservative, never too narrow.
+    """
+    cells = rows[rows.kind == "contamination"]
+    per_example = cells.groupby("example_id").correct.mean()
+    n = len(per_example)
+    p = float(per_example.mean())
+    lo, hi = wilson_interval(p * n, n)  # type: ignore[arg-type]
+    return {"acc": p, "lo": lo, "hi": hi, "n": n}
+
+
+def compute_ledger(sub: pd.DataFrame) -> dict[str, Any]:
+    """The compute ledger of some attack rows: passes in total and per example, who broke the examples (counts,
+    "clean" for those the model got wrong unattacked), and the convergence check's tally. Empty for rows from
+    before it."""
+    if "fwd" not in sub.columns:
+        return {}
+    n = max(len(sub), 1)
+    fwd, bwd = float(sub.fwd.sum()), float(sub.bwd.sum())
+    broken = sub.fooled_by[sub.fooled_by != ""].value_counts()
+    order = (["clean"] if "clean" in broken.index else []) + [k for k in broken.index if k != "clean"]
+    out: dict[str, Any] = {
+        "cost": {
+            "fwd": fwd,
+            "bwd": bwd,
+            "fwd_per_example": fwd / n,
+            "bwd_per_example": bwd / n,
+            "exact": bool(sub.cost_exact.all()),
+        },  # fmt: skip
+        "broken_by": {k: int(broken[k]) for k in order},
+    }
+    conv = sub[sub.convergence.isin(["held", "broken"])]
+    if len(conv):
+        out["convergence"] = {
+            "checked": len(conv),
+            "broken": int((conv.convergence == "broken").sum()),
+            "fwd": float(sub.conv_fwd.sum()),
+            "bwd": float(sub.conv_bwd.sum()),
+        }
+    return out
+
+
+def attack_accuracies(rows: pd.DataFrame) -> dict[str, Any]:
+    """Per model of an image attack run: clean accuracy and robust accuracy per attack and eps, with Wilson
+    intervals, each attack's strength, and the compute ledger (per attack and eps, and per attack over the whole
+    eps grid); laid out as :class:`robustbench_filters.summaries.image.ImageModelResults` reads it."""
+    out: dict[str, Any] = {}
+    for label, grp in rows.groupby("model", sort=False):
+        clean = grp[grp.attack == CLEAN]
+        robust = []
+        attacked = grp[grp.attack != CLEAN]
+        for (attack, eps), sub in attacked.groupby(["attack", "eps"], sort=True):
+            spec = ATTACK_SPECS.get(attack)
+            entry = {"attack": attack, "eps": float(eps), **accuracy(sub.correct)}
+            entry |= {"strength": spec.strength if spec else None, **compute_ledger(sub)}
+            robust.append(entry)
+        out[label] = {"clean": {**accuracy(clean.correct), **compute_ledger(clean)}, "robust": robust}
+        if "fwd" in grp.columns:
+            n = max(clean.example_id.nunique(), 1)
+            cost = {}
+            for attack, sub in attacked.groupby("attack", sort=False):
+                conv = float(sub.conv_fwd.sum() + sub.conv_bwd.sum())
+                passes = float(sub.fwd.sum() + sub.bwd.sum())
+                cost[attack] = {"passes": passes, "per_example": passes / n, "convergence_passes": conv}
+            out[label]["cost"] = cost
+    return out
 
 
 def is_corruption(attack: pd.Series) -> pd.Series:
@@ -69,9 +146,9 @@ def accuracy_table(rows: pd.DataFrame) -> pd.DataFrame:
         sub = rows[rows["model"] == model]
         clean = sub[sub["attack"] == CLEAN]
         if len(clean):
-            records.append({"model": model, "attack": CLEAN, "eps": 0.0, **_wilson_row(clean["correct"])})
+            records.append({"model": model, "attack": CLEAN, "eps": 0.0, **accuracy(clean["correct"])})
         for (attack, eps), grp in sub[sub["attack"] != CLEAN].groupby(["attack", "eps"], sort=True):
-            records.append({"model": model, "attack": attack, "eps": float(eps), **_wilson_row(grp["correct"])})
+            records.append({"model": model, "attack": attack, "eps": float(eps), **accuracy(grp["correct"])})
     return pd.DataFrame(records, columns=["model", "attack", "eps", "n", "correct", "acc", "lo", "hi"])
 
 
@@ -92,7 +169,7 @@ def corruption_table(rows: pd.DataFrame) -> pd.DataFrame:
         groups += [(a[len(CORRUPTION_PREFIX) :], float(s), g) for (a, s), g in cs.groupby(["attack", "eps"], sort=True)]
         for name, severity, grp in groups:
             record = {"model": model, "corruption": name, "severity": severity}
-            record.update(_lm_stats(grp) if "nll_sum" in grp.columns else _wilson_row(grp["correct"]))
+            record.update(_lm_stats(grp) if "nll_sum" in grp.columns else accuracy(grp["correct"]))
             records.append(record)
     return pd.DataFrame(records)
 
@@ -106,8 +183,11 @@ def _lm_stats(grp: pd.DataFrame) -> dict[str, float]:
     if "correct_tokens" in grp.columns and total_tok > 0:
         correct = grp["correct_tokens"].to_numpy(float)
         out["token_acc"] = float(correct.sum() / total_tok)
-        # the same bootstrap over sequences: a ratio of sums of proportions, so it stays in [0, 1]
+        # the same bootstrap over documents: a ratio of sums of proportions, so it stays in [0, 1]
         out["token_acc_lo"], out["token_acc_hi"] = bootstrap_ratio_interval(correct, tok, transform=_identity)
+    if "fwd" in grp.columns:  # the compute ledger: model passes (forward + backward), in total and per document
+        out["passes"] = float(grp["fwd"].sum() + grp["bwd"].sum())
+        out["passes_per_example"] = out["passes"] / max(len(grp), 1)
     return {**out, **lm_eval_columns(grp)}  # lm-eval's word/byte metrics, for rows scored lm-eval style
 
 
@@ -118,8 +198,9 @@ def _identity(x: np.ndarray) -> np.ndarray:
 def perplexity_table(rows: pd.DataFrame) -> pd.DataFrame:
     """Perplexity (and token accuracy) per (model, kind, attack, eps) for LM runs; corruptions excluded.
 
-    ``ppl`` is per token (per character for robfilt's character-level LMs); models scored as lm-eval scores
-    documents (Hugging Face models) add ``word_perplexity``, ``byte_perplexity`` and ``bits_per_byte``."""
+    ``ppl`` is per token (per character for robfilt's character-level LMs), ``x_clean`` its ratio to the model's
+    clean perplexity; rows scored as lm-eval scores documents add ``word_perplexity``, ``byte_perplexity`` and
+    ``bits_per_byte``, and rows with a compute ledger the model ``passes`` (in total and per document)."""
     if rows.empty or "nll_sum" not in rows.columns:
         return pd.DataFrame()
     rows = rows[~is_corruption(rows["attack"])]
@@ -133,6 +214,8 @@ def perplexity_table(rows: pd.DataFrame) -> pd.DataFrame:
     if table.empty:
         return table
     order = {CLEAN: 0}
+    clean = table[table["attack"] == CLEAN].set_index("model")["ppl"]
+    table["x_clean"] = table["ppl"] / table["model"].map(clean)  # NaN for a model without clean rows
     table["_o"] = table["attack"].map(lambda a: order.get(a, 1))
     table["_m"] = table["model"].map({m: i for i, m in enumerate(model_order(rows))})
     return table.sort_values(["_m", "_o", "attack", "eps"]).drop(columns=["_o", "_m"]).reset_index(drop=True)
@@ -184,15 +267,19 @@ __all__ = [
     "CLEAN",
     "CORRUPTION_PREFIX",
     "MODEL_LAYER",
+    "accuracy",
     "accuracy_table",
+    "attack_accuracies",
     "bootstrap_ratio_interval",
     "classifier_rows",
+    "compute_ledger",
     "corruption_table",
     "eps_label",
     "finite_values",
     "is_corruption",
     "lipschitz_table",
     "lm_eval_columns",
+    "mean_cell_accuracy",
     "model_order",
     "perplexity_table",
 ]

@@ -93,15 +93,6 @@ def finite_interval(values: list[float], domain: Domain = UNBOUNDED) -> tuple[fl
     return (lo, hi) if math.isfinite(lo) and math.isfinite(hi) else (None, None)
 
 
-def t_interval_name(domain: Domain = UNBOUNDED) -> str:
-    """How a table names the interval :func:`mean_interval` gives for ``domain``."""
-    low, high = domain
-    if low is None and high is None:
-        return "95% t-interval"
-    bounds = f"[{low:g}, {high:g}]" if high is not None else f"at {low:g}"
-    return f"95% t-interval, clipped {'to' if high is not None else ''} {bounds}".replace("  ", " ")
-
-
 def _t_quantile_975(df: int) -> float:
     """Student-t 97.5% quantile (scipy; a table of rounded values understated or overstated it between rows)."""
     from scipy import stats
@@ -261,6 +252,8 @@ def bootstrap_ratio_interval(
     idx = rng.integers(0, len(num), size=(n_boot, len(num)))
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         stats = transform(num[idx].sum(1) / den[idx].sum(1))
+    if np.isnan(stats).all():  # nothing to resample (no tokens): no interval, and no All-NaN warning
+        return math.nan, math.nan
     lo, hi = np.nanpercentile(stats, [2.5, 97.5])
     return float(lo), float(hi)
 
@@ -273,6 +266,9 @@ def lm_eval_columns(rows: Any) -> dict[str, float]:
 
     if "n_bytes" not in rows or not len(rows) or int(rows.n_bytes.sum()) <= 0:
         return {}
+    if "n_tokens" in rows and int(rows.n_tokens.sum()) <= 0:  # no token was predicted: no perplexity at all
+        names = ("word_perplexity", "byte_perplexity", "bits_per_byte")
+        return {f"{m}{end}": math.nan for m in names for end in ("", "_lo", "_hi")}
     nll = rows.nll_sum.to_numpy(float)
     words, nbytes = rows.n_words.to_numpy(float), rows.n_bytes.to_numpy(float)
     word_lo, word_hi = bootstrap_ratio_interval(nll, words)

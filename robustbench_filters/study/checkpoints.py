@@ -20,9 +20,9 @@ from pathlib import Path
 
 from ..core.errors import CheckpointError
 from ..core.family import Family
+from ..core.progress import ProgressHook
 from ..models.checkpoint import CARD, WEIGHTS, read_card
 from ..models.registry import parse_name
-from ..core.progress import ProgressHook
 from ..train.loop import STATE_DIR, Recipe, card_recipe_value, train
 from .plan import StudyPlan, recipe_tag
 
@@ -44,6 +44,8 @@ class CheckpointInfo:
     wall_time_s: float
     metrics: dict
     card_wall_s: float | None = None
+    #: not on disk yet: the manifest's record stands in for it until a measurement that must run needs the weights
+    deferred: bool = False
 
 
 def _card_wall_s(card: dict) -> float | None:
@@ -107,6 +109,32 @@ def find_reusable(plan: StudyPlan, model: str, seed: int, target: Path, reuse_di
     return None
 
 
+def checkpoint_folder(plan: StudyPlan, model: str, seed: int, root: Path) -> Path:
+    """Where the study trains ``model`` for ``seed``: named by what determines the weights (:func:`recipe_tag`)."""
+    return root / f"{model}-{plan.size}-s{seed}-{recipe_tag(plan, model)}"
+
+
+def deferred_checkpoint(
+    plan: StudyPlan, model: str, seed: int, root: Path, record: dict | None
+) -> CheckpointInfo | None:
+    """The manifest's record of a checkpoint whose folder is gone (a clone: checkpoints are not committed).
+
+    A resumed study need not retrain weights that no unfinished measurement uses: the record's hash is what the
+    finished measurements were made with, so their input fingerprints still match. Only a record of this very
+    folder (same recipe tag) with a hash, trained by the study, stands in; the weights are trained when a piece
+    that must run needs them (and a different hash then re-measures every piece that used them)."""
+    target = checkpoint_folder(plan, model, seed, root)
+    if target.exists() or not isinstance(record, dict) or record.get("status") != "done":
+        return None
+    sha = record.get("weights_sha256")
+    if not record.get("trained_by_study") or not isinstance(sha, str) or not sha:
+        return None
+    if record.get("path") != str(target.relative_to(root.parent)):
+        return None
+    metrics = record.get("metrics") if isinstance(record.get("metrics"), dict) else {}
+    return CheckpointInfo(model, seed, target, sha, False, 0.0, metrics, None, deferred=True)
+
+
 def ensure_checkpoint(
     plan: StudyPlan,
     model: str,
@@ -116,7 +144,7 @@ def ensure_checkpoint(
     progress: ProgressHook | None = None,
 ) -> CheckpointInfo:
     """Reuse a matching checkpoint or train one into ``root/<model>-<size>-s<seed>-<recipe tag>``."""
-    target = root / f"{model}-{plan.size}-s{seed}-{recipe_tag(plan, model)}"
+    target = checkpoint_folder(plan, model, seed, root)
     found = find_reusable(plan, model, seed, target, reuse_dirs)
     if found is not None:
         card = json.loads((found / CARD).read_text())

@@ -21,13 +21,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..core.errors import RunStateError
-from ..lipschitz.seqlen_run import KIND as SEQLEN_LAYER_KIND
 from ..runs.crosscheck import refuse_copies, refuse_label_conflicts, weights_of
 from ..runs.folder import Run
+from ..summaries import SEQLEN, STUDY_SEQLEN, kind_of
 from . import plan as P
 from .measure import checkpoint_tag, family_models, piece_options, settings
 from .plan import StudyPlan
-from .seqlen import KIND as SEQLEN_LM_KIND
 
 #: options a run folder records differently or not at all (the models as modules, derived switches)
 _NOT_RECORDED = frozenset({"models", "checkpoint", "tokenizer", "gap"})
@@ -42,10 +41,10 @@ def expected(piece: P.Piece, plan: StudyPlan) -> tuple[str, int, dict[str, Any]]
     """(run kind, run seed, recorded config values) the plan implies for ``piece``'s run folder."""
     if piece.kind == P.SEQLEN_LAYER:
         sq = plan.seqlen
-        return SEQLEN_LAYER_KIND, piece.seed, {"study": "sequence_length", "ns": list(sq.layer_ns),
+        return SEQLEN, piece.seed, {"study": "sequence_length", "ns": list(sq.layer_ns),
                                                "trials": sq.layer_trials}  # fmt: skip
     if piece.kind == P.SEQLEN_LM:
-        return SEQLEN_LM_KIND, plan.eval_seed, settings(plan, P.SEQLEN_LM)
+        return STUDY_SEQLEN, plan.eval_seed, settings(plan, P.SEQLEN_LM)
     cls, options = piece_options(piece, plan)
     # A None in the plan means the kind's default: the run records it as None (steps None: each attack's own), so
     # a run made with steps = 5 is not the plan's; only the keys in _RESOLVED are recorded resolved (dtype None ->
@@ -55,7 +54,7 @@ def expected(piece: P.Piece, plan: StudyPlan) -> tuple[str, int, dict[str, Any]]
         for k, v in options.items()
         if k not in _NOT_RECORDED and k != "seed" and not (v is None and k in _RESOLVED)
     }
-    return cls.KIND, plan.eval_seed, {**values, "models": list(family_models(plan, piece.kind))}
+    return kind_of(cls).name, plan.eval_seed, {**values, "models": list(family_models(plan, piece.kind))}
 
 
 def _trained(pieces: Mapping[str, Any], model: str, seed: int) -> str | None:

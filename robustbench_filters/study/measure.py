@@ -17,9 +17,9 @@ from torch import nn
 
 from ..configs import RunConfig
 from ..core.errors import RobfiltError
+from ..core.progress import ProgressHook
 from ..lipschitz.seqlen_run import SeqlenConfig, sequence_length_run
 from ..models import load_checkpoint
-from ..core.progress import ProgressHook
 from ..runs.runner import run
 from . import plan as P
 from .checkpoints import CheckpointInfo
@@ -128,7 +128,7 @@ def run_measurement(
     progress: ProgressHook | None = None,
 ) -> None:
     """Make one measurement piece; ``folder`` ends as a finished run folder."""
-    from ..api.evaluate import measurement_for
+    from ..api.evaluate import run_config
 
     kind, names = piece.kind, family_models(plan, piece.kind)
     if kind == P.SEQLEN_LM:
@@ -136,7 +136,7 @@ def run_measurement(
     elif kind == P.SEQLEN_LAYER:
         _seqlen_layer(plan, piece.seed, folder)
     else:
-        run(measurement_for(piece_config(piece, plan, ckpts)), out=folder, resume=True, progress=progress)
+        run_config(piece_config(piece, plan, ckpts), out=folder, resume=True, progress=progress)
 
 
 def _seqlen_lm(plan: StudyPlan, models: list[nn.Module], names: tuple[str, ...], folder: Path, tag: str) -> None:

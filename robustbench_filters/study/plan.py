@@ -30,8 +30,8 @@ from ..configs import (
 from ..configs.options import internal_reason
 from ..core.errors import RobfiltError
 from ..core.family import Family
-from ..models.registry import parse_name
 from ..core.names import DEFAULT_IMAGE_ATTACK
+from ..models.registry import parse_name
 from ..train.loop import Recipe, recipe_identity
 
 VISION_MODELS: tuple[str, ...] = ("deit", "deit-bsa", "deit-grc", "deit-bsa-grc")
@@ -84,10 +84,18 @@ FILLED = frozenset({"models", "seed", "checkpoint", "size", "data", "device", "b
                     "input_labels"})  # fmt: skip
 
 
+#: Options added to a run config after studies were made, whose default does what the earlier code did (noise_batch:
+#: 128 noise samples per pass, what certify runs of batch size 16 used): left out of a plan's settings at their
+#: default, so the plans made before them keep their fingerprints.
+ADDED_LATER = frozenset({"noise_batch"})
+
+
 def _internal_at_default(template: RunConfig, f: dataclasses.Field) -> bool:
-    """An internal field (no user sets it; e.g. the zoo cards' fixed example ids) left at its default is not a
-    setting of the plan, so adding one to a config does not change the plans made before it."""
-    return internal_reason(type(template), f.name) is not None and getattr(template, f.name) == f.default
+    """An internal field (no user sets it; e.g. the zoo cards' fixed example ids), or an option added later
+    (:data:`ADDED_LATER`), left at its default is not a setting of the plan, so adding one to a config does not
+    change the plans made before it."""
+    later = internal_reason(type(template), f.name) is not None or f.name in ADDED_LATER
+    return later and getattr(template, f.name) == f.default
 
 
 def template_settings(template: RunConfig) -> dict[str, Any]:

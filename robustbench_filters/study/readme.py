@@ -15,8 +15,8 @@ from typing import Any
 
 import pandas as pd
 
-from ..stats import vacuity
 from ..core.family import Family
+from ..stats import vacuity
 from ..train.loop import DEFAULT_RECIPES
 from .claims import MIN_SEEDS, ClaimResult, Verdict
 from .plan import StudyPlan

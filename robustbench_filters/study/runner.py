@@ -32,7 +32,7 @@ from ..runs.folder import load_run
 from ..runs.lock import RunLock, is_locked
 from ..runs.outfolder import OutputFolder, remove_output
 from . import plan as P
-from .checkpoints import CheckpointInfo, ensure_checkpoint
+from .checkpoints import CheckpointInfo, deferred_checkpoint, ensure_checkpoint
 from .claims import ClaimResult, evaluate_claims
 from .folder import open_study_folder, open_write_up
 from .integrity import check_study
@@ -149,16 +149,13 @@ def run_study(
         result = StudyResult(out=out, readme=None)
         todo = P.pieces(plan)
         ckpts: dict[int, dict[str, CheckpointInfo]] = {}
+        trainer = _Trainer(plan, out, [Path(r) for r in reuse], manifest, result, progress)
         for i, piece in enumerate(todo):
             progress("study", i, len(todo), piece.id)
             if piece.kind == P.TRAIN:
-                reuse_dirs = [Path(r) for r in reuse]
-                info = ensure_checkpoint(plan, piece.model, piece.seed, out / "checkpoints", reuse_dirs, progress)
-                ckpts.setdefault(piece.seed, {})[piece.model] = info
-                (result.executed if info.trained else result.finished_before).append(piece.id)
-                _record_training(manifest, piece, info, out)
+                ckpts.setdefault(piece.seed, {})[piece.model] = trainer.checkpoint(piece)
                 continue
-            _measure(piece, plan, ckpts.get(piece.seed, {}), out, manifest, result, progress)
+            _measure(piece, plan, ckpts.get(piece.seed, {}), trainer, manifest, result, progress)
         progress("study", len(todo), len(todo), "write-up")
         _write(plan, folder, manifest.data, result, report, t0)
         log.info("study written to %s (%.0fs this call)", result.readme, result.wall_time_s)
@@ -181,7 +178,14 @@ def write_up(plan: StudyPlan, out: str | Path = "reports/study", *, report: bool
         raise RobfiltError(f"{out} holds no study ({MANIFEST} is missing); run robfilt study --out {out} first.")
     stored = read_manifest(path)
     if stored.get("plan_fingerprint") != digest(plan.to_dict()):
-        made = stored.get("plan", {})
+        made, wanted = stored.get("plan", {}), plan.to_dict()
+        if made.get("name") == wanted.get("name") and made.get("seeds") == wanted.get("seeds"):
+            changed = sorted(k for k in set(made) | set(wanted) if made.get(k) != wanted.get(k))
+            raise RobfiltError(
+                f"the study in {out} was made with other settings of plan {made.get('name')!r} ({', '.join(changed)} "
+                "differ: this robfilt measures them another way); run the study again (robfilt study --out DIR) to "
+                "write it up."
+            )
         raise RobfiltError(
             f"the study in {out} was made with plan {made.get('name')!r} and seeds {made.get('seeds')}; pass the same "
             "--quick/--seeds to rewrite it."
@@ -236,11 +240,61 @@ def _record_training(manifest: Manifest, piece: P.Piece, info: CheckpointInfo, o
     )  # fmt: skip
 
 
+@dataclass
+class _Trainer:
+    """Train-or-reuse for the study's training pieces, deferring weights that no unfinished measurement needs.
+
+    A resumed study whose checkpoints are gone (a clone of the committed study) keeps the manifest's record of
+    each checkpoint (:func:`.checkpoints.deferred_checkpoint`) and trains it only when a measurement that must run
+    uses it: a change to one family's measurements re-measures that family without retraining the other."""
+
+    plan: StudyPlan
+    out: Path
+    reuse_dirs: list[Path]
+    manifest: Manifest
+    result: StudyResult
+    progress: ProgressHook
+
+    def checkpoint(self, piece: P.Piece) -> CheckpointInfo:
+        root = self.out / "checkpoints"
+        deferred = deferred_checkpoint(self.plan, piece.model, piece.seed, root, self.manifest.pieces.get(piece.id))
+        if deferred is not None:
+            log.info(
+                "%s: checkpoint not on disk; its recorded weights stand in until a measurement needs them", piece.id
+            )
+            self.result.finished_before.append(piece.id)
+            return deferred
+        return self.checkpoint_now(piece)
+
+    def materialise(self, ckpts: dict[str, CheckpointInfo], names: Sequence[str]) -> None:
+        """Train (or reuse) every deferred checkpoint in ``names`` now, in place in ``ckpts``."""
+        for name in names:
+            old = ckpts[name]
+            if not old.deferred:
+                continue
+            piece = P.Piece(P.TRAIN, old.seed, name)
+            if piece.id in self.result.finished_before:
+                self.result.finished_before.remove(piece.id)
+            info = self.checkpoint_now(piece)
+            if info.weights_sha256 != old.weights_sha256:
+                log.warning("%s: the retrained weights differ from the recorded ones; pieces using them are measured "
+                            "again", piece.id)  # fmt: skip
+            ckpts[name] = info
+
+    def checkpoint_now(self, piece: P.Piece) -> CheckpointInfo:
+        info = ensure_checkpoint(
+            self.plan, piece.model, piece.seed, self.out / "checkpoints", self.reuse_dirs, self.progress
+        )
+        (self.result.executed if info.trained else self.result.finished_before).append(piece.id)
+        _record_training(self.manifest, piece, info, self.out)
+        return info
+
+
 def _measure(
     piece: P.Piece,
     plan: StudyPlan,
     ckpts: dict[str, CheckpointInfo],
-    out: Path,
+    trainer: _Trainer,
     manifest: Manifest,
     result: StudyResult,
     progress: ProgressHook,
@@ -250,11 +304,17 @@ def _measure(
     if missing:
         raise RobfiltError(f"{piece.id} needs checkpoints for {missing}; they were not trained.")
     inputs = digest({"settings": settings(plan, piece.kind), "weights": {n: ckpts[n].weights_sha256 for n in names}})
+    out = trainer.out
     folder = out / piece.folder
     record = manifest.pieces.get(piece.id)
     if _finished(record, inputs, folder):
         result.finished_before.append(piece.id)
         return
+    if any(ckpts[n].deferred for n in names):
+        trainer.materialise(ckpts, names)
+        inputs = digest(
+            {"settings": settings(plan, piece.kind), "weights": {n: ckpts[n].weights_sha256 for n in names}}
+        )
     if folder.exists() and (record is None or record.get("inputs") != inputs):
         log.info("%s: inputs changed since it was started; measuring again", piece.id)
         remove_output(folder)  # the old run's own files; anything else there is refused by the new run

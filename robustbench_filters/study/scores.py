@@ -27,9 +27,9 @@ from typing import Any, TypeVar
 import numpy as np
 import pandas as pd
 
-from ..stats import vacuity
 from ..core.errors import RobfiltError
 from ..runs.folder import Run
+from ..stats import vacuity
 from ..stats.intervals import mcnemar_exact
 from ..summaries import (
     CorruptionSummary,
@@ -230,7 +230,7 @@ def failed_checks(run: Run, piece_id: str) -> list[dict]:
     """The run's sanity checks whose status is not ``pass``."""
     return [
         {"piece": piece_id, "model": c.model, "name": c.name, "status": c.status, "detail": c.detail}
-        for c in run.typed_summary.sanity_checks()
+        for c in run.summary.sanity_checks()
         if c.status != "pass"
     ]
 
@@ -240,9 +240,9 @@ def scores_from_run(kind: str, run: Run, seed: int, baseline: str | None = None)
     from . import plan as P
 
     def summary(cls: type[S]) -> S:
-        if not isinstance(run.typed_summary, cls):
+        if not isinstance(run.summary, cls):
             raise RobfiltError(f"{run.path} holds a {run.kind} run, not the study's {kind} piece; re-run the study.")
-        return run.typed_summary
+        return run.summary
 
     if kind == P.VISION_ATTACK:
         scores = image_attack_scores(summary(ImageAttackSummary), seed)

@@ -30,6 +30,7 @@ from torch import nn
 from ..core.errors import RobfiltError
 from ..runs.measurement import Measurement, PrepareContext, Tick
 from ..runs.units import Unit
+from ..summaries import STUDY_SEQLEN, StudySeqlenSummary
 
 COLUMNS = ("model", "n", "window", "start", "gain")
 
@@ -97,7 +98,6 @@ def summarize_seqlen(rows: pd.DataFrame, value: str = "gain") -> dict[str, dict]
     return out
 
 
-KIND = "study-seqlen"  # not "seqlen": that kind is the synthetic one-layer study (lipschitz.seqlen_run)
 DEFINITION = (
     "gain(N) = ||delta logits at the last position|| / per-token embedding noise; slope = d log mean gain / d log N"
 )
@@ -124,8 +124,6 @@ class SeqlenLMConfig:
 
 class SeqlenLM(Measurement):
     """One unit per model: :func:`lm_seqlen_rows` on the shared tokenization of the test text."""
-
-    kind: ClassVar[str] = KIND
 
     def __init__(
         self, config: SeqlenLMConfig, models: Sequence[nn.Module], names: Sequence[str],
@@ -167,5 +165,7 @@ class SeqlenLM(Measurement):
         tick(1)
         return rows
 
-    def summarise(self, rows: pd.DataFrame, checks: list[Any]) -> dict[str, Any]:
-        return {"kind": KIND, "definition": DEFINITION, "models": summarize_seqlen(rows)}
+    def summarise(self, rows: pd.DataFrame, checks: list[Any]) -> StudySeqlenSummary:
+        return StudySeqlenSummary.build(
+            {"kind": STUDY_SEQLEN, "definition": DEFINITION, "models": summarize_seqlen(rows)}
+        )

@@ -7,7 +7,7 @@ loudly instead of reading as ``None``. This package sits low: it imports only :m
 - :mod:`.record`: the typed-record machinery (strict reading, key-for-key writing);
 - :mod:`.base`: the format version, the sanity-check records, :class:`Summary`;
 - :mod:`.image`, :mod:`.lm`, :mod:`.corruption`, :mod:`.lipschitz`, :mod:`.certify`, :mod:`.seqlen`: one per kind;
-- :mod:`.kinds`: the run kinds, (kind, family) -> summary class and -> report family.
+- :mod:`.kinds`: the registry of run kinds: name, family, summary type, report family, config and measurement.
 """
 
 from .base import VERSION, CheckRecord, ChecksSummary, Summary
@@ -22,10 +22,14 @@ from .kinds import (
     KINDS,
     LIPSCHITZ,
     LM,
+    RUN_KINDS,
     SEQLEN,
     STUDY_SEQLEN,
+    RunKind,
+    kind_of,
     read_summary,
     report_family,
+    run_kind,
     summary_type,
     written_summary,
 )
@@ -41,6 +45,7 @@ __all__ = [
     "KINDS",
     "LIPSCHITZ",
     "LM",
+    "RUN_KINDS",
     "SEQLEN",
     "STUDY_SEQLEN",
     "VERSION",
@@ -51,11 +56,14 @@ __all__ = [
     "ImageAttackSummary",
     "LMAttackSummary",
     "LipschitzSummary",
+    "RunKind",
     "SeqlenSummary",
     "StudySeqlenSummary",
     "Summary",
+    "kind_of",
     "read_summary",
     "report_family",
+    "run_kind",
     "summary_type",
     "written_summary",
 ]

@@ -7,8 +7,9 @@ one line (:func:`.kinds.read_summary`) rather than guessing at keys that may mea
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, Self
 
+from ..core.errors import RobfiltError, RunStateError
 from .record import Record, renamed
 
 VERSION = 2  # the run-folder format (robustbench_filters.runs.folder.FORMAT_VERSION) summaries are written in
@@ -36,12 +37,23 @@ class ChecksSummary(Record):
 
 @dataclass(frozen=True, kw_only=True)
 class Summary(Record):
-    """Base of the typed summaries: the two keys :class:`robustbench_filters.runs.folder.RunWriter` adds first."""
+    """Base of the typed summaries: the two keys :class:`robustbench_filters.runs.folder.RunWriter` adds first.
 
-    KIND: ClassVar[str]
+    A measurement builds its summary with :meth:`build` (``fingerprint`` still empty); the run writer stamps the
+    run's fingerprint on it when it writes the folder. Reading ``summary.json`` requires both keys (a default is
+    not an absent key: only :func:`.record.optional` fields may be missing)."""
 
-    format_version: int
-    fingerprint: str
+    format_version: int = VERSION
+    fingerprint: str = ""
+
+    @classmethod
+    def build(cls, doc: dict[str, Any]) -> Self:
+        """The typed summary of ``doc``, laid out as the measurement writes it (every key but the two the run
+        writer adds). A key the type does not declare, or a missing one, is a bug in the measurement."""
+        try:
+            return cls.from_dict({"format_version": VERSION, "fingerprint": "", **doc}, f"the {cls.__name__}")
+        except RobfiltError as exc:
+            raise RunStateError(f"{exc} (a measurement built it; this is a bug)") from None
 
     def sanity_checks(self) -> list[CheckRecord]:
         """The run's sanity checks (the sequence-length studies record none)."""

@@ -6,7 +6,7 @@ the certified accuracy at each radius with its Clopper-Pearson interval and the 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 from .base import Checked, CheckRecord, ChecksSummary, Summary
 from .record import Record
@@ -35,8 +35,6 @@ class SigmaCertificates(Record):
 
 @dataclass(frozen=True, kw_only=True)
 class CertifySummary(Checked, Summary):
-    KIND: ClassVar[str] = "certify"
-
     kind: str
     family: str
     data: str

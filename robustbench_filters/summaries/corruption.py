@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 from .base import Checked, CheckRecord, ChecksSummary, Summary
 from .image import Accuracy
@@ -43,8 +43,6 @@ class CorruptionModelResults(Record):
 
 @dataclass(frozen=True, kw_only=True)
 class CorruptionSummary(Checked, Summary):
-    KIND: ClassVar[str] = "corruption"
-
     kind: str
     family: str
     data: str

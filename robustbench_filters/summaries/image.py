@@ -8,7 +8,7 @@ written: reports recompute the ledger from the rows, and the maps are arrays, no
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 from ..core.errors import RobfiltError
 from .base import Checked, CheckRecord, ChecksSummary, Summary
@@ -64,8 +64,6 @@ class RecordedAttention:
 
 @dataclass(frozen=True, kw_only=True)
 class ImageAttackSummary(Checked, Summary):
-    KIND: ClassVar[str] = "attack"
-
     kind: str
     family: str
     data: str

@@ -1,13 +1,24 @@
-"""Which summary a run folder holds and which report family it belongs to, from its manifest's ``kind`` and
-``family`` (image | lm, recorded for attack runs) and nothing else: no guessing from summary keys or row columns.
+"""The registry of run kinds: one table, :data:`RUN_KINDS`, says for every kind of run its name (as manifests
+record it), the family that tells kinds of one name apart, its typed summary, the report family its runs belong to,
+its config and its measurement. The API builds measurements from it, the run writer and every reader pick a
+run's summary type and report family from it, and the study and the gate name kinds with it. Adding a kind of run
+means adding a row here and the kind's own files (config, measurement, summary).
 
+This package sits at the bottom of the package order (tests/test_architecture.py), below the configs and the
+measurements, so the table names those two by module path and imports them only when asked
+(:meth:`RunKind.config_class`, :meth:`RunKind.measurement_class`).
+
+Which summary a run folder holds and which report family it belongs to follow from its manifest's ``kind`` and
+``family`` (image | lm, recorded for attack runs) and nothing else: no guessing from summary keys or row columns.
 A run of a kind this robfilt does not know, an attack run without a family, or a summary of another format
 version is refused in one line that names the run folder.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,25 +38,62 @@ ATTACK, CORRUPTION, LIPSCHITZ, CERTIFY, SEQLEN, STUDY_SEQLEN = (
 # families of attack runs, and the report families (what report and gate group runs by)
 IMAGE, LM = "image", "lm"
 
-_SUMMARIES: dict[tuple[str, str | None], type[Summary]] = {
-    (ATTACK, IMAGE): ImageAttackSummary,
-    (ATTACK, LM): LMAttackSummary,
-    (CORRUPTION, None): CorruptionSummary,
-    (LIPSCHITZ, None): LipschitzSummary,
-    (CERTIFY, None): CertifySummary,
-    (SEQLEN, None): SeqlenSummary,
-    (STUDY_SEQLEN, None): StudySeqlenSummary,
-}
-KINDS: tuple[str, ...] = tuple(dict.fromkeys(k for k, _ in _SUMMARIES))
-# (kind, family) -> report family; a study-seqlen run is the study's own and has none
-_REPORT_FAMILIES: dict[tuple[str, str | None], str] = {
-    (ATTACK, IMAGE): IMAGE,
-    (ATTACK, LM): LM,
-    (CORRUPTION, None): IMAGE,
-    (LIPSCHITZ, None): LIPSCHITZ,
-    (CERTIFY, None): CERTIFY,
-    (SEQLEN, None): SEQLEN,
-}
+
+def _import(path: str) -> Any:
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def _path(cls: type) -> str:
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+@dataclass(frozen=True)
+class RunKind:
+    """One kind of run (see the module docstring); ``config`` and ``measurement`` are ``module:Class`` paths."""
+
+    name: str
+    family: str | None  # attack runs: the family their manifest records (image | lm); None for every other kind
+    summary: type[Summary]
+    report_family: str | None  # what reports and the gate group runs by; None: the study's own piece
+    config: str
+    measurement: str
+
+    def config_class(self) -> type:
+        return _import(self.config)
+
+    def measurement_class(self) -> type:
+        return _import(self.measurement)
+
+
+_P = "robustbench_filters"
+# fmt: off
+RUN_KINDS: tuple[RunKind, ...] = (
+    RunKind(ATTACK, IMAGE, ImageAttackSummary, IMAGE, f"{_P}.configs.attacks:ImageAttackConfig",
+            f"{_P}.attacks.image:ImageAttack"),
+    RunKind(ATTACK, LM, LMAttackSummary, LM, f"{_P}.configs.attacks:LMAttackConfig", f"{_P}.attacks.lm:LMAttack"),
+    RunKind(CORRUPTION, None, CorruptionSummary, IMAGE, f"{_P}.configs.attacks:CorruptionConfig",
+            f"{_P}.attacks.corruption:Corruptions"),
+    RunKind(LIPSCHITZ, None, LipschitzSummary, LIPSCHITZ, f"{_P}.configs.bounds:LipschitzConfig",
+            f"{_P}.lipschitz.run:Lipschitz"),
+    RunKind(CERTIFY, None, CertifySummary, CERTIFY, f"{_P}.configs.bounds:CertifyConfig", f"{_P}.smoothing.run:Certify"),
+    RunKind(SEQLEN, None, SeqlenSummary, SEQLEN, f"{_P}.lipschitz.seqlen_run:SeqlenConfig",
+            f"{_P}.lipschitz.seqlen_run:SeqlenLayer"),
+    RunKind(STUDY_SEQLEN, None, StudySeqlenSummary, None, f"{_P}.study.seqlen:SeqlenLMConfig",
+            f"{_P}.study.seqlen:SeqlenLM"),
+)
+# fmt: on
+KINDS: tuple[str, ...] = tuple(dict.fromkeys(k.name for k in RUN_KINDS))
+_BY_KEY: dict[tuple[str, str | None], RunKind] = {(k.name, k.family): k for k in RUN_KINDS}
+
+
+def kind_of(cls: type) -> RunKind:
+    """The kind of run whose config, measurement or summary class ``cls`` is (or derives from)."""
+    for c in cls.__mro__:
+        for k in RUN_KINDS:
+            if c is k.summary or _path(c) in (k.config, k.measurement):
+                return k
+    raise RunStateError(f"{cls.__name__} is in no row of the registry of run kinds (summaries/kinds.py); add it.")
 
 
 def _key(kind: Any, family: Any, where: str) -> tuple[str, str | None]:
@@ -59,26 +107,31 @@ def _key(kind: Any, family: Any, where: str) -> tuple[str, str | None]:
         )
     if kind != ATTACK:
         return kind, None
-    if family not in (IMAGE, LM):
+    if (kind, family) not in _BY_KEY:
         raise RobfiltError(
             f"{where} is an attack run of family {family!r}, not image or lm; re-run it with this robfilt."
         )
     return kind, family
 
 
+def run_kind(kind: Any, family: Any, where: str) -> RunKind:
+    """The registry row of a run of ``kind`` (and ``family``, for attack runs); ``where`` names the run in errors."""
+    return _BY_KEY[_key(kind, family, where)]
+
+
 def report_family(kind: Any, family: Any, where: str) -> str:
     """image | lm | lipschitz | seqlen | certify: the report family of a run of ``kind`` (and ``family``, for
     attack runs). ``where`` names the run in errors (``run folder runs/a``)."""
-    key = _key(kind, family, where)
-    if key not in _REPORT_FAMILIES:
+    row = run_kind(kind, family, where)
+    if row.report_family is None:
         raise RobfiltError(f"{where} is the study's {kind!r} piece, which reports and gates do not read; robfilt "
                            "study writes it up.")  # fmt: skip
-    return _REPORT_FAMILIES[key]
+    return row.report_family
 
 
 def summary_type(kind: Any, family: Any, where: str) -> type[Summary]:
     """The typed summary class of a run of ``kind`` (and ``family``, for attack runs)."""
-    return _SUMMARIES[_key(kind, family, where)]
+    return run_kind(kind, family, where).summary
 
 
 def read_summary(doc: Any, kind: Any, family: Any, where: str) -> Summary:
@@ -98,35 +151,23 @@ def read_summary(doc: Any, kind: Any, family: Any, where: str) -> Summary:
     return cls.from_dict(doc, where)
 
 
-def written_summary(doc: dict[str, Any], kind: str, family: str | None, out: Path) -> Summary:
-    """The typed summary a writer is about to write to ``out``: it must read back as itself, key for key, so the
-    file is exactly what the typed summary says. A mismatch is a bug in the writer (or in its typed summary)."""
+def written_summary(summary: Summary, kind: str, family: str | None, out: Path) -> dict[str, Any]:
+    """The document a writer is about to write to ``out`` for ``summary``: it must be the summary type of the run's
+    kind and read back as itself, key for key, so the file is exactly what the typed summary says. A mismatch is a
+    bug in the measurement (or in its typed summary)."""
+    doc = summary.to_dict()
     try:
+        expected = summary_type(kind, family, f"run folder {out}")
+        if type(summary) is not expected:
+            raise RobfiltError(f"it is a {type(summary).__name__}, not a {expected.__name__}")
         typed = read_summary(doc, kind, family, f"run folder {out}")
     except RobfiltError as exc:
         raise RunStateError(f"the {kind} summary written to {out} does not match its typed summary ({exc}); "
                             "this is a bug.") from None  # fmt: skip
     if _dumps(typed.to_dict()) != _dumps(doc):
         raise RunStateError(f"the {kind} summary written to {out} does not read back key for key; this is a bug.")
-    return typed
+    return doc
 
 
 def _dumps(doc: Any) -> str:
     return json.dumps(doc, default=str)
-
-
-__all__ = [
-    "ATTACK",
-    "CERTIFY",
-    "CORRUPTION",
-    "IMAGE",
-    "KINDS",
-    "LIPSCHITZ",
-    "LM",
-    "SEQLEN",
-    "STUDY_SEQLEN",
-    "read_summary",
-    "report_family",
-    "summary_type",
-    "written_summary",
-]

@@ -7,7 +7,7 @@ log10 of each bound per layer and ball radius.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 from .base import Checked, CheckRecord, ChecksSummary, Summary
 from .record import Record, optional
@@ -72,8 +72,6 @@ class GapMedian(Record):
 
 @dataclass(frozen=True, kw_only=True)
 class LipschitzSummary(Checked, Summary):
-    KIND: ClassVar[str] = "lipschitz"
-
     models: dict[str, LipschitzModel]
     definitions: dict[str, str]
     vacuity: dict[str, Any] = optional()  # the rule that flags a certified number as vacuous

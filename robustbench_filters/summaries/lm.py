@@ -1,12 +1,13 @@
 """The summary of a language-model attack run (kind ``attack``, family ``lm``): perplexity and next-token accuracy
 per model, clean and per (attack, eps or word-swap rate), as :meth:`robustbench_filters.attacks.lm.LMAttack.summarise`
-writes it. Models scored lm-eval style (Hugging Face models) add lm-eval's three metrics with their intervals.
+writes it. Runs since documents (every model scored lm-eval style) add lm-eval's three metrics with their intervals and
+the compute ledger; older runs' summaries lack them and read as written.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any
 
 from .base import Checked, CheckRecord, ChecksSummary, Summary
 from .record import Record, optional, present
@@ -29,8 +30,10 @@ class _LMEval:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Perplexity(_LMEval, Record):
-    """Perplexity with its 95% bootstrap interval over sequences, token accuracy, and totals."""
+class _Scores:
+    """What every LM entry holds: token perplexity with its 95% bootstrap interval over documents, next-token
+    accuracy and totals; lm-eval's metrics with their intervals; and the compute ledger (``cost``: forward and
+    backward passes, in total and per document)."""
 
     ppl: float
     ppl_lo: float
@@ -40,6 +43,7 @@ class Perplexity(_LMEval, Record):
     n_tokens: int
     n_sequences: int
     ppl_median_seq: float
+    n_windows: int = optional()
     word_perplexity: float = optional()
     word_perplexity_lo: float = optional()
     word_perplexity_hi: float = optional()
@@ -49,32 +53,26 @@ class Perplexity(_LMEval, Record):
     bits_per_byte: float = optional()
     bits_per_byte_lo: float = optional()
     bits_per_byte_hi: float = optional()
+    cost: dict[str, Any] = optional()
 
 
 @dataclass(frozen=True, kw_only=True)
-class LMAttackResult(_LMEval, Record):
-    """One (attack, eps) of a model: an embedding attack (``eps_abs``) or word swap (``rate``, ``words_swapped``)."""
-
+class _Condition:
     attack: str
     kind: str  # adversarial | contamination
     eps: float
-    ppl: float
-    ppl_lo: float
-    ppl_hi: float
-    acc: float
-    nll: float
-    n_tokens: int
-    n_sequences: int
-    ppl_median_seq: float
-    word_perplexity: float = optional()
-    word_perplexity_lo: float = optional()
-    word_perplexity_hi: float = optional()
-    byte_perplexity: float = optional()
-    byte_perplexity_lo: float = optional()
-    byte_perplexity_hi: float = optional()
-    bits_per_byte: float = optional()
-    bits_per_byte_lo: float = optional()
-    bits_per_byte_hi: float = optional()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Perplexity(_LMEval, _Scores, Record):
+    """The clean scores of a model."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class LMAttackResult(_LMEval, _Scores, _Condition, Record):
+    """One (attack, eps) of a model: an embedding attack (``eps_abs``) or word swap (``rate``, ``words_swapped``);
+    its fields are the condition's, then the scores', then these."""
+
     ppl_ratio: float
     rate: float = optional()
     words_swapped: float = optional()
@@ -85,15 +83,15 @@ class LMAttackResult(_LMEval, Record):
 class LMModelResults(Record):
     clean: Perplexity
     results: list[LMAttackResult]
+    cost: dict[str, dict[str, float]] = optional()  # per attack, over its whole eps or rate grid
 
 
 @dataclass(frozen=True, kw_only=True)
 class LMAttackSummary(Checked, Summary):
-    KIND: ClassVar[str] = "attack"
-
     kind: str
     family: str
     data: str
+    split: str = optional()
     n_examples: int
     seed: int
     attacks: list[str]
@@ -105,7 +103,8 @@ class LMAttackSummary(Checked, Summary):
     eps_scale_definition: str
     steps: int
     step_size: float | str  # "0.15*eps" when not set
-    seq_chars: int
+    seq_chars: int = optional()  # runs from before documents: characters per scored chunk
+    windows: dict[str, dict[str, int]] = optional()  # per model: lm-eval's max_length, stride, prefix token
     replacement: str
     precision: str = optional()
     perplexity_metric: dict[str, str] = optional()

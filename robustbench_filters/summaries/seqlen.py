@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 from .base import Summary
 from .record import Record
@@ -14,8 +14,6 @@ from .record import Record
 
 @dataclass(frozen=True, kw_only=True)
 class SeqlenSummary(Summary):
-    KIND: ClassVar[str] = "seqlen"
-
     kind: str
     n_values: list[int]
 
@@ -31,8 +29,6 @@ class SeqlenModel(Record):
 
 @dataclass(frozen=True, kw_only=True)
 class StudySeqlenSummary(Summary):
-    KIND: ClassVar[str] = "study-seqlen"
-
     kind: str
     definition: str
     models: dict[str, SeqlenModel]

@@ -1,2 +1,3 @@
-"""Training: the recipes, robfilt's deterministic resumable loop (:mod:`.loop`) and Hugging Face fine-tuning (:mod:`.hf`).
+"""Training: recipes (:mod:`.recipe`), robfilt's deterministic, resumable loop for its own variants (:mod:`.loop`)
+and the conversion and fine-tuning of Hugging Face causal LMs (:mod:`.hf`).
 """

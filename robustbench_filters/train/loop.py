@@ -15,6 +15,8 @@ import logging
 import math
 import shutil
 import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,14 +30,15 @@ from ..attacks.training import PGDTraining
 from ..core.errors import RobfiltError, RunStateError
 from ..core.family import Family
 from ..core.io import atomic_write_json
+from ..core.progress import ProgressHook, null_progress
+from ..core.seeds import derived_seed
+from ..core.surface import flag
 from ..models.checkpoint import CARD, save_checkpoint
 from ..models.registry import ModelSpec, build_from_spec, resolve_spec
-from ..core.progress import ProgressHook, null_progress
-from .recipe import DEFAULT_RECIPES, Recipe, card_recipe_value, lr_at, rebuild_command, recipe_identity
 from ..runs.lock import RunLock
 from ..runs.outfolder import remove_files
 from ..runs.prepare import prepare_training_out
-from ..core.surface import flag
+from .recipe import DEFAULT_RECIPES, Recipe, card_recipe_value, lr_at, rebuild_command, recipe_identity
 
 log = logging.getLogger(__name__)
 
@@ -102,11 +105,11 @@ class _Task:
             self.data_checksum = self.train_data.checksum
             self.adversarial = PGDTraining.from_recipe(recipe)
         else:
-            from ..data import encode_corpus, load_text
+            from ..data import encode_corpus, load_documents, load_text
             from ..data.tokenizers import BPETokenizer, CharTokenizer
 
             train_text = load_text(data, split="train")
-            test_text = load_text(data, split="test")
+            self.test_docs = load_documents(data, "test").texts
             tok_path = out / "tokenizer.json"
             if recipe.tokenizer == "char":
                 self.tokenizer = CharTokenizer.train(train_text)
@@ -114,8 +117,6 @@ class _Task:
                 self.tokenizer = BPETokenizer.train(train_text, vocab_size=recipe.bpe_vocab)
             self.tokenizer.save(tok_path)
             self.train_ids = encode_corpus(train_text, self.tokenizer)
-            self.test_ids = encode_corpus(test_text, self.tokenizer)
-            self.test_chars = len(test_text)
             self.n_train = len(self.train_ids)
             import hashlib
 
@@ -132,11 +133,13 @@ class _Task:
         return max(1, self.n_train // self.recipe.batch_size)
 
     def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
-        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + step)
+        gen = torch.Generator().manual_seed(derived_seed(self.seed, 1_000_003, step))
         if self.family is Family.IMAGE:
             spe = self.steps_per_epoch()
             epoch, i = divmod(step, spe)
-            perm = torch.randperm(self.n_train, generator=torch.Generator().manual_seed(self.seed * 7919 + epoch))
+            perm = torch.randperm(
+                self.n_train, generator=torch.Generator().manual_seed(derived_seed(self.seed, 7919, epoch))
+            )
             idx = perm[i * self.recipe.batch_size : (i + 1) * self.recipe.batch_size]
             x, y = self.train_data.x[idx], self.train_data.y[idx]
             if self.recipe.augment:
@@ -144,7 +147,7 @@ class _Task:
             if self.recipe.noise_sigma > 0:
                 x = add_gaussian_noise(x, self.recipe.noise_sigma, gen)
             if self.adversarial is not None:  # PGD points from the current weights, seeded by (seed, step)
-                x = self.adversarial.points(self.model, x, y, self.seed * 1_000_003 + step)
+                x = self.adversarial.points(self.model, x, y, derived_seed(self.seed, 1_000_003, step))
             return x, y
         from ..data import get_batch
 
@@ -182,25 +185,24 @@ class _Task:
                     )
                     out["test_acc_noisy"] = hits / len(y)
                 return out
-            from ..data import eval_windows
-
-            x, y = eval_windows(self.test_ids, self.spec.config.block_size, n_max=self.recipe.eval_max)
-            nll, count = 0.0, 0
-            for i in range(0, len(x), 64):
-                logits = self.model(x[i : i + 64])
-                nll += F.cross_entropy(
-                    logits.reshape(-1, logits.shape[-1]), y[i : i + 64].reshape(-1), reduction="sum"
-                ).item()
-                count += y[i : i + 64].numel()
-            out = {"test_nll": nll / count, "test_ppl": math.exp(nll / count), "test_tokens": count}
-            out["tokenizer"] = self.recipe.tokenizer
-            if self.recipe.tokenizer == "bpe":
-                # per-character equivalent: total nll over the characters those tokens cover
-                chars = self.test_chars * count / max(1, len(self.test_ids))
-                out["test_ppl_per_char"] = math.exp(nll / chars)
-            return out
+            return {**lm_card_metrics(self.model, self.tokenizer, self.test_docs, self.recipe.eval_max),
+                    "tokenizer": self.recipe.tokenizer}  # fmt: skip
         finally:
             self.model.train()
+
+
+def lm_card_metrics(model: nn.Module, tokenizer: Any, docs: Sequence[str], eval_max: int | None) -> dict[str, Any]:
+    """A card's test perplexities of a robfilt LM: lm-eval's rolling windows of its block size over the test
+    documents (``eval_max`` of them: those ``robfilt attack -n eval_max --seed 0`` selects), with the metric code
+    ``robfilt attack`` scores clean rows with."""
+    from ..models.hf.perplexity import card_metrics
+    from ..models.hf.rolling import Rolling, prefix_token
+    from ..runs.units import select_examples
+
+    block = int(model.config.block_size)
+    texts = [docs[i] for i in select_examples(len(docs), eval_max, 0).tolist()]
+    device = next(model.parameters()).device
+    return card_metrics(model, tokenizer, texts, Rolling(block, block, prefix_token(tokenizer)), device=device)
 
 
 def _previous(state_dir: Path) -> Path:
@@ -281,6 +283,28 @@ def _load_init(model: nn.Module, init: str, name: str, size: str) -> None:
 
     start = load_checkpoint(init, name=name, size=size)
     model.load_state_dict(start.state_dict())
+
+
+@contextmanager
+def training_folder(out: Path, resume: bool, overwrite: bool) -> Iterator[dict[str, Any] | None]:
+    """``--out`` prepared and locked for a training (an earlier training's own files removed, nothing else); yields
+    the card of a finished training that ``--resume`` found there (nothing left to do), else None."""
+    replaced = prepare_training_out(out, resume, overwrite, STATE_DIR)
+    lock = RunLock(out)
+    lock.acquire()
+    try:
+        remove_files(out, replaced)
+        finished = json.loads((out / CARD).read_text()) if resume and _finished(out) else None
+        if finished is not None:
+            log.info("%s is already trained; nothing to resume", out)
+        yield finished
+    finally:
+        lock.release()
+
+
+def card_wall_s(card: dict[str, Any]) -> float:
+    """The training time a card records (robfilt's checkpoints keep it in the recipe, fine-tunes at the top)."""
+    return float((card.get("recipe") or {}).get("wall_time_s", card.get("wall_time_s", 0.0)))
 
 
 def _finished(out: Path) -> bool:
@@ -384,16 +408,9 @@ def train(
     data = data or ("fashion-mnist" if spec.family is Family.IMAGE else "austen")
     out = Path(out or f"runs/train/{name}-{size}-s{seed}")
     state_dir = out / STATE_DIR
-    replaced = prepare_training_out(out, resume, overwrite, STATE_DIR)
-    lock = RunLock(out)
-    lock.acquire()
-    try:
-        remove_files(out, replaced)  # an earlier training's own files, nothing else
-        if resume and _finished(out):
-            card = json.loads((out / CARD).read_text())
-            log.info("%s is already trained; nothing to resume", out)
-            wall_s = card.get("recipe", {}).get("wall_time_s", 0.0)
-            return TrainResult(out, name, size, card.get("metrics", {}), wall_s, recipe)
+    with training_folder(out, resume, overwrite) as finished:
+        if finished is not None:
+            return TrainResult(out, name, size, finished.get("metrics", {}), card_wall_s(finished), recipe)
         task = _build_task(name, size, spec, data, recipe, seed, out, overrides)
         model, spec = task.model, task.spec
         opt = torch.optim.AdamW(_param_groups(model, recipe.weight_decay), lr=recipe.lr, betas=(0.9, 0.95))
@@ -425,10 +442,8 @@ def train(
         model.robfilt_spec = spec
         save_checkpoint(model, out, recipe=recipe_card, metrics=metrics)
         shutil.rmtree(state_dir, ignore_errors=True)
-        log.info("trained %s in %.0fs: %s", name, wall, metrics)
+        log.info("trained %s in %.0fs", name, wall)
         return TrainResult(out, name, size, metrics, wall, recipe)
-    finally:
-        lock.release()
 
 
 __all__ = [

@@ -1,7 +1,7 @@
 """Training recipes: the hyper-parameters, their validation, their identity for checkpoint matching, the defaults
 per family and the learning-rate schedule.
 
-Kept apart from the training loop (:mod:`.train`) because the study plan, the zoo cards and checkpoint reuse all
+Kept apart from the training loop (:mod:`.loop`) because the study plan, the zoo cards and checkpoint reuse all
 reason about recipes without training anything.
 """
 
@@ -21,8 +21,10 @@ from ..core.surface import Surface, flag, given
 _NOT_IN_SPECS = {Surface.SPEC: "a gate spec measures models; it does not train them"}
 #: the adversarial-training methods ``adversarial`` takes (attacks.training runs them)
 ADVERSARIAL_METHODS: tuple[str, ...] = ("pgd",)
-#: what a Hugging Face model can be converted to before fine-tuning (hf.convert)
-VARIANTS: tuple[str, ...] = ("bsa", "grc", "bsa-grc")
+#: what a Hugging Face model can be converted to before fine-tuning (hf.convert), and ``none``: the plain model,
+#: fine-tuned with the same recipe (the baseline a conversion is compared with)
+NO_VARIANT = "none"
+VARIANTS: tuple[str, ...] = ("bsa", "grc", "bsa-grc", NO_VARIANT)
 
 
 def _train(default: Any, help: str, value: Any, **kwargs: Any) -> Any:
@@ -51,12 +53,20 @@ class Recipe(Declared):
     ckpt_every: int = _train(
         0, "Steps between resumable states (0: once per epoch for images, 200 steps for LMs).", Int()
     )
-    eval_max: int | None = _train(None, "Cap on test examples or windows of the final metric (none: all).", Int())
+    eval_max: int | None = _train(
+        None,
+        "Cap on the test examples (images) or documents (LMs) of the final metric (none: all).",
+        Int(),
+    )
     tokenizer: str = _train(
         "char", "LM tokenizer: char (characters) or bpe (byte-level BPE trained on the data).", Tokenizer()
     )
     bpe_vocab: int = _train(512, "Vocabulary size of a BPE tokenizer (--tokenizer bpe).", Int())
-    variant: str | None = _train(None, "hf: models: convert to bsa, grc or bsa-grc before fine-tuning.", Text())
+    variant: str | None = _train(
+        None,
+        "hf: models: convert to bsa, grc or bsa-grc before fine-tuning, or none: fine-tune the plain model.",
+        Text(),
+    )
     max_length: int | None = _train(
         None, "hf: models: tokens per training window (default: the model's positions, at most 256).", Int()
     )
@@ -159,6 +169,13 @@ DEFAULT_RECIPES: dict[Family, Recipe] = {
     Family.IMAGE: Recipe(epochs=14, batch_size=64, lr=2e-3, weight_decay=0.05, augment=False),
     Family.LM: Recipe(steps=1500, batch_size=32, lr=3e-3, weight_decay=0.1, augment=False, ckpt_every=250),
 }
+#: Fine-tuning a Hugging Face model (``robfilt train --model hf:DIR``): a pretrained model needs fewer steps and a
+#: smaller learning rate than training from scratch.
+HF_RECIPE = Recipe(steps=200, batch_size=8, lr=3e-4, weight_decay=0.1, augment=False, ckpt_every=50)
+#: The recipe fields fine-tuning uses (its card records these, not the image or from-scratch LM settings).
+FINETUNE_FIELDS: tuple[str, ...] = (
+    "steps", "batch_size", "lr", "weight_decay", "warmup_frac", "min_lr_frac", "grad_clip", "ckpt_every", "eval_max",
+)  # fmt: skip
 
 
 def lr_at(step: int, total: int, recipe: Recipe) -> float:

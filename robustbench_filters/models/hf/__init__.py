@@ -9,10 +9,12 @@ the gate and reports. The pieces:
 - :mod:`.adapter`: :class:`~.adapter.HFCausalLM`, the small object the measurement talks to (token embeddings,
   logits from embeddings, the tokenizer, the window);
 - :mod:`.rolling`: lm-eval's rolling log-likelihood windows and its word/byte perplexity and bits per byte;
-  :mod:`.perplexity` scores documents with a model (:func:`.perplexity.evaluate_perplexity`);
+  :mod:`.perplexity` scores documents with any LM (:func:`.perplexity.score_documents`, the one metric code of
+  ``robfilt attack`` and ``robfilt train``; :func:`.perplexity.evaluate_perplexity`);
+- :mod:`.trust`: a folder's JSON configs read by robfilt, and a folder that needs its own code refused;
 - :mod:`.convert` (with :mod:`.gpt2`, :mod:`.llama`): this project's BSA and GRC for GPT-2, GRC for Llama-style
   blocks, recorded in ``config.json`` and rebuilt on load;
-- :mod:`.train`: ``robfilt train --model hf:DIR --variant ...``: convert, fine-tune, save a loadable folder.
+- :mod:`robustbench_filters.train.hf`: ``robfilt train --model hf:DIR --variant ...``: convert, fine-tune, save a loadable folder.
 
 Importing this package does not import ``transformers`` (the ``hf`` extra); every entry point that needs it calls
 :func:`require_transformers`, which names the install command in one line when it is missing.

@@ -156,7 +156,7 @@ def load_converted(config: Any, folder: Path, label: str, attention: str | None 
     settings = settings_from_record(config.robfilt, label)
     del config.robfilt  # convert() records it again
     kwargs = {"attn_implementation": attention} if attention else {}
-    model = AutoModelForCausalLM.from_config(config, **kwargs)
+    model = AutoModelForCausalLM.from_config(config, trust_remote_code=False, **kwargs)
     convert(model, settings)
     load_state_strict(model, _read_safetensors(folder, label), label)
     return model.eval()

@@ -174,14 +174,4 @@ def convert_gpt2(model: nn.Module, settings: FilterConfig) -> None:
             block.setup_grc(i, settings, y0, body.wte.weight)
 
 
-def sigma_widths(model: nn.Module) -> list[list[float]]:
-    """The learned Gaussian widths per layer and head of a BSA GPT-2 (for cards and logs)."""
-    out = []
-    for block in model.transformer.h:
-        attn = block.attn
-        if isinstance(attn, BSAGPT2Attention) and attn.pos_kernel is PosKernel.GAUSSIAN:
-            out.append([round(float(s), 4) for s in attn.sigma.detach().cpu()])
-    return out
-
-
-__all__ = ["BSAGPT2Attention", "GRCGPT2Block", "NoAdditivePositions", "attend", "convert_gpt2", "sigma_widths"]
+__all__ = ["BSAGPT2Attention", "GRCGPT2Block", "NoAdditivePositions", "attend", "convert_gpt2"]

@@ -30,6 +30,7 @@ from ...core.errors import RobfiltError
 from . import is_hf_model, require_transformers
 from .adapter import HFCausalLM, resolve_max_length
 from .tokenizer import HFTokenizer, check_tokenizer, load_tokenizer_folder
+from .trust import read_config_json, refuse_custom_code
 
 log = logging.getLogger(__name__)
 
@@ -106,14 +107,24 @@ def is_causal_config(config: Any) -> bool:
 
 
 def load_config(folder: Path, label: str) -> Any:
-    """The folder's ``config.json`` as a ``transformers`` config, refused unless it describes a causal LM."""
+    """The folder's ``config.json`` as a ``transformers`` config, refused unless it describes a causal LM that
+    transformers builds without the folder's code."""
     from transformers import AutoConfig
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
     if not (folder / "config.json").is_file():
         raise RobfiltError(f"{label}: {folder} has no config.json; give a folder written by model.save_pretrained.")
+    data = read_config_json(folder, label)
+    refuse_custom_code(data, folder, label, "config.json")
+    model_type = data.get("model_type")
+    if not isinstance(model_type, str) or model_type not in CONFIG_MAPPING_NAMES:
+        raise RobfiltError(
+            f"{label}: config.json in {folder} names model_type {model_type!r}, which transformers does not ship; "
+            "give a folder written by save_pretrained of a built-in architecture (GPT-2, Llama, ...)."
+        )
     try:
-        config = AutoConfig.from_pretrained(str(folder), local_files_only=True)
-    except (OSError, ValueError, KeyError) as exc:
+        config = AutoConfig.from_pretrained(str(folder), local_files_only=True, trust_remote_code=False)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise RobfiltError(f"{label}: config.json in {folder} cannot be read ({first[:160]}).") from None
     if not is_causal_config(config):
@@ -189,7 +200,7 @@ def load_hf(
             kwargs = {"attn_implementation": attention} if attention else {}
             try:
                 model = AutoModelForCausalLM.from_pretrained(
-                    str(folder), local_files_only=True, use_safetensors=True, **kwargs
+                    str(folder), local_files_only=True, use_safetensors=True, trust_remote_code=False, **kwargs
                 )
             except (OSError, ValueError, RuntimeError) as exc:
                 first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]

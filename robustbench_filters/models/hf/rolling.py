@@ -2,8 +2,9 @@
 
 lm-evaluation-harness scores a document with ``loglikelihood_rolling``: the document's tokens are cut into windows of
 at most ``max_length`` model inputs (``get_rolling_token_windows`` and ``make_disjoint_window`` in ``lm_eval.utils``),
-the first token is predicted from one *prefix token* (the tokenizer's BOS, else its EOS), and every token is
-predicted exactly once. The document's log-likelihood is the sum over its windows. Its ``wikitext`` task then
+the first token is predicted from one *prefix token* (the tokenizer's BOS, else its EOS; for robfilt's own
+tokenizers, which have neither, the newline that precedes every paragraph of their training text:
+:func:`prefix_token`), and every token is predicted exactly once. The document's log-likelihood is the sum over its windows. Its ``wikitext`` task then
 reports, over documents d with log-likelihood LL_d, ``W_d = len(re.split(r"\\s+", d))`` words and ``B_d`` UTF-8 bytes:
 
     word_perplexity = exp(-sum LL_d / sum W_d)      byte_perplexity = exp(-sum LL_d / sum B_d)
@@ -11,7 +12,8 @@ reports, over documents d with log-likelihood LL_d, ``W_d = len(re.split(r"\\s+"
 
 (``weighted_perplexity`` and ``bits_per_byte`` in ``lm_eval.api.metrics``). This module implements the same windows
 and the same aggregations (pure Python; :mod:`.perplexity` scores documents with a model), so robfilt's numbers
-equal lm-eval's on the same documents (tests/test_hf_perplexity.py computes both, with lm-eval's own functions). Token perplexity ``exp(-sum LL / sum tokens)`` is reported too.
+equal lm-eval's on the same documents (tests/test_hf_perplexity.py compares them with lm-eval's own ``HFLM`` and
+functions). Token perplexity ``exp(-sum LL / sum tokens)`` is reported too.
 
 Windows, as options (lm-eval's names in brackets):
 
@@ -31,6 +33,7 @@ import math
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ...core.errors import RobfiltError
 
@@ -64,6 +67,16 @@ def disjoint_window(pair: tuple[list[int], list[int]]) -> tuple[list[int], list[
     """The context without the tokens it shares with the continuation; lm-eval's ``make_disjoint_window``."""
     a, b = pair
     return a[: len(a) - (len(b) - 1)], b
+
+
+def prefix_token(tokenizer: Any) -> int:
+    """The token a document's first token is predicted from: the tokenizer's own ``prefix_token_id`` (robfilt's
+    tokenizers: the newline; Hugging Face ones: BOS, else EOS), else a lone newline token, else ``<unk>``."""
+    own = getattr(tokenizer, "prefix_token_id", None)
+    if isinstance(own, int):
+        return own
+    newline = tokenizer.encode("\n")
+    return int(newline[0]) if len(newline) == 1 else int(getattr(tokenizer, "unk_id", 0) or 0)
 
 
 @dataclass(frozen=True)
@@ -188,6 +201,7 @@ __all__ = [
     "count_bytes",
     "count_words",
     "disjoint_window",
+    "prefix_token",
     "rolling_windows",
     "weighted_perplexity",
     "window_rows",

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ...core.errors import RobfiltError
+from .trust import read_config_json, refuse_custom_code
 
 
 class HFTokenizer:
@@ -43,7 +44,17 @@ class HFTokenizer:
         return self.hf.bos_token_id if self.hf.bos_token_id is not None else self.hf.eos_token_id
 
     def encode(self, text: str) -> list[int]:
-        return list(self.hf.encode(text, verbose=False))  # long documents are windowed, never fed whole
+        """Token ids with the tokenizer's own special-token default, except that a text already starting with the
+        prefix token is not given another (lm-eval's ``tok_encode``)."""
+        kwargs = {"add_special_tokens": False} if self._prefix and text.startswith(self._prefix) else {}
+        return list(self.hf.encode(text, verbose=False, **kwargs))  # long documents are windowed, never fed whole
+
+    @property
+    def _prefix(self) -> str:
+        if not hasattr(self, "_prefix_text"):
+            prefix = self.prefix_token_id
+            self._prefix_text = "" if prefix is None else str(self.hf.decode(prefix))
+        return self._prefix_text
 
     def decode(self, ids: list[int]) -> str:
         return str(self.hf.decode([int(i) for i in ids]))
@@ -68,21 +79,47 @@ class HFTokenizer:
         return f"HFTokenizer({type(self.hf).__name__}, vocab_size={self.vocab_size})"
 
 
+#: Files that hold a tokenizer's vocabulary (fast tokenizers, SentencePiece, byte-level BPE, WordPiece, tiktoken).
+VOCABULARY_FILES: tuple[str, ...] = (
+    "tokenizer.json", "tokenizer.model", "spiece.model", "sentencepiece.bpe.model", "vocab.json", "vocab.txt",
+    "tokenizer.tiktoken",
+)  # fmt: skip
+#: A text every real tokenizer turns into tokens (one that gives none is no tokenizer).
+PROBE_TEXT = "It is a truth universally acknowledged."
+
+
+def no_tokenizer(folder: Path, label: str) -> RobfiltError:
+    return RobfiltError(
+        f"{label}: no tokenizer in {folder}: save one with `tokenizer.save_pretrained({folder})` (or pass "
+        "--tokenizer DIR)."
+    )
+
+
 def load_tokenizer_folder(folder: Path, label: str) -> HFTokenizer:
-    """``AutoTokenizer.from_pretrained(folder)`` from local files only, or a one-line error."""
+    """``AutoTokenizer.from_pretrained(folder)`` from local files only, never running the folder's code, or one
+    line: a folder without vocabulary files has no tokenizer (transformers would make an empty one, and every
+    document would have zero tokens)."""
     from transformers import AutoTokenizer
 
     if not folder.is_dir():
         raise RobfiltError(f"{label}: tokenizer folder {folder} does not exist; pass --tokenizer DIR.")
+    if not any((folder / name).is_file() for name in VOCABULARY_FILES) and not any(folder.glob("*.tiktoken")):
+        raise no_tokenizer(folder, label)
+    if (folder / "tokenizer_config.json").is_file():
+        refuse_custom_code(read_config_json(folder, label, "tokenizer_config.json"), folder, label,
+                           "tokenizer_config.json")  # fmt: skip
     try:
-        tok = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+        tok = AutoTokenizer.from_pretrained(str(folder), local_files_only=True, trust_remote_code=False)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise RobfiltError(
             f"{label}: no tokenizer could be read from {folder} ({first[:160]}); save one there with "
             "tokenizer.save_pretrained(DIR) or pass --tokenizer DIR."
         ) from None
-    return HFTokenizer(tok)
+    wrapped = HFTokenizer(tok)
+    if len(tok) < 2 or not wrapped.encode(PROBE_TEXT):
+        raise no_tokenizer(folder, label)
+    return wrapped
 
 
 def check_tokenizer(tokenizer: HFTokenizer, config: Any, n_embeddings: int, label: str) -> None:
@@ -100,6 +137,11 @@ def check_tokenizer(tokenizer: HFTokenizer, config: Any, n_embeddings: int, labe
                 f"{label}: the tokenizer's {name} is {got} but the model's config says {expected}; the tokenizer does "
                 "not match the model's vocabulary (use the tokenizer saved with the model)."
             )
+    if not tokenizer.encode(PROBE_TEXT):
+        raise RobfiltError(
+            f"{label}: the tokenizer turns text into no tokens ({PROBE_TEXT!r} gives none); use the tokenizer saved "
+            "with the model (AutoTokenizer.from_pretrained(DIR))."
+        )
     if tokenizer.prefix_token_id is None:
         raise RobfiltError(
             f"{label}: the tokenizer has neither a BOS nor an EOS token, and lm-eval's rolling windows predict a "
