@@ -4,7 +4,7 @@
 
 PGD adversarial training (Madry et al. 2018) at Linf ``EPS`` on the bundled Fashion-MNIST training split: every
 batch is replaced by its PGD points (``STEPS`` steps of 2.5 eps / steps, random start: robfilt's
-:class:`~robustbench_filters.attacks.training.PGDTraining`, what ``robfilt train --adversarial pgd`` runs), AdamW
+:class:`~robustbench_filters.train.adversarial.PGDTraining`, what ``robfilt train --adversarial pgd`` runs), AdamW
 with robfilt's warmup-then-cosine schedule. The data order and every random start are pure functions of (seed,
 step), so the same seed and thread count give the same weights. It writes the weights and a JSON card (settings,
 test accuracy, PGD-20 accuracy at the training eps, wall time); committed beside the factory.
@@ -23,9 +23,9 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks.robust_cnn import CARD, WEIGHTS, robust_cnn
-from robustbench_filters.attacks.training import EVAL_STEPS, PGDTraining
 from robustbench_filters.core.io import atomic_write_json
 from robustbench_filters.data import load_images
+from robustbench_filters.train.adversarial import EVAL_STEPS, PGDTraining
 from robustbench_filters.train.recipe import Recipe, lr_at
 
 EPS, STEPS = 0.1, 7

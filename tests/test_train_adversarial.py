@@ -9,9 +9,9 @@ import pytest
 import safetensors.torch
 import torch
 
-from robustbench_filters.attacks.training import PGDTraining
 from robustbench_filters.cli import run
 from robustbench_filters.models.registry import resolve_spec
+from robustbench_filters.train.adversarial import PGDTraining
 from robustbench_filters.train.loop import DEFAULT_RECIPES, Recipe, _Task, recipe_identity, train
 from robustbench_filters.train.recipe import LATER_FIELDS
 

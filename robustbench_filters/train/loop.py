@@ -26,7 +26,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..attacks.training import PGDTraining
 from ..core.errors import RobfiltError, RunStateError
 from ..core.family import Family
 from ..core.io import atomic_write_json
@@ -38,6 +37,7 @@ from ..models.registry import ModelSpec, build_from_spec, resolve_spec
 from ..runs.lock import RunLock
 from ..runs.outfolder import remove_files
 from ..runs.prepare import prepare_training_out
+from .adversarial import PGDTraining
 from .recipe import DEFAULT_RECIPES, Recipe, card_recipe_value, lr_at, rebuild_command, recipe_identity
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ from ..core.names import Norm
 from ..core.surface import Surface, flag, given
 
 _NOT_IN_SPECS = {Surface.SPEC: "a gate spec measures models; it does not train them"}
-#: the adversarial-training methods ``adversarial`` takes (attacks.training runs them)
+#: the adversarial-training methods ``adversarial`` takes (train.adversarial runs them)
 ADVERSARIAL_METHODS: tuple[str, ...] = ("pgd",)
 #: what a Hugging Face model can be converted to before fine-tuning (hf.convert), and ``none``: the plain model,
 #: fine-tuned with the same recipe (the baseline a conversion is compared with)

@@ -1,7 +1,7 @@
 """PGD adversarial training's inner maximisation (Madry et al. 2018) and the robust metric a training card records.
 
-Training on PGD points is what makes a model robust; measuring robustness is what the rest of this package does.
-The training side reuses the engine's PGD (:class:`.early.EarlyPGD`, torchattacks' loop) with early exit off:
+Training on PGD points is what makes a model robust; measuring robustness is what the attacks package does. The
+training side reuses the engine's PGD (:class:`..attacks.early.EarlyPGD`, torchattacks' loop) with early exit off:
 every example gets all its steps, as in Madry et al., because a point that barely fools the model is a weaker
 training signal than the last iterate. Step size ``2.5 * eps / steps`` (Madry et al.'s rule: the steps can walk
 across the ball and back), a uniform random start.
@@ -19,10 +19,11 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..train.recipe import Recipe
-from .early import EarlyPGD, EarlyPGDL2
-from .image_models import frozen
-from .params import Norm, parse_norm
+from ..attacks.early import EarlyPGD, EarlyPGDL2
+from ..attacks.image_models import frozen
+from ..attacks.params import Norm, parse_norm
+from ..core.seeds import derived_seed
+from .recipe import Recipe
 
 #: the robust metric a card records: PGD with this many steps at the training eps (a weaker attack than the
 #: default; the card says which, and ``robfilt attack`` measures the model with the default)
@@ -64,7 +65,7 @@ class PGDTraining:
         atk.early_stop = True  # the same examples broken, fewer passes
         hits = 0
         for i in range(0, len(y), batch):
-            xa = _attacked(atk, model, x[i : i + batch], y[i : i + batch], seed + i)
+            xa = _attacked(atk, model, x[i : i + batch], y[i : i + batch], derived_seed(seed, 1, i))
             hits += int((model(xa).argmax(-1) == y[i : i + batch]).sum())
         return hits / max(len(y), 1)
 
