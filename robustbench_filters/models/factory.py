@@ -67,7 +67,7 @@ def _zoo_model(name: str, size: str, checkpoint: str | Path | None, overrides: d
     if checkpoint not in (None, "zoo"):
         raise CheckpointError(
             f"{name} names the zoo's {arch} after {training}; its weights are the model: drop {flag('checkpoint')}, "
-            f"or use {given('model', arch)} with {given('checkpoint', str(checkpoint))}."
+            f"or load the architecture, {arch}, with {given('checkpoint', str(checkpoint))}."
         )
     if size != ZOO_MODEL_SIZE:
         raise CheckpointError(f"{name} exists at size {ZOO_MODEL_SIZE} only; drop {given('size', size)}.")
