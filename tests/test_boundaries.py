@@ -55,7 +55,7 @@ def test_a_seed_outside_0_to_2_63_is_refused_in_one_line(tmp_path: Path, capfd, 
 def test_the_largest_seed_runs_and_derived_seeds_stay_in_range(tmp_path: Path) -> None:
     top = 2**63 - 1
     res = rf.evaluate(nn.Sequential(nn.Flatten(), nn.Linear(784, 10)), "fgsm", [0.01], n_examples=2, seed=top)
-    assert res.summary["models"]["model0"]["clean"]["n"] == 2
+    assert res.summary.models["model0"].clean.n == 2
     lip = rf.estimate_lipschitz("deit", checkpoint="none", n_examples=1, seed=top, bounds=False, method="power",
                                 power_iters=1)  # fmt: skip
     assert len(lip.examples) == 1
@@ -82,7 +82,7 @@ def test_a_file_name_that_is_not_utf8_is_read_and_hashed_by_its_bytes(tmp_path: 
     model = nn.Sequential(nn.Flatten(), nn.Linear(64 * 3, 3))
     res = rf.evaluate(model, "fgsm", [0.01], data=f"imagefolder:{folder}", n_examples=None, img_size=8,
                       num_workers=0, checkpoint="none")  # fmt: skip
-    assert res.summary["models"]["model0"]["clean"]["n"] == 6
+    assert res.summary.models["model0"].clean.n == 6
 
 
 def test_a_non_utf8_name_in_a_message_shows_its_bytes(tmp_path: Path) -> None:
@@ -253,7 +253,7 @@ def test_corruptions_need_no_gradient_so_a_detaching_model_runs() -> None:
     space: dict = {}
     exec(compile(MODELS, "<models>", "exec"), space)  # noqa: S102 - the test's own source
     res = rf.evaluate(space["build"]("detach"), "corruption", severities=[1], n_examples=2)
-    assert res.summary["models"]["model0"]["clean"]["n"] == 2
+    assert res.summary.models["model0"].clean.n == 2
 
 
 def test_autograd_finding_no_path_anywhere_gets_the_same_advice() -> None:
