@@ -188,7 +188,6 @@ def test_run_folder_into_a_user_folder_is_refused_even_with_overwrite_of_its_fil
 # --- robfilt study (--overwrite and --write-up) -----------------------------------------------------------------
 
 
-
 @pytest.fixture(params=["ledger", "before ledgers"])
 def study_copy(small_study, tmp_path, request) -> Path:
     """A finished study (no checkpoints or parts) as a user's clone holds it (tests/small_study.py); also as a study
@@ -218,6 +217,7 @@ def test_study_write_up_of_an_old_study_records_what_it_wrote(study_copy) -> Non
     write_up(TWO_SEEDS, study_copy, report=False)
     ledger = json.loads((study_copy / LEDGER).read_text())
     assert {"README.md", "results.json", "scores.csv", "study.json"} <= set(ledger["files"])
+    (study_copy / "figures").mkdir(exist_ok=True)
     (study_copy / "figures" / "mine.png").write_text("mine")
     with pytest.raises(RobfiltError, match="figures/mine.png"):
         write_up(TWO_SEEDS, study_copy, report=False)
