@@ -12,7 +12,14 @@ from torch import nn
 
 from robustbench_filters.api.evaluate import evaluate
 from robustbench_filters.attacks.cascade import cascade, convergence_subset
-from robustbench_filters.attacks.catalogue import ATTACKS, DEFAULT_IMAGE_ATTACK, AttackInfo, Norm, register_attack
+from robustbench_filters.attacks.catalogue import (
+    ATTACK_SPECS,
+    ATTACKS,
+    DEFAULT_IMAGE_ATTACK,
+    AttackInfo,
+    Norm,
+    register_attack,
+)
 from robustbench_filters.attacks.image import CONVERGENCE_SHARE
 from robustbench_filters.checks import image as IC
 from robustbench_filters.cli import run
@@ -170,6 +177,6 @@ def test_eps0_check_is_cheap_and_catches_an_attack_that_moves_x(net) -> None:
     try:
         bad = evaluate([net], ["moving-test"], [0.05], n_examples=16, seed=0)
     finally:
-        del ATTACKS["moving-test"]
+        del ATTACKS["moving-test"], ATTACK_SPECS["moving-test"]  # both: later tests list the catalogue
     eps0 = next(c.to_dict() for c in bad.summary.checks if c.name == "eps=0 equals clean")
     assert eps0["status"] == "fail" and "moving" in eps0["detail"]
