@@ -20,7 +20,8 @@ from robustbench_filters.core.errors import RobfiltError, RunStateError
 from robustbench_filters.core.io import sha256_file
 from robustbench_filters.gating.run import run_gate
 from robustbench_filters.report import build_report
-from robustbench_filters.runs.folder import RunWriter, load_run, manifest_fingerprint, verify_run
+from robustbench_filters.runs.fingerprint import manifest_fingerprint
+from robustbench_filters.runs.folder import RunWriter, load_run, verify_run
 from robustbench_filters.study import full_plan, write_up
 from robustbench_filters.study import plan as P
 from robustbench_filters.study.integrity import check_piece, check_study
