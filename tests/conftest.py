@@ -70,6 +70,14 @@ def gate_in_process(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytes
     return record
 
 
+@pytest.fixture(scope="session")
+def small_study(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A finished two-seed smoke study as a clone holds it (tests/small_study.py); copy it before changing it."""
+    from small_study import finished_study
+
+    return finished_study(tmp_path_factory.mktemp("small-study") / "study")
+
+
 @pytest.fixture
 def images() -> torch.Tensor:
     """Two Fashion-MNIST-shaped images in [0, 1] (the input range of every image model)."""

@@ -14,12 +14,14 @@ import pandas as pd
 import pytest
 from report_synthetic import image_rows
 from run_summaries import image_summary
+from small_study import TWO_SEEDS
 
 from robustbench_filters.core.errors import RobfiltError, RunStateError
 from robustbench_filters.core.io import sha256_file
 from robustbench_filters.gating.run import run_gate
 from robustbench_filters.report import build_report
-from robustbench_filters.runs.folder import RunWriter, load_run, manifest_fingerprint, verify_run
+from robustbench_filters.runs.fingerprint import manifest_fingerprint
+from robustbench_filters.runs.folder import RunWriter, load_run, verify_run
 from robustbench_filters.study import full_plan, write_up
 from robustbench_filters.study import plan as P
 from robustbench_filters.study.integrity import check_piece, check_study
@@ -173,29 +175,41 @@ def test_paired_mode_needs_a_shared_identity_of_the_examples(tmp_path) -> None:
 
 
 @pytest.fixture
-def study_copy(tmp_path) -> Path:
+def study_copy(small_study, tmp_path) -> Path:
+    """A finished two-seed study as a clone holds it (tests/small_study.py)."""
     copy = tmp_path / "study"
-    shutil.copytree(COMMITTED_STUDY, copy)
+    shutil.copytree(small_study, copy)
     return copy
 
 
 def test_write_up_refuses_seeds_whose_runs_are_copies_of_another_seed(study_copy) -> None:
-    """The example of issue 25: two seeds' run folders are byte copies of a third's; each verifies alone."""
-    for seed in (1, 2):
-        for kind in ("vision-attack", "lm-attack"):
-            target = study_copy / f"runs/s{seed}/{kind}"
-            shutil.rmtree(target)
-            shutil.copytree(study_copy / f"runs/s0/{kind}", target)
-            verify_run(target)
+    """The example of issue 25: a seed's run folders are byte copies of another's; each verifies alone."""
+    for kind in ("vision-attack", "lm-attack"):
+        target = study_copy / f"runs/s1/{kind}"
+        shutil.rmtree(target)
+        shutil.copytree(study_copy / f"runs/s0/{kind}", target)
+        verify_run(target)
     readme = (study_copy / "README.md").read_bytes()
     with pytest.raises(RunStateError, match="runs/s1/vision-attack"):
-        write_up(full_plan(3), study_copy, report=False)
+        write_up(TWO_SEEDS, study_copy, report=False)
     assert (study_copy / "README.md").read_bytes() == readme
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=RobfiltError,
+    reason="the committed study's LM attack was measured before issue 33 (text as documents, --split): `make study` "
+    "re-measures its LM family; when it has, this passes and the marker must go",
+)
+def test_the_committed_study_writes_up_under_the_current_plan(tmp_path) -> None:
+    copy = tmp_path / "study"
+    shutil.copytree(COMMITTED_STUDY, copy)
+    write_up(full_plan(3), copy, report=False)
 
 
 def test_write_up_refuses_a_copy_re_signed_with_the_seeds_checkpoint_tag(study_copy) -> None:
     pieces = json.loads((study_copy / "study.json").read_text())["pieces"]
-    plan = full_plan(3)
+    plan = TWO_SEEDS
     tag = checkpoint_tag({m: pieces[f"train/{m}/s1"]["weights_sha256"] for m in plan.vision_models})
     target = study_copy / "runs/s1/vision-attack"
     shutil.rmtree(target)

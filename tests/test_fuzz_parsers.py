@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -81,3 +82,22 @@ def test_attack_cli_never_shows_a_traceback(capfd, option, value):
     assert "Traceback" not in err
     lines = [line for line in err.strip().splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error:"), err
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        [
+            "--model",
+            "~0",
+        ],  # a ~user this machine does not know: Path.expanduser raised RuntimeError (found by the fuzzer)
+        ["--data", "imagefolder:~robfilt-no-such-user/x"],
+        ["--checkpoint", "~robfilt-no-such-user/w.safetensors"],
+    ],
+)
+def test_an_unknown_home_folder_is_a_path_like_any_other(capfd, extra):
+    args = ["attack", "--model", "deit", "-n", "1", "-q", "--out", "/nonexistent-robfilt/x"]
+    code = run([*args, *extra])
+    err = capfd.readouterr().err
+    lines = [line for line in err.strip().splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("error:"), err

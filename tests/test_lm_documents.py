@@ -78,7 +78,9 @@ def test_the_run_says_which_documents_and_why_fewer_than_asked(book: Path, caplo
 
 def _tiny_lm(block: int = 32):
     tok = CharTokenizer.train(load_text("austen", "train")[:50_000])
-    return create_model("lm", vocab_size=tok.vocab_size, n_layer=1, n_head=2, n_embd=32, block_size=block), tok
+    return create_model(
+        "lm", vocab_size=tok.vocab_size, n_layer=1, n_head=2, n_embd=32, block_size=block, checkpoint="none"
+    ), tok
 
 
 def test_windows_roll_over_whole_documents(book: Path) -> None:

@@ -18,6 +18,7 @@ import pandas as pd
 import pytest
 from report_synthetic import image_rows, write_run
 from run_summaries import image_summary
+from small_study import TWO_SEEDS
 
 from robustbench_filters.cli import run
 from robustbench_filters.core.errors import RobfiltError
@@ -25,7 +26,7 @@ from robustbench_filters.gating.run import run_gate
 from robustbench_filters.report import build_report
 from robustbench_filters.runs.folder import RunWriter
 from robustbench_filters.runs.outfolder import LEDGER, OutputFolder
-from robustbench_filters.study import full_plan, write_up
+from robustbench_filters.study import write_up
 from robustbench_filters.study.folder import open_study_folder
 from robustbench_filters.train.loop import Recipe, train
 
@@ -186,15 +187,13 @@ def test_run_folder_into_a_user_folder_is_refused_even_with_overwrite_of_its_fil
 
 # --- robfilt study (--overwrite and --write-up) -----------------------------------------------------------------
 
-COMMITTED_STUDY = Path(__file__).resolve().parents[1] / "reports" / "study"
-
 
 @pytest.fixture(params=["ledger", "before ledgers"])
-def study_copy(tmp_path, request) -> Path:
-    """The committed 3-seed study (no checkpoints or parts) as a user's clone holds it; also as a study written
-    before output ledgers existed (recognised by its study.json and the report's index.md)."""
+def study_copy(small_study, tmp_path, request) -> Path:
+    """A finished study (no checkpoints or parts) as a user's clone holds it (tests/small_study.py); also as a study
+    written before output ledgers existed (recognised by its study.json)."""
     copy = tmp_path / "study"
-    shutil.copytree(COMMITTED_STUDY, copy)
+    shutil.copytree(small_study, copy)
     if request.param == "before ledgers":
         for ledger in copy.rglob(LEDGER):
             ledger.unlink()
@@ -205,8 +204,8 @@ def test_study_write_up_refuses_a_user_file_and_overwrite_removes_only_the_study
     snap = _paper(study_copy, {"notes.md": "mine", "figures/my_plot.png": "png", "runs/s0/vision-attack/mine.txt":
                                "mine", "report/tables/mine.csv": "a", "checkpoints/mine/weights.bin": "w"})  # fmt: skip
     readme = (study_copy / "README.md").read_bytes()
-    assert run(["study", "--write-up", "--out", str(study_copy), "-q", "--no-figures"]) == 2
-    _one_line(capsys, "which robfilt did not write")
+    with pytest.raises(RobfiltError, match="which robfilt did not write"):
+        write_up(TWO_SEEDS, study_copy, report=False)
     assert (study_copy / "README.md").read_bytes() == readme
     open_study_folder(study_copy, resume=False, overwrite=True)  # what --overwrite does before training again
     _intact(study_copy, snap)
@@ -215,12 +214,13 @@ def test_study_write_up_refuses_a_user_file_and_overwrite_removes_only_the_study
 
 
 def test_study_write_up_of_an_old_study_records_what_it_wrote(study_copy) -> None:
-    write_up(full_plan(3), study_copy, report=False)
+    write_up(TWO_SEEDS, study_copy, report=False)
     ledger = json.loads((study_copy / LEDGER).read_text())
     assert {"README.md", "results.json", "scores.csv", "study.json"} <= set(ledger["files"])
+    (study_copy / "figures").mkdir(exist_ok=True)
     (study_copy / "figures" / "mine.png").write_text("mine")
     with pytest.raises(RobfiltError, match="figures/mine.png"):
-        write_up(full_plan(3), study_copy, report=False)
+        write_up(TWO_SEEDS, study_copy, report=False)
 
 
 # --- robfilt check --out -----------------------------------------------------------------------------------------

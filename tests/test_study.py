@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import shutil
@@ -11,6 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from small_study import smoke_plan
 
 from robustbench_filters.cli import run
 from robustbench_filters.core.errors import RobfiltError, RunStateError
@@ -26,13 +26,7 @@ from robustbench_filters.study import (
 )
 from robustbench_filters.study.checkpoints import find_reusable
 from robustbench_filters.study.plan import (
-    CERTIFY_TEMPLATE,
-    LIPSCHITZ_LM_TEMPLATE,
-    LIPSCHITZ_VISION_TEMPLATE,
     LM_ATTACK_TEMPLATE,
-    VISION_ATTACK_TEMPLATE,
-    VISION_CORRUPTION_TEMPLATE,
-    SeqlenEval,
     full_plan,
     quick_plan,
 )
@@ -133,26 +127,6 @@ def test_plans():
 
 
 # --- the pipeline on a tiny plan ------------------------------------------------------------------------------
-
-
-def smoke_plan(**changes) -> StudyPlan:
-    """1 seed, 2 variants per family, 3 training steps, a handful of examples: the whole pipeline in seconds."""
-    plan = StudyPlan(
-        name="smoke",
-        seeds=(0,),
-        vision_models=("deit", "deit-grc"),
-        lm_models=("lm", "lm-bsa"),
-        vision_recipe=Recipe(steps=3, batch_size=16, eval_max=50),
-        lm_recipe=Recipe(steps=3, batch_size=4, augment=False, eval_max=5),
-        vision_attack=replace(VISION_ATTACK_TEMPLATE, n_examples=8, steps=2, eps=(0.01, 0.05)),
-        vision_corruption=replace(VISION_CORRUPTION_TEMPLATE, n_examples=8, severities=(1,)),
-        lm_attack=replace(LM_ATTACK_TEMPLATE, n_examples=4, rates=(0.0, 0.1), eps=(0.05,), steps=2),
-        lipschitz_vision=replace(LIPSCHITZ_VISION_TEMPLATE, n_examples=2),
-        lipschitz_lm=replace(LIPSCHITZ_LM_TEMPLATE, n_examples=2, seq_len=16),
-        certify=replace(CERTIFY_TEMPLATE, n_examples=4, n0=10, n=40, attack_examples=1),
-        seqlen=SeqlenEval(lm_ns=(8, 16), lm_windows=2, layer_ns=(16, 32), layer_trials=2),
-    )
-    return dataclasses.replace(plan, **changes)
 
 
 class _Stop(Exception):

@@ -14,7 +14,8 @@ from run_summaries import image_summary, image_summary_doc, lm_summary
 from robustbench_filters.cli import run as cli_run
 from robustbench_filters.core.errors import RobfiltError, RunStateError
 from robustbench_filters.core.io import sha256_file
-from robustbench_filters.runs.folder import RunWriter, load_run, manifest_fingerprint
+from robustbench_filters.runs.fingerprint import manifest_fingerprint
+from robustbench_filters.runs.folder import RunWriter, load_run
 from robustbench_filters.summaries import (
     VERSION,
     CertifySummary,

@@ -20,17 +20,19 @@ from .options import Bool, Int, Many, Number, api_only, internal, option
 
 
 def _check_examples(value: Any, name: str) -> None:
-    """``inputs`` / ``input_labels``: a non-empty batch (a tensor, an array or a list of examples), not a scalar,
-    text or a mapping; what each example must be is checked when the run reads them."""
+    """``inputs`` / ``input_labels``: a batch (a tensor, an array or a list of examples), not a scalar, text or a
+    mapping. What each example must be, and that there is at least one, is checked when the run reads them, in the
+    words ``evaluate`` uses for its data (lipschitz/data.py: given_inputs)."""
     if value is None:
         return
+    batch = not isinstance(value, str | bytes | dict) and getattr(value, "ndim", 1) != 0
     try:
-        count = 0 if isinstance(value, str | bytes | dict) or getattr(value, "ndim", 1) == 0 else len(value)
+        len(value)
     except TypeError:
-        count = 0
-    if not count:
+        batch = False
+    if not batch:
         what = f"shape {tuple(value.shape)}" if hasattr(value, "shape") else type(value).__name__
-        raise RobfiltError(f"{name} must be a non-empty tensor or array of examples (N, ...), got {what}.")
+        raise RobfiltError(f"{name} must be a tensor or array of examples (N, ...), got {what}.")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -26,6 +26,15 @@ def non_utf8_path(path: str | Path) -> bool:
     return False
 
 
+def expand_user(path: str | Path) -> Path:
+    """``path`` with a leading ``~`` or ``~user`` expanded; a ``~user`` this machine does not know stays as written,
+    as a shell leaves it (``Path.expanduser`` raises RuntimeError there, which would surface as a traceback)."""
+    try:
+        return Path(path).expanduser()
+    except RuntimeError:
+        return Path(path)
+
+
 def is_temp_of(name: str, target: str) -> bool:
     """Whether the file ``name`` is the temp file of an atomic write of ``target`` (left behind by a kill -9)."""
     return name.startswith(f".{target}.") and name.endswith(TEMP_SUFFIX)

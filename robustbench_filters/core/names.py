@@ -19,6 +19,7 @@ from typing import Any
 
 from .errors import RobfiltError, unknown
 from .family import Family
+from .io import expand_user
 
 #: Registry-name prefix of each family: ``deit-*`` names are image models, ``lm-*`` language models.
 PREFIX: dict[Family, str] = {Family.IMAGE: "deit", Family.LM: "lm"}
@@ -238,14 +239,13 @@ DATA_NAMES: dict[Family, tuple[str, ...]] = {
 
 def check_data_spec(spec: str, families: set[Family], *, synthetic: bool = False) -> None:
     """Refuse a data spec that no loader knows, or whose path does not exist, before anything heavy is imported."""
-    from pathlib import Path
 
     for prefix, (serves, kind) in DATA_PREFIXES.items():
         if spec.startswith(prefix):
             if not families <= set(serves):
                 wanted = " or ".join(f.value for f in serves)
                 raise RobfiltError(f"data {spec!r} is {wanted} data; it does not fit these models.")
-            path = Path(spec[len(prefix) :]).expanduser()
+            path = expand_user(spec[len(prefix) :])
             exists = path.is_dir() if kind == "folder" else path.exists()
             if not exists:
                 raise RobfiltError(f"data {spec!r}: {path} is not an existing {kind}; check the path.")
@@ -257,7 +257,7 @@ def check_data_spec(spec: str, families: set[Family], *, synthetic: bool = False
     if key in known:
         return
     prefixes = [p for p, (serves, _) in DATA_PREFIXES.items() if families <= set(serves)]
-    path = Path(spec).expanduser() if spec else None
+    path = expand_user(spec) if spec else None
     if path is not None and path.exists() and prefixes:
         raise _own_data(spec, path.is_dir(), prefixes)
     raise unknown("data", spec, [*known, *(f"{p}<path>" for p in prefixes)])

@@ -42,10 +42,10 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from ..core.errors import RobfiltError
+from ..core.io import expand_user
 from ..core.surface import flag
 
 log = logging.getLogger(__name__)
@@ -165,7 +165,7 @@ def read_class_map(path: str | os.PathLike[str]) -> ClassMap:
     """Read a class-map file (``.json``, ``.csv`` or ``.tsv``; the module docstring gives the rules)."""
     given = str(path)
     where = f"{flag('class_map')} {given}"
-    file = Path(given).expanduser()
+    file = expand_user(given)
     suffix = file.suffix.lower()
     if suffix not in FORMATS:
         raise RobfiltError(

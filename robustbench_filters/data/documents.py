@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.errors import ChecksumError, RobfiltError, unknown
+from ..core.io import expand_user
 from ..core.names import BUNDLED_TEXT, DEFAULT_TEXT_SPLIT, TEXT_PREFIX, TEXT_SPLIT_CHOICES, normalise_split
 from ..core.names import HF_DISK as HF_DISK_PREFIX
 from .assets import asset_path
@@ -107,7 +108,7 @@ def load_documents(spec: str = BUNDLED_TEXT, split: str = DEFAULT_SPLIT, text_co
 
         docs, unit = load_hf_documents(spec[len(HF_DISK_PREFIX) :], split, text_column), "row"
     else:
-        if spec and Path(spec).expanduser().exists():
+        if spec and expand_user(spec).exists():
             raise RobfiltError(f"unknown text dataset {spec!r}; to load your own text use 'text:{spec}'")
         raise unknown("text dataset", spec, TEXT_DATASETS)
     if not docs:
@@ -140,7 +141,7 @@ def read_bundled(split: str) -> str:
 
 
 def _user_documents(path_str: str, split: str) -> tuple[list[str], str]:
-    path = Path(path_str).expanduser()
+    path = expand_user(path_str)
     if not path_str or not path.exists():
         raise RobfiltError(
             f"text path {path_str!r} does not exist; pass text:<file> or text:<folder with train.txt, valid.txt, "

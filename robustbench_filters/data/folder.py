@@ -49,6 +49,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from ..core.errors import RobfiltError
+from ..core.io import expand_user
 from .class_map import AUTO_INDEX, ClassMap, index_name_map, read_class_map
 from .preprocess import InputSpec, pil_transform, resolve_input_spec
 
@@ -207,7 +208,7 @@ class FolderSource:
         num_workers: int | None = None,
         class_map: ClassMap | str | os.PathLike[str] | None = None,
     ) -> None:
-        base = Path(path).expanduser()
+        base = expand_user(path)
         if not str(path) or not base.is_dir():
             raise RobfiltError(
                 f"image folder {str(path)!r} does not exist; pass imagefolder:<folder with one sub-folder per class>"

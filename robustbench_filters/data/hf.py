@@ -24,6 +24,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from ..core.errors import RobfiltError, suggest
+from ..core.io import expand_user
 from .adapters import to_unit_float
 from .folder import as_ids, default_workers, worker_context
 from .images import tensor_checksum
@@ -44,7 +45,7 @@ def _load_disk(path: str | os.PathLike[str]) -> Any:
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     import datasets
 
-    p = Path(path).expanduser()
+    p = expand_user(path)
     if not str(path) or not p.is_dir():
         raise RobfiltError(
             f"Hugging Face dataset folder {str(path)!r} does not exist; pass hf-disk:<folder from save_to_disk>."
@@ -62,7 +63,7 @@ def load_hf_disk(path: str | os.PathLike[str], split: str) -> tuple[Any, str]:
     """(the ``datasets.Dataset`` of ``split``, the split name used) from a ``save_to_disk`` folder."""
     import datasets
 
-    p = Path(path).expanduser()
+    p = expand_user(path)
     obj = _load_disk(path)
     if isinstance(obj, datasets.DatasetDict):
         for name in _SPLIT_ALIASES.get(split, (split,)):
@@ -133,7 +134,7 @@ class HFImageSource:
     ) -> None:
         import datasets
 
-        self.path = Path(path).expanduser()
+        self.path = expand_user(path)
         ds, used = load_hf_disk(self.path, split)
         _column(ds, image_column, "image", self.path)
         _column(ds, label_column, "label", self.path)

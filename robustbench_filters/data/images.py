@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from ..core.errors import ChecksumError, RobfiltError, suggest, unknown
+from ..core.io import expand_user
 from .assets import asset_path
 from .folder import IMAGEFOLDER
 from .preprocess import DEFAULT_PREPROCESS, InputSpec, pil_transform, resolve_input_spec
@@ -137,7 +138,7 @@ def load_images(
         return _load_imagefolder(spec[len(IMAGEFOLDER) :], split, n_max, preprocess, img_size, in_chans, num_workers)
     key = spec.lower().replace("_", "-")
     if key not in (BUNDLED, *TORCHVISION_SETS):
-        if spec and Path(spec).expanduser().is_dir():
+        if spec and expand_user(spec).is_dir():
             raise RobfiltError(f"unknown image dataset {spec!r}; to load a folder of images use 'imagefolder:{spec}'")
         raise unknown("image dataset", spec, IMAGE_DATASETS)
     if split not in IMAGE_SPLITS:
@@ -173,7 +174,7 @@ def _from_uint8(x: np.ndarray | torch.Tensor, y: Any, classes: list[str], name: 
 # ------------------------------------------------------------------------------------------ torchvision
 def default_data_root() -> Path:
     """Where external data sets live unless ``root`` is given: ``$ROBFILT_DATA`` or ~/.cache/robustbench_filters/data."""
-    return Path(os.environ.get("ROBFILT_DATA", "~/.cache/robustbench_filters/data")).expanduser()
+    return expand_user(os.environ.get("ROBFILT_DATA", "~/.cache/robustbench_filters/data"))
 
 
 _TV_FILES = {
@@ -190,7 +191,7 @@ def _load_torchvision(key: str, split: str, root: Any, download: bool, n_max: in
         if key == "fashion-mnist-full" and not download and _idx_files(DEBIAN_FASHION_MNIST, split):
             root_path = DEBIAN_FASHION_MNIST  # Debian's dataset-fashion-mnist package
     else:
-        root_path = Path(root).expanduser()
+        root_path = expand_user(root)
         if not root_path.exists() and not download:
             raise RobfiltError(f"data root {root_path} does not exist; pass an existing folder or download=True")
     if key in ("mnist", "fashion-mnist-full") and (files := _idx_files(root_path, split)):

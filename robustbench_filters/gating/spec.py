@@ -73,6 +73,7 @@ from typing import Any
 
 from .. import configs as CF
 from ..core.errors import RobfiltError
+from ..core.io import expand_user
 from ..core.surface import Surface, surface
 from ..models.checkpoint import is_zoo_ref
 from ..summaries import CERTIFY, IMAGE, LIPSCHITZ, LM
@@ -161,7 +162,7 @@ def _models(spec: Path, root: Path, fam: str, refs: list[str], allow_code: bool)
             raise spec_error(spec, f"[{fam}] models: {exc}") from None
         if parsed.kind is ModelKind.HF:  # a folder must stay inside the project; a cached hub id is no path
             target = parsed.target
-            if (spec.parent / target).expanduser().exists() or target.startswith((".", "/", "~")):
+            if expand_user(spec.parent / target).exists() or target.startswith((".", "/", "~")):
                 resolve_path(spec, root, target, f"[{fam}] model folder")
             continue
         if parsed.kind is not ModelKind.FACTORY:

@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from ..core.errors import RobfiltError
+from ..core.io import expand_user
 from ..core.names import ZOO_MODELS, architecture
 from ..data.preprocess import InputSpec, input_spec_of
 from .checkpoint import CARD, is_zoo_ref
@@ -85,7 +86,7 @@ def _registry(ref: ModelRef, how: Loading) -> tuple[nn.Module, str]:
     if wants_untrained(checkpoint):
         torch.manual_seed(how.seed)
         return create_model(name, size, checkpoint=UNTRAINED, **overrides), "untrained"
-    path = Path(str(checkpoint)).expanduser()
+    path = expand_user(str(checkpoint))
     if not is_zoo_ref(checkpoint) and path.is_file() and not (path.parent / CARD).exists():
         # a plain state dict (e.g. trained with timm under the registered name): build from the reference, load it
         from .weights import load_weights

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import RobfiltError
+from ..core.io import expand_user
 from ..core.parsing import parse_number
 
 TIMM_PREFIX = "timm:"
@@ -288,7 +289,7 @@ def model_kind(ref: str | ModelRef, base_dir: str | Path | None = None) -> str:
         return "timm"
     if mref.kind is ModelKind.FACTORY:
         module, _ = mref.factory_parts
-        path = Path(module).expanduser()
+        path = expand_user(module)
         if is_file_module(module) and not (
             path.is_file() or (base_dir is not None and (Path(base_dir) / path).is_file())
         ):
@@ -302,7 +303,7 @@ def model_kind(ref: str | ModelRef, base_dir: str | Path | None = None) -> str:
         if importlib.util.find_spec("transformers") is None:
             raise RobfiltError(f"hf: models need the Hugging Face extra (transformers); run {HF_INSTALL}.")
         return "lm"
-    if (Path(mref.target).expanduser() / "config.json").is_file():
+    if (expand_user(mref.target) / "config.json").is_file():
         raise RobfiltError(f"{mref.target} is a Hugging Face model folder; write --model hf:{mref.target}.")
     family, _, _ = parse_name(architecture(mref.target))
     return family.value

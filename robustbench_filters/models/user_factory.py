@@ -24,6 +24,7 @@ from typing import Any
 from torch import nn
 
 from ..core.errors import RobfiltError
+from ..core.io import expand_user
 from .ref import ModelKind, ModelRef, is_file_module
 from .user_code import describe_exception, search_path, user_code
 
@@ -77,12 +78,12 @@ def factory_file(ref: ModelRef, base_dir: str | Path | None = None) -> Path | No
     module_part, _ = ref.factory_parts
     if not is_file_module(module_part):
         return None
-    path = Path(module_part).expanduser()
+    path = expand_user(module_part)
     return (path if path.is_absolute() else _base(base_dir) / path).resolve()
 
 
 def _base(base_dir: str | Path | None) -> Path:
-    return Path(base_dir if base_dir is not None else Path.cwd()).expanduser().resolve()
+    return expand_user(base_dir if base_dir is not None else Path.cwd()).resolve()
 
 
 def import_factory(ref: ModelRef, base_dir: str | Path | None = None) -> Any:

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from ..core.errors import CheckpointError
+from ..core.io import expand_user
 from .checkpoint import WEIGHTS, _is_pickle, refuse_non_utf8
 
 log = logging.getLogger(__name__)
@@ -31,7 +32,7 @@ SHOWN = 3  # mismatches named per kind
 
 def weights_file(path: str | Path) -> Path:
     """The weights file of ``path``: the file itself, or ``model.safetensors`` inside a folder."""
-    p = Path(path).expanduser()
+    p = expand_user(path)
     refuse_non_utf8(p)
     if not p.exists():
         raise CheckpointError(

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
-import hashlib
 import json
 import logging
 from collections.abc import Sequence
@@ -41,6 +40,7 @@ from ..core.errors import RobfiltError, RunStateError
 from ..core.versions import git_commit, library_versions
 from ..summaries import Summary, read_summary, report_family, written_summary
 from . import adversarial as _adv
+from .fingerprint import describe_change, fingerprint, manifest_fingerprint
 from .lock import LOCK, RunLock
 from .prepare import check_writable, prepare_out
 
@@ -55,28 +55,6 @@ MANIFEST = "manifest.json"
 SUMMARY = "summary.json"
 ROWS = "rows.parquet"
 PARTS = "parts"
-
-
-def _jsonable(obj: Any) -> Any:
-    try:
-        return _io._json_default(obj)
-    except TypeError:
-        return str(obj)
-
-
-def fingerprint(config: dict[str, Any]) -> str:
-    """A stable hash of everything a run's rows depend on: equal fingerprints compute equal rows.
-
-    The config is hashed as the manifest stores it (JSON), so a reader can recompute the fingerprint from a
-    manifest and notice an edited seed, weights digest or example record (:func:`verify_run`)."""
-    normal = json.loads(json.dumps(config, default=_jsonable))
-    blob = json.dumps(normal, sort_keys=True, default=str).encode()
-    return hashlib.sha256(blob).hexdigest()[:16]
-
-
-def manifest_fingerprint(manifest: dict[str, Any]) -> str:
-    """The fingerprint a manifest's recorded kind, seed and config hash to (what the writer recorded)."""
-    return fingerprint({"kind": manifest.get("kind"), "seed": manifest.get("seed"), **(manifest.get("config") or {})})
 
 
 def read_manifest(folder: Path) -> dict[str, Any]:
@@ -101,25 +79,6 @@ def read_manifest(folder: Path) -> dict[str, Any]:
             "integrity hashes): re-run the command with --overwrite to rewrite it."
         )
     return manifest
-
-
-def describe_change(old: dict[str, Any], new: dict[str, Any]) -> str:
-    """What differs between two runs' recorded inputs, in words (weights and data by name)."""
-    if old.get("kind") != new.get("kind"):
-        return f"a {old.get('kind')!r} run, not {new.get('kind')!r}"
-    if old.get("seed") != new.get("seed"):
-        return f"seed {old.get('seed')} vs {new.get('seed')}"
-    oc, nc = old.get("config", {}), new.get("config", {})
-    ow, nw = oc.get("weights", {}) or {}, nc.get("weights", {}) or {}
-    changed = [m for m in nw if m in ow and ow[m] != nw[m]]
-    if changed:
-        return f"the weights of {changed[0]} changed"
-    if oc.get("examples") != nc.get("examples"):
-        return "the selected data changed"
-    for key in sorted(set(oc) | set(nc)):
-        if key not in ("weights", "examples") and oc.get(key) != nc.get(key):
-            return f"{key} {json.dumps(oc.get(key), default=str)[:40]} vs {json.dumps(nc.get(key), default=str)[:40]}"
-    return "other settings"
 
 
 class RunWriter:

@@ -23,7 +23,8 @@ from ..core.family import Family
 from ..core.progress import ProgressHook
 from ..models.checkpoint import CARD, WEIGHTS, read_card
 from ..models.registry import parse_name
-from ..train.loop import STATE_DIR, Recipe, card_recipe_value, train
+from ..train.loop import Recipe, card_recipe_value, train
+from ..train.state import STATE_DIR
 from .plan import StudyPlan, recipe_tag
 
 log = logging.getLogger(__name__)

@@ -36,8 +36,9 @@ from ..core.seeds import derived_seed
 from ..core.versions import library_versions
 from ..models.hf.adapter import HFCausalLM
 from ..models.hf.convert import VARIANTS
-from .loop import STATE_DIR, TrainResult, _fit, _param_groups, _restore, card_wall_s, training_folder
+from .loop import TrainResult, _fit, _param_groups, _restore, card_wall_s
 from .recipe import FINETUNE_FIELDS, HF_RECIPE, NO_VARIANT, Recipe
+from .state import STATE_DIR, training_folder
 
 log = logging.getLogger(__name__)
 

@@ -15,34 +15,27 @@ import logging
 import math
 import shutil
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import safetensors.torch
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from ..core.errors import RobfiltError, RunStateError
 from ..core.family import Family
-from ..core.io import atomic_write_json
 from ..core.progress import ProgressHook, null_progress
 from ..core.seeds import derived_seed
 from ..core.surface import flag
-from ..models.checkpoint import CARD, save_checkpoint
+from ..models.checkpoint import save_checkpoint
 from ..models.registry import ModelSpec, build_from_spec, resolve_spec
-from ..runs.lock import RunLock
-from ..runs.outfolder import remove_files
-from ..runs.prepare import prepare_training_out
 from .adversarial import PGDTraining
 from .recipe import DEFAULT_RECIPES, Recipe, card_recipe_value, lr_at, rebuild_command, recipe_identity
+from .state import STATE_DIR, load_state, previous_state, save_state, training_folder
 
 log = logging.getLogger(__name__)
-
-STATE_DIR = "train_state"
 
 
 @dataclass
@@ -205,49 +198,6 @@ def lm_card_metrics(model: nn.Module, tokenizer: Any, docs: Sequence[str], eval_
     return card_metrics(model, tokenizer, texts, Rolling(block, block, prefix_token(tokenizer)), device=device)
 
 
-def _previous(state_dir: Path) -> Path:
-    """Where _save_state keeps the last complete state while it writes the next one."""
-    return state_dir.with_name(state_dir.name + ".old")
-
-
-def _save_state(folder: Path, model: nn.Module, opt: torch.optim.Optimizer, step: int, meta: dict) -> None:
-    """Resumable state: weights + optimizer moments (safetensors) and scalars (JSON), written atomically."""
-    tmp = folder.with_name(folder.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    safetensors.torch.save_model(model, str(tmp / "model.safetensors"))
-    tensors, scalars = {}, {}
-    for pid, st in opt.state_dict()["state"].items():
-        for key, value in st.items():
-            if torch.is_tensor(value):
-                tensors[f"{pid}.{key}"] = value.contiguous()
-            else:
-                scalars[f"{pid}.{key}"] = value
-    safetensors.torch.save_file(tensors, str(tmp / "optimizer.safetensors"))
-    atomic_write_json(tmp / "state.json", {"step": step, "scalars": scalars, **meta})
-    old = _previous(folder)
-    shutil.rmtree(old, ignore_errors=True)
-    if folder.exists():
-        folder.rename(old)
-    tmp.rename(folder)
-    shutil.rmtree(old, ignore_errors=True)
-
-
-def _load_state(folder: Path, model: nn.Module, opt: torch.optim.Optimizer) -> dict:
-    safetensors.torch.load_model(model, str(folder / "model.safetensors"))
-    meta = json.loads((folder / "state.json").read_text())
-    tensors = safetensors.torch.load_file(str(folder / "optimizer.safetensors"))
-    state: dict[int, dict[str, Any]] = {}
-    for key, value in tensors.items():
-        pid, name = key.split(".", 1)
-        state.setdefault(int(pid), {})[name] = value
-    for key, value in meta["scalars"].items():
-        pid, name = key.split(".", 1)
-        state.setdefault(int(pid), {})[name] = value
-    sd = opt.state_dict()
-    sd["state"] = state
-    opt.load_state_dict(sd)
-    return meta
 
 
 def _param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
@@ -285,32 +235,9 @@ def _load_init(model: nn.Module, init: str, name: str, size: str) -> None:
     model.load_state_dict(start.state_dict())
 
 
-@contextmanager
-def training_folder(out: Path, resume: bool, overwrite: bool) -> Iterator[dict[str, Any] | None]:
-    """``--out`` prepared and locked for a training (an earlier training's own files removed, nothing else); yields
-    the card of a finished training that ``--resume`` found there (nothing left to do), else None."""
-    replaced = prepare_training_out(out, resume, overwrite, STATE_DIR)
-    lock = RunLock(out)
-    lock.acquire()
-    try:
-        remove_files(out, replaced)
-        finished = json.loads((out / CARD).read_text()) if resume and _finished(out) else None
-        if finished is not None:
-            log.info("%s is already trained; nothing to resume", out)
-        yield finished
-    finally:
-        lock.release()
-
-
 def card_wall_s(card: dict[str, Any]) -> float:
     """The training time a card records (robfilt's checkpoints keep it in the recipe, fine-tunes at the top)."""
     return float((card.get("recipe") or {}).get("wall_time_s", card.get("wall_time_s", 0.0)))
-
-
-def _finished(out: Path) -> bool:
-    """A card and no training state (current or the previous one kept while saving): nothing left to resume."""
-    state_dir = out / STATE_DIR
-    return (out / CARD).exists() and not state_dir.exists() and not _previous(state_dir).exists()
 
 
 def _restore(
@@ -318,13 +245,13 @@ def _restore(
 ) -> tuple[int, float, list[int]]:
     """(step, wall seconds so far, torch thread counts used so far) of a killed run, refusing state from another
     recipe, model, data or seed."""
-    old_state = _previous(state_dir)
+    old_state = previous_state(state_dir)
     if not state_dir.exists() and old_state.exists():
-        # killed between the two renames of _save_state: the previous complete state is in .old
+        # killed between the two renames of save_state: the previous complete state is in .old
         old_state.rename(state_dir)
     if not state_dir.exists():
         return 0, 0.0, []
-    meta = _load_state(state_dir, task.model, opt)
+    meta = load_state(state_dir, task.model, opt)
     if meta.get("fingerprint") != json.loads(json.dumps(fingerprint, default=str)):
         raise RunStateError(
             f"--out {state_dir.parent} holds a different training run (other model, data, seed or recipe); "
@@ -374,7 +301,7 @@ def _fit(
         if step % every == 0 or step == total:
             wall = wall_before + time.perf_counter() - t0
             meta = {"fingerprint": fingerprint, "wall_time_s": wall, "torch_threads": threads}
-            _save_state(state_dir, model, opt, step, meta)
+            save_state(state_dir, model, opt, step, meta)
     return run_loss, wall_before + time.perf_counter() - t0, threads
 
 

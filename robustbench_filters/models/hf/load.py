@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from ...core.errors import RobfiltError
+from ...core.io import expand_user
 from . import is_hf_model, require_transformers
 from .adapter import HFCausalLM, resolve_max_length
 from .tokenizer import HFTokenizer, check_tokenizer, load_tokenizer_folder
@@ -74,7 +75,7 @@ def quiet_hub() -> Iterator[None]:
 
 def resolve_folder(target: str, base_dir: str | Path | None = None) -> Path:
     """The folder an ``hf:`` reference names: a local folder, else a hub id's snapshot in the local cache."""
-    path = Path(target).expanduser()
+    path = expand_user(target)
     if not path.is_absolute():
         path = Path(base_dir if base_dir is not None else Path.cwd()) / path
     if path.is_dir():
@@ -152,7 +153,7 @@ def _tokenizer(tokenizer: Any, folder: Path, base_dir: str | Path | None, label:
     if isinstance(tokenizer, HFTokenizer):
         return tokenizer
     if tokenizer is None or isinstance(tokenizer, str | Path):
-        where = folder if tokenizer is None else Path(tokenizer).expanduser()
+        where = folder if tokenizer is None else expand_user(tokenizer)
         if not where.is_absolute():
             where = Path(base_dir if base_dir is not None else Path.cwd()) / where
         return load_tokenizer_folder(where, label)
