@@ -121,3 +121,24 @@ def test_the_check_fails_on_a_weakened_attack_and_passes_on_the_default(tmp_path
     assert w["status"] == "fail" and "upper bound" in w["detail"], w
     assert s.status == "pass", s
     assert weak["models"]["cnn-at"]["robust"][0]["correct"] > strong.summary.models["cnn-at"].robust[0].correct
+
+
+def test_an_escalating_attacks_last_round_counts_its_breaks_among_the_survivors() -> None:
+    """The default's last round broke 1 of 98 checked and that example now counts as broken: the round began with
+    98 survivors (97 correct + 1; 2 more fell to earlier rounds), every one checked, so the bound is the exact 1
+    (0.39 points, a pass); a sampled last round after an escalation is judged at the Bonferroni level of its rounds."""
+    n = 256
+    conv = ["broken"] + ["held"] * 99 + [""] * (n - 100)
+    correct = [False] + [True] * 99 + [False] * (n - 100)
+    fooled = ["rerun"] * 3 + [""] * 97 + ["apgd-ce"] * (n - 100)
+    fooled[1] = fooled[2] = "rerun"
+    correct[1] = correct[2] = False  # broken by an earlier round: no longer survivors, not in the last round
+    conv[1] = conv[2] = ""
+    rows = pd.DataFrame({"model": "m", "kind": "adversarial", "attack": "a", "eps": 0.1, "correct": correct,
+                         "convergence": conv, "fooled_by": fooled})  # fmt: skip
+    (check,) = check_convergence(rows, "m")
+    assert check.status == "pass", check.detail
+    assert "broke 1 of 98 checked (98 survivors, the escalation broke 3)" in check.detail
+    # sampling after several looks: a wider bound than one look at the same sample
+    assert overstatement(0, 60, 100, 256, looks=3)[0] > overstatement(0, 60, 100, 256)[0]
+    assert overstatement(2, 100, 100, 256, looks=3) == overstatement(2, 100, 100, 256)  # a census has no error

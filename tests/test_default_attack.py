@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
@@ -75,7 +78,7 @@ def test_default_run_records_strength_ledger_and_convergence(net) -> None:
     assert result.summary.attacks == ["apgd-adaptive"]
     rows = result.rows
     adv = rows[rows.attack == "apgd-adaptive"]
-    assert set(adv.fooled_by) <= {"", "clean", "apgd-ce", "apgd-t"} and "apgd-ce" in set(adv.fooled_by)
+    assert set(adv.fooled_by) <= {"", "clean", "apgd-ce", "apgd-t", "rerun"} and "apgd-ce" in set(adv.fooled_by)
     assert adv.cost_exact.all() and (adv.fwd[adv.bwd > 0] > 0).all()  # no backward pass without a forward one
     assert (rows[rows.attack == "clean"].fwd == 1).all()
     # an example costs nothing at an eps once it is broken at a smaller one
@@ -89,11 +92,13 @@ def test_default_run_records_strength_ledger_and_convergence(net) -> None:
     assert entry["cost"]["fwd"] == pytest.approx(float(adv[adv.eps == entry["eps"]].fwd.sum()))
     assert sum(entry["broken_by"].values()) == entry["n"] - entry["correct"]
     # the convergence check: 40 examples (fewer than 1280), so every survivor of each eps reran, recorded, judged
+    # (the default escalates: what its last round broke is broken, so those were survivors when the round began)
     for _, grp in adv.groupby("eps"):
-        survivors = int(grp.correct.sum())
+        broken = grp.convergence == "broken"
+        survivors = int(grp.correct.sum()) + int(broken.sum())
         checked = int(grp.convergence.isin(["held", "broken"]).sum())
         assert checked == survivors
-        assert (grp[grp.convergence != ""].correct).all()  # only survivors are rechecked
+        assert (grp[grp.convergence == "held"].correct).all() and not grp[broken].correct.any()
     assert any(c.name.startswith("attack converged") for c in result.summary.checks)
     assert result.summary.checks_summary.passed, result.summary.checks
 
@@ -158,3 +163,42 @@ def test_eps0_check_is_cheap_and_catches_an_attack_that_moves_x(net) -> None:
         del ATTACKS["moving-test"], ATTACK_SPECS["moving-test"]  # both: later tests compare the catalogue
     eps0 = next(c.to_dict() for c in bad.summary.checks if c.name == "eps=0 equals clean")
     assert eps0["status"] == "fail" and "moving" in eps0["detail"]
+
+
+def test_the_default_escalates_until_a_round_breaks_nothing(net) -> None:
+    """Weakened to two steps, the default leaves examples its stronger rerun breaks: those count (fooled_by
+    'rerun', their points inside the ball), further rounds run on what is left, and the convergence column records
+    the last round of each unit only. A non-escalating attack's rerun is a check alone: its rows keep their
+    outcome."""
+    kwargs = {"eps": [0.06], "n_examples": 64, "seed": 0, "steps": 2}
+    result = evaluate([net], **kwargs)
+    adv = result.rows[result.rows.attack == "apgd-adaptive"]
+    rerun = adv[adv.fooled_by == "rerun"]
+    assert len(rerun) > 0 and not rerun.correct.any()
+    assert (rerun.pert_norm <= 0.06 + 1e-6).all()
+    assert (adv.conv_fwd[adv.fooled_by == "rerun"] > 0).all()
+    # without the escalation (the check alone) the same stages leave every one of them robust
+    plain = "no-escalation-test"
+    register_attack(replace(ATTACKS["apgd-adaptive"], name=plain, escalates=False))
+    try:
+        alone = evaluate([net], attacks=[plain], **kwargs)
+    finally:
+        del ATTACKS[plain], ATTACK_SPECS[plain]  # both: later tests compare the catalogue
+    alone_adv = alone.rows[alone.rows.attack == plain].set_index("example_id")
+    assert "rerun" not in set(alone_adv.fooled_by)
+    assert alone_adv.loc[rerun.example_id, "correct"].all()
+    assert int(adv.correct.sum()) < int(alone_adv.correct.sum())
+    # the rows are the run's: the same command gives the same numbers
+    again = evaluate([net], **kwargs).rows
+    pd.testing.assert_frame_equal(
+        result.rows.drop(columns="seconds", errors="ignore"), again.drop(columns="seconds", errors="ignore")
+    )
+
+
+def test_the_default_without_its_check_skips_the_escalation_and_is_marked_weaker(net) -> None:
+    off = evaluate([net], eps=[0.06], n_examples=32, seed=0, check_convergence=False)
+    (entry,) = off.summary.models["model0"].robust
+    assert entry.correct > 0 and entry.strength == "weak"
+    assert not off.rows.convergence.isin(["held", "broken"]).any() and "rerun" not in set(off.rows.fooled_by)
+    (on,) = evaluate([net], eps=[0.06], n_examples=32, seed=0).summary.models["model0"].robust
+    assert on.strength == "strong" and on.correct <= entry.correct

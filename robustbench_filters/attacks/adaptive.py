@@ -1,20 +1,22 @@
 """``apgd-adaptive``: robfilt's default image attack; effort where the evidence says an example may still fall.
 
-Two stages, in order, each on the examples the earlier one left correctly classified (AutoAttack's per-example
+Three stages, in order, each on the examples the earlier ones left correctly classified (AutoAttack's per-example
 worst case); inside each, an example leaves the moment it is fooled:
 
 1. APGD-CE: APGD on cross-entropy, :data:`CE_STEPS` steps, 1 restart; it breaks nearly every example that is not
    robust, in a few steps;
 2. APGD-T with targets chosen per example (:class:`.targeted.RankedAPGDT`): every other class ranked by its
-   linearised distance to the decision boundary; a short run (8 steps) on each target in play (the two closest,
+   linearised distance to the decision boundary; a short run (4 steps) on each target in play (the two closest,
    and any within 1.5 times the closest one's distance); then the near misses (a targeted DLR loss of at least
-   -0.25) get two restarts of a 100-step run on the target that came closest.
+   -0.25) get two restarts of a 50-step run on the target that came closest;
+3. escalation (:mod:`.cascade`): the stronger rerun (every step count doubled, a restart more on every run, every
+   target) on the survivors; what it breaks counts, and it runs again on what is left (fresh seed) while a round
+   breaks more than the convergence check allows, at most 3 rounds. The last round is the convergence check.
 
-Its stronger rerun (the convergence check) doubles every step count, adds a restart to every run and attacks every
-target. docs/attacks.md gives the measurements behind the numbers (the robust CNN of ``benchmarks/robust_cnn.py``,
-and B9: ``autoattack-standard`` on robust and normally trained models) and how it differs from AutoAttack's standard
-version. The name says what it is: APGD, adaptive; ``autoattack-fast``, the default before it, keeps its name and
-definition so that earlier runs, baselines and specs keep their meaning.
+docs/attacks.md gives the measurements behind the numbers (the robust CNN of ``benchmarks/robust_cnn.py``, and B9:
+``autoattack-standard`` on robust and normally trained models) and how it differs from AutoAttack's standard
+version. ``autoattack-fast``, the default before it, keeps its name and definition so that earlier runs, baselines
+and specs keep their meaning.
 """
 
 from __future__ import annotations

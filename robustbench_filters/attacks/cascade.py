@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..checks import ball_tolerance
+from ..checks.convergence import RERUN, ROUNDS, allowed
 from ..checks.logits import GuardedLogits, predictions
 from ..runs.adversarial import AdversarialTrace
 from ..runs.units import unit_seed
@@ -304,22 +305,46 @@ class _Run:
 
 
 def _converge(run: _Run, led: _Ledger, survivors: torch.Tensor, k: int, params: AttackParams) -> None:
-    """The convergence check at eps index ``k``: the stronger rerun on the sampled survivors (rows change nowhere
-    but in the convergence column and its ledger)."""
+    """The convergence check at eps index ``k``: the stronger rerun on the sampled survivors.
+
+    For an attack that escalates (``AttackSpec.escalates``, the default) the rerun is also the attack's last stage:
+    what it breaks is broken (its points and logits replace the survivor's, ``fooled_by`` "rerun"), and a fresh
+    round (new sample, new seed) runs on what is left until a round breaks no more than the check allows in this unit
+    (:func:`~..checks.convergence.allowed` of its size: units that all stop there pass the run's check together) or
+    :data:`~..checks.convergence.ROUNDS` have run. The convergence column then records the last round only, the
+    one that judges the number reported. Otherwise the rerun is a check alone and changes no row but that column.
+    """
     s, b = run.settings, run.batch
-    key = (s.seed, run.label, s.attack, k)
-    pick = survivors[convergence_sample(b.ids.to(survivors.device)[survivors], s.convergence or 0.0, (*key, "pick"))]
-    if not len(pick):
-        return
-    torch.manual_seed(unit_seed(*key, int(b.ids[0]), "converge"))
-    led.conv_code[pick] = 1
-    stronger = run.info.build(run.counter, replace(params, converge=True))
-    for st in run_components(
-        stronger, run.counter, run.model, b.x, b.y, pick, params.eps, s.norm, run.info.minimum_norm
-    ):
-        led.passes["conv_fwd"][st.idx] += st.fwd
-        led.passes["conv_bwd"][st.idx] += st.bwd
-        led.conv_code[st.idx] = torch.where(st.fooled, 2, led.conv_code[st.idx])
+    rounds = ROUNDS if run.info.escalates else 1
+    for r in range(rounds):
+        key = (s.seed, run.label, s.attack, k) if r == 0 else (s.seed, run.label, s.attack, k, "round", r)
+        pick = survivors[
+            convergence_sample(b.ids.to(survivors.device)[survivors], s.convergence or 0.0, (*key, "pick"))
+        ]
+        led.conv_code.zero_()  # the column records the judging (last) round
+        if not len(pick):
+            return
+        torch.manual_seed(unit_seed(*key, int(b.ids[0]), "converge"))
+        led.conv_code[pick] = 1
+        stronger = run.info.build(run.counter, replace(params, converge=True, seed=unit_seed(params.seed, "round", r)
+                                                       if r else params.seed))  # fmt: skip
+        broke = torch.zeros(len(b.y), dtype=torch.bool, device=b.y.device)
+        for st in run_components(
+            stronger, run.counter, run.model, b.x, b.y, pick, params.eps, s.norm, run.info.minimum_norm
+        ):
+            led.passes["conv_fwd"][st.idx] += st.fwd
+            led.passes["conv_bwd"][st.idx] += st.bwd
+            led.conv_code[st.idx] = torch.where(st.fooled, 2, led.conv_code[st.idx])
+            broke[st.idx] |= st.fooled
+            if run.info.escalates:
+                hit = st.idx[st.fooled]
+                run.x_cur[hit], run.logits[hit] = st.x_adv[st.fooled], st.logits[st.fooled]
+                if RERUN not in run.components:
+                    run.components.append(RERUN)
+                run.fooled_code[hit] = run.components.index(RERUN) + 1
+        if not run.info.escalates or int(broke.sum()) <= allowed(len(b.y)):
+            return  # this round is the check that judges: within the allowance, the check passes on it
+        survivors = survivors[~broke[survivors]]
 
 
 def cascade(
@@ -343,7 +368,8 @@ def cascade(
 
     ``settings.convergence``: each survivor of each eps is attacked again, with that probability, by the attack's
     stronger rerun (:func:`convergence_sample`; twice the steps, one more restart, every target); the rows record
-    which of them it broke. The rerun is a check: it changes no row's outcome.
+    which of them it broke. For most attacks the rerun is a check and changes no row's outcome; for an attack that
+    escalates (the default) its breaks count and it repeats on what is left (:func:`_converge`).
 
     ``trace``: receives every example's point after each eps (and which examples were attacked there), for
     ``--save-adversarial`` and :func:`robustbench_filters.api.attack.attack`; recording changes nothing the cascade computes.

@@ -40,11 +40,11 @@ RANKED = 20
 class TargetPlan:
     """How many targets each example gets, and how long each is attacked."""
 
-    sweep_steps: int = 8
+    sweep_steps: int = 4
     min_targets: int = 2
     max_targets: int = 9
     ratio: float = 1.5  # a target is in play while its linearised distance is within ratio x the closest one's
-    escalate_steps: int = 100
+    escalate_steps: int = 50
     escalate_targets: int = 1
     #: near misses: a survivor is escalated when its best targeted DLR loss in the sweep is at least -near
     #: (the loss is scale-free and positive once the target's logit passes the true one's)

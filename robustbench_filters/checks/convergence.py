@@ -30,11 +30,15 @@ import pandas as pd
 from ..stats.intervals import hypergeom_upper
 from .base import FAIL, PASS, Check, model_rows
 
+#: ``fooled_by`` of the examples an escalating attack's stronger rerun broke (the attacks' name for it)
+RERUN = "rerun"
 #: the check fails when the upper bound on the overstatement of robust accuracy exceeds this (percentage points)
 THRESHOLD_POINTS = 0.5
 LEVEL = 0.95
 #: below this many examples every survivor is checked (1280 / n >= 1)
 CHECK_ALL_BELOW = 1280
+#: rounds of the stronger rerun, at most, for an attack whose rerun escalates (its breaks count; the default)
+ROUNDS = 3
 
 
 def allowed(n: int) -> int:
@@ -55,9 +59,14 @@ def sample_probability(n: int) -> float:
     return min(1.0, max(1.25 * needed_fraction(n), CHECK_ALL_BELOW / n))
 
 
-def overstatement(broken: int, checked: int, survivors: int, n: int) -> tuple[int, float]:
-    """(upper 95% bound on the survivors the stronger attack would break, the same in points of ``n``)."""
-    upper = hypergeom_upper(broken, checked, survivors, LEVEL) if survivors else 0
+def overstatement(broken: int, checked: int, survivors: int, n: int, looks: int = 1) -> tuple[int, float]:
+    """(upper 95% bound on the survivors the stronger attack would break, the same in points of ``n``).
+
+    ``looks``: rounds whose sample could each have stopped the escalation; a sampled bound is then taken at level
+    ``1 - 0.05 / looks`` (Bonferroni), so stopping at the first clean-looking sample cannot inflate the false-pass
+    rate. A census (every survivor checked) has no sampling error and needs no correction."""
+    level = LEVEL if checked >= survivors else 1.0 - (1.0 - LEVEL) / looks
+    upper = hypergeom_upper(broken, checked, survivors, level) if survivors else 0
     return upper, 100.0 * upper / max(n, 1)
 
 
@@ -71,14 +80,18 @@ def check_convergence(rows: pd.DataFrame, model: str) -> list[Check]:
     for attack in [a for a in adv.attack.unique() if a in rerun]:
         cells, failed = [], False
         for eps, sub in adv[adv.attack == attack].groupby("eps", sort=True):
-            n, survivors = len(sub), int(sub.correct.sum())
-            checked = int(sub.convergence.isin(["held", "broken"]).sum())
-            broken = int((sub.convergence == "broken").sum())
-            upper, points = overstatement(broken, checked, survivors, n)
+            held, hit = sub.convergence == "held", sub.convergence == "broken"
+            # an escalating attack's last round breaks count (those examples are no longer correct): they were
+            # survivors when that round began
+            n, broken, checked = len(sub), int(hit.sum()), int((held | hit).sum())
+            survivors = int(sub.correct.sum()) + int((hit & ~sub.correct).sum())
+            escalated = int((sub.fooled_by == RERUN).sum()) if "fooled_by" in sub else 0
+            upper, points = overstatement(broken, checked, survivors, n, ROUNDS if escalated else 1)
             everything = checked > 0 and broken == checked
             failed |= points > THRESHOLD_POINTS + 1e-9 or everything
-            cells.append(f"eps {eps:g}: broke {broken} of {checked} checked ({survivors} survivors), overstated by at "
-                         f"most {points:.2g} pts")  # fmt: skip
+            extra = f", the escalation broke {escalated}" if escalated else ""
+            cells.append(f"eps {eps:g}: broke {broken} of {checked} checked ({survivors} survivors{extra}), "
+                         f"overstated by at most {points:.2g} pts")  # fmt: skip
         detail = "stronger rerun (2x steps, +1 restart, every target): " + "; ".join(cells)
         if failed:
             detail += f" (> {THRESHOLD_POINTS:g}): robust accuracy is an upper bound"

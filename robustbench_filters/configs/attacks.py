@@ -104,7 +104,7 @@ class ImageAttackConfig(ImageDataConfig):
     check_convergence: bool | None = option(
         None,
         help="Rerun a seeded share of the survivors with twice the steps and one more restart (default: for the "
-        "strong ensembles).",
+        "strong ensembles; off, the default attack skips its escalation and is marked weaker).",
         value=Bool(),
         negatable=True,
         panel="Attack",

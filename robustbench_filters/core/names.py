@@ -85,6 +85,8 @@ class AttackSpec:
     gradient_free: bool = False
     strength: str = "single"  # STRONG: an ensemble robfilt stands behind; WEAK: known to overstate robustness
     converges: bool = False  # has a stronger rerun (twice the steps, one more restart) for the convergence check
+    #: the stronger rerun's breaks count (escalation, :mod:`.attacks.cascade`): part of the attack, not only a check
+    escalates: bool = False
 
 
 _IMAGE, _LM, _BOTH = (Family.IMAGE,), (Family.LM,), (Family.IMAGE, Family.LM)
@@ -103,8 +105,9 @@ ATTACK_SPECS: dict[str, AttackSpec] = {
         AttackSpec(
             DEFAULT_IMAGE_ATTACK, _IMAGE, _NORMS, Norm.LINF,
             "The default: APGD-CE, then APGD-T on its survivors with targets chosen per example and long runs on "
-            "the closest ones; AutoAttack's reference strength at a fraction of its cost (see docs/attacks.md).",
-            strength=STRONG, converges=True,
+            "the closest ones, then its stronger rerun on what is left until a round breaks nothing more; "
+            "AutoAttack's reference strength at a fraction of its cost (see docs/attacks.md).",
+            strength=STRONG, converges=True, escalates=True,
         ),
         AttackSpec(
             "autoattack-standard", _IMAGE, _NORMS, Norm.LINF,

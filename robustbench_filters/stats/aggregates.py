@@ -23,9 +23,12 @@ import numpy as np
 import pandas as pd
 
 from ..core.budgets import eps_key
-from ..core.names import ATTACK_SPECS
+from ..core.names import ATTACK_SPECS, WEAK
 from . import vacuity
 from .intervals import BOOTSTRAP, bootstrap_ratio_interval, lm_eval_columns, wilson_interval
+
+#: the convergence column of a survivor the rerun attacked
+CHECKED = ("held", "broken")
 
 CLEAN = "clean"
 CORRUPTION_PREFIX = "corruption:"
@@ -100,6 +103,15 @@ def compute_ledger(sub: pd.DataFrame) -> dict[str, Any]:
     return out
 
 
+def _strength(spec: Any, sub: pd.DataFrame) -> str | None:
+    """The attack's strength as run: an escalating attack (the default) whose survivors saw no rerun (the check
+    turned off) stopped before its last stage, so its numbers are upper bounds like a weaker attack's."""
+    if spec is None:
+        return None
+    skipped = "convergence" in sub.columns and bool(sub.correct.any()) and not sub.convergence.isin(CHECKED).any()
+    return WEAK if spec.escalates and skipped else spec.strength
+
+
 def attack_accuracies(rows: pd.DataFrame) -> dict[str, Any]:
     """Per model of an image attack run: clean accuracy and robust accuracy per attack and eps, with Wilson
     intervals, each attack's strength, and the compute ledger (per attack and eps, and per attack over the whole
@@ -112,7 +124,7 @@ def attack_accuracies(rows: pd.DataFrame) -> dict[str, Any]:
         for (attack, eps), sub in attacked.groupby(["attack", "eps"], sort=True):
             spec = ATTACK_SPECS.get(attack)
             entry = {"attack": attack, "eps": float(eps), **accuracy(sub.correct)}
-            entry |= {"strength": spec.strength if spec else None, **compute_ledger(sub)}
+            entry |= {"strength": _strength(spec, sub), **compute_ledger(sub)}
             robust.append(entry)
         out[label] = {"clean": {**accuracy(clean.correct), **compute_ledger(clean)}, "robust": robust}
         if "fwd" in grp.columns:

@@ -198,8 +198,6 @@ def lm_card_metrics(model: nn.Module, tokenizer: Any, docs: Sequence[str], eval_
     return card_metrics(model, tokenizer, texts, Rolling(block, block, prefix_token(tokenizer)), device=device)
 
 
-
-
 def _param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     """No weight decay on biases, norms, embeddings' positions, BSA widths and GRC lambdas (nanoGPT rule)."""
     decay, no_decay, seen = [], [], set()
