@@ -6,12 +6,13 @@ worst case); inside each, an example leaves the moment it is fooled:
 1. APGD-CE: APGD on cross-entropy, :data:`CE_STEPS` steps, 1 restart; it breaks nearly every example that is not
    robust, in a few steps;
 2. APGD-T with targets chosen per example (:class:`.targeted.RankedAPGDT`): every other class ranked by its
-   linearised distance to the decision boundary; a short run (4 steps) on each target in play (the two closest,
+   linearised distance to the decision boundary; a short run (4 steps) on each target in play (the four closest,
    and any within 1.5 times the closest one's distance); then the near misses (a targeted DLR loss of at least
-   -0.25) get two restarts of a 50-step run on the target that came closest;
+   -0.5) get two restarts of a 50-step run on the target that came closest;
 3. escalation (:mod:`.cascade`): the stronger rerun (every step count doubled, a restart more on every run, every
-   target) on the survivors; what it breaks counts, and it runs again on what is left (fresh seed) while a round
-   breaks more than the convergence check allows, at most 3 rounds. The last round is the convergence check.
+   target) on the survivors; what it breaks counts, and while a round breaks more than the convergence check
+   allows, another runs on what is left at twice the effort of the one before (fresh seed), at most 3 rounds. The
+   last round is the convergence check.
 
 docs/attacks.md gives the measurements behind the numbers (the robust CNN of ``benchmarks/robust_cnn.py``, and B9:
 ``autoattack-standard`` on robust and normally trained models) and how it differs from AutoAttack's standard
@@ -39,7 +40,7 @@ def plan_for(p: AttackParams) -> TargetPlan:
     takes the stronger plan; the eps = 0 probe one step of everything."""
     plan = PLAN if p.steps is None else replace(PLAN, sweep_steps=p.steps, escalate_steps=p.steps)
     plan = replace(plan, max_targets=min(plan.max_targets, p.n_classes - 1))
-    return plan.stronger() if p.converge else plan
+    return plan.stronger(int(p.converge)) if p.converge else plan
 
 
 def build(model: nn.Module, p: AttackParams) -> list[tuple[str, AttackFn]]:
@@ -47,7 +48,7 @@ def build(model: nn.Module, p: AttackParams) -> list[tuple[str, AttackFn]]:
     norm = "Linf" if p.norm is Norm.LINF else "L2"
     common = {"norm": norm, "eps": p.eps, "early_stop": p.early_stop}
     ce = EarlyAPGD(model, steps=p.iterations(CE_STEPS), loss="ce", seed=p.seed, n_restarts=p.restarts(),
-                   parallel=p.converge, **common)  # fmt: skip
+                   parallel=bool(p.converge), **common)  # fmt: skip
     stages: list[tuple[str, AttackFn]] = [("apgd-ce", ce)]
     if p.n_classes >= 4:  # the targeted DLR loss reads the 4th-largest logit
         plan = plan_for(p)

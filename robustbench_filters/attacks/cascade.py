@@ -15,6 +15,7 @@ step's batch). (torchattacks' own loops are out of our hands.)
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -33,6 +34,8 @@ from ..runs.adversarial import AdversarialTrace
 from ..runs.units import unit_seed
 from .catalogue import AttackFn, AttackParams, Norm, get_attack
 from .ledger import CountingModel, component_cost
+
+log = logging.getLogger(__name__)
 
 
 def perturbation_norm(delta: torch.Tensor, norm: Norm) -> torch.Tensor:
@@ -309,7 +312,8 @@ def _converge(run: _Run, led: _Ledger, survivors: torch.Tensor, k: int, params: 
 
     For an attack that escalates (``AttackSpec.escalates``, the default) the rerun is also the attack's last stage:
     what it breaks is broken (its points and logits replace the survivor's, ``fooled_by`` "rerun"), and a fresh
-    round (new sample, new seed) runs on what is left until a round breaks no more than the check allows in this unit
+    round (new sample, new seed, twice the effort of the round before: the check must be stronger than the attack
+    as it now stands) runs on what is left until a round breaks no more than the check allows in this unit
     (:func:`~..checks.convergence.allowed` of its size: units that all stop there pass the run's check together) or
     :data:`~..checks.convergence.ROUNDS` have run. The convergence column then records the last round only, the
     one that judges the number reported. Otherwise the rerun is a check alone and changes no row but that column.
@@ -326,8 +330,9 @@ def _converge(run: _Run, led: _Ledger, survivors: torch.Tensor, k: int, params: 
             return
         torch.manual_seed(unit_seed(*key, int(b.ids[0]), "converge"))
         led.conv_code[pick] = 1
-        stronger = run.info.build(run.counter, replace(params, converge=True, seed=unit_seed(params.seed, "round", r)
-                                                       if r else params.seed))  # fmt: skip
+        # round r + 1 at level r + 1: twice the effort of the attack as it stood after the round before
+        level = replace(params, converge=r + 1, seed=unit_seed(params.seed, "round", r) if r else params.seed)
+        stronger = run.info.build(run.counter, level)
         broke = torch.zeros(len(b.y), dtype=torch.bool, device=b.y.device)
         for st in run_components(
             stronger, run.counter, run.model, b.x, b.y, pick, params.eps, s.norm, run.info.minimum_norm
@@ -342,6 +347,7 @@ def _converge(run: _Run, led: _Ledger, survivors: torch.Tensor, k: int, params: 
                 if RERUN not in run.components:
                     run.components.append(RERUN)
                 run.fooled_code[hit] = run.components.index(RERUN) + 1
+        log.debug("%s eps %g: rerun round %d broke %d of %d", run.label, params.eps, r + 1, int(broke.sum()), len(pick))
         if not run.info.escalates or int(broke.sum()) <= allowed(len(b.y)):
             return  # this round is the check that judges: within the allowance, the check passes on it
         survivors = survivors[~broke[survivors]]

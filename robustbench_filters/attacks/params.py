@@ -27,16 +27,18 @@ class AttackParams:
     seed: int
     n_classes: int
     early_stop: bool = True  # an example leaves the batch once fooled (robfilt's own loops; see .early)
-    converge: bool = False  # the convergence check's rerun: twice the steps (or queries) and one more restart
+    #: the convergence check's rerun, its level: 0 none; level r doubles the steps (or queries) r times and adds r
+    #: restarts (an escalating attack's round r + 1 reruns at level r + 1: twice the effort of the round before it)
+    converge: int = 0
     probe: bool = False  # the eps = 0 check: a structural run, every fixed budget at its minimum
 
     def iterations(self, default: int) -> int:
-        """Steps of an iterative attack: ``steps`` when given, else its default; doubled for the convergence rerun."""
+        """Steps of an iterative attack: ``steps`` when given, else its default; doubled per convergence level."""
         base = default if self.steps is None else self.steps
-        return 2 * base if self.converge else base
+        return base * 2 ** int(self.converge)
 
     def restarts(self, default: int = 1) -> int:
-        return default + 1 if self.converge else default
+        return default + int(self.converge)
 
 
 def within_ball(attack: AttackFn, eps: float, norm: Norm) -> AttackFn:

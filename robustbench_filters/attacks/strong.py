@@ -44,7 +44,7 @@ def build(model: nn.Module, p: AttackParams) -> list[tuple[str, AttackFn]]:
     restart to each). Each stage has its own seed: one seed would give every stage the same random starts."""
     # The convergence rerun checks a few examples with many runs each: one batch of copies, not one call per run.
     common = {"norm": _norm(p), "eps": p.eps, "early_stop": p.early_stop, "n_restarts": p.restarts(),
-              "parallel": p.converge}  # fmt: skip
+              "parallel": bool(p.converge)}  # fmt: skip
     stages: list[tuple[str, AttackFn]] = [
         ("apgd-ce", EarlyAPGD(model, steps=p.iterations(CE_STEPS), loss="ce", seed=p.seed, **common))
     ]

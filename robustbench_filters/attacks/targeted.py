@@ -41,23 +41,25 @@ class TargetPlan:
     """How many targets each example gets, and how long each is attacked."""
 
     sweep_steps: int = 4
-    min_targets: int = 2
+    min_targets: int = 4
     max_targets: int = 9
     ratio: float = 1.5  # a target is in play while its linearised distance is within ratio x the closest one's
     escalate_steps: int = 50
     escalate_targets: int = 1
     #: near misses: a survivor is escalated when its best targeted DLR loss in the sweep is at least -near
     #: (the loss is scale-free and positive once the target's logit passes the true one's)
-    near: float = 0.25
+    near: float = 0.5
     restarts: int = 1  # of every sweep run
     escalate_restarts: int = 2
 
-    def stronger(self) -> TargetPlan:
-        """The convergence check's rerun: every target at twice the sweep's steps, then twice the escalation's steps,
-        one more restart of every run. Its near misses are judged on its own (stronger) sweep."""
+    def stronger(self, level: int = 1) -> TargetPlan:
+        """The convergence check's rerun at ``level``: every target, the sweep's and the escalation's steps doubled
+        ``level`` times, ``level`` more restarts of every run. Its near misses are judged on its own (stronger)
+        sweep."""
         return replace(
-            self, sweep_steps=2 * self.sweep_steps, min_targets=self.max_targets, escalate_steps=2 * self.escalate_steps,
-            restarts=self.restarts + 1, escalate_restarts=self.escalate_restarts + 1,
+            self, sweep_steps=self.sweep_steps * 2**level, min_targets=self.max_targets,
+            escalate_steps=self.escalate_steps * 2**level, restarts=self.restarts + level,
+            escalate_restarts=self.escalate_restarts + level,
         )  # fmt: skip
 
 
