@@ -101,6 +101,15 @@ def run(
     load_before = os.getloadavg()[0]
     workers = max(1, int(os.environ.get("B9_WORKERS", "1")))
     todo = [(model, eps) for model, grid in cfg["cells"] for eps in grid]
+    every = len(todo)
+    # B9_CELLS (environment): only the cells of these model labels, e.g. "cnn-at" (autoattack-standard alone takes
+    # 25-60 CPU minutes per cell): the report then says it is partial, in its title and in every target
+    chosen = [m for m in os.environ.get("B9_CELLS", "").split(",") if m]
+    todo = [(m, e) for m, e in todo if not chosen or m.split("=", 1)[0] in chosen]
+    if not todo:
+        raise SystemExit(f"B9_CELLS={','.join(chosen)} names no cell; the models are " + ", ".join(
+            m.split("=", 1)[0] for m, _ in cfg["cells"]))  # fmt: skip
+    part = f" ({len(todo)} of {every} cells)" if len(todo) < every else ""
     if workers == 1:
         results = [_attacks(m, e, cfg, seed, device) for m, e in todo]
     else:
@@ -122,12 +131,16 @@ def run(
         "title": f"B9 default strength: {DEFAULT_IMAGE_ATTACK} vs {REFERENCE} vs pgd, robust and normal models",
         "question": "Robust examples, model passes and time of the default next to AutoAttack's reference settings "
         "and PGD-20, per model and eps.",
-        "mode": "smoke" if smoke else "full",
+        "mode": "smoke" if smoke else "partial" if part else "full",
         "settings": {**cfg, "cells": [[m, list(g)] for m, g in cfg["cells"]]},
         "machine": {**B.machine(), "load_avg_1min_before": round(load_before, 2)},
         "targets": {
-            "max robust examples over autoattack-standard beyond the allowance, per cell": B.target(over.max(), 0),
-            "max pass share default/autoattack-standard per cell": B.target(table["pass_share"].max(), PASS_SHARE),
+            f"max robust examples over autoattack-standard beyond the allowance, per cell{part}": B.target(
+                over.max(), 0
+            ),
+            f"max pass share default/autoattack-standard per cell{part}": B.target(
+                table["pass_share"].max(), PASS_SHARE
+            ),
         },
         "notes": [
             f"{cfg['n_examples']} examples, seed {seed}; one thread per process, {workers} cell(s) at a time; each "
