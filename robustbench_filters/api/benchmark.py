@@ -200,8 +200,9 @@ def benchmark(
     same inputs and seed. The default attack is robfilt's default everywhere, ``apgd-adaptive``: the per-example
     worst case of APGD-CE and APGD-T on targets chosen per example (torchattacks' APGD with early exit), the
     second on the survivors of the first, with a convergence check that bounds how much robust accuracy may be
-    overstated. It matched AutoAttack's standard version at the reference settings (``attack="autoattack-standard"``,
-    many times its cost) in B9, on adversarially trained models too (docs/attacks.md lists every difference);
+    overstated. B9 measures it against AutoAttack's standard version at the reference settings
+    (``attack="autoattack-standard"``, many times its cost), on adversarially trained models too (docs/attacks.md
+    gives the cells and every difference);
     ``attack="pgd"`` (20 steps of 0.15 eps; ``steps=``) is faster but weaker.
     ``threat_model="corruptions"`` runs robfilt's corruption suite instead (Gaussian and impulse noise, Gaussian
     blur, contrast and JPEG at severities 1-5, computed on the fly): ``robust`` is the mean accuracy over those

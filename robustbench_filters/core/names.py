@@ -106,7 +106,7 @@ ATTACK_SPECS: dict[str, AttackSpec] = {
             DEFAULT_IMAGE_ATTACK, _IMAGE, _NORMS, Norm.LINF,
             "The default: APGD-CE, then APGD-T on its survivors with targets chosen per example and long runs on "
             "the closest ones, then its stronger rerun on what is left until a round breaks nothing more; "
-            "AutoAttack's reference strength at a fraction of its cost (see docs/attacks.md).",
+            "built to reach AutoAttack's reference strength at a fraction of its cost (B9, docs/attacks.md).",
             strength=STRONG, converges=True, escalates=True,
         ),
         AttackSpec(
