@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from ..core.names import ZOO_MODELS
@@ -26,15 +27,20 @@ MIN_CERTIFIED_ACC = 0.70  # noise-trained DeiTs: certified accuracy at radius 0 
 MIN_PGD20_ACC = 0.40  # adversarially trained zoo models: PGD-20 accuracy at their training eps (Linf 0.05)
 
 
+def _cards(names: Iterable[str]) -> Iterator[tuple[str, dict[str, Any] | None]]:
+    """(name, its zoo card, or None when the checkpoint is missing) per name."""
+    for name in names:
+        card_path = zoo_path(name, ZOO_SIZE) / CARD
+        yield name, json.loads(card_path.read_text()) if card_path.exists() else None
+
+
 def zoo_status() -> list[dict[str, Any]]:
     """One row per zoo name: metric, bar, pass/fail, training wall time."""
     rows = []
-    for name in MODEL_NAMES:
-        card_path = zoo_path(name, ZOO_SIZE) / CARD
-        if not card_path.exists():
+    for name, card in _cards(MODEL_NAMES):
+        if card is None:
             rows.append({"name": name, "present": False, "passed": False})
             continue
-        card = json.loads(card_path.read_text())
         metrics, recipe = card.get("metrics", {}), card.get("recipe") or {}
         if name.startswith("deit"):
             value, bar, ok = metrics.get("test_acc"), f">= {MIN_ACC:.0%}", metrics.get("test_acc", 0) >= MIN_ACC
@@ -60,12 +66,10 @@ def zoo_status() -> list[dict[str, Any]]:
 def adversarial_zoo_status() -> list[dict[str, Any]]:
     """One row per adversarially trained zoo model (``deit-at``): PGD-20 accuracy at its training eps, its bar."""
     rows = []
-    for name in ZOO_MODELS:
-        card_path = zoo_path(name, ZOO_SIZE) / CARD
-        if not card_path.exists():
+    for name, card in _cards(ZOO_MODELS):
+        if card is None:
             rows.append({"name": name, "present": False, "passed": False})
             continue
-        card = json.loads(card_path.read_text())
         recipe, value = card.get("recipe") or {}, (card.get("metrics") or {}).get("test_acc_pgd20", float("nan"))
         rows.append(
             {
