@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 from run_summaries import summary_for
 
+from robustbench_filters.core.names import DEFAULT_IMAGE_ATTACK
 from robustbench_filters.runs.folder import RunWriter
 from robustbench_filters.summaries import SeqlenSummary
 
@@ -185,7 +186,7 @@ def synthetic_scores(seeds: tuple[int, ...] = (0, 1, 2)) -> pd.DataFrame:
         for k, model in enumerate(DEIT):
             bonus = 0.05 if model == "deit-grc" else 0.0
             add("image", model, seed, "acc", "clean", 0.8 + 0.01 * rng.standard_normal())
-            for attack in ("fgsm", "pgd", "autoattack-fast"):
+            for attack in ("fgsm", "pgd", DEFAULT_IMAGE_ATTACK):
                 accs = [max(0.0, 0.7 - 4 * e + bonus + 0.01 * rng.standard_normal()) for e in EPS_255]
                 for e, a in zip(EPS_255, accs, strict=True):
                     add("image", model, seed, "acc", f"{attack}@{e:g}", a)
