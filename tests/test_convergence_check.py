@@ -142,3 +142,25 @@ def test_an_escalating_attacks_last_round_counts_its_breaks_among_the_survivors(
     # sampling after several looks: a wider bound than one look at the same sample
     assert overstatement(0, 60, 100, 256, looks=3)[0] > overstatement(0, 60, 100, 256)[0]
     assert overstatement(2, 100, 100, 256, looks=3) == overstatement(2, 100, 100, 256)  # a census has no error
+
+
+def test_each_eps_counts_only_its_own_escalation_and_one_round_needs_no_correction() -> None:
+    """The cascade carries an example the rerun broke at eps 0.1 to eps 0.2 (still ``fooled_by`` rerun); eps 0.2's
+    detail counts only what its own rerun broke, and its sampled last round, the only round there (it broke what
+    the escalation broke), is judged at the plain 95% level, while eps 0.1's (three broken, one in the last
+    round: several rounds) takes the Bonferroni level."""
+    n = 2000
+    frames = []
+    for eps, rerun_broke, last in ((0.1, 3, 1), (0.2, 4, 1)):
+        correct = [True] * 300 + [False] * (n - 300)
+        fooled = [""] * 300 + ["rerun"] * rerun_broke + ["apgd-ce"] * (n - 300 - rerun_broke)
+        conv = ["held"] * 150 + [""] * 150 + ["broken"] * last + [""] * (n - 300 - last)
+        frames.append(pd.DataFrame({"model": "m", "kind": "adversarial", "attack": "a", "eps": eps,
+                                    "correct": correct, "convergence": conv, "fooled_by": fooled}))  # fmt: skip
+    (check,) = check_convergence(pd.concat(frames, ignore_index=True), "m")
+    first, second = check.detail.split("; ")
+    assert "the escalation broke 3)" in first and "the escalation broke 1)" in second, check.detail
+    several = overstatement(1, 151, 301, n, looks=3)[1]
+    one = overstatement(1, 151, 301, n)[1]
+    assert several > one
+    assert f"at most {several:.2g} pts" in first and f"at most {one:.2g} pts" in second, check.detail

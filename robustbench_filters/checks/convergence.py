@@ -78,15 +78,18 @@ def check_convergence(rows: pd.DataFrame, model: str) -> list[Check]:
     rerun = set(adv.loc[adv.convergence.isin(["held", "broken"]), "attack"])
     out = []
     for attack in [a for a in adv.attack.unique() if a in rerun]:
-        cells, failed = [], False
+        cells, failed, before = [], False, 0
         for eps, sub in adv[adv.attack == attack].groupby("eps", sort=True):
             held, hit = sub.convergence == "held", sub.convergence == "broken"
             # an escalating attack's last round breaks count (those examples are no longer correct): they were
             # survivors when that round began
             n, broken, checked = len(sub), int(hit.sum()), int((held | hit).sum())
             survivors = int(sub.correct.sum()) + int((hit & ~sub.correct).sum())
-            escalated = int((sub.fooled_by == RERUN).sum()) if "fooled_by" in sub else 0
-            upper, points = overstatement(broken, checked, survivors, n, ROUNDS if escalated else 1)
+            # an example the rerun broke at a smaller eps keeps that verdict at every larger one (the cascade), so
+            # this eps's own escalation broke the difference; more than its last round broke: several rounds ran
+            so_far = int((sub.fooled_by == RERUN).sum()) if "fooled_by" in sub else 0
+            escalated, before = so_far - before, so_far
+            upper, points = overstatement(broken, checked, survivors, n, ROUNDS if escalated > broken else 1)
             everything = checked > 0 and broken == checked
             failed |= points > THRESHOLD_POINTS + 1e-9 or everything
             extra = f", the escalation broke {escalated}" if escalated else ""
