@@ -6,9 +6,9 @@ worst case); inside each, an example leaves the moment it is fooled:
 1. APGD-CE: APGD on cross-entropy, :data:`CE_STEPS` steps, 1 restart; it breaks nearly every example that is not
    robust, in a few steps;
 2. APGD-T with targets chosen per example (:class:`.targeted.RankedAPGDT`): every other class ranked by its
-   linearised distance to the decision boundary; a short run (4 steps) on each target in play (the four closest,
-   and any within 1.5 times the closest one's distance); then the near misses (a targeted DLR loss of at least
-   -0.5) get two restarts of a 50-step run on the target that came closest;
+   linearised distance to the decision boundary; a short run (4 steps) on each of the 9 closest (every target of a
+   10-class model); then the near misses (a targeted DLR loss of at least -0.5) get one 100-step run on the
+   target that came closest;
 3. escalation (:mod:`.cascade`): the stronger rerun (every step count doubled, a restart more on every run, every
    target) on the survivors; what it breaks counts, and while a round breaks more than the convergence check
    allows, another runs on what is left at twice the effort of the one before (fresh seed), at most 3 rounds. The
