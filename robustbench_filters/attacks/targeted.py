@@ -42,8 +42,8 @@ class TargetPlan:
     """How many targets each example gets, and how long each is attacked."""
 
     sweep_steps: int = 4
-    #: targets every example sweeps, the closest first: all 9 by default (on the adversarially trained zoo DeiTs
-    #: the rerun still broke examples at the 5th-9th closest target when the sweep took 4; B9, docs/attacks.md)
+    #: targets every example sweeps, the closest first: all 9 by default (on deit-grc-at at Linf 0.125 a sweep of
+    #: the 4+ closest left 3 examples to the rerun's 9-target sweep, and a second, costlier round; docs/attacks.md)
     min_targets: int = 9
     max_targets: int = 9
     ratio: float = 1.5  # a target is in play while its linearised distance is within ratio x the closest one's
