@@ -7,10 +7,9 @@ steps on each target show which one comes close. Here the budget follows the evi
 1. **rank** the other classes by the linearised distance to each decision boundary at the clean point,
    ``(z_y - z_t) / ||grad_x (z_y - z_t)||_*`` (the dual norm of the threat model: L1 for Linf), the targeting of
    MALT (Melamed et al., NeurIPS 2024); the logit margin alone ignores how fast the margin can move;
-2. **sweep**: a short APGD-T run on each target *in play*: the ``min_targets`` closest (by default all 9 that
-   AutoAttack attacks, but ranked by distance, which matters where there are more than 10 classes), and every
-   other whose linearised distance is within ``ratio`` times the example's closest one (at most ``max_targets``);
-   all of an example's runs are copies in one batch, and it leaves as soon as one of them fools the model;
+2. **sweep**: a short APGD-T run on each of the ``max_targets`` closest targets (9, as many as AutoAttack attacks,
+   but ranked by distance, which matters where there are more than 10 classes); all of an example's runs are
+   copies in one batch, and it leaves as soon as one of them fools the model;
 3. **escalate**: the survivors that came close in the sweep (a best targeted DLR loss of at least ``-near``; the
    loss is scale-free and positive once the target's logit passes the true one's) get a long run on the target
    that came closest. The others are far from every boundary: long runs there are what made AutoAttack
@@ -42,11 +41,9 @@ class TargetPlan:
     """How many targets each example gets, and how long each is attacked."""
 
     sweep_steps: int = 4
-    #: targets every example sweeps, the closest first: all 9 by default (on deit-grc-at at Linf 0.125 a sweep of
-    #: the 4+ closest left 3 examples to the rerun's 9-target sweep, and a second, costlier round; docs/attacks.md)
-    min_targets: int = 9
+    #: targets every example sweeps, the closest first (on deit-grc-at at Linf 0.125 a sweep of the 4+ closest left 3
+    #: examples to the rerun's 9-target sweep, and a second, costlier round; docs/attacks.md)
     max_targets: int = 9
-    ratio: float = 1.5  # a target is in play while its linearised distance is within ratio x the closest one's
     #: one long run, not two half as long: APGD's step-size schedule needs the steps (the robust CNN, docs/attacks.md)
     escalate_steps: int = 100
     escalate_targets: int = 1
@@ -61,8 +58,7 @@ class TargetPlan:
         ``level`` times, ``level`` more restarts of every run. Its near misses are judged on its own (stronger)
         sweep."""
         return replace(
-            self, sweep_steps=self.sweep_steps * 2**level, min_targets=self.max_targets,
-            escalate_steps=self.escalate_steps * 2**level, restarts=self.restarts + level,
+            self, sweep_steps=self.sweep_steps * 2**level, escalate_steps=self.escalate_steps * 2**level, restarts=self.restarts + level,
             escalate_restarts=self.escalate_restarts + level,
         )  # fmt: skip
 
@@ -91,14 +87,10 @@ def linearised_distances(
 
 
 def in_play(distances: torch.Tensor, plan: TargetPlan) -> tuple[torch.Tensor, torch.Tensor]:
-    """(targets ordered by distance, (n, max_targets); which of them each example attacks)."""
+    """(targets ordered by distance, (n, max_targets); which of them each example attacks: every ranked one)."""
     k = min(plan.max_targets, int(torch.isfinite(distances).sum(1).max()) if len(distances) else 0)
     dist, order = distances.sort(dim=1)
-    dist, order = dist[:, :k], order[:, :k]
-    closest = dist[:, :1].clamp_min(1e-12)
-    # a negative distance (already misclassified towards t) is as close as can be
-    play = (torch.arange(k, device=dist.device)[None] < plan.min_targets) | (dist <= plan.ratio * closest.abs())
-    return order, play & torch.isfinite(dist)
+    return order[:, :k], torch.isfinite(dist[:, :k])
 
 
 @dataclass
