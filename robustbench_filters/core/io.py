@@ -85,6 +85,12 @@ def atomic_write_json(path: str | Path, data: Any) -> Path:
     return atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False, default=_json_default) + "\n")
 
 
+def as_json(data: Any) -> Any:
+    """``data`` as :func:`atomic_write_json` stores it and ``json.load`` reads it back (tuples become lists,
+    numpy scalars plain numbers), so a value about to be written compares equal to the one already on disk."""
+    return json.loads(json.dumps(data, default=_json_default))
+
+
 def _json_default(obj: Any) -> Any:
     if hasattr(obj, "item"):
         return obj.item()

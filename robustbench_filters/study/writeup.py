@@ -13,10 +13,10 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ..core.io import atomic_write_json, atomic_write_text
+from ..core.io import as_json, atomic_write_json, atomic_write_text
 from ..runs.outfolder import OutputFolder
 from . import plan as P
-from .changes import previous_claims, verdict_changes
+from .changes import changes_since
 from .claims import ClaimResult
 from .plan import StudyPlan
 from .readme import REPORT_DIR, render_readme
@@ -84,17 +84,19 @@ def write_outputs(
 
         folder = open_write_up(Path(folder))
     out = folder.out
-    changes = verdict_changes(previous_claims(out / "results.json"), result.claims)  # before results.json is replaced
+    claims = as_json(_json_safe([c.to_dict() for c in result.claims]))  # as results.json holds them
+    changes = changes_since(out / "results.json", result.claims, claims)  # before results.json is replaced
     atomic_write_text(folder.path("scores.csv"), data.scores.to_csv(index=False))
     atomic_write_json(
         folder.path("results.json"),
         _json_safe(
             {
                 "plan": plan.to_dict(),
-                "claims": [c.to_dict() for c in result.claims],
+                "claims": claims,
                 "scores": data.scores.to_dict(orient="records"),
                 "mcnemar": data.mcnemar.to_dict(orient="records"),
                 "failed_checks": data.failed_checks.to_dict(orient="records"),
+                "verdict_changes": changes,
             }
         ),
     )
