@@ -56,7 +56,7 @@ test-slow: $(STAMP)
 check: $(STAMP)
 	$(BIN)/robfilt check --spec robustness.toml --out runs/check
 
-# The multi-seed study (resumable; about 70 minutes on 2 idle cores) and its write-up in reports/study/.
+# The multi-seed study (resumable; about 3 hours on 2 idle cores) and its write-up in reports/study/.
 study: $(STAMP)
 	$(BIN)/robfilt study --seeds 3 --out reports/study --resume
 

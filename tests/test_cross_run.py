@@ -195,13 +195,6 @@ def test_write_up_refuses_seeds_whose_runs_are_copies_of_another_seed(study_copy
     assert (study_copy / "README.md").read_bytes() == readme
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=RobfiltError,
-    reason="the committed study predates issue 33 (its LM attack: text as documents, --split) and issue 32 (its vision "
-    "claims: judged under autoattack-fast): `make study` re-measures them; when it has, this passes and the marker "
-    "must go, with _committed_plan below",
-)
 def test_the_committed_study_writes_up_under_the_current_plan(tmp_path) -> None:
     copy = tmp_path / "study"
     shutil.copytree(COMMITTED_STUDY, copy)
@@ -220,15 +213,6 @@ def test_write_up_refuses_a_copy_re_signed_with_the_seeds_checkpoint_tag(study_c
         write_up(plan, study_copy, report=False)
 
 
-def _committed_plan() -> P.StudyPlan:
-    """The plan the committed study was measured under: the full plan, its vision claims judged under
-    autoattack-fast (the default before issue 32). The strict xfail above marks when make study replaces it."""
-    full = full_plan(3)
-    return dataclasses.replace(
-        full, vision_attack=dataclasses.replace(full.vision_attack, attacks=("autoattack-fast", "pgd", "fgsm"))
-    )
-
-
 def _committed() -> tuple[dict, dict]:
     pieces = json.loads((COMMITTED_STUDY / "study.json").read_text())["pieces"]
     runs = {p: load_run(COMMITTED_STUDY / p.folder) for p in P.pieces(full_plan(3)) if p.kind != P.TRAIN}
@@ -239,28 +223,28 @@ def test_a_run_made_with_other_settings_than_the_plan_is_refused() -> None:
     pieces, runs = _committed()
     piece = P.Piece(P.VISION_ATTACK, 0)
     run = runs[piece]
-    check_piece(_committed_plan(), pieces, piece, run)
+    check_piece(full_plan(3), pieces, piece, run)
     config = {**run.manifest["config"], "steps": 5}
     edited = dataclasses.replace(run, manifest={**run.manifest, "config": config})
     with pytest.raises(RunStateError, match="steps = 5"):
-        check_piece(_committed_plan(), pieces, piece, edited)
+        check_piece(full_plan(3), pieces, piece, edited)
     wrong_seed = dataclasses.replace(run, manifest={**run.manifest, "seed": 4})
     with pytest.raises(RunStateError, match="seed 4"):
-        check_piece(_committed_plan(), pieces, piece, wrong_seed)
+        check_piece(full_plan(3), pieces, piece, wrong_seed)
     with pytest.raises(RunStateError, match="not the plan's"):
-        check_piece(_committed_plan(), pieces, P.Piece(P.LIPSCHITZ_VISION, 0), run)
+        check_piece(full_plan(3), pieces, P.Piece(P.LIPSCHITZ_VISION, 0), run)
 
 
 def test_the_same_weights_under_two_seeds_and_one_checkpoint_twice_are_refused() -> None:
     pieces, runs = _committed()
-    check_study(_committed_plan(), pieces, runs)  # the committed study is consistent
+    check_study(full_plan(3), pieces, runs)  # the committed study is consistent
     s0, s1 = runs[P.Piece(P.VISION_ATTACK, 0)], runs[P.Piece(P.VISION_ATTACK, 1)]
     config = {**s1.manifest["config"], "weights": s0.manifest["config"]["weights"]}
     runs[P.Piece(P.VISION_ATTACK, 1)] = dataclasses.replace(s1, manifest={**s1.manifest, "config": config})
     with pytest.raises(RunStateError, match="same weights"):
-        check_study(_committed_plan(), pieces, runs)
+        check_study(full_plan(3), pieces, runs)
     _, runs = _committed()
     twice = {**pieces, "train/deit/s2": {**pieces["train/deit/s2"], "weights_sha256": pieces["train/deit/s0"][
         "weights_sha256"]}}  # fmt: skip
     with pytest.raises(RunStateError, match="one checkpoint file"):
-        check_study(_committed_plan(), twice, runs)
+        check_study(full_plan(3), twice, runs)
