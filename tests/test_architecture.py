@@ -181,7 +181,7 @@ def test_every_package_is_installed() -> None:
 # must be placed here (the test names it).
 # fmt: off
 TIERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("vocabulary and utilities", ("core", "stats", "summaries")),
+    ("vocabulary and utilities", ("core", "errors", "stats", "summaries")),
     ("data and models", ("data", "models")),
     ("checks, configs and the runner", ("checks", "configs", "runs")),
     ("measurements", ("attacks", "lipschitz", "smoothing", "train")),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -41,6 +42,7 @@ from .base import (
     _names,
     _positive,
     _unique,
+    check_data_options,
     default_eps,
 )
 from .options import Bool, Int, Many, Number, Text, Tokenizer, option
@@ -291,6 +293,7 @@ class LMAttackConfig(RunConfig):
         else:
             rates = DEFAULT_RATES if WORDSWAP in attacks else ()
         self._set("rates", tuple(sorted(rates)))
+        self._check_attack_options(attacks)
         try:
             self._set("norm", parse_norm(self.norm) or Norm.L2)
         except RobfiltError:
@@ -317,6 +320,23 @@ class LMAttackConfig(RunConfig):
             from ..models.hf.load import precision_dtype
 
             precision_dtype(self.precision, self.device)
+        check_data_options(self, {"text_column": ("hf-disk",)})
+
+    def _check_attack_options(self, attacks: tuple[str, ...]) -> None:
+        """Attack settings that no attack of the run reads are refused (set away from their defaults): PGD's steps
+        and step size mean nothing to FGSM (one step) or word swap, the embedding ball to word swap, and the
+        replacement token to the embedding attacks."""
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        readers = {
+            "steps": ("pgd",), "step_size": ("pgd",), "norm": EMBEDDING_ATTACKS, "eps_mode": EMBEDDING_ATTACKS,
+            "replacement": (WORDSWAP,),
+        }  # fmt: skip
+        for name, read_by in readers.items():
+            if getattr(self, name) != defaults[name] and not set(read_by) & set(attacks):
+                raise RobfiltError(
+                    f"{flag(name)} is a setting of {' and '.join(read_by)}, and this run attacks with "
+                    f"{', '.join(attacks)} only; add {read_by[0]} to {flag('attacks')}, or drop it."
+                )
 
 
 @dataclass(frozen=True, kw_only=True)

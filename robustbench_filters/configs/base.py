@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..core.errors import RobfiltError
 from ..core.family import Family
-from ..core.names import CORRUPTION, WORDSWAP, Norm, check_data_spec
+from ..core.names import CORRUPTION, DATA_PREFIXES, TORCHVISION_SETS, WORDSWAP, Norm, check_data_spec
 from ..core.seeds import check_seed
 from ..core.surface import Surface, flag, given
 from .options import Bool, Data, Declared, Int, Models, Pairs, Text, internal, is_module, option
@@ -215,6 +215,7 @@ class RunConfig(Declared):
         _positive(self.batch_size, "batch_size")
         self._set("seed", check_seed(self.seed))
         _check_device(str(self.device))
+        _check_model_options(self, models)
 
     @property
     def parsed_model_args(self) -> dict[str, Any]:
@@ -237,6 +238,66 @@ class RunConfig(Declared):
         return tuple(f.name for f in dataclasses.fields(cls))
 
 
+def _reference_kinds(models: Sequence[ModelLike]) -> set[str]:
+    """What kinds of model a run holds: ``registry`` names (zoo models included), ``timm``, ``hf``, ``factory``
+    references, and ``module`` for torch modules given in Python."""
+    from ..models.ref import parse_model_ref
+
+    return {parse_model_ref(m).kind.value if isinstance(m, str) else "module" for m in models}
+
+
+def _check_model_options(config: Any, models: Sequence[ModelLike]) -> None:
+    """The model options that mean something only for some kinds of model are refused when no model of the run is
+    of such a kind: otherwise they would be accepted, recorded and ignored (``--size tiny`` on ``timm:resnet18``)."""
+    kinds = _reference_kinds(models)
+    if config.size != "micro" and "registry" not in kinds:
+        raise RobfiltError(
+            f"{flag('size')} applies to registry models (deit-grc, lm); these models take their size from their "
+            "reference or code; drop it."
+        )
+    if kinds == {"module"}:  # checkpoint "none" (no weights to load) is true of a module too
+        for name in ("checkpoint", "model_args"):
+            if getattr(config, name) not in (None, (), "none", _default(type(config), name)):
+                raise RobfiltError(
+                    f"{flag(name)} applies to model references (names, timm:, hf:, file.py:factory); a torch module "
+                    "given in Python is used as it is; drop it."
+                )
+    builtin = config.checkpoint is None or str(config.checkpoint).split(":")[0] in ("zoo", "none")
+    if config.allow_pickle and (builtin or kinds <= {"module", "hf"}):
+        raise RobfiltError(
+            f"{flag('allow_pickle')} lets {flag('checkpoint')} read a torch .pt state dict; without a checkpoint "
+            "file to read it changes nothing; drop it."
+        )
+
+
+def _default(cls: type, name: str) -> Any:
+    return next(f.default for f in dataclasses.fields(cls) if f.name == name)
+
+
+def _data_kind(data: Any) -> str:
+    """Where a run's data comes from: a prefix's kind (``imagefolder``, ``hf-disk``, ``text``), ``named`` (bundled
+    and torchvision sets), or ``python`` (tensors and datasets given in Python)."""
+    if not isinstance(data, str):
+        return "python"
+    for prefix in DATA_PREFIXES:
+        if data.strip().startswith(prefix):
+            return prefix.rstrip(":")
+    return "named"
+
+
+_DATA_KINDS = {"named": "bundled and torchvision datasets", "python": "datasets given in Python"}
+
+
+def check_data_options(config: Any, applies: dict[str, tuple[str, ...]]) -> None:
+    """Refuse a data option given for data it cannot apply to (``--image-column`` on the bundled images): each name
+    in ``applies`` with the data kinds (:func:`_data_kind`) it means something for."""
+    kind = _data_kind(config.data)
+    for name, kinds in applies.items():
+        if getattr(config, name) is not None and kind not in kinds:
+            where = " or ".join(_DATA_KINDS.get(k, f"{k}: data") for k in kinds)
+            raise RobfiltError(f"{flag(name)} applies to {where}, not to {data_label(config.data)}; drop it.")
+
+
 def _empty(values: Any) -> bool:
     """An array, tensor or sequence of length 0 (shapes are checked where the data is read)."""
     try:
@@ -257,6 +318,14 @@ def _check_image_data(config: Any) -> None:
         isinstance(config.num_workers, bool) or not 0 <= int(config.num_workers) <= MAX_WORKERS
     ):
         raise RobfiltError(f"{flag('num_workers')} must be from 0 to {MAX_WORKERS}, got {config.num_workers}.")
+    check_data_options(config, {"image_column": ("hf-disk",), "label_column": ("hf-disk",),
+                                "num_workers": ("imagefolder", "hf-disk", "python")})  # fmt: skip
+    torchvision = isinstance(config.data, str) and config.data.strip().lower() in TORCHVISION_SETS
+    if config.data_root is not None and not torchvision:
+        raise RobfiltError(
+            f"{flag('data_root')} is where torchvision datasets (cifar10, mnist, ...) live; {data_label(config.data)} "
+            "does not read it; drop it."
+        )  # fmt: skip
     if config.class_map is not None:
         if not (isinstance(config.data, str) and config.data.strip().startswith("imagefolder:")):
             raise RobfiltError(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -15,6 +16,8 @@ from .base import (
     ImageDataConfig,
     _positive,
     _unique,
+    check_data_options,
+    model_family,
 )
 from .options import Bool, Int, Many, Number, api_only, internal, option
 
@@ -101,13 +104,53 @@ class LipschitzConfig(ImageDataConfig):
         self._set("gap_rhos", _unique(map(float, self.gap_rhos), "gap_rhos"))
         if any(not (r > 0 and math.isfinite(r)) for r in self.gap_rhos):
             raise RobfiltError(f"{flag('gap_rhos')} must be positive finite radii, got {list(self.gap_rhos)}.")
+        self._check_unread()
         for name in ("inputs", "input_labels"):  # Python objects: refused by kind before anything reads them
             _check_examples(getattr(self, name), name)
+            if type(getattr(self, name)).__module__.split(".")[0] == "numpy":  # a numpy batch is a tensor here
+                import torch
+
+                self._set(name, torch.as_tensor(getattr(self, name)))
         short = self.inputs is not None and self.n_examples is not None and len(self.inputs) < self.n_examples
         if short and not isinstance(self.n_examples, UpTo):
             raise RobfiltError(
                 f"inputs hold {len(self.inputs)} examples but {flag('n_examples')} is {self.n_examples}."
             )
+
+    def _check_unread(self) -> None:
+        """Settings that nothing in this run reads are refused (set away from their defaults): a method's own knobs
+        under another method, the gap's without ``gap``, language-model settings for image models and image-data
+        settings for language models."""
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        method = parse_method(self.method).value
+        families = {model_family(m, self.base_dir) for m in self.models}
+        read = {
+            "ratio_steps": method == "ratio",
+            "power_iters": method != "exact" or self.per_layer or self.gap,
+            "tol": method != "exact" or self.per_layer or self.gap,
+            "rho": method == "ratio" or self.bounds,
+            "gap_rhos": self.gap,
+            "gap_taylor": self.gap,
+            "seq_len": Family.LM in families,
+        }
+        for name in ("img_size", "data_root", "image_column", "label_column", "class_map", "num_workers"):
+            read[name] = Family.IMAGE in families
+        for name, used in read.items():
+            if not used and getattr(self, name) != defaults[name]:
+                raise RobfiltError(f"{flag(name)} is not read by this run ({_unread_reason(name)}); drop it.")
+        check_data_options(self, {"text_column": ("hf-disk",)})
+
+
+def _unread_reason(name: str) -> str:
+    return {
+        "ratio_steps": "it sets --method ratio's ascent",
+        "power_iters": "--method exact computes the whole Jacobian",
+        "tol": "--method exact computes the whole Jacobian",
+        "rho": "it is the radius of the certified local bounds and of --method ratio; add --bounds or use ratio",
+        "gap_rhos": "it sets the radii of --gap",
+        "gap_taylor": "it shapes --gap's rows",
+        "seq_len": "it sets the tokens of language-model examples; these models are image models",
+    }.get(name, "it reads image data; these models are language models")
 
 
 @dataclass(frozen=True, kw_only=True)
