@@ -76,10 +76,9 @@ reports: $(STAMP)
 	$(BIN)/python scripts/make_reports.py --runs runs --reports reports --n-examples 500 --paper
 	$(BIN)/robfilt study --write-up --out reports/study --quiet
 
-# The wheel, built from a copy of the tracked files in a temporary folder (setuptools writes build/ and *.egg-info
-# next to the sources it builds), into dist/.
+# The wheel, into dist/ (hatchling builds from the tree and writes nothing into it).
 wheel: $(STAMP)
-	$(BIN)/python scripts/build_wheel.py --out dist
+	$(BIN)/python -m pip wheel --no-deps --quiet --wheel-dir dist .
 
 lint: $(STAMP)
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

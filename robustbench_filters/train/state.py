@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from ..core.errors import RunStateError
-from ..core.io import atomic_write_json
+from ..core.io import atomic_write_json, no_empty_folder_on_failure
 from ..models.checkpoint import CARD
 from ..runs.lock import RunLock
 from ..runs.outfolder import remove_files
@@ -79,18 +79,20 @@ def load_state(folder: Path, model: nn.Module, opt: torch.optim.Optimizer) -> di
 @contextmanager
 def training_folder(out: Path, resume: bool, overwrite: bool) -> Iterator[dict[str, Any] | None]:
     """``--out`` prepared and locked for a training (an earlier training's own files removed, nothing else); yields
-    the card of a finished training that ``--resume`` found there (nothing left to do), else None."""
-    replaced = prepare_training_out(out, resume, overwrite, STATE_DIR)
-    lock = RunLock(out)
-    lock.acquire()
-    try:
-        remove_files(out, replaced)
-        finished = json.loads((out / CARD).read_text()) if resume and finished_training(out) else None
-        if finished is not None:
-            log.info("%s is already trained; nothing to resume", out)
-        yield finished
-    finally:
-        lock.release()
+    the card of a finished training that ``--resume`` found there (nothing left to do), else None. A training
+    refused before it wrote anything (its data or starting weights cannot be read) leaves no --out behind."""
+    with no_empty_folder_on_failure(out):
+        replaced = prepare_training_out(out, resume, overwrite, STATE_DIR)
+        lock = RunLock(out)
+        lock.acquire()
+        try:
+            remove_files(out, replaced)
+            finished = json.loads((out / CARD).read_text()) if resume and finished_training(out) else None
+            if finished is not None:
+                log.info("%s is already trained; nothing to resume", out)
+            yield finished
+        finally:
+            lock.release()
 
 
 def check_same_training(out: Path, recorded: Mapping[str, Any], wanted: Mapping[str, Any], finished: bool) -> None:
