@@ -318,8 +318,9 @@ def _check_image_data(config: Any) -> None:
         isinstance(config.num_workers, bool) or not 0 <= int(config.num_workers) <= MAX_WORKERS
     ):
         raise RobfiltError(f"{flag('num_workers')} must be from 0 to {MAX_WORKERS}, got {config.num_workers}.")
-    check_data_options(config, {"image_column": ("hf-disk",), "label_column": ("hf-disk",),
-                                "num_workers": ("imagefolder", "hf-disk", "python")})  # fmt: skip
+    # 0 decoding processes (decode in this process) is true of every data, so only more is refused
+    workers = {"num_workers": ("imagefolder", "hf-disk", "python")} if config.num_workers else {}
+    check_data_options(config, {"image_column": ("hf-disk",), "label_column": ("hf-disk",), **workers})
     torchvision = isinstance(config.data, str) and config.data.strip().lower() in TORCHVISION_SETS
     if config.data_root is not None and not torchvision:
         raise RobfiltError(
