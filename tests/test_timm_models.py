@@ -11,6 +11,7 @@ import torch
 
 from robustbench_filters.core.errors import CheckpointError, RobfiltError
 from robustbench_filters.models import create_model
+from robustbench_filters.models.built import built_of
 from robustbench_filters.models.loading import load_model
 from robustbench_filters.models.normalize import get_normalizer
 
@@ -162,7 +163,7 @@ def test_bad_timm_and_registry_arguments_are_one_line(ref: str, checkpoint: str,
 
 def test_registry_models_take_arguments_and_plain_state_dicts(tmp_path: Path) -> None:
     boosted = load_model("deit-grc?grc_lambda=0.0&size=micro", checkpoint="none", seed=0).module
-    assert boosted.robfilt_spec.config.grc_lambda == 0.0
+    assert built_of(boosted).spec.config.grc_lambda == 0.0
     zoo = create_model("deit-bsa", checkpoint="zoo")
     path = _save(zoo, tmp_path / "plain.safetensors")  # no card beside it: a plain state dict
     loaded = load_model("deit-bsa", checkpoint=str(path))

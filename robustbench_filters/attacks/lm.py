@@ -163,7 +163,7 @@ class LMAttack(Measurement):
         docs = load_documents(c.data, c.split, **({"text_column": c.text_column} if c.text_column else {}))
         self.data_checksum = docs.checksum
         self.subjects = load_lm_subjects(
-            c.models, c.data, c.size, c.checkpoint, c.seed, c.tokenizer, c.base_dir, c.parsed_model_args,
+            c.refs, c.data, c.size, c.checkpoint, c.seed, c.tokenizer, c.base_dir,
             max_length=c.max_length, stride=c.stride, precision=c.precision, device=c.device,
         )  # fmt: skip
         self.ids = ctx.select(len(docs.texts), c.n_examples)

@@ -17,7 +17,6 @@ from .base import (
     _positive,
     _unique,
     check_data_options,
-    model_family,
 )
 from .options import Bool, Int, Many, Number, api_only, internal, option
 
@@ -123,7 +122,7 @@ class LipschitzConfig(ImageDataConfig):
         settings for language models."""
         defaults = {f.name: f.default for f in dataclasses.fields(self)}
         method = parse_method(self.method).value
-        families = {model_family(m, self.base_dir) for m in self.models}
+        families = set(self.families)
         read = {
             "ratio_steps": method == "ratio",
             "power_iters": method != "exact" or self.per_layer or self.gap,

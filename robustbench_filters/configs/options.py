@@ -296,6 +296,11 @@ def internal(default: Any = dataclasses.MISSING, *, reason: str, compare: bool =
     return field(default=default, compare=compare, metadata={"robfilt_internal": reason})
 
 
+def derived(reason: str = "computed from the options when the config is made") -> Any:
+    """A config field the config sets itself from its options, once, in ``__post_init__`` (never passed in)."""
+    return field(default=(), init=False, compare=False, repr=False, metadata={"robfilt_internal": reason})
+
+
 def api_only(default: Any = None, *, help: str, why: str, value: Value | None = None) -> Any:
     """A field only Python callers can give (an object with no text form), e.g. tensors or a tokenizer object."""
     declared = Option(help=help, value=value or Anything(), not_on={Surface.CLI: why, Surface.SPEC: why})

@@ -17,6 +17,7 @@ from ..core.family import Family
 from ..core.names import MODEL_NAMES as MODEL_NAMES  # re-exported: the registry's names are the vocabulary's
 from ..core.names import PREFIX as PREFIX
 from ..core.names import parse_name as parse_name
+from .built import Built, remember
 from .config import DeiTConfig, LMConfig, apply_overrides
 from .deit import DEIT_SIZES, build_deit
 from .lm import LM_SIZES, CausalLM
@@ -60,10 +61,9 @@ def resolve_spec(name: str, size: str = "micro", **overrides: Any) -> ModelSpec:
 
 
 def build_from_spec(spec: ModelSpec) -> nn.Module:
-    """Construct an untrained model for ``spec`` and attach the spec to it."""
+    """Construct an untrained model for ``spec`` (recorded beside it: :mod:`.built`)."""
     model = build_deit(spec.config) if spec.family is Family.IMAGE else CausalLM(spec.config)
-    model.robfilt_spec = spec
-    return model
+    return remember(model, Built(spec))
 
 
 def list_models() -> list[str]:

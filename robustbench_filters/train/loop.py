@@ -377,8 +377,7 @@ def train(
             "command": command or f"robfilt train --model {name} --size {size} --seed {seed} --out {out}",
             "rebuild_command": rebuild_command(name, size, data, seed, out, recipe, family=spec.family),
         }
-        model.robfilt_spec = spec
-        save_checkpoint(model, out, recipe=recipe_card, metrics=metrics)
+        save_checkpoint(model, out, recipe=recipe_card, metrics=metrics, spec=spec)
         shutil.rmtree(state_dir, ignore_errors=True)
         log.info("trained %s in %.0fs", name, wall)
         return TrainResult(out, name, size, metrics, wall, recipe)
