@@ -37,9 +37,11 @@ PLAN = TargetPlan()
 
 def plan_for(p: AttackParams) -> TargetPlan:
     """The targeted stage's plan: ``--steps`` sets the sweep's and the escalation's steps; the convergence rerun
-    takes the stronger plan; the eps = 0 probe one step of everything."""
-    plan = PLAN if p.steps is None else replace(PLAN, sweep_steps=p.steps, escalate_steps=p.steps)
-    plan = replace(plan, max_targets=min(plan.max_targets, p.n_classes - 1))
+    takes the stronger plan, never below the plan's own steps; the eps = 0 probe one step of everything."""
+    sweep, long = (PLAN.sweep_steps, PLAN.escalate_steps) if p.steps is None else (p.steps, p.steps)
+    if p.converge:  # the check runs at the attack's own budget or above (AttackParams.iterations)
+        sweep, long = max(sweep, PLAN.sweep_steps), max(long, PLAN.escalate_steps)
+    plan = replace(PLAN, sweep_steps=sweep, escalate_steps=long, max_targets=min(PLAN.max_targets, p.n_classes - 1))
     return plan.stronger(int(p.converge)) if p.converge else plan
 
 

@@ -225,12 +225,16 @@ class CascadeSettings:
     step_size: float | None = None
     early_stop: bool = True
     convergence: float | None = None
+    #: the user cut the attack's budget below its own (``AttackSpec.cut_by``): an escalating attack then does not
+    #: escalate; its rerun, at the attack's own settings, is a check alone and fails what the cut left
+    cut: bool = False
 
     @classmethod
     def of(cls, config: Any, attack: str, n_classes: int, convergence: float | None = None) -> CascadeSettings:
         """The settings of a run's config (an :class:`~..configs.ImageAttackConfig`) for one attack."""
+        cut = get_attack(attack).cut_by(config.steps, config.step_size, config.eps)
         return cls(attack, tuple(config.eps), config.norm, n_classes, int(config.seed), config.steps,
-                   config.step_size, config.early_stop, convergence)  # fmt: skip
+                   config.step_size, config.early_stop, convergence, cut)  # fmt: skip
 
     def params(self, eps: float, k: int) -> AttackParams:
         """The components' parameters at the ``k``-th eps of the grid."""
@@ -310,7 +314,8 @@ class _Run:
 def _converge(run: _Run, led: _Ledger, survivors: torch.Tensor, k: int, params: AttackParams) -> None:
     """The convergence check at eps index ``k``: the stronger rerun on the sampled survivors.
 
-    For an attack that escalates (``AttackSpec.escalates``, the default) the rerun is also the attack's last stage:
+    For an attack that escalates (``AttackSpec.escalates``, the default; not when the user cut its budget,
+    ``CascadeSettings.cut``) the rerun is also the attack's last stage:
     what it breaks is broken (its points and logits replace the survivor's, ``fooled_by`` "rerun"), and a fresh
     round (new sample, new seed, twice the effort of the round before: the check must be stronger than the attack
     as it now stands) runs on what is left until a round breaks no more than the check allows in this unit
@@ -319,7 +324,8 @@ def _converge(run: _Run, led: _Ledger, survivors: torch.Tensor, k: int, params: 
     one that judges the number reported. Otherwise the rerun is a check alone and changes no row but that column.
     """
     s, b = run.settings, run.batch
-    rounds = ROUNDS if run.info.escalates else 1
+    escalates = run.info.escalates and not s.cut
+    rounds = ROUNDS if escalates else 1
     for r in range(rounds):
         key = (s.seed, run.label, s.attack, k) if r == 0 else (s.seed, run.label, s.attack, k, "round", r)
         pick = survivors[
@@ -341,14 +347,14 @@ def _converge(run: _Run, led: _Ledger, survivors: torch.Tensor, k: int, params: 
             led.passes["conv_bwd"][st.idx] += st.bwd
             led.conv_code[st.idx] = torch.where(st.fooled, 2, led.conv_code[st.idx])
             broke[st.idx] |= st.fooled
-            if run.info.escalates:
+            if escalates:
                 hit = st.idx[st.fooled]
                 run.x_cur[hit], run.logits[hit] = st.x_adv[st.fooled], st.logits[st.fooled]
                 if RERUN not in run.components:
                     run.components.append(RERUN)
                 run.fooled_code[hit] = run.components.index(RERUN) + 1
         log.debug("%s eps %g: rerun round %d broke %d of %d", run.label, params.eps, r + 1, int(broke.sum()), len(pick))
-        if not run.info.escalates or int(broke.sum()) <= allowed(len(b.y)):
+        if not escalates or int(broke.sum()) <= allowed(len(b.y)):
             return  # this round is the check that judges: within the allowance, the check passes on it
         survivors = survivors[~broke[survivors]]
 

@@ -35,6 +35,8 @@ from .early import EarlyPGD, EarlyPGDL2
 from .params import AttackFn, AttackParams, parse_norm, within_ball  # noqa: F401 - the catalogue re-exports them
 
 PGD_STEPS = 20
+PGD_STEP = 0.15  # PGD's step, a fraction of eps
+SQUARE_QUERIES = 1000
 APGD_STEPS = 50
 
 Builder = Callable[[nn.Module, AttackParams], list[tuple[str, AttackFn]]]
@@ -52,7 +54,7 @@ class AttackInfo(AttackSpec):
 
 
 def _pgd_alpha(p: AttackParams) -> float:
-    return p.step_size if p.step_size is not None else 0.15 * p.eps
+    return p.step(PGD_STEP * p.eps)
 
 
 def _fgsm(model: nn.Module, p: AttackParams) -> list[tuple[str, AttackFn]]:
@@ -114,7 +116,7 @@ def _fab(model: nn.Module, p: AttackParams, targeted: bool = False) -> list[tupl
 
 
 def _square(model: nn.Module, p: AttackParams) -> list[tuple[str, AttackFn]]:
-    queries = 2 if p.probe else 2000 if p.converge else 1000
+    queries = 2 if p.probe else p.iterations(SQUARE_QUERIES)
     atk = torchattacks.Square(
         model, norm=norm_name(p), eps=p.eps, n_queries=queries, n_restarts=p.restarts(), seed=p.seed
     )

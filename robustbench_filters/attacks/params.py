@@ -33,9 +33,20 @@ class AttackParams:
     probe: bool = False  # the eps = 0 check: a structural run, every fixed budget at its minimum
 
     def iterations(self, default: int) -> int:
-        """Steps of an iterative attack: ``steps`` when given, else its default; doubled per convergence level."""
+        """Steps (or queries) of an iterative component whose own count is ``default``: ``steps`` when given, else
+        the default. The convergence rerun never starts below the component's own count (a check that kept a budget
+        the user cut would be as weak as the attack it judges) and doubles it per level."""
         base = default if self.steps is None else self.steps
+        if self.converge:
+            base = max(base, default)
         return base * 2 ** int(self.converge)
+
+    def step(self, default: float) -> float:
+        """The fixed step of a PGD-style component whose own step is ``default``: ``step_size`` when given; the
+        convergence rerun never takes a step below the component's own."""
+        if self.step_size is None:
+            return default
+        return max(self.step_size, default) if self.converge else self.step_size
 
     def restarts(self, default: int = 1) -> int:
         return default + int(self.converge)

@@ -50,7 +50,8 @@ def _norm(p: AttackParams) -> str:
 
 
 def build(model: nn.Module, p: AttackParams) -> list[tuple[str, AttackFn]]:
-    """The four components for one eps, each with its own seed (``--steps`` sets every component's steps)."""
+    """The four components for one eps, each with its own seed (``--steps`` sets every component's steps and
+    Square's queries)."""
     norm, targets = _norm(p), min(N_TARGETS, p.n_classes - 1)
     common = {"norm": norm, "eps": p.eps, "n_restarts": p.restarts(), "early_stop": p.early_stop}
     stages: list[tuple[str, AttackFn]] = [
@@ -66,7 +67,7 @@ def build(model: nn.Module, p: AttackParams) -> list[tuple[str, AttackFn]]:
         n_classes=p.n_classes, seed=p.seed + 2,
     )  # fmt: skip
     fab.n_target_classes = targets  # torchattacks' default is every other class
-    queries = 2 if p.probe else 2 * SQUARE_QUERIES if p.converge else SQUARE_QUERIES
+    queries = 2 if p.probe else p.iterations(SQUARE_QUERIES)
     square = torchattacks.Square(
         model, norm=norm, eps=p.eps, n_queries=queries, n_restarts=p.restarts(), p_init=SQUARE_P_INIT,
         loss="margin", resc_schedule=False, seed=p.seed + 3,
