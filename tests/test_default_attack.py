@@ -17,6 +17,7 @@ from robustbench_filters.attacks.catalogue import (
     ATTACKS,
     DEFAULT_IMAGE_ATTACK,
     AttackInfo,
+    AttackParams,
     Norm,
     register_attack,
 )
@@ -112,7 +113,8 @@ def test_ledger_counts_exactly_what_the_model_ran(net) -> None:
         p.requires_grad_(False)
     with torch.no_grad():
         clean = net(x)
-    settings = CascadeSettings("apgd-adaptive", (0.02, 0.05), Norm.LINF, 10, 0, convergence=0.5)
+    template = AttackParams(0.0, Norm.LINF, None, None, 0, 10)
+    settings = CascadeSettings("apgd-adaptive", (0.02, 0.05), template, convergence=0.5)
     rows = cascade(model, "m", Batch(x, y, ids, clean.argmax(1) == y, clean), settings)
     assert model.fwd == rows.fwd.sum() + rows.conv_fwd.sum()
     assert model.bwd == rows.bwd.sum() + rows.conv_bwd.sum()

@@ -27,7 +27,7 @@ from dataclasses import replace
 from torch import nn
 
 from .apgd import EarlyAPGD
-from .params import AttackFn, AttackParams, Norm
+from .params import AttackFn, AttackParams, Builder
 from .targeted import RankedAPGDT, TargetPlan
 
 NAME = "apgd-adaptive"
@@ -47,8 +47,7 @@ def plan_for(p: AttackParams) -> TargetPlan:
 
 def build(model: nn.Module, p: AttackParams) -> list[tuple[str, AttackFn]]:
     """The two stages for one eps, each with its own seed (one seed would give both the same random starts)."""
-    norm = "Linf" if p.norm is Norm.LINF else "L2"
-    common = {"norm": norm, "eps": p.eps, "early_stop": p.early_stop}
+    common = {"norm": p.norm_name, "eps": p.eps, "early_stop": p.early_stop}
     ce = EarlyAPGD(model, steps=p.iterations(CE_STEPS), loss="ce", seed=p.seed, n_restarts=p.restarts(),
                    parallel=bool(p.converge), **common)  # fmt: skip
     stages: list[tuple[str, AttackFn]] = [("apgd-ce", ce)]
@@ -57,3 +56,7 @@ def build(model: nn.Module, p: AttackParams) -> list[tuple[str, AttackFn]]:
         stages.append(("apgd-t", RankedAPGDT(model, plan=plan, steps=plan.sweep_steps, n_classes=p.n_classes,
                                              seed=p.seed + 1, **common)))  # fmt: skip
     return stages
+
+
+#: this module's attack, by name (the catalogue joins it to its spec)
+BUILDERS: dict[str, Builder] = {NAME: build}

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+from torch import nn
 
 from ..core.names import Norm, parse_norm  # noqa: F401 - the attack modules take them from here
 
@@ -31,6 +32,11 @@ class AttackParams:
     #: restarts (an escalating attack's round r + 1 reruns at level r + 1: twice the effort of the round before it)
     converge: int = 0
     probe: bool = False  # the eps = 0 check: a structural run, every fixed budget at its minimum
+
+    @property
+    def norm_name(self) -> str:
+        """The threat model as torchattacks names it ("Linf" / "L2"): the one translation every builder uses."""
+        return "Linf" if self.norm is Norm.LINF else "L2"
 
     def iterations(self, default: int) -> int:
         """Steps (or queries) of an iterative component whose own count is ``default``: ``steps`` when given, else
@@ -69,3 +75,7 @@ def within_ball(attack: AttackFn, eps: float, norm: Norm) -> AttackFn:
 
     run.attack = attack  # type: ignore[attr-defined] - what it wraps, for tests and introspection
     return run
+
+
+#: ``build(model, params) -> [(component, attack(x, y) -> x_adv), ...]``: how each attack of the catalogue is built
+Builder = Callable[[nn.Module, AttackParams], list[tuple[str, AttackFn]]]
