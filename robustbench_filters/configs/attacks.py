@@ -357,11 +357,11 @@ class LMAttackConfig(RunConfig):
 
     def _check_attack_options(self, attacks: tuple[str, ...]) -> None:
         """Attack settings that no attack of the run reads are refused (set away from their defaults): PGD's steps
-        and step size mean nothing to FGSM (one step) or word swap, the embedding ball to word swap, and the
-        replacement token to the embedding attacks."""
+        mean nothing to FGSM (one step) or word swap, the embedding ball to word swap, and the replacement token to
+        the embedding attacks (``--step-size`` has its own rule, above)."""
         defaults = {f.name: f.default for f in dataclasses.fields(self)}
         readers = {
-            "steps": ("pgd",), "step_size": ("pgd",), "norm": EMBEDDING_ATTACKS, "eps_mode": EMBEDDING_ATTACKS,
+            "steps": ("pgd",), "norm": EMBEDDING_ATTACKS, "eps_mode": EMBEDDING_ATTACKS,
             "replacement": (WORDSWAP,),
         }  # fmt: skip
         for name, read_by in readers.items():
