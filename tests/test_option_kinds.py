@@ -179,7 +179,7 @@ RUN_CASES = [
     ("lm steps, wordswap only", ["attack", "--model", "lm", "--attack", "wordswap", "--steps", "3"],
      "--steps is a setting of pgd"),
     ("lm step size, fgsm only", ["attack", "--model", "lm", "--attack", "fgsm", "--step-size", "0.1"],
-     "--step-size is a setting of pgd"),
+     "--step-size sets the fixed step of embedding pgd"),
     ("lm replacement, pgd only", ["attack", "--model", "lm", "--attack", "pgd", "--replacement", "BBB"],
      "--replacement is a setting of wordswap"),
     ("lm norm, wordswap only", ["attack", "--model", "lm", "--attack", "wordswap", "--norm", "linf"],

@@ -27,7 +27,7 @@ from dataclasses import replace
 from torch import nn
 
 from .apgd import EarlyAPGD
-from .params import AttackFn, AttackParams, Norm
+from .params import AttackFn, AttackParams, Builder
 from .targeted import RankedAPGDT, TargetPlan
 
 NAME = "apgd-adaptive"
@@ -37,16 +37,17 @@ PLAN = TargetPlan()
 
 def plan_for(p: AttackParams) -> TargetPlan:
     """The targeted stage's plan: ``--steps`` sets the sweep's and the escalation's steps; the convergence rerun
-    takes the stronger plan; the eps = 0 probe one step of everything."""
-    plan = PLAN if p.steps is None else replace(PLAN, sweep_steps=p.steps, escalate_steps=p.steps)
-    plan = replace(plan, max_targets=min(plan.max_targets, p.n_classes - 1))
+    takes the stronger plan, never below the plan's own steps; the eps = 0 probe one step of everything."""
+    sweep, long = (PLAN.sweep_steps, PLAN.escalate_steps) if p.steps is None else (p.steps, p.steps)
+    if p.converge:  # the check runs at the attack's own budget or above (AttackParams.iterations)
+        sweep, long = max(sweep, PLAN.sweep_steps), max(long, PLAN.escalate_steps)
+    plan = replace(PLAN, sweep_steps=sweep, escalate_steps=long, max_targets=min(PLAN.max_targets, p.n_classes - 1))
     return plan.stronger(int(p.converge)) if p.converge else plan
 
 
 def build(model: nn.Module, p: AttackParams) -> list[tuple[str, AttackFn]]:
     """The two stages for one eps, each with its own seed (one seed would give both the same random starts)."""
-    norm = "Linf" if p.norm is Norm.LINF else "L2"
-    common = {"norm": norm, "eps": p.eps, "early_stop": p.early_stop}
+    common = {"norm": p.norm_name, "eps": p.eps, "early_stop": p.early_stop}
     ce = EarlyAPGD(model, steps=p.iterations(CE_STEPS), loss="ce", seed=p.seed, n_restarts=p.restarts(),
                    parallel=bool(p.converge), **common)  # fmt: skip
     stages: list[tuple[str, AttackFn]] = [("apgd-ce", ce)]
@@ -55,3 +56,7 @@ def build(model: nn.Module, p: AttackParams) -> list[tuple[str, AttackFn]]:
         stages.append(("apgd-t", RankedAPGDT(model, plan=plan, steps=plan.sweep_steps, n_classes=p.n_classes,
                                              seed=p.seed + 1, **common)))  # fmt: skip
     return stages
+
+
+#: this module's attack, by name (the catalogue joins it to its spec)
+BUILDERS: dict[str, Builder] = {NAME: build}

@@ -21,13 +21,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ..checks import Check
 from ..checks import corruption as CC
 from ..checks import model as MC
 from ..checks import summarize as summarize_checks
-from ..checks.logits import check_image_rows, guard_logits, predictions
+from ..checks.logits import check_image_rows, guard_logits, margin, predictions
 from ..configs import CORRUPTION as PREFIX
 from ..configs import CorruptionConfig
 from ..runs.measurement import PrepareContext, Tick
@@ -35,7 +36,6 @@ from ..runs.units import Unit, unit_seed
 from ..stats.aggregates import accuracy
 from ..stats.intervals import finite_interval
 from ..summaries import CorruptionSummary
-from .cascade import margin_loss
 from .corruption_transforms import CORRUPTIONS, corrupt, parameter_table, pregenerate
 from .image_models import GridMeasurement
 
@@ -44,7 +44,7 @@ N_CHECK = 32  # images the severity-0 and model checks probe
 
 
 def _rows(label, ids, kind, attack, severity, x, x_c, y, logits, clean_correct) -> pd.DataFrame:
-    margin, loss = margin_loss(logits, y)
+    margins, loss = margin(logits, y), F.cross_entropy(logits, y, reduction="none")
     flat = x_c.flatten(1)
     in_box = torch.isfinite(flat).all(1) & (flat.amin(1) >= 0) & (flat.amax(1) <= 1)
     correct = predictions(logits) == y  # a guarded (NaN) row is no prediction
@@ -63,7 +63,7 @@ def _rows(label, ids, kind, attack, severity, x, x_c, y, logits, clean_correct) 
             "correct": correct.cpu().numpy(),
             "clean_correct": clean_correct.cpu().numpy(),
             "pert_norm": (x_c - x).flatten(1).norm(dim=1).double().cpu().numpy(),
-            "margin": margin.double().cpu().numpy(),
+            "margin": margins.double().cpu().numpy(),
             "loss": loss.double().cpu().numpy(),
             "in_box": in_box.cpu().numpy(),
             "fooled_by": fooled,

@@ -56,6 +56,11 @@ def convergence_attacks(config: ImageAttackConfig) -> tuple[str, ...]:
     return tuple(a for a in chosen if config.check_convergence or ATTACKS[a].strength == STRONG)
 
 
+def cut_by_user(config: ImageAttackConfig, attack: str) -> bool:
+    """Whether ``--steps`` / ``--step-size`` lowered ``attack``'s budget below its own (``AttackSpec.cut_by``)."""
+    return ATTACKS[attack].cut_by(config.steps, config.step_size, config.eps)
+
+
 def autocast(device: torch.device, amp: str | None) -> AbstractContextManager:
     """bf16 autocast when asked for (``--amp``), otherwise nothing: fp32 stays the default everywhere."""
     if amp is None:
@@ -187,14 +192,14 @@ class ImageAttack(GridMeasurement):
         big = 0.5 if c.norm is Norm.LINF else 20.0
         mid = c.eps[len(c.eps) // 2]
 
-        def acc(attack: str, eps: float, steps: int, step_size: float | None) -> float:
+        def acc(attack: str, eps: float, steps: int | None, step_size: float | None) -> float:
             return accuracy_under(model, attack, x, y, AttackParams(eps, c.norm, steps, step_size, c.seed, classes))
 
         steps = c.steps or PGD_STEPS
         acc_big = acc("pgd", big, max(steps, 20), None)
         acc_mid = acc("pgd", mid, steps, c.step_size)
         acc_5x = acc("pgd", mid, 5 * steps, c.step_size)
-        acc_square = acc("square", mid, steps, c.step_size)
+        acc_square = acc("square", mid, None, None)  # its own 1000 queries: the black-box yardstick
         return [
             IC.check_chance(acc_big, classes, label, big),
             IC.check_more_steps(acc_mid, acc_5x, len(y), label, 5),
@@ -223,7 +228,7 @@ class ImageAttack(GridMeasurement):
             "step_size": c.step_size if c.step_size is not None else "0.15*eps",
             "early_stop": c.early_stop,
             "precision": {"clean": c.amp or "fp32", "attacks": (c.amp if c.amp_attacks else None) or "fp32"},
-            "models": attack_accuracies(rows),
+            "models": attack_accuracies(rows, cut=[a for a in c.attacks if cut_by_user(c, a)]),
             "checks": [ch.to_dict() for ch in checks],
             "checks_summary": summarize_checks(checks),
             "attention": self.attention_maps(),

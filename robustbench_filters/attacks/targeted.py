@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .apgd import EarlyAPGDT, _apgd_run
+from .apgd import EarlyAPGDT, _apgd_run, _random_start
 from .ledger import Ledger
 
 #: classes ranked, at most (the closest by clean logit first): bounds the ranking's cost on 1000-class models
@@ -52,6 +52,8 @@ class TargetPlan:
     near: float = 0.5
     restarts: int = 1  # of every sweep run
     escalate_restarts: int = 1
+    #: the long runs' first restart starts from the sweep's best point on that target (a warm start), not at random
+    warm: bool = False
 
     def stronger(self, level: int = 1) -> TargetPlan:
         """The convergence check's rerun at ``level``: every target, the sweep's and the escalation's steps doubled
@@ -123,33 +125,56 @@ class RankedAPGDT(EarlyAPGDT):
         # the sweep: every (example, target in play) pair at once, an example leaving when any of its copies fools
         pairs = play.nonzero()
         reached = torch.full(order.shape, float("-inf"), device=x.device)
-        loss = self._runs(ex, pairs[:, 0], order[pairs[:, 0], pairs[:, 1]], plan.sweep_steps, plan.restarts)
+        keep = x.clone() if plan.warm else None  # each example's best sweep point (on its closest target)
+        loss = self._runs(ex, pairs[:, 0], order[pairs[:, 0], pairs[:, 1]], plan.sweep_steps, plan.restarts, keep=keep)
         reached[pairs[:, 0], pairs[:, 1]] = loss
         if plan.escalate_targets and plan.escalate_steps and bool(ex.acc.any()):
             # the escalation: long runs for the near misses on the targets that came closest in the sweep
             near = ex.acc & (reached.amax(1) >= -plan.near)
             top = reached.masked_fill(~play, float("-inf")).argsort(dim=1, descending=True)[:, : plan.escalate_targets]
             rows, col = (near[:, None] & play.gather(1, top)).nonzero().unbind(1)
-            self._runs(ex, rows, order[rows, top[rows, col]], plan.escalate_steps, plan.escalate_restarts)
+            start = None if keep is None else torch.where((col == 0).view(-1, *[1] * (x.dim() - 1)), keep[rows], -1.0)
+            self._runs(ex, rows, order[rows, top[rows, col]], plan.escalate_steps, plan.escalate_restarts, start=start)
         return ex.acc, ex.adv
 
     def _runs(
-        self, ex: _Examples, which: torch.Tensor, target: torch.Tensor, steps: int, restarts: int
-    ) -> torch.Tensor:
+        self, ex: _Examples, which: torch.Tensor, target: torch.Tensor, steps: int, restarts: int,
+        keep: torch.Tensor | None = None, start: torch.Tensor | None = None,
+    ) -> torch.Tensor:  # fmt: skip
         """``restarts`` x ``steps``-step runs of every (example ``which[i]``, ``target[i]``) pair, as copies in one
         batch; an example leaves when any of its copies fools the model. Updates ``ex`` in place and returns each
-        pair's highest targeted loss (the best over its restarts)."""
+        pair's highest targeted loss (the best over its restarts).
+
+        ``keep``: (examples, ...) receives each example's highest-loss point over its pairs and restarts.
+        ``start``: (pairs, ...) the first restart's start of each pair where it lies in [0, 1] (a warm start; -1:
+        a random start, as every later restart's)."""
         best = torch.full((len(which),), float("-inf"), device=ex.x.device)
         live = ex.acc[which]
         if not bool(live.any()):
             return best
         self.steps = steps
-        pair = live.nonzero().squeeze(1).repeat(restarts)  # restart-major copies of the live pairs
+        live_pairs = live.nonzero().squeeze(1)
+        pair = live_pairs.repeat(restarts)  # restart-major copies of the live pairs
         rows = which[pair]
-        _, acc_c, loss, adv_c = _apgd_run(
-            self, ex.x[rows], ex.y[rows], rows, self.dlr_loss_targeted, target[pair], first_step_size=False, group=rows
-        )
+        begin = None
+        if start is not None:
+            begin = _random_start(self, ex.x[rows])
+            first = start[live_pairs]
+            warm = (first >= 0).flatten(1).all(1)
+            begin[: len(live_pairs)][warm] = first[warm]
+        points, acc_c, loss, adv_c = _apgd_run(
+            self, ex.x[rows], ex.y[rows], rows, self.dlr_loss_targeted, target[pair], first_step_size=False,
+            group=rows, start=begin,
+        )  # fmt: skip
         best.scatter_reduce_(0, pair, loss, reduce="amax")
+        if keep is not None:  # the first of each example's highest-loss copies
+            top = torch.full((len(ex.x),), float("-inf"), device=ex.x.device).scatter_reduce(0, rows, loss, "amax")
+            win = (loss == top[rows]).nonzero().squeeze(1)
+            owners, slot = torch.unique(rows[win], return_inverse=True)
+            first = torch.full((len(owners),), len(win), device=win.device).scatter_reduce(
+                0, slot, torch.arange(len(win), device=win.device), "amin"
+            )
+            keep[owners] = points[win[first]]
         for c in (~acc_c).nonzero().squeeze(1).flip(0).tolist():  # the first copy that fooled an example wins
             ex.adv[rows[c]] = adv_c[c]
         ex.acc[rows[~acc_c]] = False

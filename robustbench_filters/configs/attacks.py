@@ -63,6 +63,28 @@ def _check_steps(steps: int | None, step_size: float | None) -> None:
         raise RobfiltError(f"{flag('step_size')} must be a positive number, got {step_size}.")
 
 
+def _budget_options(attacks: tuple[str, ...], steps: int | None, step_size: float | None) -> None:
+    """``--steps`` and ``--step-size`` mean something for the attacks named, or are refused: an option an attack
+    would ignore must not look applied. ``--steps`` sets the iterations of every iterative attack of the run; fgsm,
+    one step of size eps by definition (``AttackSpec.steps`` 1), refuses any other count only alone. A fixed step
+    is PGD's alone (``AttackSpec.step_size`` 0: the attack sets its own), so ``--step-size`` is refused beside any
+    other attack."""
+    specs = [ATTACK_SPECS[a] for a in attacks]
+    if steps is not None and steps != 1 and all(s.steps == 1 for s in specs):
+        raise RobfiltError(
+            f"{', '.join(attacks)} takes no steps (one step of size eps); {flag('steps')} sets the iterations of "
+            "iterative attacks such as pgd: leave it out."
+        )
+    own = [s.name for s in specs if s.step_size == 0]
+    if step_size is not None and own:
+        fixed = [n for n, s in ATTACK_SPECS.items() if s.step_size]
+        raise RobfiltError(
+            f"{flag('step_size')} sets the fixed step of {', '.join(fixed)}; {', '.join(own)} "
+            f"{'sets its' if len(own) == 1 else 'set their'} own step sizes: leave it out, or run "
+            f"{' or '.join(fixed)} in a run of its own."
+        )
+
+
 @dataclass(frozen=True, kw_only=True)
 class ImageAttackConfig(ImageDataConfig):
     """Adversarial attacks on image models, over an ascending eps grid (see :mod:`.attacks.image`).
@@ -91,11 +113,16 @@ class ImageAttackConfig(ImageDataConfig):
     )
     norm: Norm | None = option(None, help="linf or l2 (default: the attack's own; l2 for LM attacks).", panel="Attack")
     steps: int | None = option(
-        None, help="Iterations of iterative attacks (default: each attack's own).", value=Int(), panel="Attack"
+        None,
+        help="Iterations of every iterative attack (Square: queries; default: each attack's own). Fewer than an "
+        "attack's own mark it weaker; its convergence check still runs its own.",
+        value=Int(),
+        panel="Attack",
     )
     step_size: float | None = option(
-        None, help="Step of PGD-style attacks (default 0.15*eps).", value=Number(), panel="Attack"
-    )
+        None, help="Fixed step of pgd and pgd-l2 (default 0.15*eps); attacks that set their own refuse it.",
+        value=Number(), panel="Attack",
+    )  # fmt: skip
     early_stop: bool = option(
         True,
         help="An example leaves an attack once it is fooled (same broken examples, less compute).",
@@ -167,6 +194,7 @@ class ImageAttackConfig(ImageDataConfig):
                 raise RobfiltError(f"eps {e:g} is above 1 on the [0, 1] input scale; did you mean {e:g}/255?")
         self._set("eps", tuple(sorted(eps)))
         _check_steps(self.steps, self.step_size)
+        _budget_options(attacks, self.steps, self.step_size)
         if not isinstance(self.early_stop, bool):
             raise RobfiltError(f"{flag('early_stop')} must be true or false, got {self.early_stop!r}.")
         if self.check_convergence is not None and not isinstance(self.check_convergence, bool):
@@ -301,6 +329,11 @@ class LMAttackConfig(RunConfig):
         if self.eps_mode not in EPS_MODES:
             raise RobfiltError(f"unknown {flag('eps_mode')} {self.eps_mode!r}; use relative or absolute.")
         _check_steps(self.steps, self.step_size)
+        if self.step_size is not None and attacks != ("pgd",):
+            raise RobfiltError(
+                f"{flag('step_size')} sets the fixed step of embedding pgd; {', '.join(a for a in attacks if a != 'pgd')} "
+                "takes none (fgsm steps eps, wordswap swaps words): leave it out, or run pgd in a run of its own."
+            )
         if not self.replacement:
             raise RobfiltError(f"{flag('replacement')} is empty; give a token such as AAA.")
         try:
@@ -324,11 +357,11 @@ class LMAttackConfig(RunConfig):
 
     def _check_attack_options(self, attacks: tuple[str, ...]) -> None:
         """Attack settings that no attack of the run reads are refused (set away from their defaults): PGD's steps
-        and step size mean nothing to FGSM (one step) or word swap, the embedding ball to word swap, and the
-        replacement token to the embedding attacks."""
+        mean nothing to FGSM (one step) or word swap, the embedding ball to word swap, and the replacement token to
+        the embedding attacks (``--step-size`` has its own rule, above)."""
         defaults = {f.name: f.default for f in dataclasses.fields(self)}
         readers = {
-            "steps": ("pgd",), "step_size": ("pgd",), "norm": EMBEDDING_ATTACKS, "eps_mode": EMBEDDING_ATTACKS,
+            "steps": ("pgd",), "norm": EMBEDDING_ATTACKS, "eps_mode": EMBEDDING_ATTACKS,
             "replacement": (WORDSWAP,),
         }  # fmt: skip
         for name, read_by in readers.items():

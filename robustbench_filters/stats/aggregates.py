@@ -17,6 +17,7 @@ Statistics:
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 from typing import Any
 
 import numpy as np
@@ -103,19 +104,21 @@ def compute_ledger(sub: pd.DataFrame) -> dict[str, Any]:
     return out
 
 
-def _strength(spec: Any, sub: pd.DataFrame) -> str | None:
-    """The attack's strength as run: an escalating attack (the default) whose survivors saw no rerun (the check
-    turned off) stopped before its last stage, so its numbers are upper bounds like a weaker attack's."""
+def _strength(spec: Any, sub: pd.DataFrame, cut: bool) -> str | None:
+    """The attack's strength as run: weaker than its name when the user cut its budget (``cut``), or when an
+    escalating attack (the default) saw no rerun (the check turned off) and so stopped before its last stage; its
+    numbers are then upper bounds like a weaker attack's."""
     if spec is None:
         return None
     skipped = "convergence" in sub.columns and bool(sub.correct.any()) and not sub.convergence.isin(CHECKED).any()
-    return WEAK if spec.escalates and skipped else spec.strength
+    return WEAK if cut or (spec.escalates and skipped) else spec.strength
 
 
-def attack_accuracies(rows: pd.DataFrame) -> dict[str, Any]:
+def attack_accuracies(rows: pd.DataFrame, cut: Collection[str] = ()) -> dict[str, Any]:
     """Per model of an image attack run: clean accuracy and robust accuracy per attack and eps, with Wilson
-    intervals, each attack's strength, and the compute ledger (per attack and eps, and per attack over the whole
-    eps grid); laid out as :class:`robustbench_filters.summaries.image.ImageModelResults` reads it."""
+    intervals, each attack's strength (``cut``: the attacks whose budget the user lowered below their own, weaker
+    whatever their name), and the compute ledger (per attack and eps, and per attack over the whole eps grid); laid
+    out as :class:`robustbench_filters.summaries.image.ImageModelResults` reads it."""
     out: dict[str, Any] = {}
     for label, grp in rows.groupby("model", sort=False):
         clean = grp[grp.attack == CLEAN]
@@ -124,7 +127,7 @@ def attack_accuracies(rows: pd.DataFrame) -> dict[str, Any]:
         for (attack, eps), sub in attacked.groupby(["attack", "eps"], sort=True):
             spec = ATTACK_SPECS.get(attack)
             entry = {"attack": attack, "eps": float(eps), **accuracy(sub.correct)}
-            entry |= {"strength": _strength(spec, sub), **compute_ledger(sub)}
+            entry |= {"strength": _strength(spec, sub, attack in cut), **compute_ledger(sub)}
             robust.append(entry)
         out[label] = {"clean": {**accuracy(clean.correct), **compute_ledger(clean)}, "robust": robust}
         if "fwd" in grp.columns:
