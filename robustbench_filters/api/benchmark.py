@@ -1,6 +1,6 @@
 """One call in RobustBench's style: ``benchmark(model, data, threat_model, eps)`` -> clean and robust accuracy.
 
-RobustBench's ``benchmark`` returns two bare numbers. This one runs the same engine as :func:`.api.evaluate`
+RobustBench's ``benchmark`` returns two bare numbers. This one runs the same engine as :func:`.evaluate`
 (config -> runner -> image measurement -> run folder) for one model, one attack and one eps, and returns what
 makes those numbers trustworthy: each accuracy with its 95% Wilson interval and n, and the sanity checks. A
 failed check is a field of the result and a logged warning, never dropped. Nothing is downloaded.
@@ -80,7 +80,7 @@ class BenchmarkResult:
 
     ``robust`` is the accuracy under ``attack`` at ``eps`` (Linf/L2), or, for ``corruptions``, the mean accuracy
     over every corruption and severity. ``run_dir`` is None when the run went to a temporary folder.
-    ``run`` holds the full rows and summary (what :func:`.api.evaluate` returns).
+    ``run`` holds the full rows and summary (what :func:`.evaluate` returns).
     """
 
     model: str
@@ -105,7 +105,7 @@ class BenchmarkResult:
 
     def adversarial(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``(ids, x_adv)`` of a run made with ``save_adversarial=True``: the example ids (ascending) and their
-        adversarial points under ``attack`` at ``eps`` (float32, CPU); see :meth:`.runs.runner.RunResult.adversarial`."""
+        adversarial points under ``attack`` at ``eps`` (float32, CPU); see :meth:`..runs.runner.RunResult.adversarial`."""
         if self.threat_model == "corruptions":
             raise RobfiltError("threat_model='corruptions' attacks nothing, so there are no adversarial examples.")
         return self.run.adversarial(eps=self.eps)
@@ -196,7 +196,7 @@ def benchmark(
 ) -> BenchmarkResult | LMBenchmarkResult:
     """Clean and robust accuracy of ``model`` on ``data``, with intervals and sanity checks (RobustBench's style).
 
-    Runs through :func:`.api.evaluate` (one model, one attack, one eps), so its numbers equal evaluate's for the
+    Runs through :func:`.evaluate` (one model, one attack, one eps), so its numbers equal evaluate's for the
     same inputs and seed. The default attack is robfilt's default everywhere, ``apgd-adaptive``: the per-example
     worst case of APGD-CE and APGD-T on targets chosen per example (torchattacks' APGD with early exit), the
     second on the survivors of the first, with a convergence check that bounds how much robust accuracy may be

@@ -3,7 +3,7 @@
 The image ``benchmark`` returns accuracies; a language model has none that means much, so this returns perplexities:
 the token perplexity with its 95% bootstrap interval over documents, plus lm-eval's ``word_perplexity``,
 ``byte_perplexity`` and ``bits_per_byte`` (every model is scored on whole documents in lm-eval's rolling windows).
-It runs :func:`.api.evaluate` with one embedding attack at one eps, so its numbers equal evaluate's for the same
+It runs :func:`.evaluate` with one embedding attack at one eps, so its numbers equal evaluate's for the same
 inputs.
 """
 

@@ -1,7 +1,7 @@
 """The public Python API: attack models (:func:`evaluate`), estimate Lipschitz constants (:func:`estimate_lipschitz`)
 and certify smoothed models (:func:`certify`), each through the shared runner.
 
-Every function takes its options explicitly, or a ready config object (:mod:`.configs`), and returns the merged,
+Every function takes its options explicitly, or a ready config object (:mod:`..configs`), and returns the merged,
 checked rows and summary. An option that does not apply to the kind of run is an error, not silently ignored.
 """
 
@@ -81,7 +81,7 @@ def evaluate(
     The kind of run follows from the models and attacks: image models with catalogue attacks (eps cascade),
     language models with ``fgsm``/``pgd`` in embedding space and ``wordswap``, or image models with
     ``corruption`` / ``corruption:<name>``. Every other keyword is an option of that kind of run, with the name it
-    has everywhere (``robfilt attack --n-examples`` is ``n_examples=``; see :mod:`.configs`); an option that does
+    has everywhere (``robfilt attack --n-examples`` is ``n_examples=``; see :mod:`..configs`); an option that does
     not apply to the kind raises :class:`RobfiltError`, and options left out take the kind's defaults.
 
     Args:
@@ -140,7 +140,7 @@ def estimate_lipschitz(
     config: LipschitzConfig | None = None,
     **options: Any,
 ) -> LipschitzResult:
-    """Lower and certified upper Lipschitz bounds for each model, per example (see :mod:`.lipschitz.run`).
+    """Lower and certified upper Lipschitz bounds for each model, per example (see :mod:`..lipschitz.run`).
 
     Every keyword is a :class:`LipschitzConfig` option, named as on the command line (``--per-layer`` is
     ``per_layer=``); ``inputs`` (and ``input_labels``) give your own tensors instead of data.

@@ -1,7 +1,7 @@
 """Corruption robustness for image models: accuracy per corruption and severity, and mean corruption error.
 
 Every model sees the same seeded test examples and the same corrupted images (noise is pre-generated per
-example, see :mod:`.corruptions`). Rows use the attack run-folder format: ``kind="contamination"``,
+example, see :mod:`.corruption_transforms`). Rows use the attack run-folder format: ``kind="contamination"``,
 ``attack="corruption:<name>"``, ``eps`` = the severity (1-5), ``norm=""``, ``pert_norm`` = L2 distance to the clean
 image; clean rows have ``kind="clean"``, ``attack="clean"``, ``eps=0``. Aggregates are recomputed from the rows.
 

@@ -3,7 +3,7 @@
 Carlini et al. advise checking that more effort changes nothing. The attacks that have a stronger rerun (twice the
 steps, one more restart, every target) rerun it on a sample of each eps's survivors; the rows record which of the
 checked survivors it broke. From ``k`` broken among ``m`` checked of ``N`` survivors, the exact hypergeometric
-bound (:func:`~..stats.hypergeom_upper`, sampling without replacement from the finite set of survivors) gives the
+bound (:func:`~..stats.intervals.hypergeom_upper`, sampling without replacement from the finite set of survivors) gives the
 upper 95% bound ``K`` on how many of all ``N`` survivors the stronger attack would break, so robust accuracy may be
 overstated by up to ``100 K / n`` points (``n`` examples). Checking every survivor gives the count itself.
 

@@ -87,7 +87,7 @@ def _budget_options(attacks: tuple[str, ...], steps: int | None, step_size: floa
 
 @dataclass(frozen=True, kw_only=True)
 class ImageAttackConfig(ImageDataConfig):
-    """Adversarial attacks on image models, over an ascending eps grid (see :mod:`.attacks.image`).
+    """Adversarial attacks on image models, over an ascending eps grid (see :mod:`..attacks.image`).
 
     With no attack named, the strongest attack robfilt has (``apgd-adaptive``) runs. ``steps`` None gives every
     attack its own documented default (pgd 20; each stage of apgd-adaptive its own). ``early_stop``: an example leaves an
@@ -215,7 +215,7 @@ class ImageAttackConfig(ImageDataConfig):
 
 @dataclass(frozen=True, kw_only=True)
 class LMAttackConfig(RunConfig):
-    """Embedding-space FGSM/PGD and word-swap contamination on language models (see :mod:`.attacks.lm`).
+    """Embedding-space FGSM/PGD and word-swap contamination on language models (see :mod:`..attacks.lm`).
 
     With no attack named, embedding-space PGD runs: the strongest attack robfilt has for language models.
     """
@@ -374,7 +374,7 @@ class LMAttackConfig(RunConfig):
 
 @dataclass(frozen=True, kw_only=True)
 class CorruptionConfig(ImageDataConfig):
-    """Common corruptions at severities 1-5 on image models, with mCE (see :mod:`.attacks.corruption`)."""
+    """Common corruptions at severities 1-5 on image models, with mCE (see :mod:`..attacks.corruption`)."""
 
     FAMILY: ClassVar[Family | None] = Family.IMAGE
     DESCRIPTION: ClassVar[str] = "corruption"

@@ -39,7 +39,7 @@ def _check_examples(value: Any, name: str) -> None:
 
 @dataclass(frozen=True, kw_only=True)
 class LipschitzConfig(ImageDataConfig):
-    """Lower and certified upper Lipschitz bounds per example (see :mod:`.lipschitz.run`); image models read their
+    """Lower and certified upper Lipschitz bounds per example (see :mod:`..lipschitz.run`); image models read their
     data with the image-data options, language models with ``text_column`` and ``seq_len``."""
 
     FAMILY: ClassVar[Family | None] = None
@@ -154,7 +154,7 @@ def _unread_reason(name: str) -> str:
 
 @dataclass(frozen=True, kw_only=True)
 class CertifyConfig(ImageDataConfig):
-    """Randomized-smoothing certificates (Cohen et al. 2019) of image models (see :mod:`.smoothing.run`).
+    """Randomized-smoothing certificates (Cohen et al. 2019) of image models (see :mod:`..smoothing.run`).
 
     The default checkpoint is the noise-trained zoo (``zoo:sigma0.25``): a smoothed classifier is only as good as
     its base model is at classifying noisy inputs. Every run also attacks the smoothed classifier (SmoothAdv PGD)

@@ -186,7 +186,7 @@ def all_or_none(ctx: DistContext, fn: Callable[[], T]) -> T:
 def shared_run(ctx: DistContext, make_writer: Callable[[bool], contextlib.AbstractContextManager[W]]) -> Iterator[W]:
     """Open one run folder for all ranks: rank 0 locks it and writes the manifest, then the others attach.
 
-    Generic over the writer (the run folder's :class:`~.runs.folder.RunWriter`), so this module stays below runs/.
+    Generic over the writer (the run folder's :class:`~..runs.folder.RunWriter`), so this module stays below runs/.
 
     ``make_writer(primary)`` builds the writer; only the primary one takes the lock, applies --resume or
     --overwrite and writes the manifest. Secondary writers wait for that, check the fingerprint and then only

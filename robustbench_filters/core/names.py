@@ -5,8 +5,8 @@ methods.
 Everything above this module speaks these names: configs validate against them, the catalogue attaches a builder
 to each attack, the CLI prints them in its help. The command line must start in a fraction of a second, and
 importing the modules that *build* models or attacks costs seconds (torch, timm, torchattacks), so the names live
-here as plain data. ``tests/test_cli_startup.py`` checks them against the heavy modules (:mod:`.models.registry`,
-:mod:`.models.timm_registry`, :mod:`.attacks.catalogue`, :mod:`.attacks.corruption_transforms`).
+here as plain data. ``tests/test_cli_startup.py`` checks them against the heavy modules (:mod:`..models.registry`,
+:mod:`..models.timm_registry`, :mod:`..attacks.catalogue`, :mod:`..attacks.corruption_transforms`).
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def parse_norm(value: str | Norm | None) -> Norm | None:
 @dataclass(frozen=True)
 class AttackSpec:
     """What an attack is, by name: the model families and norms it fits and what it does. The catalogue
-    (:mod:`.attacks.catalogue`) attaches the builder that runs it."""
+    (:mod:`..attacks.catalogue`) attaches the builder that runs it."""
 
     name: str
     families: tuple[Family, ...]
@@ -85,7 +85,7 @@ class AttackSpec:
     gradient_free: bool = False
     strength: str = "single"  # STRONG: an ensemble robfilt stands behind; WEAK: known to overstate robustness
     converges: bool = False  # has a stronger rerun (twice the steps, one more restart) for the convergence check
-    #: the stronger rerun's breaks count (escalation, :mod:`.attacks.cascade`): part of the attack, not only a check
+    #: the stronger rerun's breaks count (escalation, :mod:`..attacks.cascade`): part of the attack, not only a check
     escalates: bool = False
     #: the most iterations (steps; Square's queries) any component runs at the attack's own settings: ``--steps``
     #: below it cuts the attack's budget. 1: a single-step attack (fgsm: a run of such attacks alone refuses any

@@ -1,6 +1,6 @@
 """``robfilt check``: the CI gate. It plans, makes the spec's runs (or takes given run folders), then has them judged.
 
-The judging itself (thresholds, baselines, sanity checks) lives in :mod:`.gating` and only reads finished,
+The judging itself (thresholds, baselines, sanity checks) lives in :mod:`..gating` and only reads finished,
 verified run folders; this module orchestrates: load the spec and the baseline, refuse requirements its runs
 cannot answer, report what each check can detect at the spec's n (before any work, so users can size n), make
 fresh runs through the shared runner, judge, and write the JUnit XML, the Markdown summary and, on request, a
@@ -184,7 +184,7 @@ def _rewrites_baseline(baseline: Path | None, write_to: str | Path | None) -> bo
 def plan_gate(
     spec: Spec | None, baseline: Baseline | None, policy: BaselinePolicy, runs: Sequence[Run] = ()
 ) -> list[PlannedCheck]:
-    """What every check can detect (80% power), before any run (see :mod:`.gating.plan`).
+    """What every check can detect (80% power), before any run (see :mod:`.plan`).
 
     n is the spec's ``n_examples`` per section, or what the given runs measured when the gate checks given runs.
     """
@@ -216,7 +216,7 @@ def run_gate(
     on_plan: PlanHook | None = None,
     overwrite: bool = False,
 ) -> GateResult:
-    """Run the gate and write its JUnit XML and Markdown summary; see :mod:`.gating` for the rules.
+    """Run the gate and write its JUnit XML and Markdown summary; see :mod:`..gating` for the rules.
 
     Args:
         spec: a TOML spec (thresholds, baseline policy, and how to make fresh runs when ``runs`` is empty).
@@ -228,7 +228,7 @@ def run_gate(
         write_baseline: also write the checked runs as a version 2 baseline (metrics + per-example outcomes).
         on_plan: called with the planned checks (their minimum detectable effects) before fresh runs start.
         overwrite: write into an ``out`` that holds files the gate did not write (they are kept; see
-            :mod:`.runs.outfolder`); without it such a folder is refused before any work.
+            :mod:`..runs.outfolder`); without it such a folder is refused before any work.
     """
     gate = _Gate.open(spec, runs, baseline, tolerance, mode, out, write_baseline=write_baseline)
     given = _given_runs(gate, runs)  # read and checked, like the spec and the baseline, before anything is written

@@ -98,7 +98,7 @@ def _load_model(ref: ModelRef, config: LipschitzConfig) -> nn.Module:
     Untrained weights (``checkpoint="none"``; None is the zoo default) are drawn from a seeded, forked RNG, so the same seed gives
     the same model (and ``--resume`` finds the same run) without touching the caller's RNG state. ``timm:`` and
     factory references (and any with arguments or ``--model-arg``) load like everywhere else
-    (:func:`..loading.load_model`); the target switches a fused-attention copy to the manual path.
+    (:func:`..models.loading.load_model`); the target switches a fused-attention copy to the manual path.
     """
     from ..models.loading import Loading, load_model
     from ..models.ref import ModelKind

@@ -37,9 +37,9 @@ MODEL_LAYER = "model"
 
 
 def eps_label(eps: float) -> str:
-    """A budget in a condition key ('pgd@8/255'): every digit needed to parse it back (:func:`.budgets.eps_key`).
+    """A budget in a condition key ('pgd@8/255'): every digit needed to parse it back (:func:`..core.budgets.eps_key`).
 
-    Tables, axes and terminal lines show budgets with :func:`.budgets.eps_text` (k/255 or 3 significant digits).
+    Tables, axes and terminal lines show budgets with :func:`..core.budgets.eps_text` (k/255 or 3 significant digits).
     """
     return eps_key(eps)
 

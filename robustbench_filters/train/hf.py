@@ -1,6 +1,6 @@
 """``robfilt train --model hf:DIR --variant bsa|grc|bsa-grc|none``: convert a Hugging Face causal LM and fine-tune it.
 
-The model is loaded from its folder (:mod:`.hf.load`), converted (:mod:`.hf.convert`; ``--variant none`` fine-tunes
+The model is loaded from its folder (:mod:`..models.hf.load`), converted (:mod:`..models.hf.convert`; ``--variant none`` fine-tunes
 the plain model with the same recipe, the baseline a conversion is compared with), then trained with robfilt's loop
 (:func:`robustbench_filters.train.loop._fit`: AdamW, warmup and cosine decay, gradient clipping, resumable safetensors
 state every ``--ckpt-every`` steps). Batches are random windows of ``--max-length`` tokens (default: the model's
