@@ -339,9 +339,9 @@ def train(
     spec = resolve_spec(name, size, **overrides)
     recipe = dataclasses.replace(recipe or DEFAULT_RECIPES[spec.family])
     recipe.validate()
-    recipe.check_fits(Trainee(spec.family.value), spelt)
     if spec.family is Family.LM and recipe.steps is None:
         raise RobfiltError("LM training is step-based; pass --steps.")
+    recipe.check_fits(Trainee(spec.family.value), spelt)
     data = data or ("fashion-mnist" if spec.family is Family.IMAGE else "austen")
     out = Path(out or f"runs/train/{name}-{size}-s{seed}")
     state_dir = out / STATE_DIR
