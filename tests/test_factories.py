@@ -12,6 +12,7 @@ import torch
 
 from robustbench_filters.core.errors import CheckpointError, RobfiltError
 from robustbench_filters.models.loading import load_model
+from robustbench_filters.models.ref import ModelKind
 
 MODELS_PY = """
 import torch
@@ -74,7 +75,7 @@ def test_file_factory_from_its_own_folder_with_arguments(project: Path, monkeypa
     before = list(sys.path)
     loaded = load_model("mynet=models.py:build?width=5&classes=4")
     assert sys.path == before
-    assert loaded.label == "mynet" and loaded.family == "custom" and loaded.source == "factory"
+    assert loaded.label == "mynet" and loaded.ref.kind is ModelKind.FACTORY and loaded.source == "factory"
     assert loaded.module.body[1].out_features == 5 and loaded.module(_x()).shape == (2, 4)
     assert not loaded.module.training
 

@@ -14,6 +14,7 @@ from robustbench_filters.models import create_model
 from robustbench_filters.models.built import built_of
 from robustbench_filters.models.loading import load_model
 from robustbench_filters.models.normalize import get_normalizer
+from robustbench_filters.models.ref import ModelKind
 
 R18 = "timm:resnet18?num_classes=10&in_chans=1&img_size=32"
 
@@ -33,7 +34,7 @@ def r18_file(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, torch.nn.M
 def test_ten_class_grey_resnet18_round_trip_gives_identical_logits(r18_file) -> None:
     path, trained = r18_file
     loaded = load_model(R18, checkpoint=str(path), seed=0)
-    assert loaded.family == "timm" and loaded.source == str(path)
+    assert loaded.ref.kind is ModelKind.TIMM and loaded.source == str(path)
     assert loaded.input is not None and loaded.input.image_shape == (1, 32, 32)
     x = torch.rand(4, 1, 32, 32)
     with torch.no_grad():

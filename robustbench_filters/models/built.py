@@ -1,4 +1,5 @@
-"""What robfilt knows of a module it built: its spec, the card of the checkpoint it came from, its tokenizer.
+"""What robfilt knows of a module it built: its spec (:class:`ModelSpec`), the card of the checkpoint it came from,
+its tokenizer.
 
 The record is kept beside the module, in a table keyed weakly by the module, not as attributes on it: a module is
 the user's object (attributes added to it travel into their code, their ``state_dict`` and their pickles), and an
@@ -12,14 +13,35 @@ A copy of a module is another object: :func:`copied` deep-copies a module and it
 from __future__ import annotations
 
 import copy
+import dataclasses
 import weakref
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from torch import nn
 
-if TYPE_CHECKING:
-    from .registry import ModelSpec
+from ..core.family import Family
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What a model is: its registry name, family, size and full config."""
+
+    name: str
+    family: Family
+    size: str
+    config: Any
+
+    @property
+    def bsa(self) -> bool:
+        return bool(self.config.bsa)
+
+    @property
+    def grc(self) -> bool:
+        return bool(self.config.grc)
+
+    def config_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self.config)
 
 
 @dataclass(frozen=True)
@@ -78,4 +100,4 @@ def copied(module: nn.Module) -> nn.Module:
     return twin
 
 
-__all__ = ["Built", "built_of", "copied", "remember", "tokenizer_of", "with_card"]
+__all__ = ["Built", "ModelSpec", "built_of", "copied", "remember", "tokenizer_of", "with_card"]

@@ -6,8 +6,6 @@ for the bundled data, plus timm's ``tiny``/``small``/``base`` for DeiT and ``sma
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
 from typing import Any
 
 from torch import nn
@@ -18,32 +16,12 @@ from ..core.names import MODEL_NAMES as MODEL_NAMES  # re-exported: the registry
 from ..core.names import PREFIX as PREFIX
 from ..core.names import parse_name as parse_name
 from .built import Built, remember
+from .built import ModelSpec as ModelSpec  # re-exported: what a registry name resolves to
 from .config import DeiTConfig, LMConfig, apply_overrides
 from .deit import DEIT_SIZES, build_deit
 from .lm import LM_SIZES, CausalLM
 
 SIZES: dict[Family, tuple[str, ...]] = {Family.IMAGE: tuple(DEIT_SIZES), Family.LM: tuple(LM_SIZES)}
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """What a model is: its registry name, family, size and full config."""
-
-    name: str
-    family: Family
-    size: str
-    config: Any
-
-    @property
-    def bsa(self) -> bool:
-        return bool(self.config.bsa)
-
-    @property
-    def grc(self) -> bool:
-        return bool(self.config.grc)
-
-    def config_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self.config)
 
 
 def resolve_spec(name: str, size: str = "micro", **overrides: Any) -> ModelSpec:
