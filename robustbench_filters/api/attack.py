@@ -30,7 +30,7 @@ from ..configs import ImageAttackConfig, build, read
 from ..core.errors import RobfiltError
 from ..core.surface import Surface
 from ..data.adapters import to_labels, to_unit_float
-from ..summaries import CheckRecord
+from ..summaries import Check
 from .evaluate import evaluate
 
 #: what attack() decides itself; every other option is the run's
@@ -71,7 +71,7 @@ def _restored(model: nn.Module, device: torch.device) -> Iterator[None]:
             m.training = mode
 
 
-def _settle(checks: list[CheckRecord]) -> None:
+def _settle(checks: list[Check]) -> None:
     """A failed check raises (one line); a warning warns. Nothing passes silently."""
     for c in checks:
         if c.status == "fail":

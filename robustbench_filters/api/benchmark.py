@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from ..attacks.catalogue import Norm
-from ..checks import FAIL, WARN
+from ..checks import FAIL, WARN, Check
 from ..configs import (
     CORRUPTION,
     CorruptionConfig,
@@ -52,26 +52,13 @@ THREAT_MODELS: dict[str, Norm | None] = {"Linf": Norm.LINF, "L2": Norm.L2, "corr
 
 
 @dataclass(frozen=True)
-class Accuracy:
-    """An accuracy with its 95% Wilson interval over ``n`` examples."""
+class AccuracyInterval:
+    """What ``benchmark`` reports of an accuracy: the value with its 95% interval over ``n`` examples."""
 
     acc: float
     lo: float
     hi: float
     n: int
-
-
-@dataclass(frozen=True)
-class SanityCheck:
-    """One sanity check of the run: ``status`` is ``pass``, ``warn`` or ``fail``; ``detail`` says what was seen."""
-
-    name: str
-    status: str
-    detail: str
-
-    @property
-    def passed(self) -> bool:
-        return self.status != FAIL
 
 
 @dataclass(frozen=True)
@@ -87,15 +74,15 @@ class BenchmarkResult:
     threat_model: str
     attack: str
     eps: float | None
-    clean: Accuracy
-    robust: Accuracy
-    checks: tuple[SanityCheck, ...]
+    clean: AccuracyInterval
+    robust: AccuracyInterval
+    checks: tuple[Check, ...]
     all_checks_passed: bool
     run_dir: Path | None
     run: RunResult = field(repr=False, compare=False)
 
     @property
-    def failed_checks(self) -> tuple[SanityCheck, ...]:
+    def failed_checks(self) -> tuple[Check, ...]:
         return tuple(c for c in self.checks if c.status == FAIL)
 
     @property
@@ -152,8 +139,8 @@ def _config(threat: str, attack: str | None, eps: Any, given: dict[str, Any]) ->
     return config
 
 
-def _accuracy(entry: summaries.Accuracy | RobustAccuracy) -> Accuracy:
-    return Accuracy(float(entry.acc), float(entry.lo), float(entry.hi), int(entry.n))
+def _accuracy(entry: summaries.Accuracy | RobustAccuracy) -> AccuracyInterval:
+    return AccuracyInterval(float(entry.acc), float(entry.lo), float(entry.hi), int(entry.n))
 
 
 def _result(label: str, threat: str, attack: str, eps: float | None, run: RunResult, row_label: str) -> BenchmarkResult:
@@ -162,11 +149,11 @@ def _result(label: str, threat: str, attack: str, eps: float | None, run: RunRes
     per_model = summary.models[row_label]
     clean = _accuracy(per_model.clean)
     if isinstance(per_model, CorruptionModelResults):
-        robust = Accuracy(**mean_cell_accuracy(run.rows[run.rows["model"] == row_label]))
+        robust = AccuracyInterval(**mean_cell_accuracy(run.rows[run.rows["model"] == row_label]))
     else:
         (entry,) = per_model.robust
         robust = _accuracy(entry)
-    checks = tuple(SanityCheck(c.name, c.status, c.detail) for c in summary.checks)
+    checks = tuple(summary.checks)
     for c in checks:
         if c.status == FAIL:
             log.warning("benchmark of %s: sanity check FAILED: %s: %s", label, c.name, c.detail)
@@ -263,4 +250,4 @@ api_signature(
     skip=("models", "attacks", "norm", "eps", "severities", "baseline"),
 )
 
-__all__ = ["Accuracy", "BenchmarkResult", "LMBenchmarkResult", "SanityCheck", "THREAT_MODELS", "benchmark"]
+__all__ = ["AccuracyInterval", "BenchmarkResult", "LMBenchmarkResult", "THREAT_MODELS", "benchmark"]

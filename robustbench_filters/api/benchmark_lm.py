@@ -25,7 +25,7 @@ from ..summaries.lm import LMAttackResult
 
 
 @dataclass(frozen=True)
-class Perplexity:
+class PerplexityInterval:
     """Token perplexity [95% CI] over ``n`` documents, and lm-eval's metrics."""
 
     ppl: float
@@ -45,8 +45,8 @@ class LMBenchmarkResult:
     threat_model: str
     attack: str
     eps: float
-    clean: Perplexity
-    robust: Perplexity
+    clean: PerplexityInterval
+    robust: PerplexityInterval
     checks: tuple[Check, ...]
     all_checks_passed: bool
     run_dir: Path | None
@@ -58,9 +58,11 @@ class LMBenchmarkResult:
         return self.clean.ppl, self.robust.ppl
 
 
-def _perplexity(entry: summaries.Perplexity | LMAttackResult) -> Perplexity:
+def _perplexity(entry: summaries.LMScores | LMAttackResult) -> PerplexityInterval:
     extra = {name: value for name, (value, _, _) in entry.lm_eval().items()}
-    return Perplexity(float(entry.ppl), float(entry.ppl_lo), float(entry.ppl_hi), int(entry.n_sequences), **extra)
+    return PerplexityInterval(
+        float(entry.ppl), float(entry.ppl_lo), float(entry.ppl_hi), int(entry.n_sequences), **extra
+    )
 
 
 def given_run(attack: Any, eps: Any) -> dict[str, Any]:

@@ -31,7 +31,6 @@ import torch
 from torch import nn
 
 from ..checks import Check
-from ..checks import summarize as summarize_checks
 from ..checks.logits import check_finite_rows, require_logits
 from ..checks.model import require_model_device
 from ..configs import LipschitzConfig
@@ -327,8 +326,7 @@ class Lipschitz(Measurement):
         return [check_finite_rows(pd.Series(bad), label, "examples"), *lipschitz_checks(rows, label)]
 
     def summarise(self, rows: pd.DataFrame, checks: list[Check]) -> LipschitzSummary:
-        checked = {"checks": [c.to_dict() for c in checks], "checks_summary": summarize_checks(checks)}
-        return LipschitzSummary.build({**summarize(rows, self.factors), **checked})
+        return summarize(rows, self.factors, checks)
 
 
 def lipschitz_result(result: RunResult) -> LipschitzResult:

@@ -95,7 +95,7 @@ class SeqlenLayer(Measurement):
         return rows
 
     def summarise(self, rows: pd.DataFrame, checks: list[Any]) -> SeqlenSummary:
-        return SeqlenSummary.build({"kind": SEQLEN, "n_values": sorted(int(n) for n in rows["n"].unique())})
+        return SeqlenSummary(kind=SEQLEN, n_values=sorted(int(n) for n in rows["n"].unique()))
 
 
 def sequence_length_run(

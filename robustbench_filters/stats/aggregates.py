@@ -25,6 +25,8 @@ import pandas as pd
 
 from ..core.budgets import eps_key
 from ..core.names import ATTACK_SPECS, WEAK
+from ..summaries.image import Accuracy, ImageModelResults, RobustAccuracy
+from ..summaries.record import ABSENT
 from . import vacuity
 from .intervals import BOOTSTRAP, bootstrap_ratio_interval, lm_eval_columns, wilson_interval
 
@@ -114,22 +116,22 @@ def _strength(spec: Any, sub: pd.DataFrame, cut: bool) -> str | None:
     return WEAK if cut or (spec.escalates and skipped) else spec.strength
 
 
-def attack_accuracies(rows: pd.DataFrame, cut: Collection[str] = ()) -> dict[str, Any]:
+def attack_accuracies(rows: pd.DataFrame, cut: Collection[str] = ()) -> dict[str, ImageModelResults]:
     """Per model of an image attack run: clean accuracy and robust accuracy per attack and eps, with Wilson
     intervals, each attack's strength (``cut``: the attacks whose budget the user lowered below their own, weaker
-    whatever their name), and the compute ledger (per attack and eps, and per attack over the whole eps grid); laid
-    out as :class:`robustbench_filters.summaries.image.ImageModelResults` reads it."""
-    out: dict[str, Any] = {}
+    whatever their name), and the compute ledger (per attack and eps, and per attack over the whole eps grid)."""
+    out: dict[str, ImageModelResults] = {}
     for label, grp in rows.groupby("model", sort=False):
         clean = grp[grp.attack == CLEAN]
         robust = []
         attacked = grp[grp.attack != CLEAN]
         for (attack, eps), sub in attacked.groupby(["attack", "eps"], sort=True):
-            spec = ATTACK_SPECS.get(attack)
-            entry = {"attack": attack, "eps": float(eps), **accuracy(sub.correct)}
-            entry |= {"strength": _strength(spec, sub, attack in cut), **compute_ledger(sub)}
-            robust.append(entry)
-        out[label] = {"clean": {**accuracy(clean.correct), **compute_ledger(clean)}, "robust": robust}
+            strength = _strength(ATTACK_SPECS.get(attack), sub, attack in cut)
+            robust.append(
+                RobustAccuracy(attack=attack, eps=float(eps), **accuracy(sub.correct), strength=strength,
+                               **compute_ledger(sub))
+            )  # fmt: skip
+        cost: Any = ABSENT
         if "fwd" in grp.columns:
             n = max(clean.example_id.nunique(), 1)
             cost = {}
@@ -137,7 +139,9 @@ def attack_accuracies(rows: pd.DataFrame, cut: Collection[str] = ()) -> dict[str
                 conv = float(sub.conv_fwd.sum() + sub.conv_bwd.sum())
                 passes = float(sub.fwd.sum() + sub.bwd.sum())
                 cost[attack] = {"passes": passes, "per_example": passes / n, "convergence_passes": conv}
-            out[label]["cost"] = cost
+        out[label] = ImageModelResults(
+            clean=Accuracy(**accuracy(clean.correct), **compute_ledger(clean)), robust=robust, cost=cost
+        )
     return out
 
 

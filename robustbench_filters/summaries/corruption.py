@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .base import Checked, CheckRecord, ChecksSummary, Summary
+from .base import Check, Checked, ChecksSummary, Summary
 from .image import Accuracy
 from .record import Record, optional
 
@@ -54,7 +54,7 @@ class CorruptionSummary(Checked, Summary):
     parameters: list[dict[str, Any]]  # each corruption's parameters per severity
     baseline: str | None
     models: dict[str, CorruptionModelResults]
-    checks: list[CheckRecord]
+    checks: list[Check]
     checks_summary: ChecksSummary
 
 
