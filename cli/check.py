@@ -221,7 +221,7 @@ def check_cmd(
     Usage: robfilt check --spec robustness.toml, or robfilt check --run RUN_DIR --baseline FILE.
     """
     setup_threads(threads)  # first: before anything imports torch
-    from robustbench_filters.gating.run import run_gate
+    from robustbench_filters.gate.run import run_gate
 
     setup_logging(quiet, json_out)
     tol = parse_number(tolerance, "--tolerance") if tolerance is not None else None

@@ -128,21 +128,11 @@ def test_the_runner_never_imports_a_measurement(module: str) -> None:
     assert _under(_reach(module), *MEASUREMENTS, f"{PACKAGE}.configs") == set()
 
 
-# The gate's orchestration (it makes runs) and its spec reader (it reads model references and run options) live in
-# gating/ beside the judgement; everything else there only reads run folders.
-GATE_ORCHESTRATION = (f"{PACKAGE}.gating.run", f"{PACKAGE}.gating.spec", f"{PACKAGE}.gating.require")
-
-
 @pytest.mark.parametrize(
-    "module",
-    [
-        m
-        for m in MODULES
-        if (m.startswith(f"{PACKAGE}.report") or m.startswith(f"{PACKAGE}.gating")) and m not in GATE_ORCHESTRATION
-    ],
+    "module", [m for m in MODULES if m.startswith(f"{PACKAGE}.report") or m.startswith(f"{PACKAGE}.gating")]
 )
 def test_the_report_and_the_gate_judgement_read_run_folders_only(module: str) -> None:
-    forbidden = (*MEASUREMENTS, f"{PACKAGE}.runs.runner", *GATE_ORCHESTRATION, f"{PACKAGE}.models", f"{PACKAGE}.train")
+    forbidden = (*MEASUREMENTS, f"{PACKAGE}.runs.runner", f"{PACKAGE}.gate", f"{PACKAGE}.models", f"{PACKAGE}.train")
     assert _under(_reach(module), *forbidden) == set()
 
 
@@ -185,8 +175,8 @@ TIERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("data and models", ("data", "models")),
     ("checks, configs and the runner", ("checks", "configs", "runs")),
     ("measurements", ("attacks", "lipschitz", "smoothing", "train")),
-    ("readers", ("report",)),
-    ("entry points", ("api", "gating", "study", "cli")),
+    ("readers", ("report", "gating")),
+    ("entry points", ("api", "gate", "study", "cli")),
 )
 # fmt: on
 TIER = {name: i for i, (_, names) in enumerate(TIERS) for name in names}

@@ -119,10 +119,7 @@ def test_corruption_tables_show_accuracy_with_wilson_intervals(capsys: pytest.Ca
     assert models["deit"].mean_acc == pytest.approx(mean)
     assert (models["deit"].mean_acc_lo, models["deit"].mean_acc_hi) == pytest.approx((lo, hi), rel=1e-3)
     assert "mean corrupted % [95% t-CI, clipped to [0, 100]]" in out
-    assert (
-        f"{100 * mean:.1f} [{100 * models['deit'].mean_acc_lo:.1f}, {100 * models['deit'].mean_acc_hi:.1f}]"
-        in out
-    )
+    assert f"{100 * mean:.1f} [{100 * models['deit'].mean_acc_lo:.1f}, {100 * models['deit'].mean_acc_hi:.1f}]" in out
 
 
 def stats_t_interval(values: list[float]) -> tuple[float, float]:

@@ -147,7 +147,7 @@ def test_ctrl_c_in_a_factory_still_stops(project: Path) -> None:
 
 def test_a_spec_names_a_factory_file_relative_to_its_own_folder(project: Path, tmp_path: Path, monkeypatch) -> None:
     """The light check of a reference (before any heavy import) looks for the file from the spec's folder too."""
-    from robustbench_filters.gating.spec import load_spec
+    from robustbench_filters.gate.spec import load_spec
 
     (project / "pyproject.toml").write_text("")
     spec = project / "specs" / "gate.toml"

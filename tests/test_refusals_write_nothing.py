@@ -56,7 +56,7 @@ def test_a_refused_command_leaves_no_out(case: str, inputs: dict[str, Path], tmp
 
 
 def test_the_api_refuses_without_writing(inputs: dict[str, Path], tmp_path: Path) -> None:
-    from robustbench_filters.gating.run import run_gate
+    from robustbench_filters.gate.run import run_gate
     from robustbench_filters.train.loop import train
 
     out = tmp_path / "new" / "out"

@@ -13,7 +13,7 @@ from torch import nn
 from robustbench_filters.cli import run
 from robustbench_filters.configs import LipschitzConfig
 from robustbench_filters.core.errors import RobfiltError
-from robustbench_filters.gating.spec import load_spec
+from robustbench_filters.gate.spec import load_spec
 from robustbench_filters.study import StudyPlan, run_study
 from robustbench_filters.study.plan import LM_ATTACK_TEMPLATE
 

@@ -224,17 +224,23 @@ def test_a_summary_json_baseline_holds_the_metrics_of_its_run_folder(every_kind:
 
 
 def test_the_registry_of_run_kinds_names_each_kinds_classes() -> None:
-    """Every row's config and measurement import (they are named by module path: the table sits below them), and
-    each class finds its row again; the measurement's kind is the row's name."""
-    from robustbench_filters.summaries import RUN_KINDS, kind_of
+    """Every row's summary finds its row again, every config names a kind of the table, and the API runs every
+    run config robfilt has (its plain mapping, beside the code that runs measurements)."""
+    from robustbench_filters.api.evaluate import MEASUREMENTS
+    from robustbench_filters.configs import RunConfig
+    from robustbench_filters.summaries import KINDS, RUN_KINDS, kind_of
 
     assert len({(k.name, k.family) for k in RUN_KINDS}) == len(RUN_KINDS)
     for row in RUN_KINDS:
-        config, measurement = row.config_class(), row.measurement_class()
-        assert kind_of(config) is row and kind_of(measurement) is row and kind_of(row.summary) is row
-        assert summary_type(row.name, row.family, "r") is row.summary
+        assert kind_of(row.summary) is row and summary_type(row.name, row.family, "r") is row.summary
     with pytest.raises(RunStateError, match="in no row of the registry"):
         kind_of(dict)
+
+    def subclasses(cls: type) -> set[type]:
+        return {c for sub in cls.__subclasses__() for c in {sub, *subclasses(sub)}}
+
+    runnable = {c for c in subclasses(RunConfig) if c.KIND}
+    assert runnable == set(MEASUREMENTS) and all(c.KIND in KINDS for c in runnable)
 
 
 def test_the_api_builds_each_kinds_measurement_from_the_registry() -> None:

@@ -140,8 +140,8 @@ def test_a_column_that_is_not_text_names_the_text_columns(tmp_path: Path, capsys
 
 
 def test_specs_baselines_tokenizers_and_configs_read_with_a_mark(tmp_path: Path) -> None:
+    from robustbench_filters.gate.spec import load_spec
     from robustbench_filters.gating.metrics import load_baseline
-    from robustbench_filters.gating.spec import load_spec
     from robustbench_filters.models.hf.trust import read_config_json
 
     for folder in ("plain", "marked"):

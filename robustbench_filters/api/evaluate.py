@@ -11,6 +11,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ..attacks.corruption import Corruptions
+from ..attacks.image import ImageAttack
+from ..attacks.lm import LMAttack
 from ..configs import (
     CertifyConfig,
     CorruptionConfig,
@@ -27,15 +30,29 @@ from ..configs.options import api_signature
 from ..core.errors import RobfiltError
 from ..core.progress import ProgressHook
 from ..core.surface import Surface
-from ..lipschitz.run import LipschitzResult
+from ..lipschitz.run import Lipschitz, LipschitzResult
 from ..runs.measurement import Measurement
 from ..runs.runner import RunResult, run
-from ..summaries import kind_of
+from ..smoothing.run import Certify
+
+#: which measurement runs each kind of run config (the configs name their kind: ``KIND``, summaries/kinds.py)
+MEASUREMENTS: dict[type[RunConfig], type[Measurement]] = {
+    ImageAttackConfig: ImageAttack,
+    LMAttackConfig: LMAttack,
+    CorruptionConfig: Corruptions,
+    LipschitzConfig: Lipschitz,
+    CertifyConfig: Certify,
+}
 
 
 def measurement_for(config: RunConfig) -> Measurement:
-    """The measurement that runs ``config``: its kind's row in the registry of run kinds (summaries/kinds.py)."""
-    return kind_of(type(config)).measurement_class()(config)
+    """The measurement that runs ``config`` (:data:`MEASUREMENTS`)."""
+    for cls in type(config).__mro__:
+        if cls in MEASUREMENTS:
+            return MEASUREMENTS[cls](config)
+    raise RobfiltError(
+        f"{type(config).__name__} is no run config robfilt can run; build one of {', '.join(c.__name__ for c in MEASUREMENTS)}."
+    )
 
 
 def run_config(config: RunConfig, **folder: Any) -> RunResult:

@@ -35,6 +35,8 @@ from ..core.names import (
     validate_rate,
 )
 from ..core.surface import flag, given
+from ..summaries.kinds import ATTACK
+from ..summaries.kinds import CORRUPTION as CORRUPTION_RUN
 from .base import (
     DEFAULT_LM_EPS,
     ImageDataConfig,
@@ -100,6 +102,7 @@ class ImageAttackConfig(ImageDataConfig):
 
     FAMILY: ClassVar[Family | None] = Family.IMAGE
     DESCRIPTION: ClassVar[str] = "image attack"
+    KIND: ClassVar[str] = ATTACK
 
     attacks: tuple[str, ...] = option(
         (DEFAULT_IMAGE_ATTACK,), help=attack_help(), value=Many(Text()), flag="--attack", short="-a", panel="Attack"
@@ -222,6 +225,7 @@ class LMAttackConfig(RunConfig):
 
     FAMILY: ClassVar[Family | None] = Family.LM
     DESCRIPTION: ClassVar[str] = "language-model attack"
+    KIND: ClassVar[str] = ATTACK
 
     attacks: tuple[str, ...] = (DEFAULT_LM_ATTACK,)
     eps: tuple[float, ...] | None = None
@@ -378,6 +382,7 @@ class CorruptionConfig(ImageDataConfig):
 
     FAMILY: ClassVar[Family | None] = Family.IMAGE
     DESCRIPTION: ClassVar[str] = "corruption"
+    KIND: ClassVar[str] = CORRUPTION_RUN
 
     attacks: tuple[str, ...] = (CORRUPTION,)
     severities: tuple[int, ...] = option(

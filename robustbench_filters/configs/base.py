@@ -145,6 +145,8 @@ class RunConfig(Declared):
 
     FAMILY: ClassVar[Family | None] = None
     DESCRIPTION: ClassVar[str] = ""
+    #: the kind of run it configures, as manifests record it (summaries/kinds.py)
+    KIND: ClassVar[str] = ""
     #: random inputs of the model's shape are data too (Lipschitz runs)
     SYNTHETIC: ClassVar[bool] = False
 

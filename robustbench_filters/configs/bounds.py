@@ -12,6 +12,7 @@ from ..core.errors import RobfiltError
 from ..core.family import Family
 from ..core.names import parse_method
 from ..core.surface import flag, given
+from ..summaries.kinds import CERTIFY, LIPSCHITZ
 from .base import (
     ImageDataConfig,
     _positive,
@@ -44,6 +45,7 @@ class LipschitzConfig(ImageDataConfig):
 
     FAMILY: ClassVar[Family | None] = None
     DESCRIPTION: ClassVar[str] = "Lipschitz"
+    KIND: ClassVar[str] = LIPSCHITZ
     SYNTHETIC: ClassVar[bool] = True
 
     data: Any = None
@@ -163,6 +165,7 @@ class CertifyConfig(ImageDataConfig):
 
     FAMILY: ClassVar[Family | None] = Family.IMAGE
     DESCRIPTION: ClassVar[str] = "certify"
+    KIND: ClassVar[str] = CERTIFY
 
     sigmas: tuple[float, ...] = option(
         (0.25,), help="Gaussian noise levels on the [0, 1] scale, e.g. 0.12,0.25,0.5.", value=Many(Number()),

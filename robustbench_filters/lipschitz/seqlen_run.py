@@ -32,6 +32,7 @@ class SeqlenConfig:
     """How the one-layer study is drawn (see :func:`.seqlen.sequence_length_study` for what each field means)."""
 
     FAMILY: ClassVar[None] = None  # neither image nor LM: a synthetic layer
+    KIND: ClassVar[str] = SEQLEN
 
     ns: tuple[int, ...] = DEFAULT_NS
     dim: int = 64

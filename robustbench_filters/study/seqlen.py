@@ -113,6 +113,7 @@ class SeqlenLMConfig:
     """
 
     FAMILY: ClassVar[None] = None  # the runner records the family from the manifest extra below
+    KIND: ClassVar[str] = STUDY_SEQLEN
 
     data: str
     ns: tuple[int, ...]

@@ -1,12 +1,9 @@
 """The registry of run kinds: one table, :data:`RUN_KINDS`, says for every kind of run its name (as manifests
-record it), the family that tells kinds of one name apart, its typed summary, the report family its runs belong to,
-its config and its measurement. The API builds measurements from it, the run writer and every reader pick a
-run's summary type and report family from it, and the study and the gate name kinds with it. Adding a kind of run
-means adding a row here and the kind's own files (config, measurement, summary).
-
-This package sits at the bottom of the package order (tests/test_architecture.py), below the configs and the
-measurements, so the table names those two by module path and imports them only when asked
-(:meth:`RunKind.config_class`, :meth:`RunKind.measurement_class`).
+record it), the family that tells kinds of one name apart, its typed summary and the report family its runs belong
+to. The run writer and every reader pick a run's summary type and report family from it, and the study and the gate
+name kinds with it. A run config names its kind (``KIND``); which measurement runs a config is the API's plain
+mapping (:data:`robustbench_filters.api.evaluate.MEASUREMENTS`), beside the code that runs measurements. Adding a
+kind of run means a row here, the kind's config with its ``KIND``, its measurement in that mapping and its summary.
 
 Which summary a run folder holds and which report family it belongs to follow from its manifest's ``kind`` and
 ``family`` (image | lm, recorded for attack runs) and nothing else: no guessing from summary keys or row columns.
@@ -16,7 +13,6 @@ version is refused in one line that names the run folder.
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,60 +34,36 @@ ATTACK, CORRUPTION, LIPSCHITZ, CERTIFY, SEQLEN, STUDY_SEQLEN = (
 IMAGE, LM = "image", "lm"
 
 
-def _import(path: str) -> Any:
-    module, _, name = path.partition(":")
-    return getattr(importlib.import_module(module), name)
-
-
-def _path(cls: type) -> str:
-    return f"{cls.__module__}:{cls.__qualname__}"
-
-
 @dataclass(frozen=True)
 class RunKind:
-    """One kind of run (see the module docstring); ``config`` and ``measurement`` are ``module:Class`` paths."""
+    """One kind of run (see the module docstring)."""
 
     name: str
     family: str | None  # attack runs: the family their manifest records (image | lm); None for every other kind
     summary: type[Summary]
     report_family: str | None  # what reports and the gate group runs by; None: the study's own piece
-    config: str
-    measurement: str
-
-    def config_class(self) -> type:
-        return _import(self.config)
-
-    def measurement_class(self) -> type:
-        return _import(self.measurement)
 
 
-_P = "robustbench_filters"
 # fmt: off
 RUN_KINDS: tuple[RunKind, ...] = (
-    RunKind(ATTACK, IMAGE, ImageAttackSummary, IMAGE, f"{_P}.configs.attacks:ImageAttackConfig",
-            f"{_P}.attacks.image:ImageAttack"),
-    RunKind(ATTACK, LM, LMAttackSummary, LM, f"{_P}.configs.attacks:LMAttackConfig", f"{_P}.attacks.lm:LMAttack"),
-    RunKind(CORRUPTION, None, CorruptionSummary, IMAGE, f"{_P}.configs.attacks:CorruptionConfig",
-            f"{_P}.attacks.corruption:Corruptions"),
-    RunKind(LIPSCHITZ, None, LipschitzSummary, LIPSCHITZ, f"{_P}.configs.bounds:LipschitzConfig",
-            f"{_P}.lipschitz.run:Lipschitz"),
-    RunKind(CERTIFY, None, CertifySummary, CERTIFY, f"{_P}.configs.bounds:CertifyConfig", f"{_P}.smoothing.run:Certify"),
-    RunKind(SEQLEN, None, SeqlenSummary, SEQLEN, f"{_P}.lipschitz.seqlen_run:SeqlenConfig",
-            f"{_P}.lipschitz.seqlen_run:SeqlenLayer"),
-    RunKind(STUDY_SEQLEN, None, StudySeqlenSummary, None, f"{_P}.study.seqlen:SeqlenLMConfig",
-            f"{_P}.study.seqlen:SeqlenLM"),
+    RunKind(ATTACK, IMAGE, ImageAttackSummary, IMAGE),
+    RunKind(ATTACK, LM, LMAttackSummary, LM),
+    RunKind(CORRUPTION, None, CorruptionSummary, IMAGE),
+    RunKind(LIPSCHITZ, None, LipschitzSummary, LIPSCHITZ),
+    RunKind(CERTIFY, None, CertifySummary, CERTIFY),
+    RunKind(SEQLEN, None, SeqlenSummary, SEQLEN),
+    RunKind(STUDY_SEQLEN, None, StudySeqlenSummary, None),
 )
 # fmt: on
 KINDS: tuple[str, ...] = tuple(dict.fromkeys(k.name for k in RUN_KINDS))
 _BY_KEY: dict[tuple[str, str | None], RunKind] = {(k.name, k.family): k for k in RUN_KINDS}
 
 
-def kind_of(cls: type) -> RunKind:
-    """The kind of run whose config, measurement or summary class ``cls`` is (or derives from)."""
-    for c in cls.__mro__:
-        for k in RUN_KINDS:
-            if c is k.summary or _path(c) in (k.config, k.measurement):
-                return k
+def kind_of(cls: type[Summary]) -> RunKind:
+    """The kind of run whose summary class ``cls`` is."""
+    for k in RUN_KINDS:
+        if cls is k.summary:
+            return k
     raise RunStateError(f"{cls.__name__} is in no row of the registry of run kinds (summaries/kinds.py); add it.")
 
 

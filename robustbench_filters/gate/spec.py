@@ -76,10 +76,10 @@ from ..core.errors import RobfiltError
 from ..core.io import expand_user
 from ..core.surface import Surface, surface
 from ..core.textfiles import read_text
+from ..gating.modes import BaselinePolicy, Correction, Mode
+from ..gating.outcome import Requirement
 from ..models.checkpoint import is_zoo_ref
 from ..summaries import CERTIFY, IMAGE, LIPSCHITZ, LM
-from .modes import BaselinePolicy, Correction, Mode
-from .outcome import Requirement
 from .require import check_keys, read_number, read_requirements, spec_error
 
 SECTIONS: tuple[str, ...] = (IMAGE, LM, LIPSCHITZ, CERTIFY)

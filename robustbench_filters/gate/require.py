@@ -16,11 +16,11 @@ from typing import Any
 from .. import configs as CF
 from ..core.errors import RobfiltError, suggest
 from ..core.parsing import parse_number
+from ..gating.metrics import certified_attack, same_eps
+from ..gating.modes import THRESHOLD_MODES, Mode
+from ..gating.outcome import Requirement
 from ..stats.intervals import max_certifiable_radius
 from ..summaries import CERTIFY, IMAGE, LIPSCHITZ, LM
-from .metrics import certified_attack, same_eps
-from .modes import THRESHOLD_MODES, Mode
-from .outcome import Requirement
 
 # threshold key -> metric; "min_" keys are lower limits, "max_" keys upper limits
 THRESHOLDS: dict[str, dict[str, str]] = {

@@ -20,19 +20,19 @@ from ..core.errors import RobfiltError, RunStateError
 from ..core.io import no_empty_folder_on_failure
 from ..core.progress import ProgressHook
 from ..core.surface import Surface, surface
+from ..gating.baseline import Baseline, read_baseline
+from ..gating.baseline import write_baseline as write_baseline_file
+from ..gating.judge import Judged, judge_baseline, judge_requirements, paired_family, sanity_outcomes
+from ..gating.junit import run_wall_seconds
+from ..gating.metrics import metrics_from_run, same_eps
+from ..gating.modes import BaselinePolicy, Mode
+from ..gating.outcome import FAIL, PASS, WARN, GateResult, Outcome, PlannedCheck
+from ..gating.output import write_junit, write_markdown
+from ..gating.plan import plan_baseline, plan_thresholds
 from ..runs.crosscheck import example_key, refuse_copies, refuse_label_conflicts
 from ..runs.folder import Run, load_run
 from ..runs.outfolder import OutputFolder
 from ..summaries import CERTIFY
-from .baseline import Baseline, read_baseline
-from .baseline import write_baseline as write_baseline_file
-from .judge import Judged, judge_baseline, judge_requirements, paired_family, sanity_outcomes
-from .junit import run_wall_seconds
-from .metrics import metrics_from_run, same_eps
-from .modes import BaselinePolicy, Mode
-from .outcome import FAIL, PASS, WARN, GateResult, Outcome, PlannedCheck
-from .output import write_junit, write_markdown
-from .plan import plan_baseline, plan_thresholds
 from .spec import Spec, load_spec
 
 log = logging.getLogger(__name__)
