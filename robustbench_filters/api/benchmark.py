@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from ..attacks.catalogue import Norm
-from ..checks import FAIL, WARN, Check
+from ..checks import FAIL, WARN
 from ..configs import (
     CORRUPTION,
     CorruptionConfig,
@@ -41,7 +41,7 @@ from ..summaries import CorruptionSummary, ImageAttackSummary
 from ..summaries import image as summaries
 from ..summaries.corruption import CorruptionModelResults
 from ..summaries.image import RobustAccuracy
-from .benchmark_lm import LMBenchmarkResult, benchmark_lm, given_run, one_eps
+from .benchmark_lm import Benchmarked, LMBenchmarkResult, benchmark_lm, given_run, one_eps
 from .evaluate import evaluate
 from .robustbench_args import robustbench_options
 
@@ -62,28 +62,13 @@ class AccuracyInterval:
 
 
 @dataclass(frozen=True)
-class BenchmarkResult:
+class BenchmarkResult(Benchmarked[AccuracyInterval]):
     """Clean and robust accuracy of one model, the checks behind them, and where the run folder is.
 
     ``robust`` is the accuracy under ``attack`` at ``eps`` (Linf/L2), or, for ``corruptions``, the mean accuracy
     over every corruption and severity. ``run_dir`` is None when the run went to a temporary folder.
     ``run`` holds the full rows and summary (what :func:`.evaluate` returns).
     """
-
-    model: str
-    threat_model: str
-    attack: str
-    eps: float | None
-    clean: AccuracyInterval
-    robust: AccuracyInterval
-    checks: tuple[Check, ...]
-    all_checks_passed: bool
-    run_dir: Path | None
-    run: RunResult = field(repr=False, compare=False)
-
-    @property
-    def failed_checks(self) -> tuple[Check, ...]:
-        return tuple(c for c in self.checks if c.status == FAIL)
 
     @property
     def accuracies(self) -> tuple[float, float]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from ..checks import FAIL, Check
 from ..configs import LMAttackConfig, build, read
@@ -22,6 +22,8 @@ from ..runs.runner import RunResult
 from ..summaries import LMAttackSummary
 from ..summaries import lm as summaries
 from ..summaries.lm import LMAttackResult
+
+S = TypeVar("S")
 
 
 @dataclass(frozen=True)
@@ -38,19 +40,30 @@ class PerplexityInterval:
 
 
 @dataclass(frozen=True)
-class LMBenchmarkResult:
-    """Clean and attacked perplexity of one language model, the checks behind them, and the run folder."""
+class Benchmarked(Generic[S]):
+    """What ``benchmark`` returns for one model: its ``clean`` and ``robust`` score (an accuracy or a perplexity
+    with its interval) under ``attack`` at ``eps``, the sanity checks behind them, where the run folder is (None:
+    a temporary one) and the whole run (``run``: rows and summary, what :func:`.evaluate.evaluate` returns)."""
 
     model: str
     threat_model: str
     attack: str
-    eps: float
-    clean: PerplexityInterval
-    robust: PerplexityInterval
+    eps: float | None
+    clean: S
+    robust: S
     checks: tuple[Check, ...]
     all_checks_passed: bool
     run_dir: Path | None
     run: RunResult = field(repr=False, compare=False)
+
+    @property
+    def failed_checks(self) -> tuple[Check, ...]:
+        return tuple(c for c in self.checks if c.status == FAIL)
+
+
+@dataclass(frozen=True)
+class LMBenchmarkResult(Benchmarked[PerplexityInterval]):
+    """Clean and attacked perplexity of one language model, the checks behind them, and the run folder."""
 
     @property
     def perplexities(self) -> tuple[float, float]:

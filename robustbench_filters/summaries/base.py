@@ -67,6 +67,18 @@ class Summary(Record):
         return []
 
 
+@dataclass(frozen=True, kw_only=True)
+class RunHead:
+    """The keys an image run's summary starts with, after the writer's two: what kind of run it is, on which data,
+    how many examples and which seed (:meth:`robustbench_filters.attacks.image_models.ImageModelsMeasurement.summary_head`)."""
+
+    kind: str
+    family: str
+    data: str
+    n_examples: int | None
+    seed: int
+
+
 class Checked:
     """Mixin of the summaries that record sanity checks (every measurement's but the sequence-length studies')."""
 
@@ -77,4 +89,4 @@ class Checked:
         return self.checks
 
 
-__all__ = ["FAIL", "PASS", "READABLE", "VERSION", "WARN", "Check", "Checked", "ChecksSummary", "Summary"]
+__all__ = ["FAIL", "PASS", "READABLE", "VERSION", "WARN", "Check", "Checked", "ChecksSummary", "RunHead", "Summary"]

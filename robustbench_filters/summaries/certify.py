@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .base import Check, Checked, ChecksSummary, Summary
+from .base import Check, Checked, ChecksSummary, RunHead, Summary
 from .record import Record
 
 
@@ -34,12 +34,7 @@ class SigmaCertificates(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
-class CertifySummary(Checked, Summary):
-    kind: str
-    family: str
-    data: str
-    n_examples: int | None
-    seed: int
+class CertifySummary(Checked, RunHead, Summary):
     sigmas: list[float]
     n0: int
     n: int

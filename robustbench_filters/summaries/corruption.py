@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .base import Check, Checked, ChecksSummary, Summary
+from .base import Check, Checked, ChecksSummary, RunHead, Summary
 from .image import Accuracy
 from .record import Record, optional
 
@@ -42,12 +42,7 @@ class CorruptionModelResults(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
-class CorruptionSummary(Checked, Summary):
-    kind: str
-    family: str
-    data: str
-    n_examples: int | None
-    seed: int
+class CorruptionSummary(Checked, RunHead, Summary):
     attacks: list[str]
     corruptions: list[str]
     severities: list[int]

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.errors import RobfiltError
-from .base import Check, Checked, ChecksSummary, Summary
+from .base import Check, Checked, ChecksSummary, RunHead, Summary
 from .record import Record, optional, present
 
 
@@ -67,12 +67,7 @@ class RecordedAttention:
 
 
 @dataclass(frozen=True, kw_only=True)
-class ImageAttackSummary(Checked, Summary):
-    kind: str
-    family: str
-    data: str
-    n_examples: int | None
-    seed: int
+class ImageAttackSummary(Checked, RunHead, Summary):
     attacks: list[str]
     eps: list[float]
     norm: str

@@ -22,17 +22,10 @@ import numpy as np
 
 from ...core.errors import RobfiltError
 from .rolling import (
-    DEFAULT_MAX_LENGTH,
-    METRICS,
     Rolling,
     RollingPerplexity,
-    Window,
-    bits_per_byte,
     count_bytes,
     count_words,
-    disjoint_window,
-    rolling_windows,
-    weighted_perplexity,
     window_rows,
 )
 
@@ -156,23 +149,11 @@ def evaluate_perplexity(
 
 
 __all__ = [
-    "DEFAULT_MAX_LENGTH",
-    "card_metrics",
-    "protocol",
-    "METRICS",
     "DocumentScores",
-    "RollingPerplexity",
-    "Rolling",
-    "Window",
-    "bits_per_byte",
-    "count_bytes",
-    "count_words",
-    "disjoint_window",
+    "card_metrics",
     "evaluate_perplexity",
     "per_document",
     "perplexity_of",
-    "rolling_windows",
+    "protocol",
     "score_documents",
-    "weighted_perplexity",
-    "window_rows",
 ]
