@@ -49,6 +49,19 @@ ThreadsOpt = Annotated[
     ),
 ]
 
+#: the one declaration of --workers, on every command that makes runs (robustbench_filters.core.workers explains it)
+WorkersOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--workers",
+        help="Processes that compute the runs' units (default: ROBFILT_WORKERS, else the usable CPU cores; 1: this "
+        "process alone). robfilt starts the others, one torch thread each unless --threads; the rows are the same "
+        "for any number (docs/scaling.md).",
+        metavar="N",
+        show_default=False,
+    ),
+]
+
 
 class StdoutClosed(Exception):
     """Whoever read robfilt's output stopped reading (``robfilt attack ... | head``): stop quietly."""
@@ -79,6 +92,14 @@ def setup_threads(threads: int | None) -> None:
     from robustbench_filters.core.threads import configure_threads
 
     configure_threads(threads)
+
+
+def setup_workers(workers: int | None, device: str = "cpu") -> int:
+    """How many processes the command computes with: ``--workers``, else ROBFILT_WORKERS, else the usable cores
+    (affinity and cgroup quotas) for CPU runs and 1 on a GPU; 1 under torchrun (its ranks are the processes)."""
+    from robustbench_filters.core.workers import default_count, resolve
+
+    return resolve(workers, default=default_count() if str(device) == "cpu" else 1)
 
 
 def setup_logging(quiet: bool, json_out: bool = False) -> None:

@@ -16,10 +16,12 @@ from ._common import (
     QuietOpt,
     ResumeOpt,
     ThreadsOpt,
+    WorkersOpt,
     progress_bar,
     run_folder,
     setup_logging,
     setup_threads,
+    setup_workers,
     show_run,
 )
 from ._options import OUTPUT_PANEL, config_options
@@ -38,6 +40,7 @@ def attack_cmd(
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
     threads: ThreadsOpt = None,
+    workers: WorkersOpt = None,
     **options: Any,
 ) -> None:
     """Attack one or more models on the same examples and print a checked comparison table.
@@ -54,7 +57,7 @@ def attack_cmd(
 
     with progress_bar(quiet or json_out) as hook:
         result = evaluate(config=config, out=run_folder(out, "attack"), resume=resume, overwrite=overwrite,  # type: ignore[arg-type]
-                          progress=hook)  # fmt: skip
+                          progress=hook, workers=setup_workers(workers, config.device))  # fmt: skip
     show_run(result.summary, {"out": str(result.out)}, render_summary, json_out, allow_failed_checks)
 
 

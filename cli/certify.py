@@ -18,11 +18,13 @@ from ._common import (
     QuietOpt,
     ResumeOpt,
     ThreadsOpt,
+    WorkersOpt,
     console,
     progress_bar,
     run_folder,
     setup_logging,
     setup_threads,
+    setup_workers,
     show_run,
 )
 from ._options import OUTPUT_PANEL, config_options
@@ -41,6 +43,7 @@ def certify_cmd(
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
     threads: ThreadsOpt = None,
+    workers: WorkersOpt = None,
     **options: Any,
 ) -> None:
     """Certified L2 robustness of Gaussian-smoothed models: certified accuracy per radius, with sanity checks."""
@@ -53,7 +56,7 @@ def certify_cmd(
 
     with progress_bar(quiet or json_out) as hook:
         result = certify(config=config, out=run_folder(out, "certify"), resume=resume, overwrite=overwrite,
-                         progress=hook)  # fmt: skip
+                         progress=hook, workers=setup_workers(workers, config.device))  # fmt: skip
     show_run(result.summary, {"out": str(result.out)}, render_certificates, json_out, allow_failed_checks)
 
 

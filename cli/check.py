@@ -25,7 +25,18 @@ from robustbench_filters.core.parsing import parse_number
 if TYPE_CHECKING:
     from robustbench_filters.gating.outcome import GateResult, PlannedCheck
 
-from ._common import JsonOpt, QuietOpt, ThreadsOpt, console, print_json, progress_bar, setup_logging, setup_threads
+from ._common import (
+    JsonOpt,
+    QuietOpt,
+    ThreadsOpt,
+    WorkersOpt,
+    console,
+    print_json,
+    progress_bar,
+    setup_logging,
+    setup_threads,
+    setup_workers,
+)
 
 STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red"}
 
@@ -215,6 +226,7 @@ def check_cmd(
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
     threads: ThreadsOpt = None,
+    workers: WorkersOpt = None,
 ) -> None:
     """Gate on robustness: fail (exit 1) when a metric misses its threshold or is significantly worse than a baseline.
 
@@ -239,6 +251,7 @@ def check_cmd(
             mode=mode,
             on_plan=None if (quiet or json_out) else render_plan,
             overwrite=overwrite,
+            workers=setup_workers(workers),
         )
     if not result.outcomes:
         raise RobfiltError("the gate evaluated no checks; add requirements or a baseline to the spec.")

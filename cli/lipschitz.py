@@ -22,10 +22,12 @@ from ._common import (
     QuietOpt,
     ResumeOpt,
     ThreadsOpt,
+    WorkersOpt,
     console,
     progress_bar,
     setup_logging,
     setup_threads,
+    setup_workers,
     show_run,
 )
 from ._options import OUTPUT_PANEL, config_options
@@ -59,6 +61,7 @@ def lipschitz(
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
     threads: ThreadsOpt = None,
+    workers: WorkersOpt = None,
     **options: Any,
 ) -> None:
     """Lower bound (mean, max), certified upper bound and their ratio, per model.
@@ -73,7 +76,14 @@ def lipschitz(
     from robustbench_filters.api.evaluate import estimate_lipschitz
 
     with progress_bar(quiet or json_out) as hook:
-        result = estimate_lipschitz(config=config, out=out, resume=resume, overwrite=overwrite, progress=hook)
+        result = estimate_lipschitz(
+            config=config,
+            out=out,
+            resume=resume,
+            overwrite=overwrite,
+            progress=hook,
+            workers=setup_workers(workers, config.device),
+        )
 
     def render(summary: Summary) -> None:
         assert isinstance(summary, LipschitzSummary)

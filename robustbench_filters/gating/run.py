@@ -19,6 +19,7 @@ from ..api.evaluate import run_config
 from ..core.errors import RobfiltError, RunStateError
 from ..core.progress import ProgressHook
 from ..core.surface import Surface, surface
+from ..core.workers import pool, resolve
 from ..runs.crosscheck import example_key, refuse_copies, refuse_label_conflicts
 from ..runs.folder import Run, load_run
 from ..runs.outfolder import OutputFolder
@@ -214,6 +215,7 @@ def run_gate(
     mode: str | None = None,
     on_plan: PlanHook | None = None,
     overwrite: bool = False,
+    workers: int = 1,
 ) -> GateResult:
     """Run the gate and write its JUnit XML and Markdown summary; see :mod:`.gating` for the rules.
 
@@ -228,10 +230,13 @@ def run_gate(
         on_plan: called with the planned checks (their minimum detectable effects) before fresh runs start.
         overwrite: write into an ``out`` that holds files the gate did not write (they are kept; see
             :mod:`.runs.outfolder`); without it such a folder is refused before any work.
+        workers: processes that make the fresh runs (``robfilt check --workers``; default 1: this one); the
+            worker processes start once, at the first run on a CPU, and serve every run of the gate.
     """
     gate = _Gate.open(spec, runs, baseline, tolerance, mode, out, needs_out=not runs or junit is None or summary is None,
                       write_baseline=write_baseline, overwrite=overwrite)  # fmt: skip
-    run_objs, plan = _runs(gate, runs, on_plan, progress)
+    with pool(resolve(workers)):
+        run_objs, plan = _runs(gate, runs, on_plan, progress)
     metrics = {r.run_id: metrics_from_run(r) for r in run_objs}
     outcomes, judged = _judge(gate, run_objs, metrics)
     result = GateResult(
