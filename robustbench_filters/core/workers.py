@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import io
 import logging
 import multiprocessing
 import os
@@ -124,12 +125,16 @@ class WorkerPool:
     def started(self) -> bool:
         return bool(self._procs)
 
-    def call(self, fn: Callable[..., Any], *args: Any, local: dict[str, Any] | None = None, **kwargs: Any) -> Any:
+    def call(
+        self, fn: Callable[..., Any], *args: Any, local: dict[str, Any] | None = None,
+        reduce: Callable[[Any], Any] | None = None, **kwargs: Any,
+    ) -> Any:  # fmt: skip
         """``fn(*args, **kwargs)`` on every rank, with ``local`` keywords (a progress hook) on rank 0 only;
-        returns rank 0's result. ``fn`` and the arguments must pickle (``fn`` as a module-level function)."""
+        returns rank 0's result. ``fn`` and the arguments must pickle (``fn`` as a module-level function);
+        ``reduce(obj)`` may give the pickle reduction of an object that does not pickle as it is (None: as usual)."""
         job = self.job + 1
         try:
-            payload = pickle.dumps((job, fn, args, kwargs, current_surface().value))
+            payload = _dumps((job, fn, args, kwargs, current_surface().value), reduce)
         except Exception as exc:  # noqa: BLE001 - pickling raises many types
             raise RobfiltError(
                 f"{flag('workers')} {self.size} sends the run to worker processes, and it holds an object that cannot "
@@ -195,7 +200,9 @@ class WorkerPool:
             self.close(now=True)
             raise
         log.info("started %d worker process(es), %d torch thread(s) each", self.size - 1, self.threads)
+        hook = sys.excepthook  # torch's own prefixes "[rank0]:" to every line of a traceback this process prints
         dist.init_process_group("gloo", store=self._store, rank=0, world_size=self.size, timeout=timeout)
+        sys.excepthook = hook
         self._group = True
 
     def close(self, now: bool = False) -> None:
@@ -295,6 +302,24 @@ class WorkerPool:
     def _acks(self) -> None:
         """Wait until every worker has finished the job (the run's last collective step has passed everywhere)."""
         self._gather("ok")
+
+
+class _JobPickler(pickle.Pickler):
+    """A pickler that asks ``reduce`` first (objects that do not pickle as they are, such as robfilt's models)."""
+
+    def __init__(self, file: io.BytesIO, reduce: Callable[[Any], Any] | None) -> None:
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.reduce = reduce
+
+    def reducer_override(self, obj: Any) -> Any:
+        reduced = self.reduce(obj) if self.reduce is not None else None
+        return NotImplemented if reduced is None else reduced
+
+
+def _dumps(obj: Any, reduce: Callable[[Any], Any] | None) -> bytes:
+    buffer = io.BytesIO()
+    _JobPickler(buffer, reduce).dump(obj)
+    return buffer.getvalue()
 
 
 def _as_exception(error: Any) -> BaseException:

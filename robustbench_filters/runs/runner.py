@@ -39,6 +39,7 @@ from ..core import distributed, workers
 from ..core.errors import RobfiltError, RunStateError, UserCodeError
 from ..core.progress import ProgressHook, null_progress
 from ..core.workqueue import PUBLISH_S, WorkQueue
+from ..models.transport import reduce_module
 from ..summaries import Summary
 from .adversarial import AdversarialExamples
 from .folder import FORMAT_VERSION, RunWriter, load_run
@@ -143,7 +144,9 @@ def run(
     if pool is not None:
         device = str(measurement.config.device)
         if device == "cpu":
-            result = pool.call(_run, measurement, out, resume, overwrite, local={"progress": progress})
+            result = pool.call(
+                _run, measurement, out, resume, overwrite, local={"progress": progress}, reduce=reduce_module
+            )
             assert result is not None  # rank 0 always returns the merged result
             return result
         log.info("the %s run is on %s: it runs in this process (worker processes share CPU cores; for several GPUs "
