@@ -42,8 +42,9 @@ ThreadsOpt = Annotated[
     int | None,
     typer.Option(
         "--threads",
-        help="CPU threads for torch (default: OMP_NUM_THREADS, else one per core; waiting threads sleep instead of "
-        "spinning, so a busy machine costs little extra CPU time: docs/scaling.md).",
+        help="CPU threads for torch in each process (default: OMP_NUM_THREADS, else the cores shared among the "
+        "processes; waiting threads sleep instead of spinning, so a busy machine costs little extra CPU time: "
+        "docs/scaling.md).",
         metavar="N",
         show_default=False,
     ),
