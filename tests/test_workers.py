@@ -248,7 +248,8 @@ def test_a_worker_error_is_the_one_process_error_and_resume_finishes_with_any_co
     evaluate(model, out=tmp_path / "fresh", **options)
     _same_run(tmp_path / "fresh", tmp_path / "two")
     total = 4 * 2 + 4  # 4 attack units of 2 eps each, 4 clean units
-    assert hook.calls[0][1] > 0 and hook.calls[-1][1:] == (total, total)  # resumed work counted at once
+    assert hook.calls[0][1] == 0 and hook.calls[1][1] > 0  # the finished units' work counted at once
+    assert hook.calls[-1][1:] == (total, total)
     assert all(a[1] <= b[1] for a, b in zip(hook.calls, hook.calls[1:], strict=False))
 
 

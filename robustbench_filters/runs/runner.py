@@ -98,16 +98,19 @@ def _resolve_out(out: str | Path | None) -> tuple[Path, tempfile.TemporaryDirect
 class _Progress:
     """Counts work steps and reports them to the caller's hook: one count for the whole run.
 
-    ``start`` is the work of units finished before this call (``--resume``), counted at once so the ETA is not
-    fooled by them. In a pool, workers publish their counts through the shared store and rank 0 draws the sum of
-    every rank's (:class:`~..core.workqueue.WorkQueue`).
+    The count starts at 0; ``start``, the work of units finished before this call (``--resume``), follows at once
+    in one step (the bar's pace ignores such a burst). In a pool, workers publish their counts through the shared
+    store and rank 0 draws the sum of every rank's (:class:`~..core.workqueue.WorkQueue`).
     """
 
     def __init__(self, hook: ProgressHook, task: str, total: int, start: int, queue: WorkQueue) -> None:
         self.hook, self.task, self.total, self.start, self.queue = hook, task, total, start, queue
         self.own, self.others, self.info = 0, 0, ""
         self._looked = -1.0
-        hook(task, min(total, start), total, "")
+        self._drawn: tuple[int, str] | None = None
+        hook(task, 0, total, "")
+        if start:
+            hook(task, min(total, start), total, "")
 
     def tick(self, k: int = 1, detail: str = "") -> None:
         """``k`` more steps done; ``detail`` says where the unit is (``pgd eps 0.1 (2/5) step 7/20``)."""
@@ -123,7 +126,9 @@ class _Progress:
         if fresh or now - self._looked >= PUBLISH_S:
             self.others, self._looked = self.queue.others_done(), now
         done = min(self.total, self.start + self.own + self.others)
-        self.hook(self.task, done, self.total, self.info)
+        if (done, self.info) != self._drawn:  # the bar ticks its clock itself; only news is reported
+            self._drawn = (done, self.info)
+            self.hook(self.task, done, self.total, self.info)
 
 
 def run(
@@ -230,10 +235,12 @@ def _folder(ctx: distributed.DistContext, out: str | Path | None) -> tuple[Path,
 
 def _order(measurement: Measurement, units: list[Unit], ctx: distributed.DistContext) -> list[Unit]:
     """The units this rank goes through. torchrun: its round-robin shard, each (model, batch) together (the batch
-    and its clean logits are computed once). A pool: every unit, most expensive first and, among equals, batch by
-    batch (a run's last batch, often short, last), for the shared queue."""
+    and its clean logits are computed once). A pool: every unit for the shared queue, most expensive first; among
+    equals, part by part in plan order (a run's first attack is its strongest, the default, by convention) and
+    batch by batch within a part (a run's last batch, often short, last), so cheap units end the run."""
     if ctx.pooled:
-        return sorted(units, key=lambda u: (-measurement.cost(u), u.batch, u.model, u.part))
+        rank = {part: i for i, part in reversed(list(enumerate(u.part for u in units)))}
+        return sorted(units, key=lambda u: (-measurement.cost(u), rank[u.part], u.batch, u.model))
     return sorted(distributed.shard(units, ctx.rank, ctx.world_size), key=lambda u: (u.model, u.batch, u.part))
 
 
@@ -283,6 +290,8 @@ def _compute(
 
 def _wait(queue: WorkQueue, bar: _Progress, ctx: distributed.DistContext) -> None:
     """This rank is through; rank 0 waits for the others (a pool only), drawing the whole run's progress."""
+    if not ctx.pooled:
+        return
     queue.publish(bar.own, force=True)
     queue.finish()
     if ctx.is_primary:
