@@ -166,6 +166,82 @@ def test_a_run_that_cannot_be_sent_is_refused_before_any_work(tmp_path: Path, no
     assert not (tmp_path / "run").exists() and workers.current() is None
 
 
+def _two_ranks() -> tuple[object, object, object]:
+    """Two pooled contexts on one store (this process plays both ranks): the queue's arithmetic, no processes."""
+    import datetime as dt
+
+    from robustbench_filters.core.distributed import DistContext
+
+    master = dist.TCPStore("127.0.0.1", 0, 2, True, timeout=dt.timedelta(seconds=30), wait_for_workers=False)
+    client = dist.TCPStore("127.0.0.1", master.port, 2, False, timeout=dt.timedelta(seconds=30))
+    zero = DistContext(rank=0, world_size=2, store=master, job=7)
+    one = DistContext(rank=1, world_size=2, local_rank=1, store=client, job=7)
+    return master, zero, one
+
+
+def test_the_shared_queue_hands_out_every_unit_once_and_counts_progress() -> None:
+    from robustbench_filters.core.workqueue import WorkQueue
+
+    _, zero, one = _two_ranks()
+    a, b = WorkQueue(zero), WorkQueue(one)
+    units = list(range(7))
+    mine_a, mine_b = a.units(units), b.units(units)
+    taken: dict[str, list[int]] = {"a": [], "b": []}
+    for who, it in (("a", mine_a), ("b", mine_b), ("b", mine_b), ("a", mine_a), ("b", mine_b)):
+        taken[who].append(next(it))
+    taken["a"] += list(mine_a)  # a takes the rest; b finds the queue empty
+    assert list(mine_b) == []
+    assert sorted(taken["a"] + taken["b"]) == units and taken["b"] == [1, 2, 4]
+    b.publish(5, force=True)
+    assert a.others_done() == 5 and b.others_done() == 0
+    b.finish()
+    reports: list[int] = []
+    a.finish()  # the last rank to finish: rank 0's wait returns at once
+    a.wait_all(lambda: reports.append(1))
+    assert reports == []
+
+
+def test_a_failed_rank_stops_the_others_taking_units() -> None:
+    from robustbench_filters.core.workqueue import WorkQueue
+
+    _, zero, one = _two_ranks()
+    a, b = WorkQueue(zero), WorkQueue(one)
+    it = a.units(list(range(5)))
+    assert next(it) == 0
+    b.abort()
+    assert a.aborted() and list(it) == []
+
+
+def test_outside_a_pool_the_queue_hands_out_what_it_is_given() -> None:
+    from robustbench_filters.core.distributed import DistContext
+    from robustbench_filters.core.workqueue import WorkQueue
+
+    queue = WorkQueue(DistContext())
+    assert list(queue.units([3, 1, 2])) == [3, 1, 2]
+    queue.publish(3)
+    queue.finish()
+    queue.wait_all(lambda: None)
+    assert queue.others_done() == 0 and not queue.aborted()
+
+
+def test_a_pooled_failure_travels_as_the_exception_itself() -> None:
+    from robustbench_filters.core import distributed as D
+    from robustbench_filters.core.errors import RunStateError
+
+    err = OSError(28, "No space left on device", "/x/parts/m0.parquet")
+    copy = D.portable(err)
+    assert type(copy) is OSError and (copy.errno, copy.filename) == (28, "/x/parts/m0.parquet")
+    assert isinstance(D.portable(RunStateError("locked")), RunStateError)
+
+    class Local(Exception):  # a class pickle cannot find by name
+        pass
+
+    assert D.portable(Local("x")) == ("Local", "x")
+    pooled = D.DistContext(rank=0, world_size=2, store=object())
+    assert str(D._reraise(pooled, 1, ("RunStateError", "locked"))) == "locked"  # no "rank 1:" in a pool
+    assert str(D._reraise(D.DistContext(world_size=2), 1, ("RunStateError", "locked"))) == "rank 1: locked"
+
+
 # --- the same rows ------------------------------------------------------------------------------------------------
 
 
@@ -175,10 +251,16 @@ def test_every_kind_with_two_workers_equals_one_process(tmp_path: Path, no_torch
     processes (one pool for all five runs, as a command keeps it) give the one-process rows, byte for byte."""
     import dist_kinds
 
+    from robustbench_filters.api.evaluate import evaluate
+
     dist_kinds.run_all(tmp_path / "one")  # this process's own threads, as --workers 1
+    saved = {"checkpoint": "none", "n_examples": 6, "batch_size": 2, "save_adversarial": True}  # temporary folders
+    alone = evaluate("deit", ["fgsm"], [0.05], **saved).adversarial()
     with workers.pool(2) as pool:
         dist_kinds.run_all(tmp_path / "two")
-        assert pool is not None and pool.job == len(dist_kinds.KINDS)  # one worker start served every run
+        pooled = evaluate("deit", ["fgsm"], [0.05], **saved).adversarial()
+        assert pool is not None and pool.job == len(dist_kinds.KINDS) + 1  # one worker start served every run
+    assert torch.equal(alone[0], pooled[0]) and torch.equal(alone[1], pooled[1])  # adversarial examples too
     for kind in dist_kinds.KINDS:
         _same_run(tmp_path / "one" / kind, tmp_path / "two" / kind)
         manifest = json.loads((tmp_path / "two" / kind / "manifest.json").read_text())
