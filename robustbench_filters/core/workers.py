@@ -188,7 +188,7 @@ class WorkerPool:
                 proc = spawn.Process(
                     target=_worker_main, name=f"robfilt-worker-{rank}",
                     args=(rank, self.size, self._store.port, child_end, self.threads, os.getpid(), level,
-                          list(warnings.filters)),
+                          _builtin_filters()),
                 )  # fmt: skip
                 proc.start()
                 child_end.close()
@@ -314,6 +314,12 @@ class _JobPickler(pickle.Pickler):
     def reducer_override(self, obj: Any) -> Any:
         reduced = self.reduce(obj) if self.reduce is not None else None
         return NotImplemented if reduced is None else reduced
+
+
+def _builtin_filters() -> list[Any]:
+    """This process's warning filters on built-in categories: a worker warns as this process does (the command
+    line silences some dependencies' chatter), and a category only this process can name would stop it starting."""
+    return [f for f in warnings.filters if getattr(f[2], "__module__", None) == "builtins"]
 
 
 def _dumps(obj: Any, reduce: Callable[[Any], Any] | None) -> bytes:
