@@ -103,6 +103,19 @@ def setup_workers(workers: int | None, device: str = "cpu") -> int:
     return resolve(workers, default=default_count() if str(device) == "cpu" else 1)
 
 
+@contextmanager
+def worker_pool(count: int, *configs: Any) -> Iterator[None]:
+    """The command's worker processes (``count`` - 1 of them), started at once: their imports (torch, the runner and
+    the measurements of ``configs``, default an image attack) overlap the command's own, which follow inside the
+    block. Its runs find the pool open (``workers=`` of the API joins it) and it ends with the block."""
+    from robustbench_filters.core.workers import pool
+    from robustbench_filters.summaries.kinds import kind_of
+
+    kinds = {kind_of(type(c)).measurement.split(":")[0] for c in configs} or {"robustbench_filters.attacks.image"}
+    with pool(count, warm=["robustbench_filters.runs.runner", *sorted(kinds)]):
+        yield
+
+
 def setup_logging(quiet: bool, json_out: bool = False) -> None:
     """Library logs go to stderr; quiet (or JSON mode) keeps only warnings."""
     import warnings

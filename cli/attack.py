@@ -23,6 +23,7 @@ from ._common import (
     setup_threads,
     setup_workers,
     show_run,
+    worker_pool,
 )
 from ._options import OUTPUT_PANEL, config_options
 from ._render import render_summary
@@ -53,11 +54,12 @@ def attack_cmd(
     setup_logging(quiet, json_out)
     given = read(options, Surface.CLI)
     config = build(attack_config_class(given["models"], given.get("attacks", ())), given)  # light: refused in < 1 s
-    from robustbench_filters.api.evaluate import evaluate
+    count = setup_workers(workers, config.device)
+    with worker_pool(count, config), progress_bar(quiet or json_out) as hook:
+        from robustbench_filters.api.evaluate import evaluate
 
-    with progress_bar(quiet or json_out) as hook:
         result = evaluate(config=config, out=run_folder(out, "attack"), resume=resume, overwrite=overwrite,  # type: ignore[arg-type]
-                          progress=hook, workers=setup_workers(workers, config.device))  # fmt: skip
+                          progress=hook, workers=count)  # fmt: skip
     show_run(result.summary, {"out": str(result.out)}, render_summary, json_out, allow_failed_checks)
 
 

@@ -26,6 +26,7 @@ from ._common import (
     setup_threads,
     setup_workers,
     show_run,
+    worker_pool,
 )
 from ._options import OUTPUT_PANEL, config_options
 from ._render import render_checks
@@ -52,11 +53,12 @@ def certify_cmd(
 
     setup_logging(quiet, json_out)
     config = build(CertifyConfig, read(options, Surface.CLI))  # light: a bad reference is refused in < 1 s
-    from robustbench_filters.api.evaluate import certify
+    count = setup_workers(workers, config.device)
+    with worker_pool(count, config), progress_bar(quiet or json_out) as hook:
+        from robustbench_filters.api.evaluate import certify
 
-    with progress_bar(quiet or json_out) as hook:
         result = certify(config=config, out=run_folder(out, "certify"), resume=resume, overwrite=overwrite,
-                         progress=hook, workers=setup_workers(workers, config.device))  # fmt: skip
+                         progress=hook, workers=count)  # fmt: skip
     show_run(result.summary, {"out": str(result.out)}, render_certificates, json_out, allow_failed_checks)
 
 

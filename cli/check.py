@@ -36,6 +36,7 @@ from ._common import (
     setup_logging,
     setup_threads,
     setup_workers,
+    worker_pool,
 )
 
 STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red"}
@@ -233,11 +234,12 @@ def check_cmd(
     Usage: robfilt check --spec robustness.toml, or robfilt check --run RUN_DIR --baseline FILE.
     """
     setup_threads(threads)  # first: before anything imports torch
-    from robustbench_filters.gating.run import run_gate
-
     setup_logging(quiet, json_out)
     tol = parse_number(tolerance, "--tolerance") if tolerance is not None else None
-    with progress_bar(quiet or json_out) as hook:
+    count = setup_workers(workers) if not run else 1  # given run folders: nothing to compute
+    with worker_pool(count), progress_bar(quiet or json_out) as hook:
+        from robustbench_filters.gating.run import run_gate
+
         result = run_gate(
             spec=spec,
             runs=run or (),
@@ -251,7 +253,7 @@ def check_cmd(
             mode=mode,
             on_plan=None if (quiet or json_out) else render_plan,
             overwrite=overwrite,
-            workers=setup_workers(workers),
+            workers=count,
         )
     if not result.outcomes:
         raise RobfiltError("the gate evaluated no checks; add requirements or a baseline to the spec.")

@@ -29,6 +29,7 @@ from ._common import (
     setup_threads,
     setup_workers,
     show_run,
+    worker_pool,
 )
 from ._options import OUTPUT_PANEL, config_options
 from ._render import render_checks
@@ -73,16 +74,12 @@ def lipschitz(
 
     setup_logging(quiet, json_out)
     config = build(LipschitzConfig, read(options, Surface.CLI))  # light: a bad reference is refused in < 1 s
-    from robustbench_filters.api.evaluate import estimate_lipschitz
+    count = setup_workers(workers, config.device)
+    with worker_pool(count, config), progress_bar(quiet or json_out) as hook:
+        from robustbench_filters.api.evaluate import estimate_lipschitz
 
-    with progress_bar(quiet or json_out) as hook:
         result = estimate_lipschitz(
-            config=config,
-            out=out,
-            resume=resume,
-            overwrite=overwrite,
-            progress=hook,
-            workers=setup_workers(workers, config.device),
+            config=config, out=out, resume=resume, overwrite=overwrite, progress=hook, workers=count
         )
 
     def render(summary: Summary) -> None:

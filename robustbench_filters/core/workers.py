@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import importlib
 import io
 import logging
 import multiprocessing
@@ -42,7 +43,7 @@ import pickle
 import signal
 import sys
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
@@ -167,7 +168,9 @@ class WorkerPool:
 
     # --- start and stop -------------------------------------------------------------------------------------------
 
-    def _start(self) -> None:
+    def start(self, warm: Sequence[str] = ()) -> None:
+        """Start the worker processes now, without waiting for them: they import torch and the ``warm`` modules
+        while this process goes on (a command starts them before its own heavy imports, which then overlap)."""
         if self.started:
             return
         import torch.distributed as dist
@@ -177,8 +180,8 @@ class WorkerPool:
                 f"a torch.distributed process group is already set up in this process; {flag('workers')} "
                 f"{self.size} needs its own: pass {self._one()}."
             )
-        timeout = distributed.group_timeout()
-        self._store = dist.TCPStore(HOST, 0, self.size, True, timeout=timeout, wait_for_workers=False)
+        self._store = dist.TCPStore(HOST, 0, self.size, True, timeout=distributed.group_timeout(),
+                                    wait_for_workers=False)  # fmt: skip
         spawn = multiprocessing.get_context("spawn")
         level = logging.getLogger("robustbench_filters").getEffectiveLevel()
         atexit.register(self.close, now=True)
@@ -188,20 +191,29 @@ class WorkerPool:
                 proc = spawn.Process(
                     target=_worker_main, name=f"robfilt-worker-{rank}",
                     args=(rank, self.size, self._store.port, child_end, self.threads, os.getpid(), level,
-                          _builtin_filters()),
+                          _builtin_filters(), tuple(warm)),
                 )  # fmt: skip
                 proc.start()
                 child_end.close()
                 self._procs.append(proc)
                 self._conns.append(parent_end)
+
+    def _start(self) -> None:
+        """Started, and the group joined: what a job needs."""
+        self.start()
+        if self._group:
+            return
+        import torch.distributed as dist
+
         try:
-            self._gather("ready")  # each has imported torch and reached the store; none died on the way
+            self._gather("ready")  # each has imported what it imports first and reached the store; none died
         except BaseException:
             self.close(now=True)
             raise
         log.info("started %d worker process(es), %d torch thread(s) each", self.size - 1, self.threads)
         hook = sys.excepthook  # torch's own prefixes "[rank0]:" to every line of a traceback this process prints
-        dist.init_process_group("gloo", store=self._store, rank=0, world_size=self.size, timeout=timeout)
+        dist.init_process_group("gloo", store=self._store, rank=0, world_size=self.size,
+                                timeout=distributed.group_timeout())  # fmt: skip
         sys.excepthook = hook
         self._group = True
 
@@ -371,11 +383,12 @@ def current() -> WorkerPool | None:
 
 
 @contextlib.contextmanager
-def pool(size: int, threads: int | None = None) -> Iterator[WorkerPool | None]:
+def pool(size: int, threads: int | None = None, warm: Sequence[str] | None = None) -> Iterator[WorkerPool | None]:
     """Compute the runs made inside this block with ``size`` processes (this one and ``size - 1`` workers).
 
     ``size`` 1 (or a torchrun launch) opens nothing. Inside an open pool the open pool serves, whatever ``size``.
-    The workers start at the first run that uses them and end with the block, however it ends.
+    The workers start at the first run that uses them, or at once with ``warm`` (the modules they import first:
+    a command passes its measurement's), and end with the block, however it ends.
     """
     global _ACTIVE
     if _ACTIVE is not None or size <= 1 or distributed.env_context().enabled:
@@ -383,6 +396,8 @@ def pool(size: int, threads: int | None = None) -> Iterator[WorkerPool | None]:
         return
     _ACTIVE = opened = WorkerPool(size, threads)
     try:
+        if warm is not None:
+            opened.start(warm)
         yield opened
     except BaseException:
         _ACTIVE = None
@@ -414,7 +429,15 @@ def _die_with_parent(parent: int) -> None:
 
 
 def _worker_main(
-    rank: int, world: int, port: int, conn: Connection, threads: int, parent: int, level: int, filters: list
+    rank: int,
+    world: int,
+    port: int,
+    conn: Connection,
+    threads: int,
+    parent: int,
+    level: int,
+    filters: list,
+    warm: tuple[str, ...],
 ) -> None:
     """A worker: join the group, then run jobs until the parent sends STOP or goes away. It logs and warns as the
     parent does (its level, its warning filters), and only what goes wrong: rank 0 reports the run."""
@@ -433,6 +456,8 @@ def _worker_main(
         import torch.distributed as dist
 
         torch.set_num_threads(threads)
+        for module in warm:  # what the first job will need, imported while the parent imports its own
+            importlib.import_module(module)
         timeout = distributed.group_timeout()
         store = dist.TCPStore(HOST, port, world, False, timeout=timeout)
         conn.send(("ready", None))
