@@ -335,6 +335,24 @@ def test_a_worker_error_is_the_one_process_error_and_resume_finishes_with_any_co
     assert all(a[1] <= b[1] for a, b in zip(hook.calls, hook.calls[1:], strict=False))
 
 
+@needs_gloo
+def test_a_failed_sanity_check_exits_3_with_workers_as_alone(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, no_torchrun_env: None
+) -> None:
+    from test_exit_codes import MASKED  # a model whose rounding masks gradients: a sanity check fails
+
+    (tmp_path / "masked.py").write_text(MASKED)
+    monkeypatch.chdir(tmp_path)
+    argv = ["attack", "--model", "masked.py:build", "--attack", "fgsm", "--eps", "0.1", "-n", "8", "--batch-size", "4",
+            "-q"]  # fmt: skip
+    lines = []
+    for count in ("1", "2"):
+        assert run([*argv, "--out", f"w{count}", "--workers", count]) == 3
+        lines.append(capfd.readouterr().err.strip().splitlines()[-1])
+    assert lines[0] == lines[1] and "sanity check(s) failed" in lines[0]
+    _same_run(tmp_path / "w1", tmp_path / "w2")
+
+
 class _Recorder:
     def __init__(self) -> None:
         self.calls: list[tuple[str, int, int]] = []
