@@ -21,8 +21,9 @@ comma := ,
 space := $(empty) $(empty)
 
 # The default attack (apgd-adaptive, the strongest robfilt has) on the four zoo DeiTs.
+# Batches of 32: 32 attack units, so every worker process stays busy to the end (docs/scaling.md).
 demo: $(STAMP)
-	$(BIN)/robfilt attack --model deit,deit-bsa,deit-grc,deit-bsa-grc --n-examples 256 --out runs/demo --overwrite
+	$(BIN)/robfilt attack --model deit,deit-bsa,deit-grc,deit-bsa-grc --n-examples 256 --batch-size 32 --out runs/demo --overwrite
 
 NOISY_ZOO := deit deit-bsa deit-grc deit-bsa-grc
 AT_ZOO := deit deit-grc

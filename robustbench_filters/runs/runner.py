@@ -26,7 +26,7 @@ import hashlib
 import logging
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -239,9 +239,15 @@ def _order(measurement: Measurement, units: list[Unit], ctx: distributed.DistCon
     equals, part by part in plan order (a run's first attack is its strongest, the default, by convention) and
     batch by batch within a part (a run's last batch, often short, last), so cheap units end the run."""
     if ctx.pooled:
-        rank = {part: i for i, part in reversed(list(enumerate(u.part for u in units)))}
-        return sorted(units, key=lambda u: (-measurement.cost(u), rank[u.part], u.batch, u.model))
+        return queue_order(units, measurement.cost)
     return sorted(distributed.shard(units, ctx.rank, ctx.world_size), key=lambda u: (u.model, u.batch, u.part))
+
+
+def queue_order(units: list[Unit], cost: Callable[[Unit], float]) -> list[Unit]:
+    """The order in which a pool's processes take ``units``: most expensive first; among equals, part by part in
+    plan order, batch by batch within a part (benchmarks/b13_workers.py replays it)."""
+    rank = {part: i for i, part in reversed(list(enumerate(u.part for u in units)))}
+    return sorted(units, key=lambda u: (-cost(u), rank[u.part], u.batch, u.model))
 
 
 def _compute(
