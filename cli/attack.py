@@ -16,11 +16,14 @@ from ._common import (
     QuietOpt,
     ResumeOpt,
     ThreadsOpt,
+    WorkersOpt,
     progress_bar,
     run_folder,
     setup_logging,
     setup_threads,
+    setup_workers,
     show_run,
+    worker_pool,
 )
 from ._options import OUTPUT_PANEL, config_options
 from ._render import render_summary
@@ -38,6 +41,7 @@ def attack_cmd(
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
     threads: ThreadsOpt = None,
+    workers: WorkersOpt = None,
     **options: Any,
 ) -> None:
     """Attack one or more models on the same examples and print a checked comparison table.
@@ -50,11 +54,12 @@ def attack_cmd(
     setup_logging(quiet, json_out)
     given = read(options, Surface.CLI)
     config = build(attack_config_class(given["models"], given.get("attacks", ())), given)  # light: refused in < 1 s
-    from robustbench_filters.api.evaluate import evaluate
+    count = setup_workers(workers, config.device)
+    with worker_pool(count, config), progress_bar(quiet or json_out) as hook:
+        from robustbench_filters.api.evaluate import evaluate
 
-    with progress_bar(quiet or json_out) as hook:
         result = evaluate(config=config, out=run_folder(out, "attack"), resume=resume, overwrite=overwrite,  # type: ignore[arg-type]
-                          progress=hook)  # fmt: skip
+                          progress=hook, workers=count)  # fmt: skip
     show_run(result.summary, {"out": str(result.out)}, render_summary, json_out, allow_failed_checks)
 
 

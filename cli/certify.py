@@ -18,12 +18,15 @@ from ._common import (
     QuietOpt,
     ResumeOpt,
     ThreadsOpt,
+    WorkersOpt,
     console,
     progress_bar,
     run_folder,
     setup_logging,
     setup_threads,
+    setup_workers,
     show_run,
+    worker_pool,
 )
 from ._options import OUTPUT_PANEL, config_options
 from ._render import render_checks
@@ -41,6 +44,7 @@ def certify_cmd(
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
     threads: ThreadsOpt = None,
+    workers: WorkersOpt = None,
     **options: Any,
 ) -> None:
     """Certified L2 robustness of Gaussian-smoothed models: certified accuracy per radius, with sanity checks."""
@@ -49,11 +53,12 @@ def certify_cmd(
 
     setup_logging(quiet, json_out)
     config = build(CertifyConfig, read(options, Surface.CLI))  # light: a bad reference is refused in < 1 s
-    from robustbench_filters.api.evaluate import certify
+    count = setup_workers(workers, config.device)
+    with worker_pool(count, config), progress_bar(quiet or json_out) as hook:
+        from robustbench_filters.api.evaluate import certify
 
-    with progress_bar(quiet or json_out) as hook:
         result = certify(config=config, out=run_folder(out, "certify"), resume=resume, overwrite=overwrite,
-                         progress=hook)  # fmt: skip
+                         progress=hook, workers=count)  # fmt: skip
     show_run(result.summary, {"out": str(result.out)}, render_certificates, json_out, allow_failed_checks)
 
 

@@ -25,7 +25,19 @@ from robustbench_filters.core.parsing import parse_number
 if TYPE_CHECKING:
     from robustbench_filters.gating.outcome import GateResult, PlannedCheck
 
-from ._common import JsonOpt, QuietOpt, ThreadsOpt, console, print_json, progress_bar, setup_logging, setup_threads
+from ._common import (
+    JsonOpt,
+    QuietOpt,
+    ThreadsOpt,
+    WorkersOpt,
+    console,
+    print_json,
+    progress_bar,
+    setup_logging,
+    setup_threads,
+    setup_workers,
+    worker_pool,
+)
 
 STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red"}
 
@@ -215,17 +227,19 @@ def check_cmd(
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
     threads: ThreadsOpt = None,
+    workers: WorkersOpt = None,
 ) -> None:
     """Gate on robustness: fail (exit 1) when a metric misses its threshold or is significantly worse than a baseline.
 
     Usage: robfilt check --spec robustness.toml, or robfilt check --run RUN_DIR --baseline FILE.
     """
     setup_threads(threads)  # first: before anything imports torch
-    from robustbench_filters.gate.run import run_gate
-
     setup_logging(quiet, json_out)
     tol = parse_number(tolerance, "--tolerance") if tolerance is not None else None
-    with progress_bar(quiet or json_out) as hook:
+    count = setup_workers(workers) if not run else 1  # given run folders: nothing to compute
+    with worker_pool(count), progress_bar(quiet or json_out) as hook:
+        from robustbench_filters.gate.run import run_gate
+
         result = run_gate(
             spec=spec,
             runs=run or (),
@@ -239,6 +253,7 @@ def check_cmd(
             mode=mode,
             on_plan=None if (quiet or json_out) else render_plan,
             overwrite=overwrite,
+            workers=count,
         )
     if not result.outcomes:
         raise RobfiltError("the gate evaluated no checks; add requirements or a baseline to the spec.")

@@ -22,11 +22,14 @@ from ._common import (
     QuietOpt,
     ResumeOpt,
     ThreadsOpt,
+    WorkersOpt,
     console,
     progress_bar,
     setup_logging,
     setup_threads,
+    setup_workers,
     show_run,
+    worker_pool,
 )
 from ._options import OUTPUT_PANEL, config_options
 from ._render import render_checks
@@ -59,6 +62,7 @@ def lipschitz(
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
     threads: ThreadsOpt = None,
+    workers: WorkersOpt = None,
     **options: Any,
 ) -> None:
     """Lower bound (mean, max), certified upper bound and their ratio, per model.
@@ -70,10 +74,13 @@ def lipschitz(
 
     setup_logging(quiet, json_out)
     config = build(LipschitzConfig, read(options, Surface.CLI))  # light: a bad reference is refused in < 1 s
-    from robustbench_filters.api.evaluate import estimate_lipschitz
+    count = setup_workers(workers, config.device)
+    with worker_pool(count, config), progress_bar(quiet or json_out) as hook:
+        from robustbench_filters.api.evaluate import estimate_lipschitz
 
-    with progress_bar(quiet or json_out) as hook:
-        result = estimate_lipschitz(config=config, out=out, resume=resume, overwrite=overwrite, progress=hook)
+        result = estimate_lipschitz(
+            config=config, out=out, resume=resume, overwrite=overwrite, progress=hook, workers=count
+        )
 
     def render(summary: Summary) -> None:
         assert isinstance(summary, LipschitzSummary)

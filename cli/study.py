@@ -11,12 +11,14 @@ from ._common import (
     JsonOpt,
     QuietOpt,
     ThreadsOpt,
+    WorkersOpt,
     console,
     distinct_paths,
     print_json,
     progress_bar,
     setup_logging,
     setup_threads,
+    setup_workers,
 )
 
 
@@ -50,6 +52,7 @@ def study_cmd(
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
     threads: ThreadsOpt = None,
+    workers: WorkersOpt = None,
 ) -> None:
     """Train the 4 DeiT and 4 LM variants over several seeds (or reuse matching checkpoints), measure robustness,
     Lipschitz bounds and sequence-length growth, and write a README with a verdict per claim of the paper."""
@@ -70,7 +73,14 @@ def study_cmd(
     else:
         with progress_bar(quiet or json_out) as hook:
             result = run_study(
-                plan, out, resume=resume, overwrite=overwrite, reuse=reuse or [], report=figures, progress=hook
+                plan,
+                out,
+                resume=resume,
+                overwrite=overwrite,
+                reuse=reuse or [],
+                report=figures,
+                progress=hook,
+                workers=setup_workers(workers),
             )
     if json_out:
         print_json(

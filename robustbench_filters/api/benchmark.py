@@ -159,6 +159,7 @@ def benchmark(
     resume: bool = False,
     overwrite: bool = False,
     progress: ProgressHook | None = None,
+    workers: int = 1,
     dataset: Any = None,
     data_dir: str | Path | None = None,
     to_disk: bool = False,
@@ -193,6 +194,7 @@ def benchmark(
             ``device``, ``seed``, ``steps``, ``checkpoint``, ``data_root``, ``img_size``, ...); ``n_examples``
             defaults to every example (as RobustBench's does); None means the same.
         out: keep the run folder there; None runs in a temporary folder that is removed (``run_dir`` None).
+        workers: processes that compute the run (default 1: this one; see :func:`.api.evaluate`).
         save_adversarial: keep the adversarial examples; ``result.adversarial()`` returns ``(ids, x_adv)``.
         dataset, data_dir, to_disk, model_name, corruptions: RobustBench's keywords with RobustBench's meanings
             (:mod:`.robustbench_args`); RobustBench's ``log_path``, ``preprocessing`` and ``aa_state_path`` are
@@ -218,11 +220,11 @@ def benchmark(
     if model_family(model) is Family.LM:
         given = {**read(options, Surface.API), **given_run(attack, eps)}
         return benchmark_lm(model, data or "austen", threat, THREAT_MODELS[threat], given, out=out, resume=resume,
-                            overwrite=overwrite)  # fmt: skip
+                            overwrite=overwrite, workers=workers)  # fmt: skip
     data = "fashion-mnist" if data is None else data
     given = read({"n_examples": None, **options, "models": (model,), "data": data}, Surface.API)
     config = _config(threat, attack, eps, given)
-    run = evaluate(config=config, out=out, resume=resume, overwrite=overwrite, progress=progress)  # type: ignore[arg-type]
+    run = evaluate(config=config, out=out, resume=resume, overwrite=overwrite, progress=progress, workers=workers)  # type: ignore[arg-type]
     value = config.eps[0] if isinstance(config, ImageAttackConfig) else None
     return _result(model_name or config.labels[0], threat, config.attacks[0], value, run, config.labels[0])
 

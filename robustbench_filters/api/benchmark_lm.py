@@ -101,7 +101,7 @@ def benchmark_lm(
 ) -> LMBenchmarkResult:
     """The language-model branch of :func:`.benchmark.benchmark` (see there): ``given`` are the run's options
     (``attack`` and ``eps`` among them), ``norm`` the threat model's (None: corruptions) and ``folder`` the run
-    folder's (``out``, ``resume``, ``overwrite``)."""
+    folder's (``out``, ``resume``, ``overwrite``) and the processes (``workers``)."""
     from .evaluate import evaluate
 
     if norm is None:

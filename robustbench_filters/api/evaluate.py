@@ -27,6 +27,7 @@ from ..configs import (
     read,
 )
 from ..configs.options import api_signature
+from ..core import workers as _workers
 from ..core.errors import RobfiltError
 from ..core.progress import ProgressHook
 from ..core.surface import Surface
@@ -55,10 +56,15 @@ def measurement_for(config: RunConfig) -> Measurement:
     )
 
 
-def run_config(config: RunConfig, **folder: Any) -> RunResult:
+def run_config(config: RunConfig, *, workers: int = 1, **folder: Any) -> RunResult:
     """Run a ready ``config`` of any kind through the runner (``folder``: ``out``, ``resume``, ``overwrite``,
-    ``progress``): what :func:`evaluate`, :func:`certify`, :func:`estimate_lipschitz`, the gate and the study do."""
-    return run(measurement_for(config), **folder)
+    ``progress``): what :func:`evaluate`, :func:`certify`, :func:`estimate_lipschitz`, the gate and the study do.
+
+    ``workers`` > 1 computes the run in that many processes (this one and ``workers - 1`` it starts,
+    :mod:`..core.workers`), with the one-process rows; inside a command's pool (``robfilt check``) the pool serves.
+    """
+    with _workers.pool(_workers.resolve(workers)):
+        return run(measurement_for(config), **folder)
 
 
 def _config(
@@ -90,6 +96,7 @@ def evaluate(
     resume: bool = False,
     overwrite: bool = False,
     progress: ProgressHook | None = None,
+    workers: int = 1,
     config: ImageAttackConfig | LMAttackConfig | CorruptionConfig | None = None,
     **options: Any,
 ) -> RunResult:
@@ -114,6 +121,9 @@ def evaluate(
         n_examples: examples drawn (seeded) from the test split, shared by all models; default at most 256 images
             or 64 documents (all of them when the data has fewer); None: every example.
         out: run folder; None keeps everything in a temporary folder.
+        workers: processes that compute the run (default 1: this one). More start that many minus one worker
+            processes for the call, one torch thread each, with the same rows (docs/scaling.md); models and data
+            given as Python objects must pickle, and a notebook's own classes cannot reach them.
         tokenizer: LMs: the tokenizer object (or folder) of the model(s); default: the one saved with each model.
         split: LMs: the documents of ``data`` scored: ``all``, ``train``, ``val`` or ``test`` (default).
         max_length, stride, precision: LMs: lm-eval's rolling window in tokens (default: a Hugging Face model's
@@ -123,7 +133,7 @@ def evaluate(
     """
     given = {"models": models, "attacks": attacks, "eps": eps, **options}
     config = _config(config, (ImageAttackConfig, LMAttackConfig, CorruptionConfig), given, "evaluate")
-    return run_config(config, out=out, resume=resume, overwrite=overwrite, progress=progress)
+    return run_config(config, out=out, resume=resume, overwrite=overwrite, progress=progress, workers=workers)
 
 
 def certify(
@@ -134,6 +144,7 @@ def certify(
     resume: bool = False,
     overwrite: bool = False,
     progress: ProgressHook | None = None,
+    workers: int = 1,
     config: CertifyConfig | None = None,
     **options: Any,
 ) -> RunResult:
@@ -144,7 +155,7 @@ def certify(
     line (``robfilt certify --attack-radii`` is ``attack_radii=``).
     """
     config = _config(config, (CertifyConfig,), {"models": models, "sigmas": sigmas, **options}, "certify")
-    return run_config(config, out=out, resume=resume, overwrite=overwrite, progress=progress)
+    return run_config(config, out=out, resume=resume, overwrite=overwrite, progress=progress, workers=workers)
 
 
 def estimate_lipschitz(
@@ -154,6 +165,7 @@ def estimate_lipschitz(
     resume: bool = False,
     overwrite: bool = False,
     progress: ProgressHook | None = None,
+    workers: int = 1,
     config: LipschitzConfig | None = None,
     **options: Any,
 ) -> LipschitzResult:
@@ -165,7 +177,8 @@ def estimate_lipschitz(
     from ..lipschitz.run import lipschitz_result
 
     config = _config(config, (LipschitzConfig,), {"models": models, **options}, "estimate_lipschitz")
-    return lipschitz_result(run_config(config, out=out, resume=resume, overwrite=overwrite, progress=progress))
+    folder = {"out": out, "resume": resume, "overwrite": overwrite, "progress": progress}
+    return lipschitz_result(run_config(config, workers=workers, **folder))
 
 
 api_signature(evaluate, ImageAttackConfig, LMAttackConfig, CorruptionConfig)

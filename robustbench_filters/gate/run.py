@@ -20,6 +20,7 @@ from ..core.errors import RobfiltError, RunStateError
 from ..core.io import no_empty_folder_on_failure
 from ..core.progress import ProgressHook
 from ..core.surface import Surface, surface
+from ..core.workers import pool, resolve
 from ..gating.baseline import Baseline, read_baseline
 from ..gating.baseline import write_baseline as write_baseline_file
 from ..gating.judge import Judged, judge_baseline, judge_requirements, paired_family, sanity_outcomes
@@ -215,6 +216,7 @@ def run_gate(
     mode: str | None = None,
     on_plan: PlanHook | None = None,
     overwrite: bool = False,
+    workers: int = 1,
 ) -> GateResult:
     """Run the gate and write its JUnit XML and Markdown summary; see :mod:`..gating` for the rules.
 
@@ -229,6 +231,8 @@ def run_gate(
         on_plan: called with the planned checks (their minimum detectable effects) before fresh runs start.
         overwrite: write into an ``out`` that holds files the gate did not write (they are kept; see
             :mod:`..runs.outfolder`); without it such a folder is refused before any work.
+        workers: processes that make the fresh runs (``robfilt check --workers``; default 1: this one); the
+            worker processes start once, at the first run on a CPU, and serve every run of the gate.
     """
     gate = _Gate.open(spec, runs, baseline, tolerance, mode, out, write_baseline=write_baseline)
     given = _given_runs(gate, runs)  # read and checked, like the spec and the baseline, before anything is written
@@ -238,7 +242,8 @@ def run_gate(
         if runs:
             run_objs, plan = given, plan_gate(gate.spec, gate.base, gate.policy, given)
         else:
-            run_objs, plan = _fresh_runs(gate, on_plan, progress)
+            with pool(resolve(workers)):
+                run_objs, plan = _fresh_runs(gate, on_plan, progress)
         return _finish(gate, run_objs, plan, junit, summary, write_baseline)
 
 

@@ -114,6 +114,11 @@ class Measurement(ABC):
         """How many progress steps ``measure`` reports for ``unit`` (through its ``tick``)."""
         return 1
 
+    def cost(self, unit: Unit) -> float:
+        """A rough relative cost of ``unit``: worker processes take the most expensive units first, so none is
+        left with a long one at the end (the order never changes a row). Default: its progress steps."""
+        return float(self.work(unit))
+
     @abstractmethod
     def measure(self, unit: Unit, tick: Tick) -> pd.DataFrame | UnitOutput:
         """The rows of one unit (with its adversarial examples, when the run saves them); call ``tick(k)`` as work
