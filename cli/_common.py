@@ -104,15 +104,13 @@ def setup_workers(workers: int | None, device: str = "cpu") -> int:
 
 
 @contextmanager
-def worker_pool(count: int, *configs: Any) -> Iterator[None]:
+def worker_pool(count: int) -> Iterator[None]:
     """The command's worker processes (``count`` - 1 of them), started at once: their imports (torch, the runner and
-    the measurements of ``configs``, default an image attack) overlap the command's own, which follow inside the
+    the measurements, through the API that maps configs to them) overlap the command's own, which follow inside the
     block. Its runs find the pool open (``workers=`` of the API joins it) and it ends with the block."""
     from robustbench_filters.core.workers import pool
-    from robustbench_filters.summaries.kinds import kind_of
 
-    kinds = {kind_of(type(c)).measurement.split(":")[0] for c in configs} or {"robustbench_filters.attacks.image"}
-    with pool(count, warm=["robustbench_filters.runs.runner", *sorted(kinds)]):
+    with pool(count, warm=["robustbench_filters.runs.runner", "robustbench_filters.api.evaluate"]):
         yield
 
 

@@ -194,7 +194,7 @@ def benchmark(
             ``device``, ``seed``, ``steps``, ``checkpoint``, ``data_root``, ``img_size``, ...); ``n_examples``
             defaults to every example (as RobustBench's does); None means the same.
         out: keep the run folder there; None runs in a temporary folder that is removed (``run_dir`` None).
-        workers: processes that compute the run (default 1: this one; see :func:`.api.evaluate`).
+        workers: processes that compute the run (default 1: this one; see :func:`.evaluate.run_config`).
         save_adversarial: keep the adversarial examples; ``result.adversarial()`` returns ``(ids, x_adv)``.
         dataset, data_dir, to_disk, model_name, corruptions: RobustBench's keywords with RobustBench's meanings
             (:mod:`.robustbench_args`); RobustBench's ``log_path``, ``preprocessing`` and ``aa_state_path`` are

@@ -195,6 +195,23 @@ class Pairs(Value):
         return tuple(value)
 
 
+class Paths(Value):
+    """Files or folders, one per use of a repeatable option (``--run A --run B``), or a list in Python."""
+
+    cli_type = list
+    many = True
+    path = True
+
+    def from_text(self, text: Any, name: str) -> Any:
+        return tuple(str(t) for t in text)
+
+    def from_python(self, value: Any, name: str) -> Any:
+        items = [value] if isinstance(value, str | os.PathLike) else value
+        if not isinstance(items, Sequence) or not all(isinstance(v, str | os.PathLike) for v in items):
+            raise _bad(name, "paths", value)
+        return tuple(os.fspath(v) for v in items)
+
+
 class Models(Value):
     """Model references (and, in Python, modules): commas inside brackets or quotes belong to one reference."""
 
@@ -299,6 +316,12 @@ def internal(default: Any = dataclasses.MISSING, *, reason: str, compare: bool =
 def derived(reason: str = "computed from the options when the config is made") -> Any:
     """A config field the config sets itself from its options, once, in ``__post_init__`` (never passed in)."""
     return field(default=(), init=False, compare=False, repr=False, metadata={"robfilt_internal": reason})
+
+
+def cli_only(default: Any, *, help: str, why: str, value: Value | None = None, **kwargs: Any) -> Any:
+    """An option of a command's own call (``robfilt check``, ``study``, ``report``): on the command line only;
+    Python has the function itself and a spec cannot name one (``why`` says which)."""
+    return option(default, help=help, value=value, not_on={Surface.SPEC: why, Surface.API: why}, **kwargs)
 
 
 def api_only(default: Any = None, *, help: str, why: str, value: Value | None = None) -> Any:

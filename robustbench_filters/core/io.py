@@ -10,7 +10,7 @@ import hashlib
 import json
 import os
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -122,3 +122,18 @@ def _json_default(obj: Any) -> Any:
     if hasattr(obj, "value"):
         return obj.value
     raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+@contextlib.contextmanager
+def kept_environment(names: Iterable[str]) -> Iterator[None]:
+    """Put the environment variables ``names`` back as they were (set to their value, or unset) when the block
+    ends: what a block sets for itself or for the processes it starts must not outlive it."""
+    before = {name: os.environ.get(name) for name in names}
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value

@@ -50,6 +50,7 @@ from typing import Any
 from . import distributed
 from .cores import usable_cores
 from .errors import RobfiltError
+from .io import kept_environment
 from .surface import Surface, current_surface, flag, surface
 
 log = logging.getLogger(__name__)
@@ -362,16 +363,9 @@ def _end(procs: list[Any]) -> None:
 @contextlib.contextmanager
 def _environment(values: dict[str, str]) -> Iterator[None]:
     """Set environment variables for the processes started inside the block (spawn copies the environment)."""
-    before = {name: os.environ.get(name) for name in values}
-    os.environ.update(values)
-    try:
+    with kept_environment(values):
+        os.environ.update(values)
         yield
-    finally:
-        for name, value in before.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 _ACTIVE: WorkerPool | None = None

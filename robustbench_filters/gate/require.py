@@ -186,7 +186,7 @@ def read_requirements(spec: Path, fam: str, models: list[str], entries: Any, con
         check_keys(spec, entry, REQUIRE_KEYS[fam], where)
         if "model" in entry and "models" in entry:
             raise spec_error(spec, f"{where} has both model and models; use one.")
-        names = _distinct(spec, _strings(spec, entry.get("models", entry.get("model", models)), f"{where} models"),
+        names = _distinct(spec, _strings(spec, entry.get("models", entry.get("model", list(models))), f"{where} models"),
                           f"{where} models")  # fmt: skip
         for name in names:
             if name not in models:

@@ -185,7 +185,7 @@ def _rewrites_baseline(baseline: Path | None, write_to: str | Path | None) -> bo
 def plan_gate(
     spec: Spec | None, baseline: Baseline | None, policy: BaselinePolicy, runs: Sequence[Run] = ()
 ) -> list[PlannedCheck]:
-    """What every check can detect (80% power), before any run (see :mod:`.plan`).
+    """What every check can detect (80% power), before any run (see :mod:`..gating.plan`).
 
     n is the spec's ``n_examples`` per section, or what the given runs measured when the gate checks given runs.
     """
