@@ -90,7 +90,7 @@ class ImageAttackConfig(ImageDataConfig):
     With no attack named, the strongest attack robfilt has (``apgd-adaptive``) runs. ``steps`` None gives every
     attack its own documented default (pgd 20; each stage of apgd-adaptive its own). ``early_stop``: an example leaves an
     attack once fooled (off: robfilt's PGD/APGD compute exactly what torchattacks' do). ``check_convergence``:
-    rerun a seeded share of the survivors with twice the steps and one more restart (None: for the strong
+    rerun a seeded share of the survivors with twice the steps (None: for the strong
     ensembles only; True: for every attack that has such a rerun; False: never). ``save_adversarial``: store the
     points the attacks reached in the run folder (:mod:`..runs.adversarial`); it is part of the run's fingerprint,
     so ``--resume`` with the other setting is refused (the rows are the same either way).
@@ -130,7 +130,7 @@ class ImageAttackConfig(ImageDataConfig):
     )
     check_convergence: bool | None = option(
         None,
-        help="Rerun a seeded share of the survivors with twice the steps and one more restart (default: for the "
+        help="Rerun a seeded share of the survivors with twice the steps (default: for the "
         "strong ensembles; off, the default attack skips its escalation and is marked weaker).",
         value=Bool(),
         negatable=True,
