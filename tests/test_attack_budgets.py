@@ -172,3 +172,9 @@ def test_the_defaults_rerun_is_its_targeted_stage_at_twice_the_steps() -> None:
     assert (stronger.restarts, stronger.escalate_restarts) == (plan.restarts, plan.escalate_restarts)
     assert stronger.near == plan.rerun_near and stronger.max_targets == 9
     assert [c for c, _ in _named("apgd-adaptive", converge=1, n_classes=3)] == ["apgd-ce"]  # no targeted stage
+
+
+def test_the_closest_misses_get_a_second_long_run_in_the_attack_not_in_its_rerun() -> None:
+    plan = adaptive.plan_for(AttackParams(0.1, Norm.LINF, None, None, 0, 10))
+    rerun = adaptive.plan_for(AttackParams(0.1, Norm.LINF, None, None, 0, 10, converge=1))
+    assert plan.retry > 0 and rerun.retry == 0  # the rerun's one run of twice the steps is the stronger form
