@@ -135,6 +135,7 @@ def test_cli_check_fails_pgd_with_a_tiny_step(tmp_path: Path) -> None:
         (["--attack", "fgsm", "--steps", "3"], "fgsm takes no steps"),
         (["--attack", "fab", "--step-size", "0.01"], "fab sets its own step sizes"),
         (["--model", "lm", "--attack", "fgsm,pgd", "--step-size", "0.01"], "fgsm takes none"),
+        (["--attack", "fab,square", "--check-convergence"], "fab, square have no stronger rerun"),
     ],
 )
 def test_an_option_the_attack_would_ignore_is_refused_in_one_line(argv: list[str], message: str, capsys) -> None:

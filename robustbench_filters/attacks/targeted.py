@@ -12,8 +12,9 @@ steps on each target show which one comes close. Here the budget follows the evi
    copies in one batch, and it leaves as soon as one of them fools the model;
 3. **escalate**: the survivors that came close in the sweep (a best targeted DLR loss of at least ``-near``; the
    loss is scale-free and positive once the target's logit passes the true one's) get a long run on the target
-   that came closest. The others are far from every boundary: long runs there are what made AutoAttack
-   expensive without breaking anything (B9, docs/attacks.md).
+   that came closest, and on the next one when it came as close (``second``); a long run that ended closer still
+   (``retry``) gets one more from a fresh start. The others are far from every boundary: long runs there are what
+   made AutoAttack expensive without breaking anything (B9, docs/attacks.md).
 
 Every run is :func:`.apgd._apgd_run` (torchattacks' APGD loop) on the targeted DLR loss, with early exit and the
 ledger; the ranking's passes (one forward and one backward per ranked class) are counted too.

@@ -199,6 +199,12 @@ class ImageAttackConfig(ImageDataConfig):
             raise RobfiltError(
                 f"{flag('check_convergence')} must be true, false or left out (auto), got {self.check_convergence!r}."
             )
+        if self.check_convergence and not any(ATTACK_SPECS[a].converges for a in attacks):
+            rerun = [n for n, spec in ATTACK_SPECS.items() if spec.converges]
+            raise RobfiltError(
+                f"{', '.join(attacks)} {'has' if len(attacks) == 1 else 'have'} no stronger rerun to check with; "
+                f"{flag('check_convergence')} applies to {', '.join(rerun)}."
+            )
         if self.amp is not None and self.amp not in AMP_DTYPES:
             raise RobfiltError(
                 f"unknown {flag('amp')} {self.amp!r}; use {', '.join(AMP_DTYPES)} (or leave it out for fp32)."
