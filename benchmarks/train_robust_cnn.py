@@ -2,6 +2,7 @@
 
     OMP_NUM_THREADS=1 python -m benchmarks.train_robust_cnn            # writes robust_cnn.safetensors and .json
     OMP_NUM_THREADS=1 python -m benchmarks.train_robust_cnn --arch bn  # the second model, robust_bn (its recipe)
+    OMP_NUM_THREADS=1 python -m benchmarks.train_robust_cnn --arch res # the third, robust_res
 
 PGD adversarial training (Madry et al. 2018) at Linf ``EPS`` on the bundled Fashion-MNIST training split: every
 batch is replaced by its PGD points (``STEPS`` steps of 2.5 eps / steps, random start: robfilt's
@@ -23,7 +24,7 @@ import safetensors.torch
 import torch
 import torch.nn.functional as F
 
-from benchmarks import robust_bn, robust_cnn
+from benchmarks import robust_bn, robust_cnn, robust_res
 from robustbench_filters.core.io import atomic_write_json
 from robustbench_filters.data import load_images
 from robustbench_filters.train.adversarial import EVAL_STEPS, PGDTraining
@@ -36,6 +37,8 @@ ARCHS = {
     "cnn": (robust_cnn, robust_cnn.robust_cnn, EPS, STEPS, RECIPE),
     "bn": (robust_bn, robust_bn.robust_bn, 0.15, 5,
            Recipe(epochs=4, batch_size=128, lr=3e-3, weight_decay=5e-4, label_smoothing=0.1, augment=False)),
+    "res": (robust_res, robust_res.robust_res, 0.125, 7,
+            Recipe(epochs=3, batch_size=128, lr=2e-3, weight_decay=5e-4, augment=False)),
 }  # fmt: skip
 
 
