@@ -36,10 +36,15 @@ def _iterations(fn: object) -> int:
     return fn.steps
 
 
-def _built(name: str, **kwargs) -> list:
+def _named(name: str, **kwargs) -> list:
     norm = kwargs.pop("norm", ATTACK_SPECS[name].default_norm)
-    params = AttackParams(eps=0.1, norm=norm, seed=0, n_classes=10, **{"steps": None, "step_size": None, **kwargs})
-    return [fn for _, fn in ATTACKS[name].build(nn.Sequential(nn.Flatten(), nn.Linear(784, 10)), params)]
+    given = {"steps": None, "step_size": None, "n_classes": 10, **kwargs}
+    params = AttackParams(eps=0.1, norm=norm, seed=0, **given)
+    return ATTACKS[name].build(nn.Sequential(nn.Flatten(), nn.Linear(784, given["n_classes"])), params)
+
+
+def _built(name: str, **kwargs) -> list:
+    return [fn for _, fn in _named(name, **kwargs)]
 
 
 @pytest.mark.parametrize("name", list(ATTACK_SPECS))
@@ -60,9 +65,9 @@ def test_each_specs_own_budget_is_what_its_builder_runs(name: str) -> None:
 def test_the_rerun_never_runs_below_the_attacks_own_budget(name: str) -> None:
     """The convergence rerun (level 1) of an attack the user cut to one step runs the attack's own budget doubled,
     not the user's: every component at least twice its own iterations."""
-    own = [_iterations(fn) for fn in _built(name)]
-    cut = [_iterations(fn) for fn in _built(name, steps=1, converge=1)]
-    assert len(own) == len(cut) and all(c >= 2 * o for c, o in zip(cut, own, strict=True)), (own, cut)
+    own = {c: _iterations(fn) for c, fn in _named(name)}
+    cut = {c: _iterations(fn) for c, fn in _named(name, steps=1, converge=1)}
+    assert cut and all(cut[c] >= 2 * own[c] for c in cut), (own, cut)
     raised = [_iterations(fn) for fn in _built(name, steps=400, converge=1)]
     assert min(raised) == 800  # a budget the user raised is doubled as given
 
@@ -130,6 +135,7 @@ def test_cli_check_fails_pgd_with_a_tiny_step(tmp_path: Path) -> None:
         (["--attack", "fgsm", "--steps", "3"], "fgsm takes no steps"),
         (["--attack", "fab", "--step-size", "0.01"], "fab sets its own step sizes"),
         (["--model", "lm", "--attack", "fgsm,pgd", "--step-size", "0.01"], "fgsm takes none"),
+        (["--attack", "fab,square", "--check-convergence"], "fab, square have no stronger rerun"),
     ],
 )
 def test_an_option_the_attack_would_ignore_is_refused_in_one_line(argv: list[str], message: str, capsys) -> None:
@@ -154,3 +160,22 @@ def test_options_every_attack_honours_are_accepted() -> None:
     evaluate([_tiny()], ["fgsm"], [0.05], steps=1, n_examples=4, seed=0)
     (square,) = _built("square", steps=9)
     assert square.n_queries == 9
+
+
+def test_the_defaults_rerun_is_its_targeted_stage_at_twice_the_steps() -> None:
+    """The default's convergence rerun: no APGD-CE (the targeted sweep attacks every other class), every step
+    count of the targeted stage doubled per level, no restart more, its near misses judged on its own sweep."""
+    own = dict(_named("apgd-adaptive"))
+    rerun = dict(_named("apgd-adaptive", converge=1))
+    assert list(own) == ["apgd-ce", "apgd-t"] and list(rerun) == ["apgd-t"]
+    plan, stronger = own["apgd-t"].plan, rerun["apgd-t"].plan
+    assert (stronger.sweep_steps, stronger.escalate_steps) == (2 * plan.sweep_steps, 2 * plan.escalate_steps)
+    assert (stronger.restarts, stronger.escalate_restarts) == (plan.restarts, plan.escalate_restarts)
+    assert stronger.near == plan.rerun_near and stronger.max_targets == 9
+    assert [c for c, _ in _named("apgd-adaptive", converge=1, n_classes=3)] == ["apgd-ce"]  # no targeted stage
+
+
+def test_the_closest_misses_get_a_second_long_run_in_the_attack_not_in_its_rerun() -> None:
+    plan = adaptive.plan_for(AttackParams(0.1, Norm.LINF, None, None, 0, 10))
+    rerun = adaptive.plan_for(AttackParams(0.1, Norm.LINF, None, None, 0, 10, converge=1))
+    assert plan.retry > 0 and rerun.retry == 0  # the rerun's one run of twice the steps is the stronger form

@@ -159,7 +159,7 @@ class _Gradients:
 
 def _apgd_run(atk: torchattacks.APGD | torchattacks.APGDT, x_in: torch.Tensor, y_in: torch.Tensor,
               rows: torch.Tensor, loss_fn: LossFn, y_target: torch.Tensor | None, first_step_size: bool,
-              group: torch.Tensor | None = None, start: torch.Tensor | None = None,
+              group: torch.Tensor | None = None,
               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
     """One APGD run from a random start: (best-loss points, still correct, best loss, fooling points).
 
@@ -169,12 +169,11 @@ def _apgd_run(atk: torchattacks.APGD | torchattacks.APGDT, x_in: torch.Tensor, y
     example's attack depend on its batch-mates); kept only without early exit, which needs every example's own.
     ``group``: rows that are copies of one example (parallel restarts or targets); with early exit, all copies of
     an example leave once one of them fools the model.
-    ``start``: where each row starts (a point of the ball found before: a warm start); None: a random start.
     """
     early: bool = atk.early_stop
     x = x_in.clone() if len(x_in.shape) == 4 else x_in.clone().unsqueeze(0)
     y = y_in.clone() if len(y_in.shape) == 1 else y_in.clone().unsqueeze(0)
-    x_adv = _random_start(atk, x) if start is None else start.clone()
+    x_adv = _random_start(atk, x)
     x_best_adv = x_adv.clone()
     gradient = _Gradients(atk, y, rows, loss_fn, y_target)
     logits, loss_indiv, grad = gradient(x_adv, None, None, None)

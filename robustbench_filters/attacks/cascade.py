@@ -357,7 +357,7 @@ def cascade(
     instead of crashing the attack or becoming class 0.
 
     ``settings.convergence``: each survivor of each eps is attacked again, with that probability, by the attack's
-    stronger rerun (:func:`convergence_sample`; twice the steps, one more restart, every target); the rows record
+    stronger rerun (:func:`convergence_sample`; ``AttackSpec.rerun``: twice the steps); the rows record
     which of them it broke. For most attacks the rerun is a check and changes no row's outcome; for an attack that
     escalates (the default) its breaks count and it repeats on what is left (:func:`_converge`).
 

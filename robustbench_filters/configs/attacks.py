@@ -94,7 +94,7 @@ class ImageAttackConfig(ImageDataConfig):
     With no attack named, the strongest attack robfilt has (``apgd-adaptive``) runs. ``steps`` None gives every
     attack its own documented default (pgd 20; each stage of apgd-adaptive its own). ``early_stop``: an example leaves an
     attack once fooled (off: robfilt's PGD/APGD compute exactly what torchattacks' do). ``check_convergence``:
-    rerun a seeded share of the survivors with twice the steps and one more restart (None: for the strong
+    rerun a seeded share of the survivors with twice the steps (None: for the strong
     ensembles only; True: for every attack that has such a rerun; False: never). ``save_adversarial``: store the
     points the attacks reached in the run folder (:mod:`..runs.adversarial`); it is part of the run's fingerprint,
     so ``--resume`` with the other setting is refused (the rows are the same either way).
@@ -135,7 +135,7 @@ class ImageAttackConfig(ImageDataConfig):
     )
     check_convergence: bool | None = option(
         None,
-        help="Rerun a seeded share of the survivors with twice the steps and one more restart (default: for the "
+        help="Rerun a seeded share of the survivors with twice the steps (default: for the "
         "strong ensembles; off, the default attack skips its escalation and is marked weaker).",
         value=Bool(),
         negatable=True,
@@ -203,6 +203,12 @@ class ImageAttackConfig(ImageDataConfig):
         if self.check_convergence is not None and not isinstance(self.check_convergence, bool):
             raise RobfiltError(
                 f"{flag('check_convergence')} must be true, false or left out (auto), got {self.check_convergence!r}."
+            )
+        if self.check_convergence and not any(ATTACK_SPECS[a].converges for a in attacks):
+            rerun = [n for n, spec in ATTACK_SPECS.items() if spec.converges]
+            raise RobfiltError(
+                f"{', '.join(attacks)} {'has' if len(attacks) == 1 else 'have'} no stronger rerun to check with; "
+                f"{flag('check_convergence')} applies to {', '.join(rerun)}."
             )
         if self.amp is not None and self.amp not in AMP_DTYPES:
             raise RobfiltError(

@@ -84,7 +84,9 @@ class AttackSpec:
     minimum_norm: bool = False  # returns unbounded perturbations; success counts only inside the eps-ball
     gradient_free: bool = False
     strength: str = "single"  # STRONG: an ensemble robfilt stands behind; WEAK: known to overstate robustness
-    converges: bool = False  # has a stronger rerun (twice the steps, one more restart) for the convergence check
+    converges: bool = False  # has a stronger rerun (the field ``rerun`` says how) for the convergence check
+    #: how its convergence rerun is stronger (the check's detail says it)
+    rerun: str = "2x steps, +1 restart"
     #: the stronger rerun's breaks count (escalation, :mod:`..attacks.cascade`): part of the attack, not only a check
     escalates: bool = False
     #: the most iterations (steps; Square's queries) any component runs at the attack's own settings: ``--steps``
@@ -124,6 +126,7 @@ ATTACK_SPECS: dict[str, AttackSpec] = {
             "the closest ones, then its stronger rerun on what is left until a round breaks nothing more; "
             "built to reach AutoAttack's reference strength at a fraction of its cost (B9, docs/attacks.md).",
             strength=STRONG, converges=True, escalates=True, steps=100, step_size=0,
+            rerun="its targeted stage at 2x steps, every target",
         ),
         AttackSpec(
             "autoattack-standard", _IMAGE, _NORMS, Norm.LINF,
