@@ -40,7 +40,7 @@ def _target(name: str, n: int, seed: int, device: torch.device):
     config = LipschitzConfig(
         models=(name,), size="micro", checkpoint=checkpoint, seed=seed, data=data, n_examples=n, seq_len=SEQ_LEN
     )
-    target = make_target(_load_model(name, config), dtype=dtype, device=device)
+    target = make_target(_load_model(config.refs[0], config), dtype=dtype, device=device)
     inputs = load_inputs(target, config, lambda total, k: select_examples(total, k, seed, ordered=False))
     return target, target.inputs(inputs.x), checkpoint, data or "default"
 

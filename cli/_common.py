@@ -42,8 +42,8 @@ ThreadsOpt = Annotated[
     int | None,
     typer.Option(
         "--threads",
-        help="CPU threads for torch in each process (default: OMP_NUM_THREADS, else the cores shared among the "
-        "processes; waiting threads sleep instead of spinning, so a busy machine costs little extra CPU time: "
+        help="CPU threads for torch in each process (default: OMP_NUM_THREADS, else one, so any --workers gives the "
+        "same rows; waiting threads sleep instead of spinning, so a busy machine costs little extra CPU time: "
         "docs/scaling.md).",
         metavar="N",
         show_default=False,
@@ -97,10 +97,18 @@ def setup_threads(threads: int | None) -> None:
 
 def setup_workers(workers: int | None, device: str = "cpu") -> int:
     """How many processes the command computes with: ``--workers``, else ROBFILT_WORKERS, else the usable cores
-    (affinity and cgroup quotas) for CPU runs and 1 on a GPU; 1 under torchrun (its ranks are the processes)."""
-    from robustbench_filters.core.workers import default_count, resolve
+    (affinity and cgroup quotas) for CPU runs and 1 on a GPU; 1 under torchrun (its ranks are the processes).
 
-    return resolve(workers, default=default_count() if str(device) == "cpu" else 1)
+    This process computes units too, with the threads every process gets (:func:`~robustbench_filters.core.workers.
+    thread_count`: ``--threads``, else OMP_NUM_THREADS, else one), so ``--workers 1`` gives the rows any other
+    count gives."""
+    from robustbench_filters.core.threads import configure_threads
+    from robustbench_filters.core.workers import default_count, resolve, thread_count
+
+    count = resolve(workers, default=default_count() if str(device) == "cpu" else 1)
+    if str(device) == "cpu":
+        configure_threads(thread_count(count))
+    return count
 
 
 @contextmanager

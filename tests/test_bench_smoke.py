@@ -61,3 +61,12 @@ def test_benchmark_python_dash_m(tmp_path: Path) -> None:
 def test_benchmark_cuda_unavailable_is_a_clear_error(name: str, bench, tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match="no CUDA device"):
         bench(name).run(smoke=True, out=tmp_path, device="cuda")
+
+
+@pytest.mark.slow  # three fresh robfilt processes (the gate, the demo, the study piece) at smoke sizes
+def test_wall_time_benchmark_runs_each_job(bench, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("B14_CASES", raising=False)
+    result = bench("b14_wall_time").run(smoke=True, out=tmp_path)
+    rows = json.loads((tmp_path / "b14_wall_time.json").read_text())["tables"]["wall time per job"]
+    assert [r["case"] for r in rows] == ["gate", "demo", "study-vision"]
+    assert all(r["wall_s"] > 0 and r["cpu_s"] > 0 for r in rows) and len(result["targets"]) == 3

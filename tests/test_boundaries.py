@@ -279,7 +279,7 @@ SLOW = pytest.mark.slow  # a fresh process each; the default suite runs the one 
 
 @pytest.mark.parametrize(("flag", "env", "threads", "policy"), [
     (["--threads", "2"], {"OMP_NUM_THREADS": "1"}, 2, "PASSIVE"),  # --threads beats the environment; waiting sleeps
-    pytest.param([], {}, None, "PASSIVE", marks=SLOW),  # the default: torch's count, waiting threads asleep
+    pytest.param([], {}, 1, "PASSIVE", marks=SLOW),  # the default: one per process (any --workers, the same rows)
     pytest.param(["--threads", "1"], {}, 1, "PASSIVE", marks=SLOW),
     pytest.param([], {"OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "ACTIVE"}, 1, "ACTIVE", marks=SLOW),  # the user's
 ])  # fmt: skip
@@ -338,6 +338,7 @@ def test_every_computing_command_takes_threads_and_sets_them_first() -> None:
     import ast
     import importlib
     import inspect
+    import textwrap
 
     import typer
 
@@ -348,11 +349,24 @@ def test_every_computing_command_takes_threads_and_sets_them_first() -> None:
         params = group.get_command(None, command).params  # type: ignore[arg-type, union-attr]
         assert [p.opts for p in params if p.name == "threads"] == [["--threads"]], command
         module = importlib.import_module(f"robustbench_filters.cli.{command}")
-        tree = ast.parse(inspect.getsource(getattr(module, function)))
-        body = tree.body[0].body  # type: ignore[attr-defined]
-        first = body[1] if isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) else body[0]
-        assert ast.unparse(first) == "setup_threads(threads)", (command, ast.unparse(first))
-        assert "ThreadsOpt" in inspect.getsource(module), command
+        source = inspect.getsource(getattr(module, function))
+        if "RunCommand" in inspect.getsource(module):  # a run command: its one call (cli/_run.py) applies them
+            from cli._run import RunCommand
+
+            source, expected = (
+                textwrap.dedent(inspect.getsource(RunCommand.__call__)),
+                "setup_threads(output['threads'])",
+            )
+        else:
+            expected = "setup_threads(threads)"
+        body = ast.parse(source).body[0].body  # type: ignore[attr-defined]
+        statements = [
+            ast.unparse(s) for s in body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))
+        ]
+        # the first statement that does anything (a run command first only sets its output options aside)
+        first = next(c for c in statements if "options.pop(" not in c)
+        assert first == expected, (command, first)
+        assert "ThreadsOpt" in inspect.getsource(module) or "run_options" in inspect.getsource(module), command
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "1025", "99999999999999999999999"])

@@ -142,7 +142,8 @@ def test_how_many_workers(monkeypatch: pytest.MonkeyPatch, no_torchrun_env: None
 def test_threads_per_worker(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(workers, "usable_cores", lambda: 8)
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    assert workers.thread_count(2) == 4 and workers.thread_count(8) == 1 and workers.thread_count(16) == 1
+    # one per process whatever the count (rows must not depend on --workers), unless --threads / OMP_NUM_THREADS
+    assert workers.thread_count(1) == 1 and workers.thread_count(2) == 1 and workers.thread_count(16) == 1
     assert workers.thread_count(2, threads=3) == 3
     monkeypatch.setenv("OMP_NUM_THREADS", "2")  # where --threads puts its value
     assert workers.thread_count(8) == 2
@@ -252,8 +253,11 @@ def test_every_kind_with_two_workers_equals_one_process(tmp_path: Path, no_torch
     import dist_kinds
 
     from robustbench_filters.api.evaluate import evaluate
+    from robustbench_filters.core.threads import kept_threads
 
-    dist_kinds.run_all(tmp_path / "one")  # this process's own threads, as --workers 1
+    with kept_threads():  # as --workers 1 computes: this process alone, one torch thread (workers.thread_count)
+        torch.set_num_threads(1)
+        dist_kinds.run_all(tmp_path / "one")
     saved = {"checkpoint": "none", "n_examples": 6, "batch_size": 2, "save_adversarial": True}  # temporary folders
     alone = evaluate("deit", ["fgsm"], [0.05], **saved).adversarial()
     with workers.pool(2) as pool:

@@ -28,6 +28,7 @@ from .base import (
     DEVICES,
     ModelLike,
     RunConfig,
+    check_model_object,
     data_label,
     default_eps,
     model_family,
@@ -53,6 +54,8 @@ def attack_config_class(
 ) -> type[RunConfig]:
     """Which kind of attack run ``models`` x ``attacks`` is: image, language model or corruption (factory files
     relative to ``base_dir`` too, a spec's folder)."""
+    for i, m in enumerate(models):  # a function or a class is named as such, not looked up as a model name
+        check_model_object(m, i)
     families = {model_family(m, base_dir) for m in models} or {Family.IMAGE}
     if len(families) > 1:
         raise RobfiltError("cannot mix image and language models in one run; run them separately.")

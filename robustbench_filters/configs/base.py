@@ -87,7 +87,7 @@ def model_family(model: ModelLike, base_dir: str | None = None) -> Family:
     return Family.LM if hasattr(model, "forward_embeddings") else Family.IMAGE
 
 
-def _check_model_object(model: Any, index: int) -> None:
+def check_model_object(model: Any, index: int) -> None:
     """Only modules and references are models: a function, a class or anything else is refused by the API
     parameter that holds it (``models[i]``), since only the Python API can pass one."""
     if isinstance(model, str) or is_module(model):
@@ -202,7 +202,7 @@ class RunConfig(Declared):
         if not models:
             raise RobfiltError(f"no model given; pass {given('models', 'NAME[,NAME...]')}.")
         for i, m in enumerate(models):
-            _check_model_object(m, i)
+            check_model_object(m, i)
         self._set("models", models)
         self._set("model_args", tuple(self.model_args))
         self._set("refs", _parsed(models, self.parsed_model_args))  # also validates --model-arg's key=value syntax
@@ -263,6 +263,11 @@ def _reference_kinds(refs: Sequence[Any]) -> set[str]:
     return {"module" if is_module(m) else m.kind.value for m in refs}
 
 
+#: how a ``checkpoint`` value that records the weights of modules given in Python starts (the study's tag: the hashes
+#: of the checkpoint files it loaded them from), so run fingerprints change with the weights
+WEIGHTS_TAG = "study:"
+
+
 def _check_model_options(config: Any, models: Sequence[ModelLike]) -> None:
     """The model options that mean something only for some kinds of model are refused when no model of the run is
     of such a kind: otherwise they would be accepted, recorded and ignored (``--size tiny`` on ``timm:resnet18``)."""
@@ -274,7 +279,10 @@ def _check_model_options(config: Any, models: Sequence[ModelLike]) -> None:
         )
     if kinds == {"module"}:  # checkpoint "none" (no weights to load) is true of a module too
         for name in ("checkpoint", "model_args"):
-            if getattr(config, name) not in (None, (), "none", _default(type(config), name)):
+            value = getattr(config, name)
+            if name == "checkpoint" and isinstance(value, str) and value.startswith(WEIGHTS_TAG):
+                continue  # the study's record of the weights its modules hold (study/measure.py), not a load
+            if value not in (None, (), "none", _default(type(config), name)):
                 raise RobfiltError(
                     f"{flag(name)} applies to model references (names, timm:, hf:, file.py:factory); a torch module "
                     "given in Python is used as it is; drop it."

@@ -16,6 +16,7 @@ from typing import Any
 from torch import nn
 
 from ..configs import RunConfig
+from ..configs.base import WEIGHTS_TAG
 from ..core.errors import RobfiltError
 from ..core.progress import ProgressHook
 from ..lipschitz.seqlen_run import SeqlenConfig, sequence_length_run
@@ -77,7 +78,7 @@ def _tag(ckpts: Mapping[str, CheckpointInfo], names: tuple[str, ...]) -> str:
 
 def checkpoint_tag(weights_sha256: Mapping[str, str]) -> str:
     """The ``checkpoint`` field a measurement over checkpoints with these file hashes records."""
-    return "study:" + digest(dict(weights_sha256))
+    return WEIGHTS_TAG + digest(dict(weights_sha256))
 
 
 def _shared_tokenizer(models: list[nn.Module], text: str):
@@ -99,7 +100,9 @@ def piece_options(piece: P.Piece, plan: StudyPlan) -> tuple[type[RunConfig], dic
     if kind not in TEMPLATES:
         raise ValueError(f"piece kind {kind!r} has no run config")
     template = getattr(plan, TEMPLATES[kind])
-    values = {f.name: getattr(template, f.name) for f in dataclasses.fields(template) if f.name not in P.FILLED}
+    values = {
+        f.name: getattr(template, f.name) for f in dataclasses.fields(template) if f.init and f.name not in P.FILLED
+    }
     image = kind in (P.VISION_ATTACK, P.VISION_CORRUPTION, P.LIPSCHITZ_VISION, P.CERTIFY_VISION)
     values |= {"seed": plan.eval_seed, "size": plan.size, "data": plan.vision_data if image else plan.lm_data}
     if kind == P.VISION_CORRUPTION:

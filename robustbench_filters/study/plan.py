@@ -103,7 +103,7 @@ def template_settings(template: RunConfig) -> dict[str, Any]:
     values = {
         f.name: getattr(template, f.name)
         for f in dataclasses.fields(template)
-        if f.name not in FILLED and not _internal_at_default(template, f)
+        if f.init and f.name not in FILLED and not _internal_at_default(template, f)
     }
     return json.loads(json.dumps(values, default=lambda v: getattr(v, "value", str(v))))
 
