@@ -37,7 +37,8 @@ def build_graph(
     seeded random input is compared with the model's own (run in float64 on a copy), so a patched forward or
     unknown wiring is refused instead of bounded.
     """
-    device = torch.device(device) if device is not None else next(model.parameters()).device
+    param = next(model.parameters(), None)
+    device = torch.device(device) if device is not None else param.device if param is not None else torch.device("cpu")
     label = name or type(model).__name__
     _check_hooks(model)
     if isinstance(model, VisionTransformer):

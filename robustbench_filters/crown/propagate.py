@@ -52,6 +52,8 @@ def _numel(shape: tuple[int, ...]) -> int:
 
 
 def _clamp(op, b: Interval) -> Interval:
+    """A node's bounds: NaN (from an overflow upstream) means unbounded, and the op's known range applies."""
+    b = Interval(torch.nan_to_num(b.lo, nan=-torch.inf), torch.nan_to_num(b.hi, nan=torch.inf))
     lo, hi = op.value_range
     return b.clamp(lo, hi) if lo is not None or hi is not None else b
 

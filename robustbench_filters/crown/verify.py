@@ -71,18 +71,22 @@ def margin_bounds(graph: Graph, domain: Domain, y: torch.Tensor, settings: Setti
     lower = ibp[g.output].lo
     if settings.method == "ibp":
         return lower
+    return torch.fmax(lower, torch.nan_to_num(_linear_bounds(g, domain, ibp, settings, cost), nan=-torch.inf))
+
+
+def _linear_bounds(g: Graph, domain: Domain, ibp: list, settings: Settings, cost: Cost) -> torch.Tensor:
+    """The margin lower bounds of the two linear methods (NaN where an overflow left no bound)."""
+    lower = ibp[g.output].lo
     b, c = lower.shape
     lam = torch.eye(c, dtype=lower.dtype, device=lower.device).expand(b, c, c)
     if settings.method == "crown-ibp":
         prop = relax_on(g, domain, ibp)
         lam_in, mid, err = backsub(g, prop.rels, g.output, lam, cost)
-        crown = domain.concretize_rows(lam_in).lo + mid - err
-        return torch.maximum(lower, crown)
+        return domain.concretize_rows(lam_in).lo + mid - err
     prop = linear_pass(g, domain, ibp, cost, refresh=settings.refresh, window=settings.window, chunk=settings.chunk)
-    lower = torch.maximum(lower, prop.bounds[g.output].lo)
     lam_in, mid, err = backsub(g, prop.rels, g.output, lam, cost)
     crown = domain.concretize_rows(lam_in).lo + mid - err
-    return torch.maximum(lower, crown)
+    return torch.fmax(prop.bounds[g.output].lo, crown)
 
 
 class Verifier:
@@ -101,7 +105,9 @@ class Verifier:
         dtype: torch.dtype = torch.float64,
         name: str | None = None,
     ) -> None:
-        self.device = torch.device(device) if device is not None else next(model.parameters()).device
+        param = next(model.parameters(), None)
+        own = param.device if param is not None else torch.device("cpu")
+        self.device = torch.device(device) if device is not None else own
         self.dtype = dtype
         self.graph = build_graph(model, tuple(input_shape), dtype=dtype, device=self.device, name=name)
 
