@@ -41,6 +41,7 @@ class LocalLipschitz:
     upper: float  # certified sup of ||J||_2 on B_2(x0, rho) ∩ [0, 1]^d
     centre: float  # ||J_c||_2 of the linearised network
     error: float  # ||E||_2
+    first_order: float  # NOT certified: ||J_c|| + ||sum_k |Lambda_k| dM_k |A_k| || (the part without dS; diagnosis)
     passes: float
     seconds: float
 
@@ -49,7 +50,7 @@ def _reverse(graph: Graph, rels: list, lam: torch.Tensor):
     """Backward sweep from the output: (Lambda, dS) at every node, and dS + |Lambda| at each nonlinear op's output."""
     lams: dict[int, torch.Tensor] = {graph.output: lam}
     rads: dict[int, torch.Tensor] = {graph.output: torch.zeros_like(lam)}
-    weights: dict[int, torch.Tensor] = {}
+    weights: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
     for i in range(graph.output, 0, -1):
         if i not in lams:
             continue
@@ -61,7 +62,7 @@ def _reverse(graph: Graph, rels: list, lam: torch.Tensor):
         w = None
         if not op.affine:
             w = cur.abs() + rad
-            weights[i] = w
+            weights[i] = (w, cur.abs())
             grads_dm = op.lin_t(rels[i], w, "dm", shapes)
         else:
             grads_dm = [None] * len(shapes)
@@ -74,24 +75,26 @@ def _reverse(graph: Graph, rels: list, lam: torch.Tensor):
     return lams[0], rads[0], weights
 
 
-def _replay(graph: Graph, rels: list, domain: Domain, weights: dict[int, torch.Tensor], cost: Cost) -> torch.Tensor:
-    """Forward linear parts A again (same relaxations) and E = sum_k W_k dM_k |A_k| (B, R, K)."""
+def _replay(graph: Graph, rels: list, domain: Domain, weights: dict, cost: Cost) -> list[torch.Tensor | None]:
+    """Forward linear parts A again (same relaxations) and E = sum_k W_k dM_k |A_k| (B, R, K), for the weights
+    |Lambda| + dS (certified) and |Lambda| alone (the first-order part, a diagnosis)."""
     forms = {0: input_form(domain, graph.input_shape).a}
     consumers = graph.consumers()
     last_use = [max(consumers[i], default=i) for i in range(len(graph.ops))]
     b, k = domain.lo.shape
-    e = None
+    e: list[torch.Tensor | None] = [None, None]
     for i in range(1, graph.output + 1):
         op = graph.ops[i]
         ins = [forms[j] for j in op.inputs]
         if i in weights:
             shapes = [graph.shape(j) for j in op.inputs]
-            for a, g in zip(ins, op.lin_t(rels[i], weights[i], "dm", shapes), strict=True):
-                if g is None:
-                    continue
-                part = torch.einsum("brn,bkn->brk", g.reshape(b, g.shape[1], -1), a.abs().reshape(b, k, -1))
-                e = part if e is None else e + part
-                cost.charge(k * b * g.shape[1] * a[0, 0].numel())
+            for which, w in enumerate(weights[i]):
+                for a, g in zip(ins, op.lin_t(rels[i], w, "dm", shapes), strict=True):
+                    if g is None:
+                        continue
+                    part = torch.einsum("brn,bkn->brk", g.reshape(b, g.shape[1], -1), a.abs().reshape(b, k, -1))
+                    e[which] = part if e[which] is None else e[which] + part
+                    cost.charge(k * b * g.shape[1] * a[0, 0].numel())
         forms[i] = op.lin(rels[i], ins, "c")
         cost.charge(k * b * max(op.macs(), forms[i][0, 0].numel()))
         for j in op.inputs:
@@ -101,9 +104,9 @@ def _replay(graph: Graph, rels: list, domain: Domain, weights: dict[int, torch.T
 
 
 def lipschitz_bounds(
-    graph: Graph, x: torch.Tensor, rho: float, *, refresh: str = "inner", window: int = 0, cost: Cost | None = None
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(upper, ||J_c||, ||E||) per example (B,) on B_2(x, rho) ∩ [0, 1]^d."""
+    graph: Graph, x: torch.Tensor, rho: float, *, refresh: str = "deep", window: int = 0, cost: Cost | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(upper, ||J_c||, ||E||, first-order part) per example (B,) on B_2(x, rho) ∩ [0, 1]^d."""
     domain = l2_domain(x.reshape(x.shape[0], -1), rho)
     cost = cost or Cost(graph.macs() * x.shape[0])
     ibp = ibp_pass(graph, domain, cost)
@@ -113,16 +116,21 @@ def lipschitz_bounds(
     lam = torch.eye(m, dtype=x.dtype, device=x.device).expand(b, m, m)
     lam_in, rad_in, weights = _reverse(graph, prop.rels, lam)
     cost.charge(3 * m * b * graph.macs())
-    e = _replay(graph, prop.rels, domain, weights, cost)
+    e, e1 = _replay(graph, prop.rels, domain, weights, cost)
     jc = lam_in.reshape(b, m, -1)
     err = rad_in.reshape(b, m, -1)
     if e is not None:
         err = torch.minimum(err, e)
-    centre = torch.linalg.matrix_norm(jc, ord=2)
-    error = torch.linalg.matrix_norm(err, ord=2)
-    upper = centre + error
-    upper = torch.where(torch.isfinite(upper), upper, torch.full_like(upper, float("inf")))
-    return upper * (1 + 1e-9), centre, error
+    inf = torch.full((b,), float("inf"), dtype=jc.dtype, device=jc.device)
+
+    def norm(t: torch.Tensor | None) -> torch.Tensor:
+        if t is None:
+            return torch.zeros_like(inf)
+        ok = torch.isfinite(t).flatten(1).all(1)  # else: no bound (inf)
+        return torch.where(ok, torch.linalg.matrix_norm(torch.where(ok[:, None, None], t, 0.0), ord=2), inf)
+
+    centre, error = norm(jc), norm(err)
+    return (centre + error) * (1 + 1e-9), centre, error, centre + norm(e1)
 
 
 def local_lipschitz(
@@ -132,7 +140,7 @@ def local_lipschitz(
     *,
     device: torch.device | str | None = None,
     batch_size: int = 1,
-    refresh: str = "inner",
+    refresh: str = "deep",
     window: int = 0,
     graph: Graph | None = None,
 ) -> list[LocalLipschitz]:
@@ -147,9 +155,9 @@ def local_lipschitz(
             xb = x[start : start + batch_size]
             cost = Cost(graph.macs() * xb.shape[0])
             t0 = time.perf_counter()
-            upper, centre, error = lipschitz_bounds(graph, xb, rho, refresh=refresh, window=window, cost=cost)
+            upper, centre, error, first = lipschitz_bounds(graph, xb, rho, refresh=refresh, window=window, cost=cost)
             seconds = (time.perf_counter() - t0) / xb.shape[0]
             for i in range(xb.shape[0]):
                 out.append(LocalLipschitz(start + i, float(rho), float(upper[i]), float(centre[i]), float(error[i]),
-                                          cost.passes, seconds))  # fmt: skip
+                                          float(first[i]), cost.passes, seconds))  # fmt: skip
     return out

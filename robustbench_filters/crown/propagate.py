@@ -174,13 +174,16 @@ REFRESH_SUFFIXES = {
     "none": (),
     "residual": (".residual",),
     "inner": (".residual", ".qkv", ".fc1"),
+    "deep": (".residual", ".qkv", ".fc1"),
 }
+DEEP = ".attn.residual"  # ``deep``: these anchors back-substitute to the input
 
 
 def refresh_plan(graph: Graph, refresh: str) -> tuple[list[int], list[int]]:
     """(nodes to refresh, anchors): ``residual`` refreshes the residual stream, ``inner`` also the attention's
-    q/k/v and the MLP's hidden pre-activations. Anchors (where back-substitutions stop) are the residual stream
-    and the first block's input (the affine embedding: exact)."""
+    q/k/v and the MLP's hidden pre-activations, ``deep`` as ``inner`` with the residual stream after each
+    attention sublayer back-substituted all the way to the input. Anchors (where back-substitutions stop) are the
+    residual stream and the first block's input (the affine embedding: exact)."""
     suffixes = REFRESH_SUFFIXES[refresh]
     nodes = [i for i, op in enumerate(graph.ops) if suffixes and op.name.endswith(suffixes)]
     anchors = sorted({*residual_nodes(graph), *([graph.notes["y0"]] if "y0" in graph.notes else [])})
@@ -244,7 +247,9 @@ def linear_pass(
 
     ``refresh`` (:func:`refresh_plan`): nodes whose constants are recomputed by back-substitution. The residual
     stream goes through the ``window`` most recent anchors before it and stops at the older ones (``window``
-    large: to the input, i.e. CROWN's own intermediate bounds); inner nodes stop at their sublayer's input. ``keep``: nodes whose linear part is kept (the Lipschitz bound reads them).
+    large: to the input, i.e. CROWN's own intermediate bounds); inner nodes stop at their sublayer's input. With
+    ``deep`` the anchors after attention go to the input, so an interval error is boxed at most once (at the
+    anchor after an MLP, whose own back-substitution is per token) before an exact re-weighting. ``keep``: nodes whose linear part is kept (the Lipschitz bound reads them).
     """
     ops = graph.ops
     n = graph.output + 1
@@ -285,6 +290,8 @@ def linear_pass(
         if i in refresh_set:
             prior = [j for j in anchors if j < i]
             w = window if i in anchors else 0  # inner nodes: back to their sublayer's input (token-local, cheap)
+            if refresh == "deep" and ops[i].name.endswith(DEEP):
+                w = len(prior)  # every error since the input weighted exactly: no boxing compounds
             stops = prior[: max(0, len(prior) - w)]
             form = _refresh(graph, rels, i, form, consts, stops, cost, chunk)
         forms[i] = form
