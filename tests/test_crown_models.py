@@ -186,7 +186,10 @@ def test_crown_is_much_tighter_than_ibp_at_small_eps() -> None:
     assert ibp.worst < -1e3 and crown.worst > 0 and crown.verified and not ibp.verified
 
 
-@pytest.mark.parametrize("name", ["deit", "deit-bsa-grc", "deit-grc-at"])
+@pytest.mark.parametrize(
+    "name",
+    ["deit", pytest.param("deit-bsa-grc", marks=pytest.mark.slow), pytest.param("deit-grc-at", marks=pytest.mark.slow)],
+)
 def test_zoo_models_bounds_hold_on_sampled_and_pgd_points(name: str) -> None:
     """The micro zoo DeiTs, one test image each, at eps 1e-4 (where the bound is tight enough to mean something)."""
     from robustbench_filters.data.images import load_images

@@ -221,3 +221,52 @@ def test_gelu_relaxation_on_every_region_combination() -> None:
     assert torch.all(ft >= rel.slope * t + rel.mid - rel.err)
     assert torch.all(ft <= rel.slope * t + rel.mid + rel.err)
     assert torch.all((S.gelu_d(t) - rel.slope).abs() <= rel.dslope)
+
+
+@pytest.mark.parametrize("which", ["deit-bsa-grc-avg", "conv"])
+def test_every_op_of_a_graph_has_lin_t_as_the_adjoint_of_lin(which: str) -> None:
+    """Every op in a tiny DeiT (BSA, GRC, LayerScale, mean pooling) and a conv Sequential: the explicit transposes
+    the backward pass uses are exact adjoints of the forward maps, in all three modes."""
+    import timm
+    from torch import nn
+
+    from robustbench_filters.crown import build_graph
+    from robustbench_filters.crown.domain import linf_domain
+    from robustbench_filters.crown.propagate import ibp_pass, linear_pass
+
+    torch.manual_seed(0)
+    if which == "conv":
+        model = nn.Sequential(nn.Conv2d(1, 3, 3, stride=2, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(48, 4))
+        shape = (1, 8, 8)
+    else:
+        from robustbench_filters.models.bsa import bsa_layer
+        from robustbench_filters.models.grc import BlockStack
+
+        model = timm.create_model("vit_tiny_patch16_224", img_size=8, patch_size=4, in_chans=1, num_classes=3,
+                                  embed_dim=8, depth=2, num_heads=2, init_values=0.5, global_pool="avg",
+                                  attn_layer=bsa_layer()).eval()  # fmt: skip
+        from robustbench_filters.models.bsa import BilateralAttention
+
+        for m in model.modules():
+            if isinstance(m, BilateralAttention):
+                m.configure(grid=(2, 2), num_prefix_tokens=1)
+        model.blocks = BlockStack(list(model.blocks), grc=True, grc_lambda=0.2)
+        shape = (1, 8, 8)
+    g = build_graph(model, shape)
+    x = torch.rand(2, *shape, dtype=DT)
+    dom = linf_domain(x, 0.05)
+    prop = linear_pass(g, dom, ibp_pass(g, dom))
+    gen = torch.Generator().manual_seed(1)
+    for i, op in enumerate(g.ops[1 : g.output + 1], start=1):
+        shapes = [g.shape(j) for j in op.inputs]
+        for mode in ("c", "abs", "dm"):
+            ts = [torch.randn((2, 3, *s), generator=gen, dtype=DT) for s in shapes]
+            out = op.lin(prop.rels[i], ts, mode)
+            back = op.lin_t(prop.rels[i], torch.randn((2, 3, *op.shape), generator=gen, dtype=DT), mode, shapes)
+            if out is None:
+                assert all(b is None for b in back), (op.name, mode)
+                continue
+            lam = torch.randn((2, 3, *op.shape), generator=gen, dtype=DT)
+            back = op.lin_t(prop.rels[i], lam, mode, shapes)
+            rhs = sum((b * t).sum() for b, t in zip(back, ts, strict=True) if b is not None)
+            assert torch.allclose((lam * out).sum(), rhs, rtol=1e-9, atol=1e-9), (op.name, mode)

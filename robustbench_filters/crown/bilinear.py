@@ -63,6 +63,13 @@ class Product(Op):
             return tx * cy.abs() + cx.abs() * ty
         return tx * rel.ry.unsqueeze(1) + rel.rx.unsqueeze(1) * ty
 
+    def lin_t(self, rel, lam, mode, in_shapes):
+        cx, cy = {"c": (rel.cx, rel.cy), "abs": (rel.cx.abs(), rel.cy.abs()), "dm": (rel.rx, rel.ry)}[mode]
+        lead = tuple(lam.shape[:2])
+        gx = (lam * cy.unsqueeze(1)).sum_to_size(lead + tuple(in_shapes[0]))
+        gy = (lam * cx.unsqueeze(1)).sum_to_size(lead + tuple(in_shapes[1]))
+        return [gx, gy]
+
     def const(self, rel):
         mid = -rel.cx * rel.cy
         err = rel.rx * rel.ry

@@ -48,8 +48,11 @@ class TokenPrefix(Op):
     def lin(self, rel, ts, mode="c"):
         return None if mode == "dm" else F.pad(ts[0], (0, 0, self.prefix, 0))
 
+    def lin_t(self, rel, lam, mode, in_shapes):
+        return [None] if mode == "dm" else [lam[..., self.prefix :, :]]
+
     def const(self, rel):
-        return self.offset, torch.zeros_like(self.offset)
+        return self.offset, None
 
 
 def _identity_in_eval(module: nn.Module, where: str) -> None:
@@ -97,7 +100,8 @@ def _embedding(g: Graph, model: VisionTransformer, dtype, device) -> int:
     d = conv.out_channels
     x = g.add(Conv(x, conv, _w(conv.weight, dtype, device), _w(conv.bias, dtype, device), (d, gh, gw),
                    "patch_embed.proj"))  # fmt: skip
-    x = g.add(Reshape(x, lambda t: t.flatten(-2).transpose(-1, -2), (gh * gw, d), "patch_embed.flatten"))
+    x = g.add(Reshape(x, lambda t: t.flatten(-2).transpose(-1, -2), (gh * gw, d), "patch_embed.flatten",
+                      lambda t: t.transpose(-1, -2).reshape(*t.shape[:-2], d, gh, gw)))  # fmt: skip
     with torch.no_grad():
         zero = torch.zeros(1, gh * gw, d, dtype=next(model.parameters()).dtype, device=next(model.parameters()).device)
         offset = model._pos_embed(zero).to(device=device, dtype=dtype)
@@ -132,15 +136,21 @@ def _attention(g: Graph, x: int, attn: nn.Module, where: str, dtype, device) -> 
             out = t.reshape(*t.shape[:-1], 3, heads, dh).select(-3, i).transpose(-3, -2)
             return out * s if s != 1.0 else out
 
-        return fn
+        def fn_t(t: torch.Tensor) -> torch.Tensor:  # (..., H, N, dh) -> (..., N, 3 H dh), zeros elsewhere
+            out = t.new_zeros(*t.shape[:-3], n, 3, heads, dh)
+            out[..., i, :, :] = t.transpose(-3, -2) * s if s != 1.0 else t.transpose(-3, -2)
+            return out.reshape(*t.shape[:-3], n, 3 * heads * dh)
 
-    q = g.add(Reshape(qkv, part(0, scale), (heads, n, dh), f"{where}.q"))
-    k = g.add(Reshape(qkv, part(1, 1.0), (heads, n, dh), f"{where}.k"))
-    v = g.add(Reshape(qkv, part(2, 1.0), (heads, n, dh), f"{where}.v"))
+        return fn, fn_t
+
+    q = g.add(Reshape(qkv, *part(0, scale)[:1], (heads, n, dh), f"{where}.q", part(0, scale)[1]))
+    k = g.add(Reshape(qkv, *part(1, 1.0)[:1], (heads, n, dh), f"{where}.k", part(1, 1.0)[1]))
+    v = g.add(Reshape(qkv, *part(2, 1.0)[:1], (heads, n, dh), f"{where}.v", part(2, 1.0)[1]))
     z = g.add(MatMul(q, k, (heads, n, n), f"{where}.logits", transpose_y=True, bias=bias, inner=dh))
     s = g.add(Softmax(z, (heads, n, n), f"{where}.softmax"))
     o = g.add(MatMul(s, v, (heads, n, dh), f"{where}.mix", inner=n))
-    m = g.add(Reshape(o, lambda t: t.transpose(-3, -2).flatten(-2), (n, heads * dh), f"{where}.merge"))
+    m = g.add(Reshape(o, lambda t: t.transpose(-3, -2).flatten(-2), (n, heads * dh), f"{where}.merge",
+                      lambda t: t.reshape(*t.shape[:-1], heads, dh).transpose(-3, -2)))  # fmt: skip
     return _linear(g, m, attn.proj, f"{where}.proj", dtype, device)
 
 
@@ -208,10 +218,16 @@ def vit_graph(model: VisionTransformer, name: str, dtype: torch.dtype, device: t
     n, d = g.shape(x)
     pool = model.global_pool
     if pool == "token":
-        x = g.add(Reshape(x, lambda t: t.select(-2, 0), (d,), "pool"))
+        x = g.add(
+            Reshape(x, lambda t: t.select(-2, 0), (d,), "pool", lambda t: F.pad(t[..., None, :], (0, 0, 0, n - 1)))
+        )
     elif pool == "avg":
         start = 0 if getattr(model, "pool_include_prefix", False) else model.num_prefix_tokens
-        x = g.add(Reshape(x, lambda t: t[..., start:, :].mean(-2), (d,), "pool"))
+
+        def avg_t(t: torch.Tensor) -> torch.Tensor:
+            return F.pad((t / (n - start))[..., None, :].expand(*t.shape[:-1], n - start, d), (0, 0, start, 0))
+
+        x = g.add(Reshape(x, lambda t: t[..., start:, :].mean(-2), (d,), "pool", avg_t))
     else:
         raise unsupported(f"global_pool={pool!r}", "pool")
     if isinstance(model.fc_norm, nn.LayerNorm):

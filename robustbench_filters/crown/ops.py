@@ -112,9 +112,7 @@ class Linear(Op):
         return [lam @ (self.w_abs if mode == "abs" else self.w)]
 
     def const(self, rel):
-        if self.b is None:
-            return None
-        return self.b, torch.zeros_like(self.b)
+        return None if self.b is None else (self.b, None)
 
     def macs(self):
         n = 1
@@ -143,8 +141,11 @@ class Scale(Op):
             return None
         return ts[0] * (self.g.abs() if mode == "abs" else self.g)
 
+    def lin_t(self, rel, lam, mode, in_shapes):
+        return [self.lin(rel, [lam], mode)]
+
     def const(self, rel):
-        return None if self.b is None else (self.b, torch.zeros_like(self.b))
+        return None if self.b is None else (self.b, None)
 
 
 class LinComb(Op):
@@ -201,6 +202,9 @@ class Center(Op):
             return t * (1 - 2 / n) + t.mean(-1, keepdim=True)
         return t - t.mean(-1, keepdim=True)
 
+    def lin_t(self, rel, lam, mode, in_shapes):  # symmetric
+        return [self.lin(rel, [lam], mode)]
+
 
 class MeanLast(Op):
     """``mean(x, -1) + add`` kept as a trailing dimension of size 1 (LayerNorm's variance, with its eps)."""
@@ -220,9 +224,14 @@ class MeanLast(Op):
     def lin(self, rel, ts, mode="c"):
         return None if mode == "dm" else ts[0].mean(-1, keepdim=True)
 
+    def lin_t(self, rel, lam, mode, in_shapes):
+        if mode == "dm":
+            return [None]
+        n = in_shapes[0][-1]
+        return [lam.expand(*lam.shape[:-1], n) / n]
+
     def const(self, rel):
-        z = torch.zeros((), dtype=torch.float64)
-        return z + self.add, z
+        return torch.tensor(self.add, dtype=torch.float64), None
 
 
 class Reshape(Op):
@@ -230,8 +239,8 @@ class Reshape(Op):
     of tokens, a positive scale): ``fn`` maps (lead, *in) -> (lead, *out) for any lead dims, and being
     nonnegative it is its own absolute value."""
 
-    def __init__(self, inp: int, fn, shape, name: str):
-        self.inputs, self.fn, self.shape, self.name = (inp,), fn, tuple(shape), name
+    def __init__(self, inp: int, fn, shape, name: str, fn_t=None):
+        self.inputs, self.fn, self.shape, self.name, self.fn_t = (inp,), fn, tuple(shape), name, fn_t
 
     def forward(self, x):
         return self.fn(x)
@@ -245,6 +254,15 @@ class Reshape(Op):
         t, lead = _merge(ts[0])
         out = self.fn(t)
         return out.reshape(*lead, *out.shape[1:])
+
+    def lin_t(self, rel, lam, mode, in_shapes):
+        if mode == "dm":
+            return [None]
+        if self.fn_t is None:  # the adjoint by autograd (a generic rearrangement)
+            return super().lin_t(rel, lam, mode, in_shapes)
+        t, lead = _merge(lam)
+        out = self.fn_t(t)
+        return [out.reshape(*lead, *out.shape[1:])]
 
 
 class Conv(Op):
@@ -273,11 +291,18 @@ class Conv(Op):
         out = self._conv(t, self.w_abs if mode == "abs" else self.w)
         return out.reshape(*lead, *out.shape[1:])
 
+    def lin_t(self, rel, lam, mode, in_shapes):
+        if mode == "dm":
+            return [None]
+        t, lead = _merge(lam)
+        w = self.w_abs if mode == "abs" else self.w
+        out = torch.nn.grad.conv2d_input((t.shape[0], *in_shapes[0]), w, t, **self.kw)
+        return [out.reshape(*lead, *out.shape[1:])]
+
     def const(self, rel):
         if self.b is None:
             return None
-        b = self.b[:, None, None].expand(self.shape)
-        return b, torch.zeros_like(b)
+        return self.b[:, None, None].expand(self.shape), None
 
     def macs(self):
         n = 1

@@ -151,9 +151,10 @@ def backsub(
         rel = rels[i] if tokens is None else _token_view(rels[i], *tokens)
         c = op.const(rel)
         if c is not None:
-            m, e = c if tokens is None else (_tokens(c[0], *tokens), _tokens(c[1], *tokens))
+            m, e = c if tokens is None else (_tokens(c[0], *tokens), None if c[1] is None else _tokens(c[1], *tokens))
             mid += _dot(cur, m)
-            err += _dot(cur.abs(), e)
+            if e is not None:
+                err += _dot(cur.abs(), e)
         shapes = [graph.shape(j) if tokens is None else graph.shape(j)[1:] for j in op.inputs]
         grads = op.lin_t(rel, cur, "c", shapes)
         if cost is not None:
@@ -281,7 +282,8 @@ def linear_pass(
         err = op.lin(rels[i], [f.err.unsqueeze(1) for f in ins], "abs").squeeze(1)
         c = op.const(rels[i])
         if c is not None:
-            mid, err = mid + c[0], err + c[1]
+            mid = mid + c[0]
+            err = err if c[1] is None else err + c[1]
         mid = torch.broadcast_to(mid, (b, *op.shape))
         err = torch.broadcast_to(err, (b, *op.shape))
         form = LinearForm(a, mid, err)

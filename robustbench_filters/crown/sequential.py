@@ -45,7 +45,8 @@ def sequential_graph(model: nn.Sequential, input_shape: tuple[int, ...], name: s
             n = 1
             for s in shape:
                 n *= s
-            x = g.add(Reshape(x, lambda t, k=len(shape): t.flatten(-k), (n,), where))
+            x = g.add(Reshape(x, lambda t, k=len(shape): t.flatten(-k), (n,), where,
+                              lambda t, s=shape: t.reshape(*t.shape[:-1], *s)))  # fmt: skip
         else:
             raise unsupported(layer, where or "model")
     g.output = x
