@@ -107,6 +107,7 @@ SETTINGS = [
     Settings("crown", refresh="none"),
     Settings("crown", refresh="inner", window=0),
     Settings("crown", refresh="inner", window=100),
+    Settings("crown", refresh="deep"),
 ]
 
 
