@@ -231,7 +231,7 @@ class MeanLast(Op):
         return [lam.expand(*lam.shape[:-1], n) / n]
 
     def const(self, rel):
-        return torch.tensor(self.add, dtype=torch.float64), None
+        return torch.tensor(self.add, dtype=torch.float64), None  # 0-dim: broadcasts on any device
 
 
 class Reshape(Op):

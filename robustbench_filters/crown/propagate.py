@@ -88,7 +88,7 @@ class Propagation:
 def _dot(lam: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """<Lambda_r, v> per example and row: lam (B, R, *s), v broadcastable to (B, *s) -> (B, R)."""
     b, r = lam.shape[:2]
-    v = torch.broadcast_to(v, (b, *lam.shape[2:]))
+    v = torch.broadcast_to(v.to(device=lam.device, dtype=lam.dtype), (b, *lam.shape[2:]))
     return torch.einsum("brn,bn->br", lam.reshape(b, r, -1), v.reshape(b, -1))
 
 
