@@ -12,9 +12,15 @@ x in the ball. ``E`` comes from a telescoping sum over the nonlinear ops k (ops 
 ``P_k = A_k``: the exact linear part of op k's inputs from the forward pass (with its cancellations), ``dM_k``:
 how far op k's real local Jacobian can be from the map it was linearised to, on its input bounds over the ball
 (:mod:`.scalar`, :mod:`.bilinear`, :mod:`.softmax`), ``S_k(x)``: the real Jacobian of the rest of the network,
-within ``dS_k`` of the backward pass's ``Lambda_k`` (a reverse sweep of the same entrywise bounds). No per-stage
-norms are multiplied: the absolute values are taken one op at a time. ``dS`` at the input is itself a bound on
-``|J(x) - J_c|``; the entrywise minimum of the two is used.
+within ``dS_k`` of the backward pass's ``Lambda_k``. No per-stage norms are multiplied: the absolute values are
+taken one op at a time.
+
+``dS`` comes from a reverse sweep (``dS_in = dS_out |M| + (|Lambda_out| + dS_out) dM``), which compounds: its
+first-order part passes through every later op's absolute value, about x150 per DeiT block. At the residual
+stream (``exact_anchors``, the default) it is replaced by the same telescoping sum taken from that node forward,
+``sum_{j > a} (|Lambda_j| + dS_j) dM_j |C_{j <- a}|`` with the exact linearised Jacobian C from the node, so the
+first-order part is exact there and only the second-order part is boxed (about 13,000 more passes on a micro
+DeiT). ``dS`` at the input is itself a bound on ``|J(x) - J_c|``; the entrywise minimum of the two is used.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from .build import build_graph
 from .domain import Domain, l2_domain
 from .form import input_form
 from .graph import Graph
-from .propagate import Cost, ibp_pass, linear_pass
+from .propagate import Cost, ibp_pass, linear_pass, residual_nodes
 
 
 @dataclass(frozen=True)
@@ -46,8 +52,53 @@ class LocalLipschitz:
     seconds: float
 
 
-def _reverse(graph: Graph, rels: list, lam: torch.Tensor):
-    """Backward sweep from the output: (Lambda, dS) at every node, and dS + |Lambda| at each nonlinear op's output."""
+def _anchor_radius(graph: Graph, rels: list, a: int, weights: dict, cost: Cost | None, chunk: int = 640):
+    """A bound on |S_a(x) - Lambda_a| (B, R, *shape of a) for the suffix Jacobian at node ``a``, exact to first
+    order: ``sum_{j > a} W_j dM_j |C_{j <- a}|`` with ``C_{j <- a}`` the linearised network's Jacobian from ``a``
+    to op j's inputs, carried forward from ``a`` itself (``chunk`` of its coordinates at a time), so the absolute
+    value is taken once per op and not compounded op after op."""
+    shape = graph.shape(a)
+    n = 1
+    for s in shape:
+        n *= s
+    w0 = next(iter(weights.values()))[0]
+    b, r = w0.shape[:2]
+    out = w0.new_zeros(b, r, n)
+    pulled: dict[int, list] = {}
+    consumers = graph.consumers()
+    eye = torch.eye(n, dtype=w0.dtype, device=w0.device)
+    for start in range(0, n, chunk):
+        cols = eye[start : start + chunk]
+        t = cols.shape[0]
+        tang = {a: cols.reshape(1, t, *shape).expand(b, t, *shape)}
+        for i in range(a + 1, graph.output + 1):
+            op = graph.ops[i]
+            if not any(j in tang for j in op.inputs):
+                continue
+            shapes = [graph.shape(j) for j in op.inputs]
+            ins = [tang[j] if j in tang else w0.new_zeros(b, t, *graph.shape(j)) for j in op.inputs]
+            if i in weights:
+                if i not in pulled:
+                    pulled[i] = op.lin_t(rels[i], weights[i][0], "dm", shapes)
+                for j, tj, g in zip(op.inputs, ins, pulled[i], strict=True):
+                    if g is not None and j in tang:
+                        out[:, :, start : start + t] += torch.einsum(
+                            "brn,btn->brt", g.reshape(b, r, -1), tj.abs().reshape(b, t, -1)
+                        )
+            tang[i] = op.lin(rels[i], ins, "c")
+            if cost is not None:
+                cost.charge(t * b * max(op.macs(), tang[i][0, 0].numel()))
+            for j in op.inputs:
+                if j in tang and j != a and max(consumers[j]) <= i:
+                    tang.pop(j)
+    return out.reshape(b, r, *shape)
+
+
+def _reverse(graph: Graph, rels: list, lam: torch.Tensor, anchors: set[int] | None = None, cost: Cost | None = None):
+    """Backward sweep from the output: (Lambda, dS) at every node, and dS + |Lambda| at each nonlinear op's output.
+
+    At each of ``anchors`` the recursion's dS (entrywise absolute values op after op: it compounds) is replaced
+    by :func:`_anchor_radius` where that is smaller."""
     lams: dict[int, torch.Tensor] = {graph.output: lam}
     rads: dict[int, torch.Tensor] = {graph.output: torch.zeros_like(lam)}
     weights: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
@@ -55,6 +106,8 @@ def _reverse(graph: Graph, rels: list, lam: torch.Tensor):
         if i not in lams:
             continue
         cur, rad = lams.pop(i), rads.pop(i)
+        if anchors is not None and i in anchors and weights:
+            rad = torch.minimum(rad, _anchor_radius(graph, rels, i, weights, cost))
         op = graph.ops[i]
         shapes = [graph.shape(j) for j in op.inputs]
         grads = op.lin_t(rels[i], cur, "c", shapes)
@@ -104,7 +157,14 @@ def _replay(graph: Graph, rels: list, domain: Domain, weights: dict, cost: Cost)
 
 
 def lipschitz_bounds(
-    graph: Graph, x: torch.Tensor, rho: float, *, refresh: str = "deep", window: int = 0, cost: Cost | None = None
+    graph: Graph,
+    x: torch.Tensor,
+    rho: float,
+    *,
+    refresh: str = "deep",
+    window: int = 0,
+    cost: Cost | None = None,
+    exact_anchors: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(upper, ||J_c||, ||E||, first-order part) per example (B,) on B_2(x, rho) ∩ [0, 1]^d."""
     domain = l2_domain(x.reshape(x.shape[0], -1), rho)
@@ -114,7 +174,8 @@ def lipschitz_bounds(
     b = x.shape[0]
     m = graph.shape(graph.output)[-1]
     lam = torch.eye(m, dtype=x.dtype, device=x.device).expand(b, m, m)
-    lam_in, rad_in, weights = _reverse(graph, prop.rels, lam)
+    anchors = set(residual_nodes(graph)) if exact_anchors else None
+    lam_in, rad_in, weights = _reverse(graph, prop.rels, lam, anchors, cost)
     cost.charge(3 * m * b * graph.macs())
     e, e1 = _replay(graph, prop.rels, domain, weights, cost)
     jc = lam_in.reshape(b, m, -1)
@@ -142,6 +203,7 @@ def local_lipschitz(
     batch_size: int = 1,
     refresh: str = "deep",
     window: int = 0,
+    exact_anchors: bool = True,
     graph: Graph | None = None,
 ) -> list[LocalLipschitz]:
     """The certified local Lipschitz constant (l2, pixels -> logits) of ``model`` on B_2(x_i, rho) ∩ [0, 1]^d for
@@ -155,7 +217,9 @@ def local_lipschitz(
             xb = x[start : start + batch_size]
             cost = Cost(graph.macs() * xb.shape[0])
             t0 = time.perf_counter()
-            upper, centre, error, first = lipschitz_bounds(graph, xb, rho, refresh=refresh, window=window, cost=cost)
+            upper, centre, error, first = lipschitz_bounds(
+                graph, xb, rho, refresh=refresh, window=window, cost=cost, exact_anchors=exact_anchors
+            )
             seconds = (time.perf_counter() - t0) / xb.shape[0]
             for i in range(xb.shape[0]):
                 out.append(LocalLipschitz(start + i, float(rho), float(upper[i]), float(centre[i]), float(error[i]),
