@@ -25,7 +25,7 @@ import torchattacks
 from benchmarks import _common as B
 from robustbench_filters.api.evaluate import evaluate
 from robustbench_filters.attacks.cascade import Batch, CascadeSettings, cascade
-from robustbench_filters.attacks.catalogue import Norm
+from robustbench_filters.attacks.catalogue import AttackParams, Norm
 from robustbench_filters.attacks.image_models import frozen
 from robustbench_filters.configs import default_eps
 from robustbench_filters.data import load_images
@@ -58,7 +58,7 @@ def run(
             clean_correct = clean_logits.argmax(1) == y
             frames.append(
                 cascade(model, "deit", Batch(x, y, bid, clean_correct, clean_logits),
-                        CascadeSettings("pgd", tuple(grid), Norm.LINF, 10, seed, steps))
+                        CascadeSettings("pgd", tuple(grid), AttackParams(0.0, Norm.LINF, steps, None, seed, 10)))
             )  # fmt: skip
         return pd.concat(frames, ignore_index=True)
 

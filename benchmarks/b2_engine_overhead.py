@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from benchmarks import _common as B
 from robustbench_filters.attacks.cascade import Batch, CascadeSettings, cascade
-from robustbench_filters.attacks.catalogue import Norm
+from robustbench_filters.attacks.catalogue import AttackParams, Norm
 from robustbench_filters.data import load_images
 
 NAME = "b2_engine_overhead"
@@ -57,7 +57,7 @@ def run(
             "deit",
             Batch(x, y, ids, clean_correct, clean_logits),
             # every step on every example, like the bare loop: this measures the engine only
-            CascadeSettings("pgd", (eps,), Norm.LINF, 10, seed, k, early_stop=False),
+            CascadeSettings("pgd", (eps,), AttackParams(0.0, Norm.LINF, k, None, seed, 10, early_stop=False)),
         )
 
     def bare() -> None:

@@ -20,7 +20,7 @@ import torch
 
 from benchmarks import _common as B
 from robustbench_filters.attacks.cascade import Batch, CascadeSettings, cascade
-from robustbench_filters.attacks.catalogue import Norm
+from robustbench_filters.attacks.catalogue import AttackParams, Norm
 
 EPS = (0.005, 0.01, 0.02, 0.05, 0.1)
 
@@ -55,7 +55,7 @@ def count_syncs(steps: int, device: torch.device) -> collections.Counter[str]:
         torch.cuda.set_sync_debug_mode("warn")
         try:
             cascade(model, "deit", Batch(x, y, ids, y == y, logits),
-                    CascadeSettings("pgd", tuple(EPS), Norm.LINF, 10, 0, steps, early_stop=False))  # fmt: skip
+                    CascadeSettings("pgd", tuple(EPS), AttackParams(0.0, Norm.LINF, steps, None, 0, 10, early_stop=False)))  # fmt: skip
         finally:
             torch.cuda.set_sync_debug_mode(0)
     return counts

@@ -42,8 +42,22 @@ ThreadsOpt = Annotated[
     int | None,
     typer.Option(
         "--threads",
-        help="CPU threads for torch (default: OMP_NUM_THREADS, else one per core; waiting threads sleep instead of "
-        "spinning, so a busy machine costs little extra CPU time: docs/scaling.md).",
+        help="CPU threads for torch in each process (default: OMP_NUM_THREADS, else the cores shared among the "
+        "processes; waiting threads sleep instead of spinning, so a busy machine costs little extra CPU time: "
+        "docs/scaling.md).",
+        metavar="N",
+        show_default=False,
+    ),
+]
+
+#: the one declaration of --workers, on every command that makes runs (robustbench_filters.core.workers explains it)
+WorkersOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--workers",
+        help="Processes that compute the runs' units (default: ROBFILT_WORKERS, else the usable CPU cores; 1: this "
+        "process alone). robfilt starts the others, one torch thread each unless --threads; the rows are the same "
+        "for any number (docs/scaling.md).",
         metavar="N",
         show_default=False,
     ),
@@ -79,6 +93,25 @@ def setup_threads(threads: int | None) -> None:
     from robustbench_filters.core.threads import configure_threads
 
     configure_threads(threads)
+
+
+def setup_workers(workers: int | None, device: str = "cpu") -> int:
+    """How many processes the command computes with: ``--workers``, else ROBFILT_WORKERS, else the usable cores
+    (affinity and cgroup quotas) for CPU runs and 1 on a GPU; 1 under torchrun (its ranks are the processes)."""
+    from robustbench_filters.core.workers import default_count, resolve
+
+    return resolve(workers, default=default_count() if str(device) == "cpu" else 1)
+
+
+@contextmanager
+def worker_pool(count: int) -> Iterator[None]:
+    """The command's worker processes (``count`` - 1 of them), started at once: their imports (torch, the runner and
+    the measurements, through the API that maps configs to them) overlap the command's own, which follow inside the
+    block. Its runs find the pool open (``workers=`` of the API joins it) and it ends with the block."""
+    from robustbench_filters.core.workers import pool
+
+    with pool(count, warm=["robustbench_filters.runs.runner", "robustbench_filters.api.evaluate"]):
+        yield
 
 
 def setup_logging(quiet: bool, json_out: bool = False) -> None:

@@ -26,6 +26,7 @@ from robustbench_filters.configs.options import (
     Models,
     Number,
     Pairs,
+    Paths,
     declaration,
     declared_fields,
 )
@@ -67,6 +68,8 @@ def _metavar(value: Any) -> str | None:
         return None
     if isinstance(value, Pairs):
         return "KEY=VALUE"
+    if isinstance(value, Paths):
+        return "PATH"
     if isinstance(value, Models):
         return "REF[,REF...]"
     if isinstance(value, Many):
@@ -91,7 +94,7 @@ def _annotation(name: str, owners: list[type], cli_default: str | None, shown: s
             int | None
             if isinstance(declared.value, Int)
             else list[str] | None
-            if isinstance(declared.value, Pairs)
+            if isinstance(declared.value, Pairs | Paths)
             else str | None
         )
     if declared.short:

@@ -12,7 +12,7 @@ from rich.table import Table
 
 from robustbench_filters.core.budgets import eps_text
 from robustbench_filters.summaries import (
-    CheckRecord,
+    Check,
     ChecksSummary,
     CorruptionSummary,
     ImageAttackSummary,
@@ -20,7 +20,7 @@ from robustbench_filters.summaries import (
     Summary,
 )
 from robustbench_filters.summaries.image import ImageModelResults
-from robustbench_filters.summaries.lm import LMAttackResult, LMModelResults, Perplexity
+from robustbench_filters.summaries.lm import LMAttackResult, LMModelResults, LMScores
 from robustbench_filters.summaries.record import present
 
 from ._common import console
@@ -105,7 +105,7 @@ def render_ledger(models: dict[str, ImageModelResults]) -> None:
         console().print("passes over the whole eps grid: " + "; ".join(totals), style="dim", markup=False)
 
 
-def render_checks(checks: list[CheckRecord], counts: ChecksSummary) -> None:
+def render_checks(checks: list[Check], counts: ChecksSummary) -> None:
     out = console()
     table = Table(title="sanity checks")
     for col in ("model", "check", "status", "detail"):
@@ -124,7 +124,7 @@ def _finite(value: float | None) -> bool:
     return value is not None and math.isfinite(value)
 
 
-def _ppl_cell(entry: Perplexity | LMAttackResult, clean_ppl: float | None = None) -> str:
+def _ppl_cell(entry: LMScores | LMAttackResult, clean_ppl: float | None = None) -> str:
     """'12.31 [11.80, 12.90] x1.42 (41.2%)': perplexity [95% bootstrap CI], ratio to clean, next-token accuracy."""
     if not _finite(entry.ppl):
         return "-"
@@ -174,7 +174,7 @@ def render_lm_summary(summary: LMAttackSummary) -> None:
         f"{summary.norm}, {summary.eps_mode} eps, {summary.steps} steps"
     )
 
-    def cell(entry: LMAttackResult | None, clean: Perplexity) -> str:
+    def cell(entry: LMAttackResult | None, clean: LMScores) -> str:
         return _ppl_cell(entry, clean.ppl) if entry is not None else "-"
 
     out.print(_lm_table(title, models, settings, cell, _ppl_cell))
@@ -202,7 +202,7 @@ def _lm_cost_line(models: dict[str, LMModelResults]) -> None:
         console().print(f"compute, model passes (forward + backward) per document: {line}", markup=False, style="dim")
 
 
-def _lm_eval_cell(entry: Perplexity | LMAttackResult | None) -> str:
+def _lm_eval_cell(entry: LMScores | LMAttackResult | None) -> str:
     """'812.4 [700.1, 950.2] · 3.21 · 1.68': word_perplexity [95% CI] · byte_perplexity · bits_per_byte."""
     metrics = entry.lm_eval() if entry is not None else {}
     if not _finite(metrics.get("word_perplexity", (None,))[0]):
@@ -230,8 +230,8 @@ def _lm_table(
     title: str,
     models: dict[str, LMModelResults],
     settings: list[tuple[str, str, float]],
-    cell: Callable[[LMAttackResult | None, Perplexity], str],
-    clean_cell: Callable[[Perplexity], str],
+    cell: Callable[[LMAttackResult | None, LMScores], str],
+    clean_cell: Callable[[LMScores], str],
 ) -> Table:
     """One row per setting (clean first), one column per model: ``cell(entry or None, the model's clean entry)``."""
     table = Table(title=title)

@@ -2,59 +2,37 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 from rich.table import Table
 
 from robustbench_filters.configs import CertifyConfig
-from robustbench_filters.core.surface import Surface
 from robustbench_filters.summaries import CertifySummary, Summary
 
-from ._common import (
-    AllowFailedOpt,
-    JsonOpt,
-    OverwriteOpt,
-    QuietOpt,
-    ResumeOpt,
-    ThreadsOpt,
-    console,
-    progress_bar,
-    run_folder,
-    setup_logging,
-    setup_threads,
-    show_run,
-)
-from ._options import OUTPUT_PANEL, config_options
+from ._common import console
+from ._options import config_options
 from ._render import render_checks
+from ._run import RunCommand, run_options
+
+
+def _config(given: dict[str, Any]) -> Any:
+    from robustbench_filters.configs import build
+
+    return build(CertifyConfig, given)
+
+
+def _certify() -> Any:
+    from robustbench_filters.api.evaluate import certify
+
+    return certify
 
 
 @config_options(CertifyConfig, cli_defaults={"models": "deit,deit-grc"})
-def certify_cmd(
-    out: Annotated[
-        str | None,
-        typer.Option("--out", help="Run folder (default: runs/certify-<time>).", rich_help_panel=OUTPUT_PANEL),
-    ] = None,
-    resume: ResumeOpt = False,
-    overwrite: OverwriteOpt = False,
-    allow_failed_checks: AllowFailedOpt = False,
-    json_out: JsonOpt = False,
-    quiet: QuietOpt = False,
-    threads: ThreadsOpt = None,
-    **options: Any,
-) -> None:
+@run_options("Run folder (default: runs/certify-<time>).")
+def certify_cmd(**options: Any) -> None:
     """Certified L2 robustness of Gaussian-smoothed models: certified accuracy per radius, with sanity checks."""
-    setup_threads(threads)  # first: before anything imports torch
-    from robustbench_filters.configs import build, read
-
-    setup_logging(quiet, json_out)
-    config = build(CertifyConfig, read(options, Surface.CLI))  # light: a bad reference is refused in < 1 s
-    from robustbench_filters.api.evaluate import certify
-
-    with progress_bar(quiet or json_out) as hook:
-        result = certify(config=config, out=run_folder(out, "certify"), resume=resume, overwrite=overwrite,
-                         progress=hook)  # fmt: skip
-    show_run(result.summary, {"out": str(result.out)}, render_certificates, json_out, allow_failed_checks)
+    CERTIFY(options)
 
 
 def render_certificates(summary: Summary) -> None:
@@ -79,6 +57,9 @@ def render_certificates(summary: Summary) -> None:
     top = ", ".join(f"sigma {s}: {r:.3g}" for s, r in summary.max_certifiable_radius.items())
     console().print(f"largest certifiable radius at this n and alpha: {top}", markup=False, style="dim")
     render_checks(summary.checks, summary.checks_summary)
+
+
+CERTIFY = RunCommand("certify", _config, _certify, lambda summary, config: render_certificates(summary))
 
 
 def register(app: typer.Typer) -> None:

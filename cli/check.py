@@ -7,25 +7,41 @@ the child reports, through a result file tagged with a fresh nonce, that it eval
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import secrets
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import typer
 from rich.table import Table
 
+from robustbench_filters.configs.options import Bool, Declared, Number, Paths, Text, cli_only
 from robustbench_filters.core.errors import RobfiltError
-from robustbench_filters.core.parsing import parse_number
+from robustbench_filters.core.surface import Surface
 
 if TYPE_CHECKING:
     from robustbench_filters.gating.outcome import GateResult, PlannedCheck
 
-from ._common import JsonOpt, QuietOpt, ThreadsOpt, console, print_json, progress_bar, setup_logging, setup_threads
+from ._common import (
+    JsonOpt,
+    QuietOpt,
+    ThreadsOpt,
+    WorkersOpt,
+    console,
+    print_json,
+    progress_bar,
+    setup_logging,
+    setup_threads,
+    setup_workers,
+    worker_pool,
+)
+from ._options import config_options
 
 STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red"}
 
@@ -173,73 +189,67 @@ def _record(exit_code: int, evaluated: int) -> None:
         Path(path).write_text(json.dumps({"nonce": nonce, "exit_code": exit_code, "evaluated": evaluated}))
 
 
+_CLI_ONLY = "the gate's own call (run_gate in Python; a spec cannot name another spec)"
+
+
+def _gate(default: Any, help: str, value: Any = None, **kwargs: Any) -> Any:
+    return cli_only(default, help=help, why=_CLI_ONLY, value=value or Text(path=True), panel="Gate", **kwargs)
+
+
+@dataclass(frozen=True)
+class GateCall(Declared):
+    """One call of the gate: a spec that makes fresh runs, or given run folders with a baseline; where the
+    outputs go; and how the baseline is compared (the spec's policy unless overridden here)."""
+
+    DESCRIPTION: ClassVar[str] = "check"
+
+    spec: str | None = _gate(None, "TOML spec: thresholds, and how to make fresh runs.")
+    runs: tuple[str, ...] = _gate(
+        (), "Check this run folder instead of making fresh runs (repeatable).", Paths(), flag="--run"
+    )
+    baseline: str | None = _gate(None, "summary.json, run folder or robfilt-baseline JSON to compare with.")
+    tolerance: float | None = _gate(
+        None, "Extra slack vs the baseline: accuracy units (0.02 = 2 pp), relative for ppl.", Number()
+    )
+    out: str | None = _gate(None, "Folder for fresh runs and outputs (default: spec's out).")
+    junit: str | None = _gate(None, "JUnit XML path (default: <out>/junit.xml).")
+    summary: str | None = _gate(None, "Markdown summary (default: <out>/summary.md).")
+    write_baseline: str | None = _gate(None, "Also save the runs as a baseline (v2: metrics + per-example outcomes).")
+    mode: str | None = _gate(
+        None, "Baseline comparison: paired (default), interval or point; overrides the spec.", Text()
+    )
+    overwrite: bool = _gate(
+        False, "Write into an --out holding other files too (kept: robfilt removes only its own).", Bool()
+    )
+
+    def arguments(self) -> dict[str, Any]:
+        """The call as :func:`robustbench_filters.gate.run.run_gate`'s keyword arguments."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+@config_options(GateCall)
 def check_cmd(
-    spec: Annotated[
-        Path | None, typer.Option("--spec", help="TOML spec: thresholds, and how to make fresh runs.")
-    ] = None,
-    run: Annotated[
-        list[Path] | None,
-        typer.Option("--run", help="Check this run folder instead of making fresh runs (repeatable)."),
-    ] = None,
-    baseline: Annotated[
-        Path | None,
-        typer.Option("--baseline", help="summary.json, run folder or robfilt-baseline JSON to compare with."),
-    ] = None,
-    tolerance: Annotated[
-        str | None,
-        typer.Option(
-            "--tolerance", help="Extra slack vs the baseline: accuracy units (0.02 = 2 pp), relative for ppl."
-        ),
-    ] = None,
-    out: Annotated[
-        Path | None, typer.Option("--out", help="Folder for fresh runs and outputs (default: spec's out).")
-    ] = None,
-    junit: Annotated[Path | None, typer.Option("--junit", help="JUnit XML path (default: <out>/junit.xml).")] = None,
-    summary: Annotated[
-        Path | None, typer.Option("--summary", help="Markdown summary (default: <out>/summary.md).")
-    ] = None,
-    write_baseline: Annotated[
-        Path | None,
-        typer.Option("--write-baseline", help="Also save the runs as a baseline (v2: metrics + per-example outcomes)."),
-    ] = None,
-    mode: Annotated[
-        str | None,
-        typer.Option("--mode", help="Baseline comparison: paired (default), interval or point; overrides the spec."),
-    ] = None,
-    overwrite: Annotated[
-        bool,
-        typer.Option(
-            "--overwrite", help="Write into an --out holding other files too (kept: robfilt removes only its own)."
-        ),
-    ] = False,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
     threads: ThreadsOpt = None,
+    workers: WorkersOpt = None,
+    **options: Any,
 ) -> None:
     """Gate on robustness: fail (exit 1) when a metric misses its threshold or is significantly worse than a baseline.
 
     Usage: robfilt check --spec robustness.toml, or robfilt check --run RUN_DIR --baseline FILE.
     """
     setup_threads(threads)  # first: before anything imports torch
-    from robustbench_filters.gating.run import run_gate
+    from robustbench_filters.configs import read
 
     setup_logging(quiet, json_out)
-    tol = parse_number(tolerance, "--tolerance") if tolerance is not None else None
-    with progress_bar(quiet or json_out) as hook:
-        result = run_gate(
-            spec=spec,
-            runs=run or (),
-            baseline=baseline,
-            tolerance=tol,
-            out=out,
-            junit=junit,
-            summary=summary,
-            write_baseline=write_baseline,
-            progress=hook,
-            mode=mode,
-            on_plan=None if (quiet or json_out) else render_plan,
-            overwrite=overwrite,
-        )
+    call = GateCall(**read(options, Surface.CLI))
+    count = setup_workers(workers) if not call.runs else 1  # given run folders: nothing to compute
+    with worker_pool(count), progress_bar(quiet or json_out) as hook:
+        from robustbench_filters.gate.run import run_gate
+
+        on_plan = None if (quiet or json_out) else render_plan
+        result = run_gate(**call.arguments(), progress=hook, on_plan=on_plan, workers=count)
     if not result.outcomes:
         raise RobfiltError("the gate evaluated no checks; add requirements or a baseline to the spec.")
     _record(result.exit_code, len(result.outcomes))

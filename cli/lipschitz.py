@@ -3,33 +3,21 @@
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 from rich.table import Table
 
 from robustbench_filters.configs import LipschitzConfig
-from robustbench_filters.core.surface import Surface
 from robustbench_filters.stats.vacuity import SHORT, label
 from robustbench_filters.summaries import LipschitzSummary, Summary
 from robustbench_filters.summaries.lipschitz import GapMedian, LipschitzLayer, LipschitzModel
 from robustbench_filters.summaries.record import present
 
-from ._common import (
-    AllowFailedOpt,
-    JsonOpt,
-    OverwriteOpt,
-    QuietOpt,
-    ResumeOpt,
-    ThreadsOpt,
-    console,
-    progress_bar,
-    setup_logging,
-    setup_threads,
-    show_run,
-)
-from ._options import OUTPUT_PANEL, config_options
+from ._common import console
+from ._options import config_options
 from ._render import render_checks
+from ._run import RunCommand, run_options
 
 
 def _sci(value: float | None) -> str:
@@ -45,43 +33,36 @@ def _with_ci(entry: LipschitzModel | LipschitzLayer) -> str:
     return _sci(entry.lower_mean) + ci
 
 
+def _config(given: dict[str, Any]) -> Any:
+    from robustbench_filters.configs import build
+
+    return build(LipschitzConfig, given)
+
+
+def _estimate() -> Any:
+    from robustbench_filters.api.evaluate import estimate_lipschitz
+
+    return estimate_lipschitz
+
+
+def _render(summary: Summary, config: Any) -> None:
+    assert isinstance(summary, LipschitzSummary)
+    render_lipschitz_summary(summary, f"{config.method}, l2, rho={config.rho:g}", config.per_layer, config.gap)
+    render_checks(summary.checks, summary.checks_summary)
+
+
+#: the run folder is a temporary one unless --out is given, and --json names it "path"
+LIPSCHITZ = RunCommand("lipschitz", _config, _estimate, _render, default_folder=False, folder_key="path")
+
+
 @config_options(LipschitzConfig, required=("models",))
-def lipschitz(
-    out: Annotated[
-        str | None,
-        typer.Option(
-            "--out", help="Write a run folder here (default: a temporary folder).", rich_help_panel=OUTPUT_PANEL
-        ),
-    ] = None,
-    resume: ResumeOpt = False,
-    overwrite: OverwriteOpt = False,
-    allow_failed_checks: AllowFailedOpt = False,
-    json_out: JsonOpt = False,
-    quiet: QuietOpt = False,
-    threads: ThreadsOpt = None,
-    **options: Any,
-) -> None:
+@run_options("Write a run folder here (default: a temporary folder).")
+def lipschitz(**options: Any) -> None:
     """Lower bound (mean, max), certified upper bound and their ratio, per model.
 
     Inputs are [0, 1] pixels for image models and token embeddings for LMs (output: last-position logits).
     """
-    setup_threads(threads)  # first: before anything imports torch
-    from robustbench_filters.configs import build, read
-
-    setup_logging(quiet, json_out)
-    config = build(LipschitzConfig, read(options, Surface.CLI))  # light: a bad reference is refused in < 1 s
-    from robustbench_filters.api.evaluate import estimate_lipschitz
-
-    with progress_bar(quiet or json_out) as hook:
-        result = estimate_lipschitz(config=config, out=out, resume=resume, overwrite=overwrite, progress=hook)
-
-    def render(summary: Summary) -> None:
-        assert isinstance(summary, LipschitzSummary)
-        render_lipschitz_summary(summary, f"{config.method}, l2, rho={config.rho:g}", config.per_layer, config.gap)
-        render_checks(summary.checks, summary.checks_summary)
-
-    where = {"path": str(result.path) if result.path else None}
-    show_run(result.summary, where, render, json_out, allow_failed_checks)
+    LIPSCHITZ(options)
 
 
 def _caption(vacuous: bool) -> str | None:

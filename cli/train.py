@@ -90,23 +90,19 @@ def _train_registry(
     """Train a registry model from scratch with its family's recipe, changed by the options given."""
     import dataclasses
 
-    from robustbench_filters.core.errors import RobfiltError
     from robustbench_filters.core.names import MODEL_NAMES, parse_name
     from robustbench_filters.core.parsing import parse_names
-    from robustbench_filters.core.surface import flag
     from robustbench_filters.train.loop import train
 
-    for name in ("variant", "max_length"):
-        if name in given:
-            raise RobfiltError(f"{flag(name)} applies to hf: models; a registry name carries its variant.")
     (name,) = parse_names(model, "model", MODEL_NAMES)
     family, _, _ = parse_name(name)
+    spelt = tuple(given)  # checked against the model kind even at their default values
     if "epochs" in given or "steps" in given:  # one of them replaces the family's default length
         given = {"epochs": None, "steps": None, **given}
     recipe = dataclasses.replace(DEFAULT_RECIPES[family], **given)
     with progress_bar(quiet) as hook:
         return train(name, size or "micro", data=data, recipe=recipe, seed=seed, out=out, resume=resume,
-                     overwrite=overwrite, command=command, progress=hook)  # fmt: skip
+                     overwrite=overwrite, command=command, progress=hook, spelt=spelt)  # fmt: skip
 
 
 def _train_hf(
@@ -127,6 +123,7 @@ def _train_hf(
     ref = parse_model_ref(model)
     if ref.kind is not ModelKind.HF:
         raise RobfiltError(f"{flag('models')} {model!r} is not an hf: reference; write hf:<folder>.")
+    spelt = tuple(given)  # checked against hf: fine-tuning even at their default values
     tokenizer, variant, max_length = (
         given.pop("tokenizer", None),
         given.pop("variant", None),
@@ -136,7 +133,7 @@ def _train_hf(
     with progress_bar(quiet) as hook:
         return train_hf(ref.target, variant, data=data or "austen", recipe=recipe, seed=seed, out=out, resume=resume,
                         overwrite=overwrite, tokenizer=tokenizer, max_length=max_length, conversion=dict(ref.args),
-                        command=command, progress=hook)  # fmt: skip
+                        command=command, progress=hook, spelt=spelt)  # fmt: skip
 
 
 def _report(result: Any, json_out: bool) -> None:

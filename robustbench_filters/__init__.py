@@ -1,9 +1,11 @@
 """robustbench_filters: does an architectural idea really make a transformer more robust?
 
 Public API (stable): ``create_model``, ``list_models``, ``evaluate``, ``benchmark``, ``attack`` (adversarial
-examples from tensors), ``load_adversarial`` (those a run saved), ``certify``, ``estimate_lipschitz`` and the run
-configs (``ImageAttackConfig``, ``LMAttackConfig``, ``CorruptionConfig``, ``LipschitzConfig``, ``CertifyConfig``). Names are imported on first use, so ``import robustbench_filters`` (and
-``robfilt --help``) does not load torch; the BSA/GRC DeiTs are registered with timm when timm is imported.
+examples from tensors), ``load_adversarial`` (those a run saved), ``certify``, ``estimate_lipschitz``, the error
+every bad input raises (``RobfiltError``; it and its subclasses also in ``robustbench_filters.errors``) and the run
+configs (``ImageAttackConfig``, ``LMAttackConfig``, ``CorruptionConfig``, ``LipschitzConfig``, ``CertifyConfig``).
+Names are imported on first use, so ``import robustbench_filters`` (and ``robfilt --help``) does not load torch; the
+BSA/GRC DeiTs are registered with timm when timm is imported.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ _LAZY: dict[str, str] = {
     "CorruptionConfig": ".configs",
     "LipschitzConfig": ".configs",
     "Family": ".core.family",
+    "RobfiltError": ".errors",
 }
 
 

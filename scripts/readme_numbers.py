@@ -214,9 +214,9 @@ def bench_gpu(root: Path) -> str:
 # --- the gate -------------------------------------------------------------------------------------------------
 def gate_plan(root: Path) -> str:
     """What each check of the repository's gate detects (80% power), as ``robfilt check`` prints it before its runs."""
+    from robustbench_filters.gate.run import plan_gate
+    from robustbench_filters.gate.spec import load_spec
     from robustbench_filters.gating.baseline import read_baseline
-    from robustbench_filters.gating.run import plan_gate
-    from robustbench_filters.gating.spec import load_spec
 
     spec = load_spec(root / "robustness.toml")
     baseline = read_baseline(spec.baseline) if spec.baseline is not None and spec.baseline.exists() else None

@@ -4,12 +4,18 @@ and the gate evaluated in this process."""
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
+
+# The suite's commands compute in their own process (tests/test_workers.py starts worker processes on purpose):
+# robfilt's default, one process per core, would start workers for every command a test runs. Child processes
+# the tests start inherit it. Set ROBFILT_WORKERS yourself to run the suite with workers.
+os.environ.setdefault("ROBFILT_WORKERS", "1")
 
 
 @pytest.fixture(autouse=True)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from run_summaries import summary_for
+from run_summaries import summary_for, typed
 
 from robustbench_filters.core.names import DEFAULT_IMAGE_ATTACK
 from robustbench_filters.runs.folder import RunWriter
@@ -30,7 +30,7 @@ def synthetic_seqlen_run(out: Path, study: pd.DataFrame) -> Path:
     ns = sorted(int(n) for n in study["n"].unique())
     with RunWriter(out, "seqlen", {"study": "sequence_length", "ns": ns}, seed=0, overwrite=True) as writer:
         writer.write_part("study", study)
-        writer.finish(study, SeqlenSummary.build({"kind": "seqlen", "n_values": ns}))
+        writer.finish(study, typed(SeqlenSummary, {"kind": "seqlen", "n_values": ns}))
     return Path(out)
 
 

@@ -27,6 +27,12 @@ from robustbench_filters.summaries import (
     LMAttackSummary,
     Summary,
 )
+from robustbench_filters.summaries.base import VERSION
+
+
+def typed(cls: type[Summary], doc: dict[str, Any]) -> Summary:
+    """The typed summary of ``doc`` laid out as a measurement writes it (every key but the two the writer adds)."""
+    return cls.from_dict({"format_version": VERSION, "fingerprint": "", **doc}, f"the {cls.__name__}")
 
 
 def checks_part(checks: Iterable[dict[str, str]] = ()) -> dict[str, Any]:
@@ -37,7 +43,7 @@ def checks_part(checks: Iterable[dict[str, str]] = ()) -> dict[str, Any]:
 
 
 def image_summary(rows: pd.DataFrame, checks: Iterable[dict[str, str]] = ()) -> ImageAttackSummary:
-    return ImageAttackSummary.build(image_summary_doc(rows, checks))
+    return typed(ImageAttackSummary, image_summary_doc(rows, checks))
 
 
 def image_summary_doc(rows: pd.DataFrame, checks: Iterable[dict[str, str]] = ()) -> dict[str, Any]:
@@ -52,15 +58,16 @@ def image_summary_doc(rows: pd.DataFrame, checks: Iterable[dict[str, str]] = ())
         "attacks": list(dict.fromkeys(attacked["attack"])),
         "eps": sorted({float(e) for e in attacked["eps"]}),
         "norm": "linf",
-        "steps": "each attack's default",
-        "step_size": "0.15*eps",
-        "models": attack_accuracies(rows),
+        "steps": None,
+        "step_size": None,
+        "models": {label: res.to_dict() for label, res in attack_accuracies(rows).items()},
         **checks_part(checks),
     }
 
 
 def lm_summary(checks: Iterable[dict[str, str]] = ()) -> LMAttackSummary:
-    return LMAttackSummary.build(
+    return typed(
+        LMAttackSummary,
         {
             "kind": "attack",
             "family": "lm",
@@ -75,17 +82,17 @@ def lm_summary(checks: Iterable[dict[str, str]] = ()) -> LMAttackSummary:
             "eps_scale": {},
             "eps_scale_definition": "",
             "steps": 20,
-            "step_size": "0.15*eps",
+            "step_size": None,
             "seq_chars": 0,
             "replacement": "",
             "models": {},
             **checks_part(checks),
-        }
+        },
     )
 
 
 def lipschitz_summary(rows: pd.DataFrame, checks: Iterable[dict[str, str]] = ()) -> LipschitzSummary:
-    return LipschitzSummary.build({**lipschitz_summarize(rows), **checks_part(checks)})
+    return typed(LipschitzSummary, {**lipschitz_summarize(rows).to_dict(), **checks_part(checks)})
 
 
 def certify_summary(
@@ -97,7 +104,8 @@ def certify_summary(
     full = {"n0", "n", "alpha"} <= set(certs.columns)
     n0, n, alpha = (int(certs["n0"].iloc[0]), int(certs["n"].iloc[0]), float(certs["alpha"].iloc[0])) if full else (
         100, 1000, 0.001)  # fmt: skip
-    return CertifySummary.build(
+    return typed(
+        CertifySummary,
         {
             "kind": "certify",
             "family": "image",
@@ -109,11 +117,16 @@ def certify_summary(
             "n": n,
             "alpha": alpha,
             "max_certifiable_radius": {f"{s:g}": max_certifiable_radius(s, n, alpha) for s in sigmas},
-            "models": _by_model(certify_summarize(certs, radii)) if full else {},
+            "models": {
+                m: {k: v.to_dict() for k, v in by.items()}
+                for m, by in _by_model(certify_summarize(certs, radii)).items()
+            }
+            if full
+            else {},
             "curve": _records(accuracy_curve(certs)) if full else [],
             "empirical_l2": [],
             **checks_part(checks),
-        }
+        },
     )
 
 

@@ -173,7 +173,7 @@ def test_result_returns_them_from_a_folder_or_from_memory(saved: Path, net_data,
     assert torch.equal(kept.adversarial(attack="fgsm", eps=0.1)[1], load_adversarial(saved, attack="fgsm", eps=0.1)[1])
     with pytest.raises(RunStateError, match="m0-pgd-b0000"):
         kept.adversarial(attack="pgd", eps=0.1)
-    plain = evaluate(net, "fgsm", [0.1], data=(x, y), **COMMON)
+    plain = evaluate(net, "fgsm", [0.1], data=(x, y), **{**COMMON, "steps": None})  # fgsm alone takes no --steps
     with pytest.raises(RobfiltError, match="save_adversarial=True"):
         plain.adversarial()
 

@@ -17,6 +17,7 @@ import torch
 import robustbench_filters as rf
 from robustbench_filters.cli import run
 from robustbench_filters.core.errors import RobfiltError
+from robustbench_filters.models.built import built_of
 from robustbench_filters.models.checkpoint import zoo_path
 from robustbench_filters.models.loading import load_model
 from robustbench_filters.runs.runner import weights_digest
@@ -49,7 +50,7 @@ def test_untrained_weights_only_on_request_and_overrides_need_them() -> None:
     untrained = rf.create_model("deit-grc", checkpoint="none")
     assert not _holds_zoo_weights(untrained, "deit-grc")
     assert load_model("deit-grc", checkpoint="none").source == "untrained"
-    assert rf.create_model("deit-grc", checkpoint="none", grc_lambda=0.0).robfilt_spec.config.grc_lambda == 0.0
+    assert built_of(rf.create_model("deit-grc", checkpoint="none", grc_lambda=0.0)).spec.config.grc_lambda == 0.0
     with pytest.raises(RobfiltError, match=r"grc_lambda would change the architecture .* checkpoint=none") as info:
         rf.create_model("deit-grc", grc_lambda=0.0)
     assert "\n" not in str(info.value)

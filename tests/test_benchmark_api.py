@@ -22,7 +22,7 @@ from torch.utils.data import TensorDataset
 
 import robustbench_filters as rf
 from robustbench_filters.api import benchmark as benchmarking
-from robustbench_filters.api.benchmark import Accuracy, BenchmarkResult, benchmark
+from robustbench_filters.api.benchmark import AccuracyInterval, BenchmarkResult, benchmark
 from robustbench_filters.api.evaluate import evaluate
 from robustbench_filters.core.errors import RobfiltError
 from robustbench_filters.runs.folder import load_run
@@ -48,8 +48,8 @@ def net_data() -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
     return net, x, y
 
 
-def _acc(entry: Any) -> Accuracy:
-    return Accuracy(entry.acc, entry.lo, entry.hi, entry.n)
+def _acc(entry: Any) -> AccuracyInterval:
+    return AccuracyInterval(entry.acc, entry.lo, entry.hi, entry.n)
 
 
 def test_tensors_give_evaluates_numbers(net_data) -> None:

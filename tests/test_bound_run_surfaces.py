@@ -19,7 +19,7 @@ import pytest
 
 from robustbench_filters.api import evaluate as api
 from robustbench_filters.cli import run as cli_run
-from robustbench_filters.gating.run import run_gate
+from robustbench_filters.gate.run import run_gate
 from robustbench_filters.runs.folder import load_run
 
 MODEL = "timm:deit_micro_bsa_grc_patch4_28"

@@ -13,10 +13,10 @@ from run_summaries import summary_for
 
 from robustbench_filters.cli import run as cli_run
 from robustbench_filters.core.errors import RegressionError, RobfiltError
+from robustbench_filters.gate.run import run_gate
+from robustbench_filters.gate.spec import load_spec
 from robustbench_filters.gating import Decision, decide_baseline
 from robustbench_filters.gating.metrics import Metric
-from robustbench_filters.gating.run import run_gate
-from robustbench_filters.gating.spec import load_spec
 from robustbench_filters.runs.folder import RunWriter
 
 # `robfilt check` is evaluated in this process (tests/conftest.py::gate_in_process), not in a supervised child
@@ -283,7 +283,7 @@ OUT_OF_DOMAIN = [  # (section, key, value, what the message says): every thresho
 
 
 def test_every_threshold_key_has_a_domain() -> None:
-    from robustbench_filters.gating.require import DOMAINS, THRESHOLDS
+    from robustbench_filters.gate.require import DOMAINS, THRESHOLDS
 
     assert {metric for keys in THRESHOLDS.values() for metric in keys.values()} == set(DOMAINS)
 

@@ -11,6 +11,7 @@ import torch
 
 from robustbench_filters.core.errors import CheckpointError, RobfiltError
 from robustbench_filters.models import create_model, load_checkpoint, save_checkpoint
+from robustbench_filters.models.built import built_of
 from robustbench_filters.models.checkpoint import CARD, WEIGHTS, sha256_file
 
 ALL_VARIANTS = ["deit", "deit-bsa", "deit-grc", "deit-bsa-grc", "lm", "lm-bsa", "lm-grc", "lm-bsa-grc"]
@@ -48,7 +49,7 @@ def test_round_trip_gives_identical_outputs(name: str, tmp_path: Path) -> None:
 
     loaded = load_checkpoint(folder, name=name)
     assert not loaded.training
-    assert loaded.robfilt_spec.config == model.robfilt_spec.config
+    assert built_of(loaded).spec.config == built_of(model).spec.config
     for key, value in model.state_dict().items():
         assert torch.equal(loaded.state_dict()[key], value), key
     x = _input(name)
@@ -196,8 +197,8 @@ def test_safetensors_header_starting_with_0x80_is_not_taken_for_a_pickle(tmp_pat
 
 
 def test_zoo_without_weights_explains_how_to_get_them(tmp_path, monkeypatch) -> None:
-    import robustbench_filters.models.checkpoint as ckpt
+    import robustbench_filters.models.zoo_index as zoo_index
 
-    monkeypatch.setattr(ckpt, "ZOO_DIR", tmp_path)  # an empty zoo
+    monkeypatch.setattr(zoo_index, "ZOO_DIR", tmp_path)  # an empty zoo
     with pytest.raises(CheckpointError, match="robfilt train"):
         create_model("lm-bsa", checkpoint="zoo")

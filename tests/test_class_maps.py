@@ -311,7 +311,7 @@ def test_a_class_map_applies_to_image_folders_only(tmp_path: Path) -> None:
 
 
 def test_a_spec_class_map_is_read_from_the_spec_folder(named: Path, tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
-    from robustbench_filters.gating.run import run_gate
+    from robustbench_filters.gate.run import run_gate
 
     gate = tmp_path / "gate"
     gate.mkdir()

@@ -12,13 +12,14 @@ import sys
 import numpy as np
 import pandas as pd
 import pytest
+from run_summaries import typed
 
 from robustbench_filters.attacks.corruption import summarize_corruption_rows
 from robustbench_filters.attacks.lm import summarize_lm_rows
 from robustbench_filters.cli._render import render_corruption_summary, render_lm_summary
 from robustbench_filters.report.tables import perplexity_table
 from robustbench_filters.stats.intervals import wilson_interval
-from robustbench_filters.summaries import CorruptionSummary, LipschitzSummary, LMAttackSummary
+from robustbench_filters.summaries import CorruptionSummary, LMAttackSummary
 
 CHECKS = {"checks": [], "checks_summary": {"passed": True, "pass": 0, "warn": 0, "fail": 0}}
 
@@ -43,7 +44,7 @@ def _lm_rows() -> pd.DataFrame:
 
 def test_lm_summary_adds_the_reports_perplexity_interval_and_keeps_its_numbers() -> None:
     rows = _lm_rows()
-    summary = summarize_lm_rows(rows)
+    summary = _docs(summarize_lm_rows(rows))
     report = perplexity_table(rows).set_index(["model", "attack", "eps"])
     for model, m in summary.items():
         clean = rows[(rows.model == model) & (rows.kind == "clean")]
@@ -55,17 +56,22 @@ def test_lm_summary_adds_the_reports_perplexity_interval_and_keeps_its_numbers()
             assert entry["ppl"] == pytest.approx(ref.ppl)
 
 
+def _docs(models: dict) -> dict:
+    """Per-model records as the documents summary.json holds (these tests edit and index them)."""
+    return {label: record.to_dict() for label, record in models.items()}
+
+
 def _lm_summary(models: dict) -> LMAttackSummary:
-    return LMAttackSummary.build({
+    return typed(LMAttackSummary, {
         "kind": "attack", "family": "lm", "data": "austen", "n_examples": 12, "seed": 0, "attacks": ["pgd", "wordswap"],
         "eps": [0.05, 0.1], "rates": [0.1], "norm": "linf", "eps_mode": "relative", "eps_scale": {},
-        "eps_scale_definition": "", "steps": 3, "step_size": "0.15*eps", "seq_chars": 128, "replacement": "AAA",
+        "eps_scale_definition": "", "steps": 3, "step_size": None, "seq_chars": 128, "replacement": "AAA",
         "models": models, **CHECKS,
     })  # fmt: skip
 
 
 def test_lm_table_shows_perplexity_with_its_interval(capsys: pytest.CaptureFixture[str]) -> None:
-    models = summarize_lm_rows(_lm_rows())
+    models = _docs(summarize_lm_rows(_lm_rows()))
     render_lm_summary(_lm_summary(models))
     out = capsys.readouterr().out
     assert "perplexity [95% bootstrap CI over sequences]" in out
@@ -77,7 +83,7 @@ def test_lm_table_shows_perplexity_with_its_interval(capsys: pytest.CaptureFixtu
 
 
 def test_lm_table_of_a_summary_without_intervals_shows_the_point(capsys: pytest.CaptureFixture[str]) -> None:
-    models = summarize_lm_rows(_lm_rows())
+    models = _docs(summarize_lm_rows(_lm_rows()))
     for m in models.values():  # too few sequences for a bootstrap interval
         for entry in [m["clean"], *m["results"]]:
             entry["ppl_lo"] = entry["ppl_hi"] = math.nan
@@ -96,10 +102,10 @@ def test_corruption_tables_show_accuracy_with_wilson_intervals(capsys: pytest.Ca
                 rows.append({"model": model, "example_id": i, "kind": "contamination",
                              "attack": "corruption:contrast", "eps": float(s), "correct": i < 18 - 5 * s})  # fmt: skip
     models = summarize_corruption_rows(pd.DataFrame(rows))
-    summary = CorruptionSummary.build({
+    summary = typed(CorruptionSummary, {
         "kind": "corruption", "family": "image", "data": "fashion-mnist", "n_examples": 20, "seed": 0,
         "attacks": ["corruption:contrast"], "corruptions": ["contrast"], "severities": [1, 2], "parameters": [],
-        "baseline": "deit", "models": models, **CHECKS,
+        "baseline": "deit", "models": {k: v.to_dict() for k, v in models.items()}, **CHECKS,
     })  # fmt: skip
     render_corruption_summary(summary)
     out = capsys.readouterr().out
@@ -110,13 +116,10 @@ def test_corruption_tables_show_accuracy_with_wilson_intervals(capsys: pytest.Ca
     # mean corrupted accuracy: each example scored over its two corrupted copies (1, 0.5 or 0), t-interval over 20
     scores = [(float(i < 13) + float(i < 8)) / 2 for i in range(20)]
     mean, lo, hi = np.mean(scores), *stats_t_interval(scores)
-    assert models["deit"]["mean_acc"] == pytest.approx(mean)
-    assert (models["deit"]["mean_acc_lo"], models["deit"]["mean_acc_hi"]) == pytest.approx((lo, hi), rel=1e-3)
+    assert models["deit"].mean_acc == pytest.approx(mean)
+    assert (models["deit"].mean_acc_lo, models["deit"].mean_acc_hi) == pytest.approx((lo, hi), rel=1e-3)
     assert "mean corrupted % [95% t-CI, clipped to [0, 100]]" in out
-    assert (
-        f"{100 * mean:.1f} [{100 * models['deit']['mean_acc_lo']:.1f}, {100 * models['deit']['mean_acc_hi']:.1f}]"
-        in out
-    )
+    assert f"{100 * mean:.1f} [{100 * models['deit'].mean_acc_lo:.1f}, {100 * models['deit'].mean_acc_hi:.1f}]" in out
 
 
 def stats_t_interval(values: list[float]) -> tuple[float, float]:
@@ -139,17 +142,15 @@ def test_lipschitz_tables_show_the_mean_lower_bound_with_its_t_interval(capsys: 
             for layer, scale in (("model", 1.0), ("blocks.0", 0.5)) for i, v in enumerate(lower)]  # fmt: skip
     summary = summarize(pd.DataFrame(rows))
     half = st.t.ppf(0.975, 4) * np.std(lower, ddof=1) / math.sqrt(5)  # by hand: mean 3.0, t(4) = 2.776
-    model = summary["models"]["deit"]
-    assert (model["lower_mean_lo"], model["lower_mean_hi"]) == pytest.approx((3.0 - half, 3.0 + half), rel=1e-3)
-    block = model["layers"][0]
-    assert (block["lower_mean_lo"], block["lower_mean_hi"]) == pytest.approx((1.5 - half / 2, 1.5 + half / 2), rel=1e-3)
-    render_lipschitz_summary(
-        LipschitzSummary.build({**summary, **CHECKS}), "pgd, l2, rho=0.1", per_layer=True, gap=False
-    )
+    model = summary.models["deit"]
+    assert (model.lower_mean_lo, model.lower_mean_hi) == pytest.approx((3.0 - half, 3.0 + half), rel=1e-3)
+    block = model.layers[0]
+    assert (block.lower_mean_lo, block.lower_mean_hi) == pytest.approx((1.5 - half / 2, 1.5 + half / 2), rel=1e-3)
+    render_lipschitz_summary(summary, "pgd, l2, rho=0.1", per_layer=True, gap=False)
     out = capsys.readouterr().out
     assert "lower mean [95% t-CI, clipped at 0]" in out and "gain mean [95% t-CI, clipped at 0]" in out
     for entry, mean in ((model, "3"), (block, "1.5")):
-        assert f"{mean} [{entry['lower_mean_lo']:.3g}, {entry['lower_mean_hi']:.3g}]" in out
+        assert f"{mean} [{entry.lower_mean_lo:.3g}, {entry.lower_mean_hi:.3g}]" in out
 
 
 class _ClosedPipe(io.StringIO):

@@ -84,11 +84,11 @@ def test_mce_is_normalised_by_the_baseline() -> None:
                     rows.append({"model": model, "example_id": i, "kind": "contamination",
                                  "attack": f"corruption:{name}", "eps": float(s), "correct": i >= 4 * err})  # fmt: skip
     summary = summarize_corruption_rows(pd.DataFrame(rows))
-    assert summary["deit"]["mce"] == pytest.approx(1.0)
-    assert summary["deit-grc"]["corruptions"]["gaussian_noise"]["ce"] == pytest.approx(0.5)
-    assert summary["deit-grc"]["mce"] == pytest.approx(0.75)
-    assert summary["deit-grc"]["mean_acc"] == pytest.approx(0.625)
-    assert summarize_corruption_rows(pd.DataFrame(rows), baseline="deit-bsa")["deit"]["mce"] is None
+    assert summary["deit"].mce == pytest.approx(1.0)
+    assert summary["deit-grc"].corruptions["gaussian_noise"].ce == pytest.approx(0.5)
+    assert summary["deit-grc"].mce == pytest.approx(0.75)
+    assert summary["deit-grc"].mean_acc == pytest.approx(0.625)
+    assert summarize_corruption_rows(pd.DataFrame(rows), baseline="deit-bsa")["deit"].mce is None
 
 
 def test_cli_corruption_run_json_and_table(capsys, tmp_path: Path) -> None:

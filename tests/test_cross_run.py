@@ -18,7 +18,7 @@ from small_study import TWO_SEEDS
 
 from robustbench_filters.core.errors import RobfiltError, RunStateError
 from robustbench_filters.core.io import sha256_file
-from robustbench_filters.gating.run import run_gate
+from robustbench_filters.gate.run import run_gate
 from robustbench_filters.report import build_report
 from robustbench_filters.runs.fingerprint import manifest_fingerprint
 from robustbench_filters.runs.folder import RunWriter, load_run, verify_run

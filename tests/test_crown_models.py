@@ -189,7 +189,7 @@ def test_crown_is_much_tighter_than_ibp_at_small_eps() -> None:
 
 @pytest.mark.parametrize(
     "name",
-    ["deit", pytest.param("deit-bsa-grc", marks=pytest.mark.slow), pytest.param("deit-grc-at", marks=pytest.mark.slow)],
+    [pytest.param(n, marks=pytest.mark.slow) for n in ("deit", "deit-bsa-grc", "deit-grc-at")],  # ~25 s each
 )
 def test_zoo_models_bounds_hold_on_sampled_and_pgd_points(name: str) -> None:
     """The micro zoo DeiTs, one test image each, at eps 1e-4 (where the bound is tight enough to mean something)."""

@@ -17,9 +17,11 @@ from robustbench_filters.attacks.catalogue import (
     ATTACKS,
     DEFAULT_IMAGE_ATTACK,
     AttackInfo,
+    AttackParams,
     Norm,
     register_attack,
 )
+from robustbench_filters.checks.convergence import allowed
 from robustbench_filters.cli import run
 from robustbench_filters.configs import ImageAttackConfig, LMAttackConfig
 from robustbench_filters.core import names
@@ -111,7 +113,8 @@ def test_ledger_counts_exactly_what_the_model_ran(net) -> None:
         p.requires_grad_(False)
     with torch.no_grad():
         clean = net(x)
-    settings = CascadeSettings("apgd-adaptive", (0.02, 0.05), Norm.LINF, 10, 0, convergence=0.5)
+    template = AttackParams(0.0, Norm.LINF, None, None, 0, 10)
+    settings = CascadeSettings("apgd-adaptive", (0.02, 0.05), template, convergence=0.5)
     rows = cascade(model, "m", Batch(x, y, ids, clean.argmax(1) == y, clean), settings)
     assert model.fwd == rows.fwd.sum() + rows.conv_fwd.sum()
     assert model.bwd == rows.bwd.sum() + rows.conv_bwd.sum()
@@ -166,33 +169,50 @@ def test_eps0_check_is_cheap_and_catches_an_attack_that_moves_x(net) -> None:
 
 
 def test_the_default_escalates_until_a_round_breaks_nothing(net) -> None:
-    """Weakened to two steps, the default leaves examples its stronger rerun breaks: those count (fooled_by
+    """An escalating attack whose stages run two steps (a registered copy of the default with no declared budget,
+    so two steps are its own, not a cut) leaves examples its stronger rerun breaks: those count (fooled_by
     'rerun', their points inside the ball), further rounds run on what is left, and the convergence column records
     the last round of each unit only. A non-escalating attack's rerun is a check alone: its rows keep their
     outcome."""
     kwargs = {"eps": [0.06], "n_examples": 64, "seed": 0, "steps": 2}
-    result = evaluate([net], **kwargs)
-    adv = result.rows[result.rows.attack == "apgd-adaptive"]
+    weak, plain = "two-step-escalating-test", "no-escalation-test"
+    register_attack(replace(ATTACKS["apgd-adaptive"], name=weak, steps=None))
+    register_attack(replace(ATTACKS["apgd-adaptive"], name=plain, steps=None, escalates=False))
+    try:
+        result = evaluate([net], attacks=[weak], **kwargs)
+        again = evaluate([net], attacks=[weak], **kwargs).rows
+        # without the escalation (the check alone) the same stages leave every one of them robust
+        alone = evaluate([net], attacks=[plain], **kwargs)
+    finally:
+        for name in (weak, plain):
+            del ATTACKS[name], ATTACK_SPECS[name]  # both: later tests compare the catalogue
+    adv = result.rows[result.rows.attack == weak]
     rerun = adv[adv.fooled_by == "rerun"]
     assert len(rerun) > 0 and not rerun.correct.any()
     assert (rerun.pert_norm <= 0.06 + 1e-6).all()
     assert (adv.conv_fwd[adv.fooled_by == "rerun"] > 0).all()
-    # without the escalation (the check alone) the same stages leave every one of them robust
-    plain = "no-escalation-test"
-    register_attack(replace(ATTACKS["apgd-adaptive"], name=plain, escalates=False))
-    try:
-        alone = evaluate([net], attacks=[plain], **kwargs)
-    finally:
-        del ATTACKS[plain], ATTACK_SPECS[plain]  # both: later tests compare the catalogue
     alone_adv = alone.rows[alone.rows.attack == plain].set_index("example_id")
     assert "rerun" not in set(alone_adv.fooled_by)
     assert alone_adv.loc[rerun.example_id, "correct"].all()
     assert int(adv.correct.sum()) < int(alone_adv.correct.sum())
     # the rows are the run's: the same command gives the same numbers
-    again = evaluate([net], **kwargs).rows
     pd.testing.assert_frame_equal(
         result.rows.drop(columns="seconds", errors="ignore"), again.drop(columns="seconds", errors="ignore")
     )
+
+
+def test_the_default_cut_by_the_user_does_not_escalate_and_its_check_fails(net) -> None:
+    """The default cut to one step (below its own budget): it is labelled weaker, its rerun runs at the
+    default's own settings (doubled) as a check alone, so what that breaks stays robust in the rows, and the check
+    fails (issue 41: a check exists to catch a weak attack, whatever made it weak)."""
+    cut = evaluate([net], eps=[0.06], n_examples=64, seed=0, steps=1)
+    (entry,) = cut.summary.models["model0"].robust
+    adv = cut.rows[cut.rows.attack == "apgd-adaptive"]
+    assert entry.strength == "weak" and "rerun" not in set(adv.fooled_by)
+    broken = adv[adv.convergence == "broken"]
+    assert len(broken) > allowed(64) and broken.correct.all()
+    (check,) = [c for c in cut.summary.checks if c.name.startswith("attack converged")]
+    assert check.status == "fail" and "upper bound" in check.detail
 
 
 def test_the_default_without_its_check_skips_the_escalation_and_is_marked_weaker(net) -> None:

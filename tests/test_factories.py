@@ -12,6 +12,7 @@ import torch
 
 from robustbench_filters.core.errors import CheckpointError, RobfiltError
 from robustbench_filters.models.loading import load_model
+from robustbench_filters.models.ref import ModelKind
 
 MODELS_PY = """
 import torch
@@ -74,7 +75,7 @@ def test_file_factory_from_its_own_folder_with_arguments(project: Path, monkeypa
     before = list(sys.path)
     loaded = load_model("mynet=models.py:build?width=5&classes=4")
     assert sys.path == before
-    assert loaded.label == "mynet" and loaded.family == "custom" and loaded.source == "factory"
+    assert loaded.label == "mynet" and loaded.ref.kind is ModelKind.FACTORY and loaded.source == "factory"
     assert loaded.module.body[1].out_features == 5 and loaded.module(_x()).shape == (2, 4)
     assert not loaded.module.training
 
@@ -146,7 +147,7 @@ def test_ctrl_c_in_a_factory_still_stops(project: Path) -> None:
 
 def test_a_spec_names_a_factory_file_relative_to_its_own_folder(project: Path, tmp_path: Path, monkeypatch) -> None:
     """The light check of a reference (before any heavy import) looks for the file from the spec's folder too."""
-    from robustbench_filters.gating.spec import load_spec
+    from robustbench_filters.gate.spec import load_spec
 
     (project / "pyproject.toml").write_text("")
     spec = project / "specs" / "gate.toml"

@@ -19,10 +19,10 @@ from run_summaries import certify_summary
 
 from robustbench_filters.cli import run as cli_run
 from robustbench_filters.core.errors import RobfiltError, RunStateError
+from robustbench_filters.gate.run import run_gate
+from robustbench_filters.gate.spec import load_spec
 from robustbench_filters.gating import read_baseline
 from robustbench_filters.gating.metrics import metrics_from_run
-from robustbench_filters.gating.run import run_gate
-from robustbench_filters.gating.spec import load_spec
 from robustbench_filters.runs.folder import RunWriter, load_run
 from robustbench_filters.stats.intervals import max_certifiable_radius, wilson_interval
 

@@ -15,10 +15,10 @@ from run_summaries import image_summary
 
 from robustbench_filters.cli import run as cli_run
 from robustbench_filters.core.errors import RobfiltError
+from robustbench_filters.gate.run import run_gate
+from robustbench_filters.gate.spec import load_spec
 from robustbench_filters.gating import Correction, Mode, read_baseline, run_wall_seconds
 from robustbench_filters.gating.metrics import baseline_document, metrics_from_run
-from robustbench_filters.gating.run import run_gate
-from robustbench_filters.gating.spec import load_spec
 from robustbench_filters.runs.folder import RunWriter, load_run
 
 CONFIG = {"data": "fashion-mnist", "data_checksum": "abc", "example_ids_sha256": "ids0", "n_examples": 500}

@@ -129,7 +129,11 @@ CASES = [
     ("certified bounds", ["lipschitz", "--model", "hf:{gpt2}", "-n", "1", "--seq-len", "8"], "pass --no-bounds"),
     ("train variant", ["train", "--model", "hf:{gpt2}", "--variant", "bsb", "--steps", "1"], "unknown variant"),
     ("train rotary", ["train", "--model", "hf:{llama}", "--variant", "bsa", "--steps", "1"], "rotary positions"),
-    ("variant, registry", ["train", "--model", "lm", "--variant", "grc", "--steps", "1"], "applies to hf: models"),
+    (
+        "variant, registry",
+        ["train", "--model", "lm", "--variant", "grc", "--steps", "1"],
+        "--variant does not apply to language models trained from scratch",
+    ),
     ("train epochs", ["train", "--model", "hf:{gpt2}", "--epochs", "1"], "step-based"),
 ]
 

@@ -24,6 +24,7 @@ from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from robustbench_filters.core.errors import RobfiltError
 from robustbench_filters.data import load_text
 from robustbench_filters.models.hf import perplexity as P
+from robustbench_filters.models.hf import rolling as R
 from robustbench_filters.models.hf.load import load_hf
 
 WINDOW = 16
@@ -33,11 +34,11 @@ WINDOW = 16
 @pytest.mark.parametrize(("max_len", "context"), [(16, 1), (16, 5), (16, 16), (8, 3), (1, 1)])
 def test_windows_are_lm_evals(n_tokens: int, max_len: int, context: int) -> None:
     tokens = list(range(100, 100 + n_tokens))
-    ours = list(P.rolling_windows(tokens, 7, max_len, context))
+    ours = list(R.rolling_windows(tokens, 7, max_len, context))
     theirs = list(get_rolling_token_windows(tokens, 7, max_len, context))
     assert ours == theirs
-    assert [P.disjoint_window(w) for w in ours] == [make_disjoint_window(w) for w in theirs]
-    rolling = P.Rolling(max_len, max_len - context + 1, 7)
+    assert [R.disjoint_window(w) for w in ours] == [make_disjoint_window(w) for w in theirs]
+    rolling = R.Rolling(max_len, max_len - context + 1, 7)
     assert rolling.windows(tokens) == [make_disjoint_window(w) for w in theirs]
     predicted = [t for _, cont in rolling.windows(tokens) for t in cont]
     assert predicted == tokens  # every token predicted exactly once
@@ -161,7 +162,7 @@ def test_attack_rows_hold_each_documents_lm_eval_numbers(hf_models) -> None:
 
 def test_bad_windows_and_empty_documents_are_one_line(hf_models) -> None:
     with pytest.raises(RobfiltError, match="--stride 9 must be between 1 and --max-length 8"):
-        P.Rolling(8, 9, 0)
+        R.Rolling(8, 9, 0)
     with pytest.raises(RobfiltError, match="no documents"):
         P.evaluate_perplexity(object(), [])
     with pytest.raises(RobfiltError, match="1 of 2 documents have no tokens"):

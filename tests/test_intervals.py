@@ -37,10 +37,10 @@ def test_the_issue_example_two_lipschitz_lower_bounds_never_give_a_negative_inte
     rows = pd.DataFrame([{"model": "deit", "layer": layer, "example_id": i, "method": "power", "lower": v * scale,
                           "local_upper": np.nan, "global_upper": np.nan, "radius": np.nan}
                          for layer, scale in (("model", 1.0), ("blocks.0", 0.5)) for i, v in enumerate(lower)])  # fmt: skip
-    model = summarize(rows)["models"]["deit"]
-    assert model["lower_mean"] == pytest.approx(0.183)
-    assert model["lower_mean_lo"] == 0.0 and model["lower_mean_hi"] == pytest.approx(_t(lower)[1])
-    assert model["layers"][0]["lower_mean_lo"] == 0.0
+    model = summarize(rows).models["deit"]
+    assert model.lower_mean == pytest.approx(0.183)
+    assert model.lower_mean_lo == 0.0 and model.lower_mean_hi == pytest.approx(_t(lower)[1])
+    assert model.layers[0].lower_mean_lo == 0.0
 
 
 def test_a_clipped_interval_keeps_its_coverage_and_its_estimand() -> None:
@@ -104,13 +104,11 @@ def test_every_table_names_its_interval(tmp_path, capsys) -> None:
     from robustbench_filters.cli.lipschitz import render_lipschitz_summary
     from robustbench_filters.gating.outcome import GateResult, Outcome
     from robustbench_filters.gating.output import markdown_summary
-    from robustbench_filters.summaries import LipschitzSummary
 
     rows = pd.DataFrame([{"model": "deit", "layer": "model", "example_id": i, "method": "power", "lower": v,
                           "local_upper": np.nan, "global_upper": np.nan, "radius": np.nan}
                          for i, v in enumerate([0.05, 0.316])])  # fmt: skip
-    checks = {"checks": [], "checks_summary": {"passed": True, "pass": 0, "warn": 0, "fail": 0}}
-    render_lipschitz_summary(LipschitzSummary.build({**summarize(rows), **checks}), "power", per_layer=False, gap=False)
+    render_lipschitz_summary(summarize(rows), "power", per_layer=False, gap=False)
     assert "lower mean [95% t-CI, clipped at 0]" in capsys.readouterr().out
     outcome = Outcome("threshold", "image", "deit", "clean", "acc", ">= 50.0", 0.6, 0.5, 0.7, "pass", "ok", "run")
     text = markdown_summary(GateResult(name="g", outcomes=[outcome], runs=["run"], out=tmp_path))

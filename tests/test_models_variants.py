@@ -11,6 +11,7 @@ import torch
 from robustbench_filters import create_model, list_models
 from robustbench_filters.core.errors import RobfiltError
 from robustbench_filters.models import BilateralAttention, BlockStack, set_fused_attn
+from robustbench_filters.models.built import built_of
 from robustbench_filters.models.config import IMAGENET_MEAN, IMAGENET_STD
 
 DEIT_VARIANTS = ["deit", "deit-bsa", "deit-grc", "deit-bsa-grc"]
@@ -187,7 +188,7 @@ def test_lm_is_causal(case: tuple[str, dict], fused: bool) -> None:
 def test_variant_forward_shape_and_finite_gradients(case: tuple[str, dict]) -> None:
     name, overrides = case
     model = create_model(name, **overrides, checkpoint="none").train()
-    assert model.robfilt_spec.name == name
+    assert built_of(model).spec.name == name
     x = _input(name)
     out = model(x)
     assert out.shape == ((2, 10) if name.startswith("deit") else (2, 24, 128))

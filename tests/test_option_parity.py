@@ -27,7 +27,7 @@ from robustbench_filters.configs import (
 )
 from robustbench_filters.configs.options import declaration
 from robustbench_filters.core.surface import Surface
-from robustbench_filters.gating import spec
+from robustbench_filters.gate import spec
 from robustbench_filters.train.recipe import Recipe
 
 # kind -> (CLI command, API functions, spec section)

@@ -22,7 +22,7 @@ from small_study import TWO_SEEDS
 
 from robustbench_filters.cli import run
 from robustbench_filters.core.errors import RobfiltError
-from robustbench_filters.gating.run import run_gate
+from robustbench_filters.gate.run import run_gate
 from robustbench_filters.report import build_report
 from robustbench_filters.runs.folder import RunWriter
 from robustbench_filters.runs.outfolder import LEDGER, OutputFolder

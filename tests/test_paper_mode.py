@@ -17,6 +17,7 @@ from figure_checks import PPM_300_DPI, png_pixels_per_metre
 from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
 from report_synthetic import CERT_RADII, certify_runs, synthetic_runs
+from run_summaries import typed
 
 from robustbench_filters.core.budgets import eps_key, eps_text
 from robustbench_filters.core.parsing import parse_number
@@ -97,9 +98,9 @@ def test_terminal_table_writes_eps_like_the_report(capsys) -> None:
 
     cell = {"acc": 0.5, "lo": 0.4, "hi": 0.6, "n": 10, "correct": 5}
     robust = [{"attack": "pgd", "eps": e, **cell} for e in (0.5 / 255, 1 / 255)]
-    summary = ImageAttackSummary.build({
+    summary = typed(ImageAttackSummary, {
         "kind": "attack", "family": "image", "data": "synthetic", "n_examples": 10, "seed": 0, "attacks": ["pgd"],
-        "eps": [0.5 / 255, 1 / 255], "norm": "linf", "steps": 20, "step_size": "0.15*eps",
+        "eps": [0.5 / 255, 1 / 255], "norm": "linf", "steps": 20, "step_size": None,
         "models": {"deit": {"clean": cell, "robust": robust}}, "checks": [],
         "checks_summary": {"passed": True, "pass": 0, "warn": 0, "fail": 0},
     })  # fmt: skip

@@ -13,7 +13,7 @@ from torch import nn
 from robustbench_filters.cli import run
 from robustbench_filters.configs import LipschitzConfig
 from robustbench_filters.core.errors import RobfiltError
-from robustbench_filters.gating.spec import load_spec
+from robustbench_filters.gate.spec import load_spec
 from robustbench_filters.study import StudyPlan, run_study
 from robustbench_filters.study.plan import LM_ATTACK_TEMPLATE
 
@@ -105,3 +105,27 @@ def test_cli_lists_refuse_repeats(tmp_path: Path, capsys, argv: list[str]) -> No
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and ("twice" in err or "given" in err), err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("tables", "needle"),
+    [
+        ('[[image.require]]\nmin_acc = 0.5\n[[image.require]]\nmodel = "deit"\nmin_acc = 0.4\n',
+         r"\[\[image.require\]\] #2 requires min_acc = 0.4 of deit under clean, but \[\[image.require\]\] #1 requires "
+         r"min_acc = 0.5 of the same \(interval mode\); a check has one limit"),
+        ('[[image.require]]\nattack = "pgd"\neps = 0.01\nmin_acc = 0.2\nmode = "point"\n[[image.require]]\n'
+         'attack = "pgd"\neps = ["1/100"]\nmin_acc = 0.3\nmode = "point"\nmodels = ["deit-grc"]\n',
+         r"#2 requires min_acc = 0.3 of deit-grc under pgd eps 0.01, but .* #1 requires min_acc = 0.2 .*point mode"),
+    ],
+)  # fmt: skip
+def test_two_limits_for_one_check_are_refused_naming_both_tables(
+    tmp_path: Path, tables: str, needle: str, capfd
+) -> None:
+    """A check with two limits (which would the gate hold?) is refused like a repeated one, in one line naming both
+    tables; from the API (load_spec) and the CLI (robfilt check exits 2 before any run)."""
+    path = _spec(tmp_path, SECTION + tables)
+    with pytest.raises(RobfiltError, match=needle):
+        load_spec(path)
+    assert run(["check", "--spec", str(path), "--out", str(tmp_path / "out"), "-q"]) == 2
+    err = capfd.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "a check has one limit" in err and not (tmp_path / "out").exists()

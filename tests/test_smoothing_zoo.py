@@ -13,6 +13,7 @@ from robustbench_filters.checks import FAIL
 from robustbench_filters.cli import run
 from robustbench_filters.core.errors import CheckpointError
 from robustbench_filters.data import load_images
+from robustbench_filters.models.built import built_of
 from robustbench_filters.models.checkpoint import ZOO_NOISE_SIGMAS, load_checkpoint, zoo_path
 from robustbench_filters.models.zoo import MIN_CERTIFIED_ACC, noise_zoo_status
 from robustbench_filters.smoothing import (
@@ -30,7 +31,7 @@ DEITS = ["deit", "deit-bsa", "deit-grc", "deit-bsa-grc"]
 @pytest.mark.parametrize("name", DEITS)
 def test_noise_trained_zoo_loads_and_its_card_records_noise_and_certificates(name: str) -> None:
     model = create_model(name, "micro", checkpoint="zoo:sigma0.25")
-    card = model.robfilt_card
+    card = built_of(model).card
     assert card["name"] == name and card["recipe"]["noise_sigma"] == 0.25
     assert "--noise-sigma 0.25" in card["recipe"]["rebuild_command"] and card["recipe"]["wall_time_s"] > 0
     cert = card["certification"]

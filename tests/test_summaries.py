@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from run_summaries import image_summary, image_summary_doc, lm_summary
+from run_summaries import image_summary, lm_summary
 
 from robustbench_filters.cli import run as cli_run
 from robustbench_filters.core.errors import RobfiltError, RunStateError
@@ -80,6 +80,12 @@ def test_typed_fields_read_what_was_written(every_kind: Path) -> None:
     assert [(r.attack, r.eps, r.acc, r.n) for r in s.models["deit"].robust] == [
         (r["attack"], r["eps"], r["acc"], r["n"]) for r in raw
     ]
+    # format 3 records the budget each attack ran with, not prose: the user gave --steps 2, pgd's step is 0.15 eps
+    assert (s.steps, s.step_size) == (2, None) and written["format_version"] == 3
+    assert [(r.attack, r.steps, r.step_size) for r in s.models["deit"].robust] == [
+        ("fgsm", 1, None),
+        ("pgd", 2, pytest.approx(0.15 * 0.02)),
+    ]
     assert s.sanity_checks() and all(c.status in ("pass", "warn", "fail") for c in s.sanity_checks())
     assert s.checks_summary.passes == written["checks_summary"]["pass"]
     lm = load_run(every_kind / "lm").summary
@@ -133,9 +139,9 @@ def _report_refuses(run: Path, out: Path, capfd: pytest.CaptureFixture[str], *ne
 def test_a_summary_of_another_version_is_one_line(finished_run_copy: Path, tmp_path: Path, capfd) -> None:
     _resign_summary(finished_run_copy, lambda s: s.update(format_version=7))
     _report_refuses(finished_run_copy, tmp_path / "rep", capfd, f"summary.json of run folder {finished_run_copy}",
-                    f"format version 7; this robfilt reads {VERSION}: upgrade robfilt")  # fmt: skip
+                    "format version 7; this robfilt reads 2 or 3: upgrade robfilt")  # fmt: skip
     _resign_summary(finished_run_copy, lambda s: s.update(format_version=1))
-    with pytest.raises(RobfiltError, match="format version 1; this robfilt reads 2: re-run it"):
+    with pytest.raises(RobfiltError, match="format version 1; this robfilt reads 2 or 3: re-run it"):
         load_run(finished_run_copy)
 
 
@@ -179,18 +185,14 @@ def test_report_family_comes_from_kind_and_family_alone() -> None:
         report_family("attack", "text", "run folder r")
 
 
-def test_a_measurement_that_renames_a_key_fails_before_writing(tmp_path: Path) -> None:
-    """A measurement builds its typed summary from its document: a drifted key is a loud bug, and so is a summary
-    of another kind's type handed to the writer; neither leaves a finished folder."""
+def test_a_summary_of_another_kind_fails_before_writing(tmp_path: Path) -> None:
+    """A measurement constructs its typed summary (a drifted key is a TypeError there); a summary of another kind's
+    type handed to the writer is a loud bug too, and leaves no finished folder."""
     rows = pd.DataFrame({"model": ["m"], "example_id": [0], "attack": ["clean"], "eps": [0.0], "correct": [True]})
-    doc = image_summary_doc(rows)
-    doc["attack_names"] = doc.pop("attacks")
-    with pytest.raises(RunStateError, match="has key 'attack_names'.*this is a bug"):
-        ImageAttackSummary.build(doc)
     out = tmp_path / "run"
     with RunWriter(out, "attack", {"n": 1}, seed=0, extra={"family": "image"}) as w:
         w.write_part("all", rows)
-        with pytest.raises(RunStateError, match="it is a LMAttackSummary, not a ImageAttackSummary.*this is a bug"):
+        with pytest.raises(RunStateError, match="made a LMAttackSummary, not a ImageAttackSummary.*this is a bug"):
             w.finish(rows, lm_summary())
     assert not (out / "summary.json").exists() and not (out / "rows.parquet").exists()
     assert json.loads((out / "manifest.json").read_text())["status"] == "running"  # resumable, not complete
@@ -203,7 +205,7 @@ def test_the_writer_stamps_the_fingerprint_on_the_summary_it_returns(tmp_path: P
     with RunWriter(tmp_path / "run", "attack", {"n": 1}, seed=0, extra={"family": "image"}) as w:
         w.write_part("all", rows)
         written = w.finish(rows, built)
-    assert written.fingerprint == w.fp and written.format_version == 2
+    assert written.fingerprint == w.fp and written.format_version == VERSION == 3
     assert load_run(tmp_path / "run").summary == written
     assert json.loads((tmp_path / "run" / "summary.json").read_text()) == written.to_dict()
 
@@ -222,17 +224,23 @@ def test_a_summary_json_baseline_holds_the_metrics_of_its_run_folder(every_kind:
 
 
 def test_the_registry_of_run_kinds_names_each_kinds_classes() -> None:
-    """Every row's config and measurement import (they are named by module path: the table sits below them), and
-    each class finds its row again; the measurement's kind is the row's name."""
-    from robustbench_filters.summaries import RUN_KINDS, kind_of
+    """Every row's summary finds its row again, every config names a kind of the table, and the API runs every
+    run config robfilt has (its plain mapping, beside the code that runs measurements)."""
+    from robustbench_filters.api.evaluate import MEASUREMENTS
+    from robustbench_filters.configs import RunConfig
+    from robustbench_filters.summaries import KINDS, RUN_KINDS, kind_of
 
     assert len({(k.name, k.family) for k in RUN_KINDS}) == len(RUN_KINDS)
     for row in RUN_KINDS:
-        config, measurement = row.config_class(), row.measurement_class()
-        assert kind_of(config) is row and kind_of(measurement) is row and kind_of(row.summary) is row
-        assert summary_type(row.name, row.family, "r") is row.summary
+        assert kind_of(row.summary) is row and summary_type(row.name, row.family, "r") is row.summary
     with pytest.raises(RunStateError, match="in no row of the registry"):
         kind_of(dict)
+
+    def subclasses(cls: type) -> set[type]:
+        return {c for sub in cls.__subclasses__() for c in {sub, *subclasses(sub)}}
+
+    runnable = {c for c in subclasses(RunConfig) if c.KIND}
+    assert runnable == set(MEASUREMENTS) and all(c.KIND in KINDS for c in runnable)
 
 
 def test_the_api_builds_each_kinds_measurement_from_the_registry() -> None:

@@ -11,8 +11,10 @@ import torch
 
 from robustbench_filters.core.errors import CheckpointError, RobfiltError
 from robustbench_filters.models import create_model
+from robustbench_filters.models.built import built_of
 from robustbench_filters.models.loading import load_model
 from robustbench_filters.models.normalize import get_normalizer
+from robustbench_filters.models.ref import ModelKind
 
 R18 = "timm:resnet18?num_classes=10&in_chans=1&img_size=32"
 
@@ -32,7 +34,7 @@ def r18_file(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, torch.nn.M
 def test_ten_class_grey_resnet18_round_trip_gives_identical_logits(r18_file) -> None:
     path, trained = r18_file
     loaded = load_model(R18, checkpoint=str(path), seed=0)
-    assert loaded.family == "timm" and loaded.source == str(path)
+    assert loaded.ref.kind is ModelKind.TIMM and loaded.source == str(path)
     assert loaded.input is not None and loaded.input.image_shape == (1, 32, 32)
     x = torch.rand(4, 1, 32, 32)
     with torch.no_grad():
@@ -162,7 +164,7 @@ def test_bad_timm_and_registry_arguments_are_one_line(ref: str, checkpoint: str,
 
 def test_registry_models_take_arguments_and_plain_state_dicts(tmp_path: Path) -> None:
     boosted = load_model("deit-grc?grc_lambda=0.0&size=micro", checkpoint="none", seed=0).module
-    assert boosted.robfilt_spec.config.grc_lambda == 0.0
+    assert built_of(boosted).spec.config.grc_lambda == 0.0
     zoo = create_model("deit-bsa", checkpoint="zoo")
     path = _save(zoo, tmp_path / "plain.safetensors")  # no card beside it: a plain state dict
     loaded = load_model("deit-bsa", checkpoint=str(path))

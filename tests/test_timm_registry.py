@@ -11,6 +11,7 @@ import torch
 import robustbench_filters  # noqa: F401 - importing the package registers the names (even after timm)
 from robustbench_filters.cli import run
 from robustbench_filters.models import TIMM_NAMES, create_model, timm_name
+from robustbench_filters.models.built import built_of
 from robustbench_filters.models.normalize import get_normalizer
 
 #: every timm name of a robfilt DeiT: the registered ones plus timm's own plain DeiTs
@@ -46,7 +47,7 @@ def test_state_dicts_round_trip_between_timm_and_robfilt(arch: str) -> None:
 
 def test_registered_models_take_timm_arguments_and_build_our_variant() -> None:
     model = timm.create_model("deit_tiny_bsa_grc_patch16_224", num_classes=10, in_chans=1, img_size=32)
-    spec = model.robfilt_spec
+    spec = built_of(model).spec
     assert spec.bsa and spec.grc and spec.config.num_classes == 10 and spec.config.img_size == 32
     assert model.pretrained_cfg["input_size"] == (1, 32, 32) and len(model.pretrained_cfg["mean"]) == 1
     assert model(torch.rand(1, 1, 32, 32)).shape == (1, 10)

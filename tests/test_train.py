@@ -14,6 +14,7 @@ from PIL import Image
 from robustbench_filters.cli import run
 from robustbench_filters.core.errors import RobfiltError
 from robustbench_filters.models import load_checkpoint
+from robustbench_filters.models.built import built_of
 from robustbench_filters.models.registry import build_from_spec
 from robustbench_filters.train.loop import DEFAULT_RECIPES, Recipe, _Task, lr_at, train
 
@@ -28,7 +29,7 @@ def test_a_few_steps_lower_the_loss(tmp_path, name):
     recipe = SMALL[name]
     result = train(name, recipe=recipe, seed=0, out=tmp_path / name)
     trained = load_checkpoint(tmp_path / name, name=name)
-    spec = trained.robfilt_spec
+    spec = built_of(trained).spec
     torch.manual_seed(0)
     initial = build_from_spec(spec).eval()
     task = _Task(trained, spec, "fashion-mnist" if name.startswith("deit") else "austen", recipe, 0, tmp_path / "tok")

@@ -108,7 +108,11 @@ def test_bad_adversarial_options_are_one_line_exit_2(tmp_path, capsys, args, nee
 def test_lm_training_refuses_adversarial_and_init(tmp_path, capsys) -> None:
     code = run(["train", "--model", "lm", "--steps", "1", "--adversarial", "pgd", "--train-eps", "0.1", "-q",
                 "--out", str(tmp_path / "o")])  # fmt: skip
-    assert code == 2 and "--adversarial is for image models" in capsys.readouterr().err
+    assert (
+        code == 2
+        and "--adversarial does not apply to language models trained from scratch (only to image models)"
+        in capsys.readouterr().err
+    )
 
 
 def test_recipes_without_adversarial_training_keep_their_identity() -> None:

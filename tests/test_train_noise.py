@@ -55,7 +55,7 @@ def test_cli_flag_reaches_the_recipe(tmp_path) -> None:
     [
         ("deit", "-0.5", "--noise-sigma must be a finite number >= 0"),
         ("deit", "nan", "--noise-sigma 'nan' is not finite; give a finite number"),
-        ("lm", "0.25", "--noise-sigma is for image models"),
+        ("lm", "0.25", "--noise-sigma does not apply to language models"),
     ],
 )
 def test_bad_noise_sigma_is_one_line_exit_2(tmp_path, capsys, model: str, value: str, needle: str) -> None:

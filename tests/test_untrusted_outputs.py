@@ -28,7 +28,7 @@ from robustbench_filters.smoothing import Sampling
 from robustbench_filters.smoothing.sampler import sample_counts
 
 LABELS = [0, 1, 2, 3, 0, 1, 2, 3]
-FAST = dict(eps=[0.03], n_examples=8, steps=2, checkpoint="none")
+FAST = dict(eps=[0.03], n_examples=8, steps=1, checkpoint="none")
 BAD_AT_START = {
     "tuple": "returns a tuple",
     "dict": "returns a dict",

@@ -2,8 +2,8 @@
 
 ``attack(model, x, y, attack=a, eps=e, **options)`` is the run ``evaluate(model, a, [e], data=(x, y),
 n_examples=None, save_adversarial=True, **options)`` in a temporary folder, and returns the points that run saves
-(:meth:`.runs.runner.RunResult.adversarial`) in x's layout and on x's device. So everything a run has, it has too:
-the options with their defaults and rules (:class:`.configs.ImageAttackConfig`: ``norm``, ``steps``,
+(:meth:`..runs.runner.RunResult.adversarial`) in x's layout and on x's device. So everything a run has, it has too:
+the options with their defaults and rules (:class:`..configs.ImageAttackConfig`: ``norm``, ``steps``,
 ``step_size``, ``seed``, ``early_stop``, ``batch_size``, ``check_convergence``, ...), the seeds (from the seed,
 the model's run label ``model0`` and the example ids 0..n-1), the checks of images and labels that ``evaluate``
 gives ``data``, and the sanity checks. Same seed, same x_adv.
@@ -30,7 +30,7 @@ from ..configs import ImageAttackConfig, build, read
 from ..core.errors import RobfiltError
 from ..core.surface import Surface
 from ..data.adapters import to_labels, to_unit_float
-from ..summaries import CheckRecord
+from ..summaries import Check
 from .evaluate import evaluate
 
 #: what attack() decides itself; every other option is the run's
@@ -71,7 +71,7 @@ def _restored(model: nn.Module, device: torch.device) -> Iterator[None]:
             m.training = mode
 
 
-def _settle(checks: list[CheckRecord]) -> None:
+def _settle(checks: list[Check]) -> None:
     """A failed check raises (one line); a warning warns. Nothing passes silently."""
     for c in checks:
         if c.status == "fail":

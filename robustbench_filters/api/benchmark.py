@@ -1,6 +1,6 @@
 """One call in RobustBench's style: ``benchmark(model, data, threat_model, eps)`` -> clean and robust accuracy.
 
-RobustBench's ``benchmark`` returns two bare numbers. This one runs the same engine as :func:`.api.evaluate`
+RobustBench's ``benchmark`` returns two bare numbers. This one runs the same engine as :func:`.evaluate`
 (config -> runner -> image measurement -> run folder) for one model, one attack and one eps, and returns what
 makes those numbers trustworthy: each accuracy with its 95% Wilson interval and n, and the sanity checks. A
 failed check is a field of the result and a logged warning, never dropped. Nothing is downloaded.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +41,7 @@ from ..summaries import CorruptionSummary, ImageAttackSummary
 from ..summaries import image as summaries
 from ..summaries.corruption import CorruptionModelResults
 from ..summaries.image import RobustAccuracy
-from .benchmark_lm import LMBenchmarkResult, benchmark_lm, given_run, one_eps
+from .benchmark_lm import Benchmarked, LMBenchmarkResult, benchmark_lm, given_run, one_eps
 from .evaluate import evaluate
 from .robustbench_args import robustbench_options
 
@@ -52,8 +52,8 @@ THREAT_MODELS: dict[str, Norm | None] = {"Linf": Norm.LINF, "L2": Norm.L2, "corr
 
 
 @dataclass(frozen=True)
-class Accuracy:
-    """An accuracy with its 95% Wilson interval over ``n`` examples."""
+class AccuracyInterval:
+    """What ``benchmark`` reports of an accuracy: the value with its 95% interval over ``n`` examples."""
 
     acc: float
     lo: float
@@ -62,41 +62,13 @@ class Accuracy:
 
 
 @dataclass(frozen=True)
-class SanityCheck:
-    """One sanity check of the run: ``status`` is ``pass``, ``warn`` or ``fail``; ``detail`` says what was seen."""
-
-    name: str
-    status: str
-    detail: str
-
-    @property
-    def passed(self) -> bool:
-        return self.status != FAIL
-
-
-@dataclass(frozen=True)
-class BenchmarkResult:
+class BenchmarkResult(Benchmarked[AccuracyInterval]):
     """Clean and robust accuracy of one model, the checks behind them, and where the run folder is.
 
     ``robust`` is the accuracy under ``attack`` at ``eps`` (Linf/L2), or, for ``corruptions``, the mean accuracy
     over every corruption and severity. ``run_dir`` is None when the run went to a temporary folder.
-    ``run`` holds the full rows and summary (what :func:`.api.evaluate` returns).
+    ``run`` holds the full rows and summary (what :func:`.evaluate` returns).
     """
-
-    model: str
-    threat_model: str
-    attack: str
-    eps: float | None
-    clean: Accuracy
-    robust: Accuracy
-    checks: tuple[SanityCheck, ...]
-    all_checks_passed: bool
-    run_dir: Path | None
-    run: RunResult = field(repr=False, compare=False)
-
-    @property
-    def failed_checks(self) -> tuple[SanityCheck, ...]:
-        return tuple(c for c in self.checks if c.status == FAIL)
 
     @property
     def accuracies(self) -> tuple[float, float]:
@@ -105,7 +77,7 @@ class BenchmarkResult:
 
     def adversarial(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``(ids, x_adv)`` of a run made with ``save_adversarial=True``: the example ids (ascending) and their
-        adversarial points under ``attack`` at ``eps`` (float32, CPU); see :meth:`.runs.runner.RunResult.adversarial`."""
+        adversarial points under ``attack`` at ``eps`` (float32, CPU); see :meth:`..runs.runner.RunResult.adversarial`."""
         if self.threat_model == "corruptions":
             raise RobfiltError("threat_model='corruptions' attacks nothing, so there are no adversarial examples.")
         return self.run.adversarial(eps=self.eps)
@@ -152,8 +124,8 @@ def _config(threat: str, attack: str | None, eps: Any, given: dict[str, Any]) ->
     return config
 
 
-def _accuracy(entry: summaries.Accuracy | RobustAccuracy) -> Accuracy:
-    return Accuracy(float(entry.acc), float(entry.lo), float(entry.hi), int(entry.n))
+def _accuracy(entry: summaries.Accuracy | RobustAccuracy) -> AccuracyInterval:
+    return AccuracyInterval(float(entry.acc), float(entry.lo), float(entry.hi), int(entry.n))
 
 
 def _result(label: str, threat: str, attack: str, eps: float | None, run: RunResult, row_label: str) -> BenchmarkResult:
@@ -162,11 +134,11 @@ def _result(label: str, threat: str, attack: str, eps: float | None, run: RunRes
     per_model = summary.models[row_label]
     clean = _accuracy(per_model.clean)
     if isinstance(per_model, CorruptionModelResults):
-        robust = Accuracy(**mean_cell_accuracy(run.rows[run.rows["model"] == row_label]))
+        robust = AccuracyInterval(**mean_cell_accuracy(run.rows[run.rows["model"] == row_label]))
     else:
         (entry,) = per_model.robust
         robust = _accuracy(entry)
-    checks = tuple(SanityCheck(c.name, c.status, c.detail) for c in summary.checks)
+    checks = tuple(summary.checks)
     for c in checks:
         if c.status == FAIL:
             log.warning("benchmark of %s: sanity check FAILED: %s: %s", label, c.name, c.detail)
@@ -187,6 +159,7 @@ def benchmark(
     resume: bool = False,
     overwrite: bool = False,
     progress: ProgressHook | None = None,
+    workers: int = 1,
     dataset: Any = None,
     data_dir: str | Path | None = None,
     to_disk: bool = False,
@@ -196,7 +169,7 @@ def benchmark(
 ) -> BenchmarkResult | LMBenchmarkResult:
     """Clean and robust accuracy of ``model`` on ``data``, with intervals and sanity checks (RobustBench's style).
 
-    Runs through :func:`.api.evaluate` (one model, one attack, one eps), so its numbers equal evaluate's for the
+    Runs through :func:`.evaluate` (one model, one attack, one eps), so its numbers equal evaluate's for the
     same inputs and seed. The default attack is robfilt's default everywhere, ``apgd-adaptive``: the per-example
     worst case of APGD-CE and APGD-T on targets chosen per example (torchattacks' APGD with early exit), the
     second on the survivors of the first, with a convergence check that bounds how much robust accuracy may be
@@ -221,6 +194,7 @@ def benchmark(
             ``device``, ``seed``, ``steps``, ``checkpoint``, ``data_root``, ``img_size``, ...); ``n_examples``
             defaults to every example (as RobustBench's does); None means the same.
         out: keep the run folder there; None runs in a temporary folder that is removed (``run_dir`` None).
+        workers: processes that compute the run (default 1: this one; see :func:`.evaluate.run_config`).
         save_adversarial: keep the adversarial examples; ``result.adversarial()`` returns ``(ids, x_adv)``.
         dataset, data_dir, to_disk, model_name, corruptions: RobustBench's keywords with RobustBench's meanings
             (:mod:`.robustbench_args`); RobustBench's ``log_path``, ``preprocessing`` and ``aa_state_path`` are
@@ -246,11 +220,11 @@ def benchmark(
     if model_family(model) is Family.LM:
         given = {**read(options, Surface.API), **given_run(attack, eps)}
         return benchmark_lm(model, data or "austen", threat, THREAT_MODELS[threat], given, out=out, resume=resume,
-                            overwrite=overwrite)  # fmt: skip
+                            overwrite=overwrite, workers=workers)  # fmt: skip
     data = "fashion-mnist" if data is None else data
     given = read({"n_examples": None, **options, "models": (model,), "data": data}, Surface.API)
     config = _config(threat, attack, eps, given)
-    run = evaluate(config=config, out=out, resume=resume, overwrite=overwrite, progress=progress)  # type: ignore[arg-type]
+    run = evaluate(config=config, out=out, resume=resume, overwrite=overwrite, progress=progress, workers=workers)  # type: ignore[arg-type]
     value = config.eps[0] if isinstance(config, ImageAttackConfig) else None
     return _result(model_name or config.labels[0], threat, config.attacks[0], value, run, config.labels[0])
 
@@ -263,4 +237,4 @@ api_signature(
     skip=("models", "attacks", "norm", "eps", "severities", "baseline"),
 )
 
-__all__ = ["Accuracy", "BenchmarkResult", "LMBenchmarkResult", "SanityCheck", "THREAT_MODELS", "benchmark"]
+__all__ = ["AccuracyInterval", "BenchmarkResult", "LMBenchmarkResult", "THREAT_MODELS", "benchmark"]

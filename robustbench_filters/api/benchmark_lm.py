@@ -3,7 +3,7 @@
 The image ``benchmark`` returns accuracies; a language model has none that means much, so this returns perplexities:
 the token perplexity with its 95% bootstrap interval over documents, plus lm-eval's ``word_perplexity``,
 ``byte_perplexity`` and ``bits_per_byte`` (every model is scored on whole documents in lm-eval's rolling windows).
-It runs :func:`.api.evaluate` with one embedding attack at one eps, so its numbers equal evaluate's for the same
+It runs :func:`.evaluate` with one embedding attack at one eps, so its numbers equal evaluate's for the same
 inputs.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from ..checks import FAIL, Check
 from ..configs import LMAttackConfig, build, read
@@ -23,9 +23,11 @@ from ..summaries import LMAttackSummary
 from ..summaries import lm as summaries
 from ..summaries.lm import LMAttackResult
 
+S = TypeVar("S")
+
 
 @dataclass(frozen=True)
-class Perplexity:
+class PerplexityInterval:
     """Token perplexity [95% CI] over ``n`` documents, and lm-eval's metrics."""
 
     ppl: float
@@ -38,19 +40,30 @@ class Perplexity:
 
 
 @dataclass(frozen=True)
-class LMBenchmarkResult:
-    """Clean and attacked perplexity of one language model, the checks behind them, and the run folder."""
+class Benchmarked(Generic[S]):
+    """What ``benchmark`` returns for one model: its ``clean`` and ``robust`` score (an accuracy or a perplexity
+    with its interval) under ``attack`` at ``eps``, the sanity checks behind them, where the run folder is (None:
+    a temporary one) and the whole run (``run``: rows and summary, what :func:`.evaluate.evaluate` returns)."""
 
     model: str
     threat_model: str
     attack: str
-    eps: float
-    clean: Perplexity
-    robust: Perplexity
+    eps: float | None
+    clean: S
+    robust: S
     checks: tuple[Check, ...]
     all_checks_passed: bool
     run_dir: Path | None
     run: RunResult = field(repr=False, compare=False)
+
+    @property
+    def failed_checks(self) -> tuple[Check, ...]:
+        return tuple(c for c in self.checks if c.status == FAIL)
+
+
+@dataclass(frozen=True)
+class LMBenchmarkResult(Benchmarked[PerplexityInterval]):
+    """Clean and attacked perplexity of one language model, the checks behind them, and the run folder."""
 
     @property
     def perplexities(self) -> tuple[float, float]:
@@ -58,9 +71,11 @@ class LMBenchmarkResult:
         return self.clean.ppl, self.robust.ppl
 
 
-def _perplexity(entry: summaries.Perplexity | LMAttackResult) -> Perplexity:
+def _perplexity(entry: summaries.LMScores | LMAttackResult) -> PerplexityInterval:
     extra = {name: value for name, (value, _, _) in entry.lm_eval().items()}
-    return Perplexity(float(entry.ppl), float(entry.ppl_lo), float(entry.ppl_hi), int(entry.n_sequences), **extra)
+    return PerplexityInterval(
+        float(entry.ppl), float(entry.ppl_lo), float(entry.ppl_hi), int(entry.n_sequences), **extra
+    )
 
 
 def given_run(attack: Any, eps: Any) -> dict[str, Any]:
@@ -86,7 +101,7 @@ def benchmark_lm(
 ) -> LMBenchmarkResult:
     """The language-model branch of :func:`.benchmark.benchmark` (see there): ``given`` are the run's options
     (``attack`` and ``eps`` among them), ``norm`` the threat model's (None: corruptions) and ``folder`` the run
-    folder's (``out``, ``resume``, ``overwrite``)."""
+    folder's (``out``, ``resume``, ``overwrite``) and the processes (``workers``)."""
     from .evaluate import evaluate
 
     if norm is None:

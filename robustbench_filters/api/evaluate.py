@@ -1,7 +1,7 @@
 """The public Python API: attack models (:func:`evaluate`), estimate Lipschitz constants (:func:`estimate_lipschitz`)
 and certify smoothed models (:func:`certify`), each through the shared runner.
 
-Every function takes its options explicitly, or a ready config object (:mod:`.configs`), and returns the merged,
+Every function takes its options explicitly, or a ready config object (:mod:`..configs`), and returns the merged,
 checked rows and summary. An option that does not apply to the kind of run is an error, not silently ignored.
 """
 
@@ -11,6 +11,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ..attacks.corruption import Corruptions
+from ..attacks.image import ImageAttack
+from ..attacks.lm import LMAttack
 from ..configs import (
     CertifyConfig,
     CorruptionConfig,
@@ -24,24 +27,44 @@ from ..configs import (
     read,
 )
 from ..configs.options import api_signature
+from ..core import workers as _workers
 from ..core.errors import RobfiltError
 from ..core.progress import ProgressHook
 from ..core.surface import Surface
-from ..lipschitz.run import LipschitzResult
+from ..lipschitz.run import Lipschitz, LipschitzResult
 from ..runs.measurement import Measurement
 from ..runs.runner import RunResult, run
-from ..summaries import kind_of
+from ..smoothing.run import Certify
+
+#: which measurement runs each kind of run config (the configs name their kind: ``KIND``, summaries/kinds.py)
+MEASUREMENTS: dict[type[RunConfig], type[Measurement]] = {
+    ImageAttackConfig: ImageAttack,
+    LMAttackConfig: LMAttack,
+    CorruptionConfig: Corruptions,
+    LipschitzConfig: Lipschitz,
+    CertifyConfig: Certify,
+}
 
 
 def measurement_for(config: RunConfig) -> Measurement:
-    """The measurement that runs ``config``: its kind's row in the registry of run kinds (summaries/kinds.py)."""
-    return kind_of(type(config)).measurement_class()(config)
+    """The measurement that runs ``config`` (:data:`MEASUREMENTS`)."""
+    for cls in type(config).__mro__:
+        if cls in MEASUREMENTS:
+            return MEASUREMENTS[cls](config)
+    raise RobfiltError(
+        f"{type(config).__name__} is no run config robfilt can run; build one of {', '.join(c.__name__ for c in MEASUREMENTS)}."
+    )
 
 
-def run_config(config: RunConfig, **folder: Any) -> RunResult:
+def run_config(config: RunConfig, *, workers: int = 1, **folder: Any) -> RunResult:
     """Run a ready ``config`` of any kind through the runner (``folder``: ``out``, ``resume``, ``overwrite``,
-    ``progress``): what :func:`evaluate`, :func:`certify`, :func:`estimate_lipschitz`, the gate and the study do."""
-    return run(measurement_for(config), **folder)
+    ``progress``): what :func:`evaluate`, :func:`certify`, :func:`estimate_lipschitz`, the gate and the study do.
+
+    ``workers`` > 1 computes the run in that many processes (this one and ``workers - 1`` it starts,
+    :mod:`..core.workers`), with the one-process rows; inside a command's pool (``robfilt check``) the pool serves.
+    """
+    with _workers.pool(_workers.resolve(workers)):
+        return run(measurement_for(config), **folder)
 
 
 def _config(
@@ -73,6 +96,7 @@ def evaluate(
     resume: bool = False,
     overwrite: bool = False,
     progress: ProgressHook | None = None,
+    workers: int = 1,
     config: ImageAttackConfig | LMAttackConfig | CorruptionConfig | None = None,
     **options: Any,
 ) -> RunResult:
@@ -81,7 +105,7 @@ def evaluate(
     The kind of run follows from the models and attacks: image models with catalogue attacks (eps cascade),
     language models with ``fgsm``/``pgd`` in embedding space and ``wordswap``, or image models with
     ``corruption`` / ``corruption:<name>``. Every other keyword is an option of that kind of run, with the name it
-    has everywhere (``robfilt attack --n-examples`` is ``n_examples=``; see :mod:`.configs`); an option that does
+    has everywhere (``robfilt attack --n-examples`` is ``n_examples=``; see :mod:`..configs`); an option that does
     not apply to the kind raises :class:`RobfiltError`, and options left out take the kind's defaults.
 
     Args:
@@ -97,6 +121,9 @@ def evaluate(
         n_examples: examples drawn (seeded) from the test split, shared by all models; default at most 256 images
             or 64 documents (all of them when the data has fewer); None: every example.
         out: run folder; None keeps everything in a temporary folder.
+        workers: processes that compute the run (default 1: this one). More start that many minus one worker
+            processes for the call, one torch thread each, with the same rows (docs/scaling.md); models and data
+            given as Python objects must pickle, and a notebook's own classes cannot reach them.
         tokenizer: LMs: the tokenizer object (or folder) of the model(s); default: the one saved with each model.
         split: LMs: the documents of ``data`` scored: ``all``, ``train``, ``val`` or ``test`` (default).
         max_length, stride, precision: LMs: lm-eval's rolling window in tokens (default: a Hugging Face model's
@@ -106,7 +133,7 @@ def evaluate(
     """
     given = {"models": models, "attacks": attacks, "eps": eps, **options}
     config = _config(config, (ImageAttackConfig, LMAttackConfig, CorruptionConfig), given, "evaluate")
-    return run_config(config, out=out, resume=resume, overwrite=overwrite, progress=progress)
+    return run_config(config, out=out, resume=resume, overwrite=overwrite, progress=progress, workers=workers)
 
 
 def certify(
@@ -117,6 +144,7 @@ def certify(
     resume: bool = False,
     overwrite: bool = False,
     progress: ProgressHook | None = None,
+    workers: int = 1,
     config: CertifyConfig | None = None,
     **options: Any,
 ) -> RunResult:
@@ -127,7 +155,7 @@ def certify(
     line (``robfilt certify --attack-radii`` is ``attack_radii=``).
     """
     config = _config(config, (CertifyConfig,), {"models": models, "sigmas": sigmas, **options}, "certify")
-    return run_config(config, out=out, resume=resume, overwrite=overwrite, progress=progress)
+    return run_config(config, out=out, resume=resume, overwrite=overwrite, progress=progress, workers=workers)
 
 
 def estimate_lipschitz(
@@ -137,10 +165,11 @@ def estimate_lipschitz(
     resume: bool = False,
     overwrite: bool = False,
     progress: ProgressHook | None = None,
+    workers: int = 1,
     config: LipschitzConfig | None = None,
     **options: Any,
 ) -> LipschitzResult:
-    """Lower and certified upper Lipschitz bounds for each model, per example (see :mod:`.lipschitz.run`).
+    """Lower and certified upper Lipschitz bounds for each model, per example (see :mod:`..lipschitz.run`).
 
     Every keyword is a :class:`LipschitzConfig` option, named as on the command line (``--per-layer`` is
     ``per_layer=``); ``inputs`` (and ``input_labels``) give your own tensors instead of data.
@@ -148,7 +177,8 @@ def estimate_lipschitz(
     from ..lipschitz.run import lipschitz_result
 
     config = _config(config, (LipschitzConfig,), {"models": models, **options}, "estimate_lipschitz")
-    return lipschitz_result(run_config(config, out=out, resume=resume, overwrite=overwrite, progress=progress))
+    folder = {"out": out, "resume": resume, "overwrite": overwrite, "progress": progress}
+    return lipschitz_result(run_config(config, workers=workers, **folder))
 
 
 api_signature(evaluate, ImageAttackConfig, LMAttackConfig, CorruptionConfig)

@@ -29,11 +29,11 @@ from torch import nn
 
 from ..checks import ball_tolerance
 from ..checks.convergence import RERUN, ROUNDS, allowed
-from ..checks.logits import GuardedLogits, predictions
+from ..checks.logits import GuardedLogits, margin, predictions
 from ..runs.adversarial import AdversarialTrace
 from ..runs.units import unit_seed
 from .catalogue import AttackFn, AttackParams, Norm, get_attack
-from .ledger import CountingModel, component_cost
+from .ledger import CountingModel, Ledger, component_cost
 
 log = logging.getLogger(__name__)
 
@@ -43,24 +43,17 @@ def perturbation_norm(delta: torch.Tensor, norm: Norm) -> torch.Tensor:
     return flat.abs().amax(1) if norm is Norm.LINF else flat.norm(dim=1)
 
 
-def margin_loss(logits: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    true = logits.gather(1, y[:, None]).squeeze(1)
-    other = logits.masked_fill(F.one_hot(y, logits.shape[1]).bool(), float("-inf")).amax(1)
-    return true - other, F.cross_entropy(logits, y, reduction="none")
-
-
 def _row_stats(
     x: torch.Tensor, x_cur: torch.Tensor, y: torch.Tensor, logits: torch.Tensor, norm: Norm
 ) -> dict[str, torch.Tensor]:
     """The per-example measurements, still on the model's device (copied to the host once per unit)."""
-    margin, loss = margin_loss(logits, y)
     finite = torch.isfinite(x_cur).flatten(1).all(1)
     in_box = finite & (x_cur.flatten(1).amin(1) >= 0) & (x_cur.flatten(1).amax(1) <= 1)
     return {
         "correct": predictions(logits) == y,  # a NaN row (guarded bad output) is no prediction, never class 0
         "pert_norm": perturbation_norm(x_cur - x, norm).detach(),
-        "margin": margin.detach(),
-        "loss": loss.detach(),
+        "margin": margin(logits, y).detach(),
+        "loss": F.cross_entropy(logits, y, reduction="none").detach(),
         "in_box": in_box,
     }
 
@@ -213,48 +206,37 @@ class Batch:
 
 @dataclass(frozen=True)
 class CascadeSettings:
-    """What the cascade runs: the attack, its eps grid and threat model, the settings every component shares, and
-    the convergence check's inclusion probability (None: no check)."""
+    """What the cascade runs: the attack, its eps grid, the parameters every component shares (``template``: the
+    threat model, steps, step size, the run's seed, classes, early exit; each eps sets its own eps and seed), the
+    convergence check's inclusion probability (None: no check), and whether the user cut the attack's budget."""
 
     attack: str
     eps: tuple[float, ...]
-    norm: Norm
-    n_classes: int
-    seed: int
-    steps: int | None = None  # None: each component's own default
-    step_size: float | None = None
-    early_stop: bool = True
+    template: AttackParams
     convergence: float | None = None
+    #: the user cut the attack's budget below its own (``AttackSpec.cut_by``): an escalating attack then does not
+    #: escalate; its rerun, at the attack's own settings, is a check alone and fails what the cut left
+    cut: bool = False
 
     @classmethod
     def of(cls, config: Any, attack: str, n_classes: int, convergence: float | None = None) -> CascadeSettings:
         """The settings of a run's config (an :class:`~..configs.ImageAttackConfig`) for one attack."""
-        return cls(attack, tuple(config.eps), config.norm, n_classes, int(config.seed), config.steps,
-                   config.step_size, config.early_stop, convergence)  # fmt: skip
+        template = AttackParams(eps=0.0, norm=config.norm, steps=config.steps, step_size=config.step_size,
+                                seed=int(config.seed), n_classes=n_classes, early_stop=config.early_stop)  # fmt: skip
+        cut = get_attack(attack).cut_by(config.steps, config.step_size, config.eps)
+        return cls(attack, tuple(config.eps), template, convergence, cut)
+
+    @property
+    def norm(self) -> Norm:
+        return self.template.norm
+
+    @property
+    def seed(self) -> int:
+        return self.template.seed
 
     def params(self, eps: float, k: int) -> AttackParams:
         """The components' parameters at the ``k``-th eps of the grid."""
-        return AttackParams(eps=eps, norm=self.norm, steps=self.steps, step_size=self.step_size,
-                            seed=unit_seed(self.seed, k), n_classes=self.n_classes, early_stop=self.early_stop)  # fmt: skip
-
-
-@dataclass
-class _Ledger:
-    """One eps's bookkeeping on the device: passes per example, exactness, the convergence column."""
-
-    n: int
-    device: torch.device
-
-    def __post_init__(self) -> None:
-        zeros = {key: torch.zeros(self.n, dtype=torch.float64, device=self.device) for key in LEDGER_KEYS}
-        self.passes, self.exact = zeros, torch.ones(self.n, dtype=torch.bool, device=self.device)
-        self.conv_code = torch.zeros(self.n, dtype=torch.int64, device=self.device)
-
-    def stats(self) -> dict[str, torch.Tensor]:
-        return {**self.passes, "cost_exact": self.exact, "conv_code": self.conv_code}
-
-
-LEDGER_KEYS = ("fwd", "bwd", "conv_fwd", "conv_bwd")
+        return replace(self.template, eps=eps, seed=unit_seed(self.seed, k))
 
 
 @dataclass
@@ -268,7 +250,7 @@ class _Run:
 
     def __post_init__(self) -> None:
         self.info = get_attack(self.settings.attack)
-        self.model = GuardedLogits(self.model, self.settings.n_classes)
+        self.model = GuardedLogits(self.model, self.settings.template.n_classes)
         self.counter = CountingModel(self.model)
         b = self.batch
         clean_logits = b.clean_logits
@@ -279,10 +261,13 @@ class _Run:
         # Who fooled each example, kept on the device: -1 nobody (yet), 0 the clean model, c >= 1 component c - 1.
         self.fooled_code = torch.where(b.clean_correct, -1, 0)
         self.components: list[str] = []
+        self.verdict = torch.zeros(len(b.y), dtype=torch.int64, device=b.y.device)  # the convergence column
 
-    def attack(self, k: int, eps: float, led: _Ledger) -> torch.Tensor | None:
-        """Attack the survivors at eps index ``k`` (and check convergence); the examples attacked, None if none."""
+    def attack(self, k: int, eps: float, led: Ledger) -> torch.Tensor | None:
+        """Attack the survivors at eps index ``k`` (and check convergence); the examples attacked, None if none.
+        Their passes go to ``led``, the convergence check's verdicts (:data:`CONVERGENCE`) to ``self.verdict``."""
         s, b = self.settings, self.batch
+        self.verdict = torch.zeros(len(b.y), dtype=torch.int64, device=b.y.device)
         idx = (self.fooled_code < 0).nonzero().squeeze(1)  # a sync: the survivor count sets the next batch
         if not len(idx) or eps <= 0:
             return None
@@ -293,9 +278,7 @@ class _Run:
         for st in run_components(built, self.counter, self.model, b.x, b.y, idx, eps, s.norm, self.info.minimum_norm):
             self.x_cur[st.idx] = st.x_adv
             self.logits[st.idx] = st.logits
-            led.passes["fwd"][st.idx] += st.fwd
-            led.passes["bwd"][st.idx] += st.bwd
-            led.exact[st.idx] &= st.exact
+            led.charge(st.idx, st.fwd, st.bwd, st.exact, check=False)
             if st.component not in self.components:
                 self.components.append(st.component)
             # integer-index updates need no host-device sync (a boolean mask index would)
@@ -307,10 +290,11 @@ class _Run:
         return idx
 
 
-def _converge(run: _Run, led: _Ledger, survivors: torch.Tensor, k: int, params: AttackParams) -> None:
+def _converge(run: _Run, led: Ledger, survivors: torch.Tensor, k: int, params: AttackParams) -> None:
     """The convergence check at eps index ``k``: the stronger rerun on the sampled survivors.
 
-    For an attack that escalates (``AttackSpec.escalates``, the default) the rerun is also the attack's last stage:
+    For an attack that escalates (``AttackSpec.escalates``, the default; not when the user cut its budget,
+    ``CascadeSettings.cut``) the rerun is also the attack's last stage:
     what it breaks is broken (its points and logits replace the survivor's, ``fooled_by`` "rerun"), and a fresh
     round (new sample, new seed, twice the effort of the round before: the check must be stronger than the attack
     as it now stands) runs on what is left until a round breaks no more than the check allows in this unit
@@ -319,17 +303,18 @@ def _converge(run: _Run, led: _Ledger, survivors: torch.Tensor, k: int, params: 
     one that judges the number reported. Otherwise the rerun is a check alone and changes no row but that column.
     """
     s, b = run.settings, run.batch
-    rounds = ROUNDS if run.info.escalates else 1
+    escalates = run.info.escalates and not s.cut
+    rounds = ROUNDS if escalates else 1
     for r in range(rounds):
         key = (s.seed, run.label, s.attack, k) if r == 0 else (s.seed, run.label, s.attack, k, "round", r)
         pick = survivors[
             convergence_sample(b.ids.to(survivors.device)[survivors], s.convergence or 0.0, (*key, "pick"))
         ]
-        led.conv_code.zero_()  # the column records the judging (last) round
+        run.verdict.zero_()  # the column records the judging (last) round
         if not len(pick):
             return
         torch.manual_seed(unit_seed(*key, int(b.ids[0]), "converge"))
-        led.conv_code[pick] = 1
+        run.verdict[pick] = 1
         # round r + 1 at level r + 1: twice the effort of the attack as it stood after the round before
         level = replace(params, converge=r + 1, seed=unit_seed(params.seed, "round", r) if r else params.seed)
         stronger = run.info.build(run.counter, level)
@@ -337,18 +322,17 @@ def _converge(run: _Run, led: _Ledger, survivors: torch.Tensor, k: int, params: 
         for st in run_components(
             stronger, run.counter, run.model, b.x, b.y, pick, params.eps, s.norm, run.info.minimum_norm
         ):
-            led.passes["conv_fwd"][st.idx] += st.fwd
-            led.passes["conv_bwd"][st.idx] += st.bwd
-            led.conv_code[st.idx] = torch.where(st.fooled, 2, led.conv_code[st.idx])
+            led.charge(st.idx, st.fwd, st.bwd, st.exact, check=True)
+            run.verdict[st.idx] = torch.where(st.fooled, 2, run.verdict[st.idx])
             broke[st.idx] |= st.fooled
-            if run.info.escalates:
+            if escalates:
                 hit = st.idx[st.fooled]
                 run.x_cur[hit], run.logits[hit] = st.x_adv[st.fooled], st.logits[st.fooled]
                 if RERUN not in run.components:
                     run.components.append(RERUN)
                 run.fooled_code[hit] = run.components.index(RERUN) + 1
         log.debug("%s eps %g: rerun round %d broke %d of %d", run.label, params.eps, r + 1, int(broke.sum()), len(pick))
-        if not run.info.escalates or int(broke.sum()) <= allowed(len(b.y)):
+        if not escalates or int(broke.sum()) <= allowed(len(b.y)):
             return  # this round is the check that judges: within the allowance, the check passes on it
         survivors = survivors[~broke[survivors]]
 
@@ -373,7 +357,7 @@ def cascade(
     instead of crashing the attack or becoming class 0.
 
     ``settings.convergence``: each survivor of each eps is attacked again, with that probability, by the attack's
-    stronger rerun (:func:`convergence_sample`; twice the steps, one more restart, every target); the rows record
+    stronger rerun (:func:`convergence_sample`; ``AttackSpec.rerun``: twice the steps); the rows record
     which of them it broke. For most attacks the rerun is a check and changes no row's outcome; for an attack that
     escalates (the default) its breaks count and it repeats on what is left (:func:`_converge`).
 
@@ -384,11 +368,11 @@ def cascade(
     b, grid = batch, sorted(settings.eps)
     per_eps: list[dict[str, torch.Tensor]] = []
     for k, eps in enumerate(grid):
-        led = _Ledger(len(b.y), b.x.device)
+        led = Ledger(len(b.y), b.x.device, torch.float64)
         attacked = run.attack(k, eps, led)
         per_eps.append(
             {**_row_stats(b.x, run.x_cur, b.y, run.logits, settings.norm), "fooled_code": run.fooled_code.clone(),
-             **led.stats()}
+             **led.columns(), "conv_code": run.verdict}
         )  # fmt: skip
         if trace is not None:
             trace.record(run.x_cur, attacked)

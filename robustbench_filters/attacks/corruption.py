@@ -1,7 +1,7 @@
 """Corruption robustness for image models: accuracy per corruption and severity, and mean corruption error.
 
 Every model sees the same seeded test examples and the same corrupted images (noise is pre-generated per
-example, see :mod:`.corruptions`). Rows use the attack run-folder format: ``kind="contamination"``,
+example, see :mod:`.corruption_transforms`). Rows use the attack run-folder format: ``kind="contamination"``,
 ``attack="corruption:<name>"``, ``eps`` = the severity (1-5), ``norm=""``, ``pert_norm`` = L2 distance to the clean
 image; clean rows have ``kind="clean"``, ``attack="clean"``, ``eps=0``. Aggregates are recomputed from the rows.
 
@@ -21,13 +21,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
+import torch.nn.functional as F
 from torch import nn
 
-from ..checks import Check
+from ..checks import Check, ChecksSummary
 from ..checks import corruption as CC
 from ..checks import model as MC
-from ..checks import summarize as summarize_checks
-from ..checks.logits import check_image_rows, guard_logits, predictions
+from ..checks.logits import check_image_rows, guard_logits, margin, predictions
 from ..configs import CORRUPTION as PREFIX
 from ..configs import CorruptionConfig
 from ..runs.measurement import PrepareContext, Tick
@@ -35,7 +35,9 @@ from ..runs.units import Unit, unit_seed
 from ..stats.aggregates import accuracy
 from ..stats.intervals import finite_interval
 from ..summaries import CorruptionSummary
-from .cascade import margin_loss
+from ..summaries.corruption import CorruptionModelResults, CorruptionResult, SeverityAccuracy
+from ..summaries.image import Accuracy
+from ..summaries.record import ABSENT
 from .corruption_transforms import CORRUPTIONS, corrupt, parameter_table, pregenerate
 from .image_models import GridMeasurement
 
@@ -44,7 +46,7 @@ N_CHECK = 32  # images the severity-0 and model checks probe
 
 
 def _rows(label, ids, kind, attack, severity, x, x_c, y, logits, clean_correct) -> pd.DataFrame:
-    margin, loss = margin_loss(logits, y)
+    margins, loss = margin(logits, y), F.cross_entropy(logits, y, reduction="none")
     flat = x_c.flatten(1)
     in_box = torch.isfinite(flat).all(1) & (flat.amin(1) >= 0) & (flat.amax(1) <= 1)
     correct = predictions(logits) == y  # a guarded (NaN) row is no prediction
@@ -63,7 +65,7 @@ def _rows(label, ids, kind, attack, severity, x, x_c, y, logits, clean_correct) 
             "correct": correct.cpu().numpy(),
             "clean_correct": clean_correct.cpu().numpy(),
             "pert_norm": (x_c - x).flatten(1).norm(dim=1).double().cpu().numpy(),
-            "margin": margin.double().cpu().numpy(),
+            "margin": margins.double().cpu().numpy(),
             "loss": loss.double().cpu().numpy(),
             "in_box": in_box.cpu().numpy(),
             "fooled_by": fooled,
@@ -113,46 +115,47 @@ def _mean_interval(cor: pd.DataFrame) -> dict[str, float | None]:
     return {"mean_acc_lo": None if lo is None else max(0.0, lo), "mean_acc_hi": None if hi is None else min(1.0, hi)}
 
 
-def summarize_corruption_rows(rows: pd.DataFrame, baseline: str | None = DEFAULT_BASELINE) -> dict[str, Any]:
+def summarize_corruption_rows(
+    rows: pd.DataFrame, baseline: str | None = DEFAULT_BASELINE
+) -> dict[str, CorruptionModelResults]:
     """Per model: clean accuracy, accuracy per corruption and severity, mean accuracy, and (m)CE vs ``baseline``."""
-    out: dict[str, Any] = {}
-    errors: dict[str, dict[str, float]] = {}
-    clean_err: dict[str, float] = {}
+    order = {f"{PREFIX}:{n}": i for i, n in enumerate(CORRUPTIONS)}
+    clean: dict[str, Accuracy] = {}
+    severities: dict[str, dict[str, list[SeverityAccuracy]]] = {}
+    contaminated: dict[str, pd.DataFrame] = {}
     for label, grp in rows.groupby("model", sort=False):
-        clean = accuracy(grp[grp.attack == "clean"].correct)
-        per: dict[str, Any] = {}
-        cor = grp[grp.kind == "contamination"]
-        errors[label], clean_err[label] = {}, 1.0 - clean["acc"]
-        order = {f"{PREFIX}:{n}": i for i, n in enumerate(CORRUPTIONS)}
-        for attack, sub in sorted(cor.groupby("attack"), key=lambda t: order.get(t[0], len(order))):
-            name = attack.split(":", 1)[1]
-            by_sev = [{"severity": int(s), **accuracy(g.correct)} for s, g in sub.groupby("eps", sort=True)]
-            mean_acc = float(np.mean([c["acc"] for c in by_sev]))
-            per[name] = {"by_severity": by_sev, "mean_acc": mean_acc}
-            errors[label][name] = float(sum(1.0 - c["acc"] for c in by_sev))
-        out[label] = {
-            "clean": clean,
-            "corruptions": per,
-            "mean_acc": float(np.mean([p["mean_acc"] for p in per.values()])) if per else float("nan"),
-            **_mean_interval(cor),
-            "mce": None,
-            "relative_mce": None,
-        }
-    if baseline is not None and baseline in errors:
-        base = errors[baseline]
-        n_sev = {name: len(p["by_severity"]) for name, p in out[baseline]["corruptions"].items()}
-        for label, m in out.items():
-            ce, rel = {}, {}
-            for name, err in errors[label].items():
-                ce[name] = _ratio(err, base.get(name, 0.0))
-                rel[name] = _ratio(
-                    err - n_sev[name] * clean_err[label], base.get(name, 0.0) - n_sev[name] * clean_err[baseline]
-                )
-                m["corruptions"][name]["ce"], m["corruptions"][name]["relative_ce"] = ce[name], rel[name]
-            ok = [v for v in ce.values() if v is not None]
-            ok_rel = [v for v in rel.values() if v is not None]
-            m["mce"] = float(np.mean(ok)) if ok else None
-            m["relative_mce"] = float(np.mean(ok_rel)) if ok_rel else None
+        clean[label] = Accuracy(**accuracy(grp[grp.attack == "clean"].correct))
+        contaminated[label] = cor = grp[grp.kind == "contamination"]
+        severities[label] = {
+            attack.split(":", 1)[1]: [SeverityAccuracy(severity=int(s), **accuracy(g.correct)) for s, g in
+                                      sub.groupby("eps", sort=True)]
+            for attack, sub in sorted(cor.groupby("attack"), key=lambda t: order.get(t[0], len(order)))
+        }  # fmt: skip
+    errors = {m: {n: float(sum(1.0 - c.acc for c in sev)) for n, sev in per.items()} for m, per in severities.items()}
+    base = baseline if baseline is not None and baseline in errors else None
+    out: dict[str, CorruptionModelResults] = {}
+    for label, per in severities.items():
+        corruptions: dict[str, CorruptionResult] = {}
+        for name, sev in per.items():
+            ce: Any = ABSENT
+            relative: Any = ABSENT
+            if base is not None:
+                n_sev, err, base_err = len(severities[base][name]), errors[label][name], errors[base].get(name, 0.0)
+                ce = _ratio(err, base_err)
+                relative = _ratio(err - n_sev * (1 - clean[label].acc), base_err - n_sev * (1 - clean[base].acc))
+            corruptions[name] = CorruptionResult(
+                by_severity=sev, mean_acc=float(np.mean([c.acc for c in sev])), ce=ce, relative_ce=relative
+            )
+        ces = [c.ce for c in corruptions.values() if c.ce is not None and c.ce is not ABSENT]
+        rels = [
+            c.relative_ce for c in corruptions.values() if c.relative_ce is not None and c.relative_ce is not ABSENT
+        ]
+        out[label] = CorruptionModelResults(
+            clean=clean[label], corruptions=corruptions,
+            mean_acc=float(np.mean([c.mean_acc for c in corruptions.values()])) if corruptions else float("nan"),
+            **_mean_interval(contaminated[label]),
+            mce=float(np.mean(ces)) if ces else None, relative_mce=float(np.mean(rels)) if rels else None,
+        )  # fmt: skip
     return out
 
 
@@ -253,14 +256,9 @@ class Corruptions(GridMeasurement):
 
     def summarise(self, rows: pd.DataFrame, checks: list[Check]) -> CorruptionSummary:
         c, labels = self.config, self.labels
-        return CorruptionSummary.build({
-            **self.summary_head(),
-            "attacks": list(c.attacks),
-            "corruptions": self.names,
-            "severities": list(c.severities),
-            "parameters": [p for p in parameter_table() if p["corruption"] in self.names],
-            "baseline": c.baseline if c.baseline in labels else None,
-            "models": summarize_corruption_rows(rows, c.baseline),
-            "checks": [ch.to_dict() for ch in sorted(checks, key=lambda ch: labels.index(ch.model))],
-            "checks_summary": summarize_checks(checks),
-        })  # fmt: skip
+        return CorruptionSummary(
+            **self.summary_head(), attacks=list(c.attacks), corruptions=self.names, severities=list(c.severities),
+            parameters=[p for p in parameter_table() if p["corruption"] in self.names],
+            baseline=c.baseline if c.baseline in labels else None, models=summarize_corruption_rows(rows, c.baseline),
+            checks=sorted(checks, key=lambda ch: labels.index(ch.model)), checks_summary=ChecksSummary.of(checks),
+        )  # fmt: skip

@@ -23,14 +23,8 @@ import torch.nn.functional as F
 import torchattacks
 from torch import nn
 
+from ..checks.logits import margin
 from .ledger import Ledger
-
-
-def margin_cost(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Per-example margin loss to maximise: the best other logit minus the true one (> 0 means fooled)."""
-    true = logits.gather(1, y[:, None]).squeeze(1)
-    other = logits.masked_fill(F.one_hot(y, logits.shape[1]).bool(), float("-inf")).amax(1)
-    return other - true
 
 
 class _EarlyPGDMixin:
@@ -73,7 +67,8 @@ class _EarlyPGDMixin:
             return nn.CrossEntropyLoss()(logits, y)  # torchattacks' loss, as it computes it
         # With early exit the batch shrinks: the sum over the call's first batch size gives every example exactly
         # the gradient the full batch's mean would give it.
-        per = F.cross_entropy(logits, y, reduction="none") if self.loss_kind == "ce" else margin_cost(logits, y)
+        # the margin loss to maximise: the best other logit minus the true one (> 0: fooled)
+        per = F.cross_entropy(logits, y, reduction="none") if self.loss_kind == "ce" else -margin(logits, y)
         return per.sum() / n0
 
     def forward(self, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

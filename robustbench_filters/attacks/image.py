@@ -11,6 +11,7 @@ import contextlib
 import logging
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -18,10 +19,9 @@ import pandas as pd
 import torch
 from torch import nn
 
-from ..checks import Check
+from ..checks import Check, ChecksSummary
 from ..checks import image as IC
 from ..checks import model as MC
-from ..checks import summarize as summarize_checks
 from ..checks.convergence import THRESHOLD_POINTS, sample_probability
 from ..checks.logits import GuardedLogits, check_image_rows, guard_logits, predictions
 from ..configs import ImageAttackConfig
@@ -30,6 +30,7 @@ from ..runs.measurement import PrepareContext, Tick, UnitOutput
 from ..runs.units import Unit, unit_seed
 from ..stats.aggregates import attack_accuracies
 from ..summaries import ImageAttackSummary
+from ..summaries.image import RobustAccuracy
 from .cascade import Batch, CascadeSettings, batch_rows, cascade
 from .catalogue import ATTACKS, PGD_STEPS, STRONG, AttackParams, Norm, get_attack
 from .image_models import GridMeasurement
@@ -54,6 +55,20 @@ def convergence_attacks(config: ImageAttackConfig) -> tuple[str, ...]:
         return ()
     chosen = (a for a in config.attacks if ATTACKS[a].converges)
     return tuple(a for a in chosen if config.check_convergence or ATTACKS[a].strength == STRONG)
+
+
+def _budget(entry: RobustAccuracy, config: ImageAttackConfig) -> RobustAccuracy:
+    """``entry`` with the budget its attack ran with: ``--steps`` / ``--step-size`` when given, else the attack's
+    own (its longest run's steps; its fixed step at this eps, or None where it sets its own steps sizes)."""
+    spec = ATTACKS[entry.attack]
+    steps = 1 if spec.steps == 1 else config.steps if config.steps is not None else spec.steps  # fgsm: one step
+    own = spec.step_size * entry.eps if spec.step_size else None
+    return replace(entry, steps=steps, step_size=config.step_size if config.step_size is not None else own)
+
+
+def cut_by_user(config: ImageAttackConfig, attack: str) -> bool:
+    """Whether ``--steps`` / ``--step-size`` lowered ``attack``'s budget below its own (``AttackSpec.cut_by``)."""
+    return ATTACKS[attack].cut_by(config.steps, config.step_size, config.eps)
 
 
 def autocast(device: torch.device, amp: str | None) -> AbstractContextManager:
@@ -187,14 +202,14 @@ class ImageAttack(GridMeasurement):
         big = 0.5 if c.norm is Norm.LINF else 20.0
         mid = c.eps[len(c.eps) // 2]
 
-        def acc(attack: str, eps: float, steps: int, step_size: float | None) -> float:
+        def acc(attack: str, eps: float, steps: int | None, step_size: float | None) -> float:
             return accuracy_under(model, attack, x, y, AttackParams(eps, c.norm, steps, step_size, c.seed, classes))
 
         steps = c.steps or PGD_STEPS
         acc_big = acc("pgd", big, max(steps, 20), None)
         acc_mid = acc("pgd", mid, steps, c.step_size)
         acc_5x = acc("pgd", mid, 5 * steps, c.step_size)
-        acc_square = acc("square", mid, steps, c.step_size)
+        acc_square = acc("square", mid, None, None)  # its own 1000 queries: the black-box yardstick
         return [
             IC.check_chance(acc_big, classes, label, big),
             IC.check_more_steps(acc_mid, acc_5x, len(y), label, 5),
@@ -214,20 +229,14 @@ class ImageAttack(GridMeasurement):
 
     def summarise(self, rows: pd.DataFrame, checks: list[Check]) -> ImageAttackSummary:
         c = self.config
-        return ImageAttackSummary.build({
-            **self.summary_head(),
-            "attacks": list(c.attacks),
-            "eps": list(c.eps),
-            "norm": c.norm.value,
-            "steps": c.steps if c.steps is not None else "each attack's default",
-            "step_size": c.step_size if c.step_size is not None else "0.15*eps",
-            "early_stop": c.early_stop,
-            "precision": {"clean": c.amp or "fp32", "attacks": (c.amp if c.amp_attacks else None) or "fp32"},
-            "models": attack_accuracies(rows),
-            "checks": [ch.to_dict() for ch in checks],
-            "checks_summary": summarize_checks(checks),
-            "attention": self.attention_maps(),
-        })  # fmt: skip
+        models = attack_accuracies(rows, cut=[a for a in c.attacks if cut_by_user(c, a)])
+        return ImageAttackSummary(
+            **self.summary_head(), attacks=list(c.attacks), eps=list(c.eps), norm=c.norm.value, steps=c.steps,
+            step_size=c.step_size, early_stop=c.early_stop,
+            precision={"clean": c.amp or "fp32", "attacks": (c.amp if c.amp_attacks else None) or "fp32"},
+            models={label: replace(res, robust=[_budget(r, c) for r in res.robust]) for label, res in models.items()},
+            checks=list(checks), checks_summary=ChecksSummary.of(checks), attention=self.attention_maps(),
+        )  # fmt: skip
 
     def attention_maps(self) -> dict[str, Any]:
         """CLS attention per layer of every DeiT-style model on the first selected example (for reports).

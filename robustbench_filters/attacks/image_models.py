@@ -16,7 +16,8 @@ from torch import nn
 
 from ..checks.logits import require_logits
 from ..checks.model import model_device, require_input_dependence, require_model_device
-from ..configs import ImageAttackConfig, data_label, model_label
+from ..configs import ImageAttackConfig, data_label
+from ..configs.options import is_module
 from ..core.errors import RobfiltError
 from ..data.labels import check_labels_fit, pool_labels
 from ..models.loading import LoadedModel, Loading, load_model
@@ -28,8 +29,8 @@ def load_image_models(config: Any) -> list[LoadedModel]:
     """The config's models, loaded for evaluation (registry names, ``timm:``, factories, or modules as given)."""
     how = Loading.of(config)
     return [
-        load_model(m, how) if isinstance(m, str) else LoadedModel(model_label(m, i), "custom", m.eval(), "module")
-        for i, m in enumerate(config.models)
+        LoadedModel.given(m, label) if is_module(m) else load_model(m, how)
+        for m, label in zip(config.refs, config.labels, strict=True)
     ]
 
 

@@ -17,11 +17,31 @@ from torch import nn
 
 
 class Ledger:
-    """Forward and backward passes per example of one attack call (int64, on the attack's device)."""
+    """Passes per example, on the device: forward and backward (``fwd``, ``bwd``), those of the convergence check
+    (``conv_fwd``, ``conv_bwd``) and whether each count is exact. One attack call keeps int64 counts of its own
+    loop's passes; the cascade keeps one float64 ledger per eps (a :class:`CountingModel`'s share can be
+    fractional) and writes it into the rows (:meth:`columns`)."""
 
-    def __init__(self, n: int, device: torch.device | None) -> None:
-        self.fwd = torch.zeros(n, dtype=torch.int64, device=device)
-        self.bwd = torch.zeros(n, dtype=torch.int64, device=device)
+    def __init__(self, n: int, device: torch.device | None, dtype: torch.dtype = torch.int64) -> None:
+        self.fwd, self.bwd, self.conv_fwd, self.conv_bwd = (
+            torch.zeros(n, dtype=dtype, device=device) for _ in range(4)
+        )
+        self.exact = torch.ones(n, dtype=torch.bool, device=device)
+
+    def charge(self, rows: torch.Tensor, fwd: torch.Tensor, bwd: torch.Tensor, exact: bool, check: bool) -> None:
+        """A component's passes per example of ``rows`` (distinct): the convergence check's when ``check``."""
+        if check:
+            self.conv_fwd[rows] += fwd
+            self.conv_bwd[rows] += bwd
+            return
+        self.fwd[rows] += fwd
+        self.bwd[rows] += bwd
+        self.exact[rows] &= exact
+
+    def columns(self) -> dict[str, torch.Tensor]:
+        """The rows' ledger columns."""
+        return {"fwd": self.fwd, "bwd": self.bwd, "conv_fwd": self.conv_fwd, "conv_bwd": self.conv_bwd,
+                "cost_exact": self.exact}  # fmt: skip
 
     def add(self, rows: torch.Tensor | None, fwd: int = 0, bwd: int = 0) -> None:
         """Count ``fwd``/``bwd`` passes for each example in ``rows`` (None: every example)."""

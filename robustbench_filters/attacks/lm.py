@@ -21,10 +21,9 @@ import pandas as pd
 import torch
 from torch import nn
 
-from ..checks import Check
+from ..checks import Check, ChecksSummary
 from ..checks import lm as LC
 from ..checks import model as MC
-from ..checks import summarize as summarize_checks
 from ..checks.logits import require_logits
 from ..configs import WORDSWAP, LMAttackConfig
 from ..core.counts import UpTo
@@ -33,6 +32,8 @@ from ..runs.measurement import Measurement, PrepareContext, Tick
 from ..runs.units import Unit, batch_slices, ids_digest
 from ..stats.intervals import bootstrap_ratio_interval, lm_eval_columns
 from ..summaries import LMAttackSummary
+from ..summaries.lm import LMAttackResult, LMModelResults, LMScores
+from ..summaries.record import ABSENT
 from .catalogue import Norm
 from .embedding import eps_scale
 from .lm_rows import Docs, LMSubject, attack_rows, clean_rows, probe_batch, wordswap_rows
@@ -77,30 +78,31 @@ def _aggregate(rows: pd.DataFrame) -> dict[str, Any]:
     }
 
 
-def summarize_lm_rows(rows: pd.DataFrame) -> dict[str, Any]:
+def summarize_lm_rows(rows: pd.DataFrame) -> dict[str, LMModelResults]:
     """Per model: clean perplexity/accuracy, then one entry per (attack, eps or rate), and the passes each attack
     spent over its whole grid; recomputed from rows."""
-    out: dict[str, Any] = {}
+    out: dict[str, LMModelResults] = {}
     for label, grp in rows.groupby("model", sort=False):
         clean = _aggregate(grp[grp.kind == "clean"])
         results = []
         attacked = grp[grp.kind != "clean"]
         for (attack, eps), sub in attacked.groupby(["attack", "eps"], sort=True):
-            entry = {"attack": attack, "kind": sub.kind.iloc[0], "eps": float(eps), **_aggregate(sub)}
-            entry["ppl_ratio"] = entry["ppl"] / clean["ppl"] if clean["ppl"] > 0 else math.nan
-            if entry["kind"] == "contamination":
-                entry["rate"] = float(eps)
-                entry["words_swapped"] = float(sub.n_swapped.sum() / max(int(sub.n_eligible.sum()), 1))
-            else:
-                entry["eps_abs"] = float(sub.eps_abs.iloc[0])
-            results.append(entry)
-        out[label] = {"clean": clean, "results": results}
+            scores, kind = _aggregate(sub), str(sub.kind.iloc[0])
+            how = (
+                {"rate": float(eps), "words_swapped": float(sub.n_swapped.sum() / max(int(sub.n_eligible.sum()), 1))}
+                if kind == "contamination"
+                else {"eps_abs": float(sub.eps_abs.iloc[0])}
+            )
+            ratio = scores["ppl"] / clean["ppl"] if clean["ppl"] > 0 else math.nan
+            results.append(LMAttackResult(attack=attack, kind=kind, eps=float(eps), **scores, ppl_ratio=ratio, **how))
+        cost: Any = ABSENT
         if "fwd" in grp.columns:
             n = max(int((grp.kind == "clean").sum()), 1)
-            out[label]["cost"] = {
+            cost = {
                 attack: {"passes": (p := float(sub.fwd.sum() + sub.bwd.sum())), "per_example": p / n}
                 for attack, sub in attacked.groupby("attack", sort=False)
             }
+        out[label] = LMModelResults(clean=LMScores(**clean), results=results, cost=cost)
     return out
 
 
@@ -163,7 +165,7 @@ class LMAttack(Measurement):
         docs = load_documents(c.data, c.split, **({"text_column": c.text_column} if c.text_column else {}))
         self.data_checksum = docs.checksum
         self.subjects = load_lm_subjects(
-            c.models, c.data, c.size, c.checkpoint, c.seed, c.tokenizer, c.base_dir, c.parsed_model_args,
+            c.refs, c.data, c.size, c.checkpoint, c.seed, c.tokenizer, c.base_dir,
             max_length=c.max_length, stride=c.stride, precision=c.precision, device=c.device,
         )  # fmt: skip
         self.ids = ctx.select(len(docs.texts), c.n_examples)
@@ -316,30 +318,16 @@ class LMAttack(Measurement):
 
     def summarise(self, rows: pd.DataFrame, checks: list[Check]) -> LMAttackSummary:
         c, labels = self.config, self.labels
-        return LMAttackSummary.build({
-            "kind": "attack",
-            "family": "lm",
-            "data": c.data,
-            "split": c.split,
-            "n_examples": self.n,
-            "seed": c.seed,
-            "attacks": list(c.attacks),
-            "eps": list(c.eps),
-            "rates": list(c.rates),
-            "norm": c.norm.value,
-            "eps_mode": c.eps_mode,
-            "eps_scale": {s.label: eps_scale(s.module, c.norm, c.eps_mode) for s in self.subjects},
-            "eps_scale_definition": scale_definition(c.norm, c.eps_mode),
-            "steps": c.steps,
-            "step_size": c.step_size if c.step_size is not None else "0.15*eps",
-            "windows": {s.label: s.rolling.describe() for s in self.subjects},
-            "replacement": c.replacement,
-            "precision": c.precision,
-            "perplexity_metric": {s.label: perplexity_metric(s) for s in self.subjects},
-            "models": summarize_lm_rows(rows),
-            "checks": [ch.to_dict() for ch in sorted(checks, key=lambda ch: labels.index(ch.model))],
-            "checks_summary": summarize_checks(checks),
-        })  # fmt: skip
+        return LMAttackSummary(
+            kind="attack", family="lm", data=c.data, split=c.split, n_examples=self.n, seed=c.seed,
+            attacks=list(c.attacks), eps=list(c.eps), rates=list(c.rates), norm=c.norm.value, eps_mode=c.eps_mode,
+            eps_scale={s.label: eps_scale(s.module, c.norm, c.eps_mode) for s in self.subjects},
+            eps_scale_definition=scale_definition(c.norm, c.eps_mode), steps=c.steps, step_size=c.step_size,
+            windows={s.label: s.rolling.describe() for s in self.subjects}, replacement=c.replacement,
+            precision=c.precision, perplexity_metric={s.label: perplexity_metric(s) for s in self.subjects},
+            models=summarize_lm_rows(rows), checks=sorted(checks, key=lambda ch: labels.index(ch.model)),
+            checks_summary=ChecksSummary.of(checks),
+        )  # fmt: skip
 
 
 __all__ = ["LMAttack", "ledger", "perplexity_metric", "scale_definition", "summarize_lm_rows"]

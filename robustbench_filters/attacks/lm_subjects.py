@@ -11,7 +11,6 @@ models are checked against their tokenizer. Every model carries lm-eval's rollin
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,9 @@ from torch import nn
 
 from ..configs import model_label
 from ..core.errors import RobfiltError
+from ..models.built import copied, tokenizer_of
 from ..models.hf.rolling import Rolling, prefix_token
+from ..models.ref import ModelKind, ModelRef
 from .lm_rows import LMSubject
 
 
@@ -38,27 +39,25 @@ def _tokenizer_for(ref: str, size: str, checkpoint: str) -> Any:
     return load_tokenizer(path)
 
 
-def _is_hf(model: str | nn.Module) -> bool:
+def _is_hf(model: ModelRef | nn.Module) -> bool:
     from ..models.hf import is_hf_model
     from ..models.hf.adapter import HFCausalLM
-    from ..models.ref import ModelKind, parse_model_ref
 
-    if isinstance(model, str):
-        return parse_model_ref(model).kind is ModelKind.HF
+    if isinstance(model, ModelRef):
+        return model.kind is ModelKind.HF
     return isinstance(model, HFCausalLM) or is_hf_model(model)
 
 
 def _hf_subject(
-    model: str | nn.Module, index: int, tokenizer: Any, checkpoint: str | None, options: dict[str, Any]
+    model: ModelRef | nn.Module, index: int, tokenizer: Any, checkpoint: str | None, options: dict[str, Any]
 ) -> LMSubject:
     """An ``hf:`` reference, a ``transformers`` model or a wrapped one, with its tokenizer and lm-eval windows."""
     from ..models.hf.load import as_hf_lm, load_hf, precision_dtype
     from ..models.loading import DEFAULT_CHECKPOINTS
-    from ..models.ref import apply_model_args
 
     window = {"max_length": options.get("max_length"), "stride": options.get("stride")}
-    if isinstance(model, str):
-        ref = apply_model_args(model, options.get("model_args"))
+    if isinstance(model, ModelRef):
+        ref = model
         if checkpoint not in DEFAULT_CHECKPOINTS:
             raise RobfiltError(f"--checkpoint does not apply to {ref.label}: its folder holds the weights; drop it.")
         hf = {k: options[k] for k in ("precision", "device") if k in options}
@@ -68,7 +67,7 @@ def _hf_subject(
     dtype = precision_dtype(options.get("precision", "fp32"), options.get("device", "cpu"))
     inner = getattr(model, "hf", model)
     if dtype != next(inner.parameters()).dtype:
-        model = copy.deepcopy(model).to(dtype)  # never cast the caller's model
+        model = copied(model).to(dtype)  # never cast the caller's model
     label = model_label(model, index)
     module = as_hf_lm(model, tokenizer, **window, label=label)
     return LMSubject(label, module.eval(), module.tokenizer, "module", module.rolling)
@@ -91,7 +90,7 @@ def _in_precision(module: nn.Module, source: str, options: dict[str, Any]) -> nn
     from ..models.hf.load import precision_dtype
 
     dtype = precision_dtype(options["precision"], options.get("device", "cpu"))
-    return (copy.deepcopy(module) if source == "module" else module).to(dtype)
+    return (copied(module) if source == "module" else module).to(dtype)
 
 
 def _own_subject(label: str, module: nn.Module, tok: Any, source: str, options: dict[str, Any]) -> LMSubject:
@@ -111,17 +110,17 @@ def _own_subject(label: str, module: nn.Module, tok: Any, source: str, options: 
 
 
 def load_lm_subjects(
-    models: Sequence[str | nn.Module],
+    models: Sequence[ModelRef | nn.Module],
     data: str,
     size: str,
     checkpoint: str | None,
     seed: int,
     tokenizer: Any = None,
     base_dir: str | None = None,
-    model_args: dict[str, Any] | None = None,
     **hf_options: Any,
 ) -> list[LMSubject]:
-    """Every model with the tokenizer its weights were trained with.
+    """Every model (parsed references, ``--model-arg`` merged in, or modules) with the tokenizer its weights were
+    trained with.
 
     Precedence: ``tokenizer`` when given (an object or a path); a module's own ``tokenizer`` (attached by its
     checkpoint); the checkpoint folder's ``tokenizer.json``; for untrained models a character tokenizer of the data's
@@ -137,38 +136,36 @@ def load_lm_subjects(
     own_tok = _own_tokenizer(tokenizer) if own else None
     fallback = own_tok
     if fallback is None and (
-        (untrained and any(isinstance(m, str) for m in own))
-        or any(not isinstance(m, str) and not hasattr(m, "tokenizer") for m in own)
+        (untrained and any(isinstance(m, ModelRef) for m in own))
+        or any(not isinstance(m, ModelRef) and tokenizer_of(m) is None for m in own)
     ):
         from ..data import CharTokenizer, load_text
 
         fallback = CharTokenizer.train(load_text(data, split="train"))
-    options = {**hf_options, "base_dir": base_dir, "model_args": model_args}
+    options = {**hf_options, "base_dir": base_dir}
     out = []
     for i, m in enumerate(models):
         if _is_hf(m):
             out.append(_hf_subject(m, i, tokenizer, checkpoint, options))
             continue
-        if not isinstance(m, str):
+        if not isinstance(m, ModelRef):
             label, module, tok, source = (
                 model_label(m, i),
                 m.eval(),
-                own_tok or getattr(m, "tokenizer", None) or fallback,
+                own_tok or tokenizer_of(m) or fallback,
                 "module",
             )
         elif untrained:
             torch.manual_seed(seed)
             label, module, tok, source = (
-                m,
-                create_model(m, size, checkpoint="none", vocab_size=fallback.vocab_size),
+                m.label,
+                create_model(m.target, size, checkpoint="none", vocab_size=fallback.vocab_size, **m.args),
                 fallback,
                 "untrained",
             )
         else:
-            lm = load_model(m, size=size, checkpoint=checkpoint, seed=seed, base_dir=base_dir, model_args=model_args)
-            tok = (
-                own_tok or getattr(lm.module, "tokenizer", None) or _tokenizer_for(lm.ref.target, size, str(checkpoint))
-            )
+            lm = load_model(m, size=size, checkpoint=checkpoint, seed=seed, base_dir=base_dir)
+            tok = own_tok or lm.tokenizer or _tokenizer_for(lm.ref.target, size, str(checkpoint))
             label, module, source = lm.label, lm.module.eval(), lm.source
         module = _in_precision(module, source, hf_options)
         out.append(_own_subject(label, module, tok, source, hf_options))

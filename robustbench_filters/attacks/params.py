@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+from torch import nn
 
 from ..core.names import Norm, parse_norm  # noqa: F401 - the attack modules take them from here
 
@@ -32,10 +33,26 @@ class AttackParams:
     converge: int = 0
     probe: bool = False  # the eps = 0 check: a structural run, every fixed budget at its minimum
 
+    @property
+    def norm_name(self) -> str:
+        """The threat model as torchattacks names it ("Linf" / "L2"): the one translation every builder uses."""
+        return "Linf" if self.norm is Norm.LINF else "L2"
+
     def iterations(self, default: int) -> int:
-        """Steps of an iterative attack: ``steps`` when given, else its default; doubled per convergence level."""
+        """Steps (or queries) of an iterative component whose own count is ``default``: ``steps`` when given, else
+        the default. The convergence rerun never starts below the component's own count (a check that kept a budget
+        the user cut would be as weak as the attack it judges) and doubles it per level."""
         base = default if self.steps is None else self.steps
+        if self.converge:
+            base = max(base, default)
         return base * 2 ** int(self.converge)
+
+    def step(self, default: float) -> float:
+        """The fixed step of a PGD-style component whose own step is ``default``: ``step_size`` when given; the
+        convergence rerun never takes a step below the component's own."""
+        if self.step_size is None:
+            return default
+        return max(self.step_size, default) if self.converge else self.step_size
 
     def restarts(self, default: int = 1) -> int:
         return default + int(self.converge)
@@ -58,3 +75,7 @@ def within_ball(attack: AttackFn, eps: float, norm: Norm) -> AttackFn:
 
     run.attack = attack  # type: ignore[attr-defined] - what it wraps, for tests and introspection
     return run
+
+
+#: ``build(model, params) -> [(component, attack(x, y) -> x_adv), ...]``: how each attack of the catalogue is built
+Builder = Callable[[nn.Module, AttackParams], list[tuple[str, AttackFn]]]

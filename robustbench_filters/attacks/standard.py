@@ -21,7 +21,7 @@ import torchattacks
 from torch import nn
 
 from .apgd import EarlyAPGD, EarlyAPGDT
-from .params import AttackFn, AttackParams, Norm, within_ball
+from .params import AttackFn, AttackParams, Builder, within_ball
 
 NAME = "autoattack-standard"
 #: the reference's budgets (fra31/auto-attack, autoattack.py: the constructors and set_version('standard'))
@@ -45,13 +45,10 @@ DIFFERENCES = (
 )
 
 
-def _norm(p: AttackParams) -> str:
-    return "Linf" if p.norm is Norm.LINF else "L2"
-
-
 def build(model: nn.Module, p: AttackParams) -> list[tuple[str, AttackFn]]:
-    """The four components for one eps, each with its own seed (``--steps`` sets every component's steps)."""
-    norm, targets = _norm(p), min(N_TARGETS, p.n_classes - 1)
+    """The four components for one eps, each with its own seed (``--steps`` sets every component's steps and
+    Square's queries)."""
+    norm, targets = p.norm_name, min(N_TARGETS, p.n_classes - 1)
     common = {"norm": norm, "eps": p.eps, "n_restarts": p.restarts(), "early_stop": p.early_stop}
     stages: list[tuple[str, AttackFn]] = [
         ("apgd-ce", EarlyAPGD(model, steps=p.iterations(APGD_STEPS), loss="ce", seed=p.seed, **common))
@@ -66,9 +63,13 @@ def build(model: nn.Module, p: AttackParams) -> list[tuple[str, AttackFn]]:
         n_classes=p.n_classes, seed=p.seed + 2,
     )  # fmt: skip
     fab.n_target_classes = targets  # torchattacks' default is every other class
-    queries = 2 if p.probe else 2 * SQUARE_QUERIES if p.converge else SQUARE_QUERIES
+    queries = 2 if p.probe else p.iterations(SQUARE_QUERIES)
     square = torchattacks.Square(
         model, norm=norm, eps=p.eps, n_queries=queries, n_restarts=p.restarts(), p_init=SQUARE_P_INIT,
         loss="margin", resc_schedule=False, seed=p.seed + 3,
     )  # fmt: skip
     return [*stages, ("fab-t", within_ball(fab, p.eps, p.norm)), ("square", square)]
+
+
+#: this module's attack, by name (the catalogue joins it to its spec)
+BUILDERS: dict[str, Builder] = {NAME: build}

@@ -20,7 +20,7 @@ from __future__ import annotations
 from torch import nn
 
 from .apgd import EarlyAPGD, EarlyAPGDT
-from .params import AttackFn, AttackParams, Norm
+from .params import AttackFn, AttackParams, Builder
 
 NAME = "autoattack-fast"
 CE_STEPS = 25  # APGD-CE
@@ -35,15 +35,11 @@ DIFFERENCES = (
 )
 
 
-def _norm(p: AttackParams) -> str:
-    return "Linf" if p.norm is Norm.LINF else "L2"
-
-
 def build(model: nn.Module, p: AttackParams) -> list[tuple[str, AttackFn]]:
     """The stages for one eps (``--steps`` sets every stage's steps; the convergence rerun doubles them and adds a
     restart to each). Each stage has its own seed: one seed would give every stage the same random starts."""
     # The convergence rerun checks a few examples with many runs each: one batch of copies, not one call per run.
-    common = {"norm": _norm(p), "eps": p.eps, "early_stop": p.early_stop, "n_restarts": p.restarts(),
+    common = {"norm": p.norm_name, "eps": p.eps, "early_stop": p.early_stop, "n_restarts": p.restarts(),
               "parallel": bool(p.converge)}  # fmt: skip
     stages: list[tuple[str, AttackFn]] = [
         ("apgd-ce", EarlyAPGD(model, steps=p.iterations(CE_STEPS), loss="ce", seed=p.seed, **common))
@@ -64,3 +60,7 @@ def build(model: nn.Module, p: AttackParams) -> list[tuple[str, AttackFn]]:
             )  # fmt: skip
         )
     return stages
+
+
+#: this module's attack, by name (the catalogue joins it to its spec)
+BUILDERS: dict[str, Builder] = {NAME: build}

@@ -1,5 +1,5 @@
-"""Sanity checks: the record type (:mod:`.base`) and the checks of each kind of run."""
+"""Sanity checks: what they share (:mod:`.base`: the :class:`Check` record) and the checks of each kind of run."""
 
-from .base import EPS_TOL, FAIL, PASS, WARN, Check, all_passed, ball_tolerance, summarize
+from .base import EPS_TOL, FAIL, PASS, WARN, Check, ChecksSummary, all_passed, ball_tolerance
 
-__all__ = ["EPS_TOL", "FAIL", "PASS", "WARN", "Check", "all_passed", "ball_tolerance", "summarize"]
+__all__ = ["EPS_TOL", "FAIL", "PASS", "WARN", "Check", "ChecksSummary", "all_passed", "ball_tolerance"]

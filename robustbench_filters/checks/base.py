@@ -1,32 +1,20 @@
-"""The sanity-check record every measurement reports, and how a list of them is summarised.
-
-Each check returns a :class:`Check` with status ``pass``, ``warn`` or ``fail`` and a one-line detail. They are
-shown in the console table and stored in ``summary.json``; a failing check is shown as failing, never dropped.
+"""What every sanity check shares: the :class:`~..summaries.base.Check` record it returns (status ``pass``, ``warn``
+or ``fail`` and a one-line detail, the very record ``summary.json`` stores), the eps-ball tolerance and row
+selection. A failing check is shown as failing, never dropped.
 Checks are grouped by what they check: :mod:`.model` (probing a model), :mod:`.image`, :mod:`.lm`,
 :mod:`.corruption` (rows of one kind of run). They follow Carlini et al.'s checklist and AutoAttack's flags.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
+
+from ..summaries.base import FAIL, PASS, WARN, Check, ChecksSummary
 
 if TYPE_CHECKING:  # the rows are pandas frames; this module stays light to import
     import pandas as pd
 
-PASS, WARN, FAIL = "pass", "warn", "fail"
 EPS_TOL = 1e-5  # float32 slack when verifying the eps-ball
-
-
-@dataclass
-class Check:
-    name: str
-    model: str
-    status: str
-    detail: str
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def ball_tolerance(eps: float) -> float:
@@ -44,6 +32,4 @@ def all_passed(checks: list[Check]) -> bool:
     return all(c.status != FAIL for c in checks)
 
 
-def summarize(checks: list[Check]) -> dict:
-    counts = {s: sum(c.status == s for c in checks) for s in (PASS, WARN, FAIL)}
-    return {"passed": all_passed(checks), **counts}
+__all__ = ["EPS_TOL", "FAIL", "PASS", "WARN", "Check", "ChecksSummary", "all_passed", "ball_tolerance", "model_rows"]

@@ -1,9 +1,9 @@
 """The convergence check, with power: how much may a stronger attack still break, as an upper bound in points.
 
 Carlini et al. advise checking that more effort changes nothing. The attacks that have a stronger rerun (twice the
-steps, one more restart, every target) rerun it on a sample of each eps's survivors; the rows record which of the
+steps and a restart more; the default: its targeted stage at twice the steps on every target) rerun it on a sample of each eps's survivors; the rows record which of the
 checked survivors it broke. From ``k`` broken among ``m`` checked of ``N`` survivors, the exact hypergeometric
-bound (:func:`~..stats.hypergeom_upper`, sampling without replacement from the finite set of survivors) gives the
+bound (:func:`~..stats.intervals.hypergeom_upper`, sampling without replacement from the finite set of survivors) gives the
 upper 95% bound ``K`` on how many of all ``N`` survivors the stronger attack would break, so robust accuracy may be
 overstated by up to ``100 K / n`` points (``n`` examples). Checking every survivor gives the count itself.
 
@@ -27,6 +27,7 @@ import math
 
 import pandas as pd
 
+from ..core.names import ATTACK_SPECS
 from ..stats.intervals import hypergeom_upper
 from .base import FAIL, PASS, Check, model_rows
 
@@ -95,7 +96,8 @@ def check_convergence(rows: pd.DataFrame, model: str) -> list[Check]:
             extra = f", the escalation broke {escalated}" if escalated else ""
             cells.append(f"eps {eps:g}: broke {broken} of {checked} checked ({survivors} survivors{extra}), "
                          f"overstated by at most {points:.2g} pts")  # fmt: skip
-        detail = "stronger rerun (2x steps, +1 restart, every target): " + "; ".join(cells)
+        how = ATTACK_SPECS[attack].rerun if attack in ATTACK_SPECS else "stronger settings"
+        detail = f"stronger rerun ({how}): " + "; ".join(cells)
         if failed:
             detail += f" (> {THRESHOLD_POINTS:g}): robust accuracy is an upper bound"
         out.append(Check(f"attack converged ({attack})", model, FAIL if failed else PASS, detail))

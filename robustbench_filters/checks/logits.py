@@ -21,6 +21,7 @@ from typing import Any
 
 import pandas as pd
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ..core.errors import RobfiltError
@@ -127,6 +128,14 @@ def predictions(logits: torch.Tensor) -> torch.Tensor:
     """The predicted class of each row, or -1 for a row with any non-finite logit (never ``argmax``'s 0)."""
     ok = torch.isfinite(logits).all(-1)
     return torch.where(ok, logits.argmax(-1), torch.full_like(ok, -1, dtype=torch.long))
+
+
+def margin(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Per example: the true class's logit minus the best other one (> 0: correctly classified; NaN for a guarded
+    row). The rows record it; PGD's margin loss maximises its negative."""
+    true = logits.gather(1, y[:, None]).squeeze(1)
+    other = logits.masked_fill(F.one_hot(y, logits.shape[1]).bool(), float("-inf")).amax(1)
+    return true - other
 
 
 def check_finite_rows(bad: pd.Series, model: str, what: str = "rows") -> Check:

@@ -1,7 +1,7 @@
 """Typed run configs: what each kind of run measures, with its defaults and its validation in one place.
 
 One frozen dataclass per kind of run: :class:`ImageAttackConfig`, :class:`LMAttackConfig`,
-:class:`CorruptionConfig` and :class:`LipschitzConfig`. The command line, ``robustness.toml`` specs, the study
+:class:`CorruptionConfig`, :class:`LipschitzConfig` and :class:`CertifyConfig`. The command line, ``robustness.toml`` specs, the study
 plan and the Python API all build these, so a default or a rule cannot drift between them. Validation runs in
 ``__post_init__``: a config that exists is valid, and it is checked before any model is loaded or any folder is
 written. An option that does not apply to a kind of run is refused by :func:`build` (never silently dropped).

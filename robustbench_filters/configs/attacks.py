@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -34,6 +35,8 @@ from ..core.names import (
     validate_rate,
 )
 from ..core.surface import flag, given
+from ..summaries.kinds import ATTACK
+from ..summaries.kinds import CORRUPTION as CORRUPTION_RUN
 from .base import (
     DEFAULT_LM_EPS,
     ImageDataConfig,
@@ -41,6 +44,7 @@ from .base import (
     _names,
     _positive,
     _unique,
+    check_data_options,
     default_eps,
 )
 from .options import Bool, Int, Many, Number, Text, Tokenizer, option
@@ -61,14 +65,36 @@ def _check_steps(steps: int | None, step_size: float | None) -> None:
         raise RobfiltError(f"{flag('step_size')} must be a positive number, got {step_size}.")
 
 
+def _budget_options(attacks: tuple[str, ...], steps: int | None, step_size: float | None) -> None:
+    """``--steps`` and ``--step-size`` mean something for the attacks named, or are refused: an option an attack
+    would ignore must not look applied. ``--steps`` sets the iterations of every iterative attack of the run; fgsm,
+    one step of size eps by definition (``AttackSpec.steps`` 1), refuses any other count only alone. A fixed step
+    is PGD's alone (``AttackSpec.step_size`` 0: the attack sets its own), so ``--step-size`` is refused beside any
+    other attack."""
+    specs = [ATTACK_SPECS[a] for a in attacks]
+    if steps is not None and steps != 1 and all(s.steps == 1 for s in specs):
+        raise RobfiltError(
+            f"{', '.join(attacks)} takes no steps (one step of size eps); {flag('steps')} sets the iterations of "
+            "iterative attacks such as pgd: leave it out."
+        )
+    own = [s.name for s in specs if s.step_size == 0]
+    if step_size is not None and own:
+        fixed = [n for n, s in ATTACK_SPECS.items() if s.step_size]
+        raise RobfiltError(
+            f"{flag('step_size')} sets the fixed step of {', '.join(fixed)}; {', '.join(own)} "
+            f"{'sets its' if len(own) == 1 else 'set their'} own step sizes: leave it out, or run "
+            f"{' or '.join(fixed)} in a run of its own."
+        )
+
+
 @dataclass(frozen=True, kw_only=True)
 class ImageAttackConfig(ImageDataConfig):
-    """Adversarial attacks on image models, over an ascending eps grid (see :mod:`.attacks.image`).
+    """Adversarial attacks on image models, over an ascending eps grid (see :mod:`..attacks.image`).
 
     With no attack named, the strongest attack robfilt has (``apgd-adaptive``) runs. ``steps`` None gives every
     attack its own documented default (pgd 20; each stage of apgd-adaptive its own). ``early_stop``: an example leaves an
     attack once fooled (off: robfilt's PGD/APGD compute exactly what torchattacks' do). ``check_convergence``:
-    rerun a seeded share of the survivors with twice the steps and one more restart (None: for the strong
+    rerun a seeded share of the survivors with twice the steps (None: for the strong
     ensembles only; True: for every attack that has such a rerun; False: never). ``save_adversarial``: store the
     points the attacks reached in the run folder (:mod:`..runs.adversarial`); it is part of the run's fingerprint,
     so ``--resume`` with the other setting is refused (the rows are the same either way).
@@ -76,6 +102,7 @@ class ImageAttackConfig(ImageDataConfig):
 
     FAMILY: ClassVar[Family | None] = Family.IMAGE
     DESCRIPTION: ClassVar[str] = "image attack"
+    KIND: ClassVar[str] = ATTACK
 
     attacks: tuple[str, ...] = option(
         (DEFAULT_IMAGE_ATTACK,), help=attack_help(), value=Many(Text()), flag="--attack", short="-a", panel="Attack"
@@ -89,11 +116,16 @@ class ImageAttackConfig(ImageDataConfig):
     )
     norm: Norm | None = option(None, help="linf or l2 (default: the attack's own; l2 for LM attacks).", panel="Attack")
     steps: int | None = option(
-        None, help="Iterations of iterative attacks (default: each attack's own).", value=Int(), panel="Attack"
+        None,
+        help="Iterations of every iterative attack (Square: queries; default: each attack's own). Fewer than an "
+        "attack's own mark it weaker; its convergence check still runs its own.",
+        value=Int(),
+        panel="Attack",
     )
     step_size: float | None = option(
-        None, help="Step of PGD-style attacks (default 0.15*eps).", value=Number(), panel="Attack"
-    )
+        None, help="Fixed step of pgd and pgd-l2 (default 0.15*eps); attacks that set their own refuse it.",
+        value=Number(), panel="Attack",
+    )  # fmt: skip
     early_stop: bool = option(
         True,
         help="An example leaves an attack once it is fooled (same broken examples, less compute).",
@@ -103,7 +135,7 @@ class ImageAttackConfig(ImageDataConfig):
     )
     check_convergence: bool | None = option(
         None,
-        help="Rerun a seeded share of the survivors with twice the steps and one more restart (default: for the "
+        help="Rerun a seeded share of the survivors with twice the steps (default: for the "
         "strong ensembles; off, the default attack skips its escalation and is marked weaker).",
         value=Bool(),
         negatable=True,
@@ -165,11 +197,18 @@ class ImageAttackConfig(ImageDataConfig):
                 raise RobfiltError(f"eps {e:g} is above 1 on the [0, 1] input scale; did you mean {e:g}/255?")
         self._set("eps", tuple(sorted(eps)))
         _check_steps(self.steps, self.step_size)
+        _budget_options(attacks, self.steps, self.step_size)
         if not isinstance(self.early_stop, bool):
             raise RobfiltError(f"{flag('early_stop')} must be true or false, got {self.early_stop!r}.")
         if self.check_convergence is not None and not isinstance(self.check_convergence, bool):
             raise RobfiltError(
                 f"{flag('check_convergence')} must be true, false or left out (auto), got {self.check_convergence!r}."
+            )
+        if self.check_convergence and not any(ATTACK_SPECS[a].converges for a in attacks):
+            rerun = [n for n, spec in ATTACK_SPECS.items() if spec.converges]
+            raise RobfiltError(
+                f"{', '.join(attacks)} {'has' if len(attacks) == 1 else 'have'} no stronger rerun to check with; "
+                f"{flag('check_convergence')} applies to {', '.join(rerun)}."
             )
         if self.amp is not None and self.amp not in AMP_DTYPES:
             raise RobfiltError(
@@ -185,13 +224,14 @@ class ImageAttackConfig(ImageDataConfig):
 
 @dataclass(frozen=True, kw_only=True)
 class LMAttackConfig(RunConfig):
-    """Embedding-space FGSM/PGD and word-swap contamination on language models (see :mod:`.attacks.lm`).
+    """Embedding-space FGSM/PGD and word-swap contamination on language models (see :mod:`..attacks.lm`).
 
     With no attack named, embedding-space PGD runs: the strongest attack robfilt has for language models.
     """
 
     FAMILY: ClassVar[Family | None] = Family.LM
     DESCRIPTION: ClassVar[str] = "language-model attack"
+    KIND: ClassVar[str] = ATTACK
 
     attacks: tuple[str, ...] = (DEFAULT_LM_ATTACK,)
     eps: tuple[float, ...] | None = None
@@ -291,6 +331,7 @@ class LMAttackConfig(RunConfig):
         else:
             rates = DEFAULT_RATES if WORDSWAP in attacks else ()
         self._set("rates", tuple(sorted(rates)))
+        self._check_attack_options(attacks)
         try:
             self._set("norm", parse_norm(self.norm) or Norm.L2)
         except RobfiltError:
@@ -298,6 +339,11 @@ class LMAttackConfig(RunConfig):
         if self.eps_mode not in EPS_MODES:
             raise RobfiltError(f"unknown {flag('eps_mode')} {self.eps_mode!r}; use relative or absolute.")
         _check_steps(self.steps, self.step_size)
+        if self.step_size is not None and attacks != ("pgd",):
+            raise RobfiltError(
+                f"{flag('step_size')} sets the fixed step of embedding pgd; {', '.join(a for a in attacks if a != 'pgd')} "
+                "takes none (fgsm steps eps, wordswap swaps words): leave it out, or run pgd in a run of its own."
+            )
         if not self.replacement:
             raise RobfiltError(f"{flag('replacement')} is empty; give a token such as AAA.")
         try:
@@ -317,14 +363,32 @@ class LMAttackConfig(RunConfig):
             from ..models.hf.load import precision_dtype
 
             precision_dtype(self.precision, self.device)
+        check_data_options(self, {"text_column": ("hf-disk",)})
+
+    def _check_attack_options(self, attacks: tuple[str, ...]) -> None:
+        """Attack settings that no attack of the run reads are refused (set away from their defaults): PGD's steps
+        mean nothing to FGSM (one step) or word swap, the embedding ball to word swap, and the replacement token to
+        the embedding attacks (``--step-size`` has its own rule, above)."""
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        readers = {
+            "steps": ("pgd",), "norm": EMBEDDING_ATTACKS, "eps_mode": EMBEDDING_ATTACKS,
+            "replacement": (WORDSWAP,),
+        }  # fmt: skip
+        for name, read_by in readers.items():
+            if getattr(self, name) != defaults[name] and not set(read_by) & set(attacks):
+                raise RobfiltError(
+                    f"{flag(name)} is a setting of {' and '.join(read_by)}, and this run attacks with "
+                    f"{', '.join(attacks)} only; add {read_by[0]} to {flag('attacks')}, or drop it."
+                )
 
 
 @dataclass(frozen=True, kw_only=True)
 class CorruptionConfig(ImageDataConfig):
-    """Common corruptions at severities 1-5 on image models, with mCE (see :mod:`.attacks.corruption`)."""
+    """Common corruptions at severities 1-5 on image models, with mCE (see :mod:`..attacks.corruption`)."""
 
     FAMILY: ClassVar[Family | None] = Family.IMAGE
     DESCRIPTION: ClassVar[str] = "corruption"
+    KIND: ClassVar[str] = CORRUPTION_RUN
 
     attacks: tuple[str, ...] = (CORRUPTION,)
     severities: tuple[int, ...] = option(

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..core.errors import RobfiltError
 from ..core.family import Family
-from ..core.names import CORRUPTION, WORDSWAP, Norm, check_data_spec
+from ..core.names import CORRUPTION, DATA_PREFIXES, TORCHVISION_SETS, WORDSWAP, Norm, check_data_spec
 from ..core.seeds import check_seed
 from ..core.surface import Surface, flag, given
-from .options import Bool, Data, Declared, Int, Models, Pairs, Text, internal, is_module, option
+from .options import Bool, Data, Declared, Int, Models, Pairs, Text, derived, internal, is_module, option
 
 if TYPE_CHECKING:
     pass
@@ -56,23 +56,28 @@ def default_eps(data: str, norm: Norm) -> tuple[float, ...]:
 def model_label(model: ModelLike, index: int, model_args: dict[str, Any] | None = None) -> str:
     """The name a model has in rows and tables: its display name or reference (with ``model_args`` merged in, as the
     model is loaded), its registry name, or ``model<i>``."""
-    if isinstance(model, str):
+    if not is_module(model):  # a reference: as text, or parsed (a ModelRef)
         from ..models.ref import apply_model_args
 
         return apply_model_args(model, model_args).label
-    return getattr(getattr(model, "robfilt_spec", None), "name", f"model{index}")
+    from ..models.built import built_of
+
+    built = built_of(model)
+    return built.spec.name if built is not None else f"model{index}"
 
 
 def model_family(model: ModelLike, base_dir: str | None = None) -> Family:
     """A reference's or module's family, checked without loading anything (factory files relative to ``base_dir``
     too, a spec's folder)."""
-    if isinstance(model, str):
+    if not is_module(model):  # a reference: as text, or parsed (a ModelRef)
         from ..models.ref import model_kind
 
         return Family.LM if model_kind(model, base_dir) == "lm" else Family.IMAGE
-    spec = getattr(model, "robfilt_spec", None)
-    if spec is not None:
-        return spec.family
+    from ..models.built import built_of
+
+    built = built_of(model)
+    if built is not None:
+        return built.spec.family
     from ..models.hf import is_hf_model
 
     if is_hf_model(model):
@@ -140,6 +145,8 @@ class RunConfig(Declared):
 
     FAMILY: ClassVar[Family | None] = None
     DESCRIPTION: ClassVar[str] = ""
+    #: the kind of run it configures, as manifests record it (summaries/kinds.py)
+    KIND: ClassVar[str] = ""
     #: random inputs of the model's shape are data too (Lipschitz runs)
     SYNTHETIC: ClassVar[bool] = False
 
@@ -184,6 +191,11 @@ class RunConfig(Declared):
     base_dir: str | None = internal(
         None, reason="a spec sets it to its own folder, so relative factory files resolve from there"
     )
+    #: the models as parsed once, when the config is made: a ModelRef per reference (``--model-arg`` merged in, as
+    #: the model is loaded), the module itself for a module; with the name and the family of each
+    refs: tuple[Any, ...] = derived()
+    labels: tuple[str, ...] = derived()
+    families: tuple[Family, ...] = derived()
 
     def __post_init__(self) -> None:
         models = (self.models,) if isinstance(self.models, str) or is_module(self.models) else tuple(self.models)
@@ -193,28 +205,31 @@ class RunConfig(Declared):
             _check_model_object(m, i)
         self._set("models", models)
         self._set("model_args", tuple(self.model_args))
-        self.parsed_model_args  # noqa: B018 - validates key=value syntax before any model is built (labels use it)
+        self._set("refs", _parsed(models, self.parsed_model_args))  # also validates --model-arg's key=value syntax
+        self._set("labels", tuple(model_label(m, i) for i, m in enumerate(self.refs)))
         _unique(self.labels, "models")
         modules = [i for i, m in enumerate(models) if is_module(m)]
         twice = next((i for k, i in enumerate(modules) if any(models[j] is models[i] for j in modules[:k])), None)
         if twice is not None:  # distinct labels (model0, model1), one module: a comparison of a model with itself
             raise RobfiltError(f"the same model object is given twice (as {self.labels[twice]}); give each model once.")
-        families = [model_family(m, self.base_dir) for m in models]  # checks every reference's syntax and name
+        # checks every reference's name and factory file
+        self._set("families", tuple(model_family(m, self.base_dir) for m in self.refs))
         if self.FAMILY is not None:
-            for m, fam in zip(models, families, strict=True):
+            for label, fam in zip(self.labels, self.families, strict=True):
                 if fam is not self.FAMILY:
                     raise RobfiltError(
-                        f"model {model_label(m, 0)!r} is a {fam.value} model; {self.DESCRIPTION} runs need "
+                        f"model {label!r} is a {fam.value} model; {self.DESCRIPTION} runs need "
                         f"{self.FAMILY.value} models (run the two families separately)."
                     )
         if isinstance(self.data, str):
             check_data_spec(
-                self.data, set(families) if self.FAMILY is None else {self.FAMILY}, synthetic=self.SYNTHETIC
+                self.data, set(self.families) if self.FAMILY is None else {self.FAMILY}, synthetic=self.SYNTHETIC
             )
         _positive(self.n_examples, "n_examples")
         _positive(self.batch_size, "batch_size")
         self._set("seed", check_seed(self.seed))
         _check_device(str(self.device))
+        _check_model_options(self, self.refs)
 
     @property
     def parsed_model_args(self) -> dict[str, Any]:
@@ -226,15 +241,78 @@ class RunConfig(Declared):
     def _set(self, name: str, value: Any) -> None:
         object.__setattr__(self, name, value)
 
-    @property
-    def labels(self) -> list[str]:
-        """The names the run gives its models in rows (``--model-arg`` merged into references, as loaded)."""
-        args = self.parsed_model_args
-        return [model_label(m, i, args) for i, m in enumerate(self.models)]
-
     @classmethod
     def options(cls) -> tuple[str, ...]:
-        return tuple(f.name for f in dataclasses.fields(cls))
+        """The fields a config is made from (not those it derives itself)."""
+        return tuple(f.name for f in dataclasses.fields(cls) if f.init)
+
+
+def _parsed(models: Sequence[ModelLike], model_args: dict[str, Any]) -> tuple[Any, ...]:
+    """Each reference parsed, with ``model_args`` merged in (they win, as when the model is loaded); modules as
+    they are."""
+    if all(is_module(m) for m in models):
+        return tuple(models)
+    from ..models.ref import apply_model_args
+
+    return tuple(m if is_module(m) else apply_model_args(m, model_args) for m in models)
+
+
+def _reference_kinds(refs: Sequence[Any]) -> set[str]:
+    """What kinds of model a run holds: ``registry`` names (zoo models included), ``timm``, ``hf``, ``factory``
+    references, and ``module`` for torch modules given in Python."""
+    return {"module" if is_module(m) else m.kind.value for m in refs}
+
+
+def _check_model_options(config: Any, models: Sequence[ModelLike]) -> None:
+    """The model options that mean something only for some kinds of model are refused when no model of the run is
+    of such a kind: otherwise they would be accepted, recorded and ignored (``--size tiny`` on ``timm:resnet18``)."""
+    kinds = _reference_kinds(models)
+    if config.size != "micro" and "registry" not in kinds:
+        raise RobfiltError(
+            f"{flag('size')} applies to registry models (deit-grc, lm); these models take their size from their "
+            "reference or code; drop it."
+        )
+    if kinds == {"module"}:  # checkpoint "none" (no weights to load) is true of a module too
+        for name in ("checkpoint", "model_args"):
+            if getattr(config, name) not in (None, (), "none", _default(type(config), name)):
+                raise RobfiltError(
+                    f"{flag(name)} applies to model references (names, timm:, hf:, file.py:factory); a torch module "
+                    "given in Python is used as it is; drop it."
+                )
+    builtin = config.checkpoint is None or str(config.checkpoint).split(":")[0] in ("zoo", "none")
+    if config.allow_pickle and (builtin or kinds <= {"module", "hf"}):
+        raise RobfiltError(
+            f"{flag('allow_pickle')} lets {flag('checkpoint')} read a torch .pt state dict; without a checkpoint "
+            "file to read it changes nothing; drop it."
+        )
+
+
+def _default(cls: type, name: str) -> Any:
+    return next(f.default for f in dataclasses.fields(cls) if f.name == name)
+
+
+def _data_kind(data: Any) -> str:
+    """Where a run's data comes from: a prefix's kind (``imagefolder``, ``hf-disk``, ``text``), ``named`` (bundled
+    and torchvision sets), or ``python`` (tensors and datasets given in Python)."""
+    if not isinstance(data, str):
+        return "python"
+    for prefix in DATA_PREFIXES:
+        if data.strip().startswith(prefix):
+            return prefix.rstrip(":")
+    return "named"
+
+
+_DATA_KINDS = {"named": "bundled and torchvision datasets", "python": "datasets given in Python"}
+
+
+def check_data_options(config: Any, applies: dict[str, tuple[str, ...]]) -> None:
+    """Refuse a data option given for data it cannot apply to (``--image-column`` on the bundled images): each name
+    in ``applies`` with the data kinds (:func:`_data_kind`) it means something for."""
+    kind = _data_kind(config.data)
+    for name, kinds in applies.items():
+        if getattr(config, name) is not None and kind not in kinds:
+            where = " or ".join(_DATA_KINDS.get(k, f"{k}: data") for k in kinds)
+            raise RobfiltError(f"{flag(name)} applies to {where}, not to {data_label(config.data)}; drop it.")
 
 
 def _empty(values: Any) -> bool:
@@ -257,6 +335,15 @@ def _check_image_data(config: Any) -> None:
         isinstance(config.num_workers, bool) or not 0 <= int(config.num_workers) <= MAX_WORKERS
     ):
         raise RobfiltError(f"{flag('num_workers')} must be from 0 to {MAX_WORKERS}, got {config.num_workers}.")
+    # 0 decoding processes (decode in this process) is true of every data, so only more is refused
+    workers = {"num_workers": ("imagefolder", "hf-disk", "python")} if config.num_workers else {}
+    check_data_options(config, {"image_column": ("hf-disk",), "label_column": ("hf-disk",), **workers})
+    torchvision = isinstance(config.data, str) and config.data.strip().lower() in TORCHVISION_SETS
+    if config.data_root is not None and not torchvision:
+        raise RobfiltError(
+            f"{flag('data_root')} is where torchvision datasets (cifar10, mnist, ...) live; {data_label(config.data)} "
+            "does not read it; drop it."
+        )  # fmt: skip
     if config.class_map is not None:
         if not (isinstance(config.data, str) and config.data.strip().startswith("imagefolder:")):
             raise RobfiltError(

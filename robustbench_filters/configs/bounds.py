@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -11,10 +12,12 @@ from ..core.errors import RobfiltError
 from ..core.family import Family
 from ..core.names import parse_method
 from ..core.surface import flag, given
+from ..summaries.kinds import CERTIFY, LIPSCHITZ
 from .base import (
     ImageDataConfig,
     _positive,
     _unique,
+    check_data_options,
 )
 from .options import Bool, Int, Many, Number, api_only, internal, option
 
@@ -37,11 +40,12 @@ def _check_examples(value: Any, name: str) -> None:
 
 @dataclass(frozen=True, kw_only=True)
 class LipschitzConfig(ImageDataConfig):
-    """Lower and certified upper Lipschitz bounds per example (see :mod:`.lipschitz.run`); image models read their
+    """Lower and certified upper Lipschitz bounds per example (see :mod:`..lipschitz.run`); image models read their
     data with the image-data options, language models with ``text_column`` and ``seq_len``."""
 
     FAMILY: ClassVar[Family | None] = None
     DESCRIPTION: ClassVar[str] = "Lipschitz"
+    KIND: ClassVar[str] = LIPSCHITZ
     SYNTHETIC: ClassVar[bool] = True
 
     data: Any = None
@@ -101,18 +105,58 @@ class LipschitzConfig(ImageDataConfig):
         self._set("gap_rhos", _unique(map(float, self.gap_rhos), "gap_rhos"))
         if any(not (r > 0 and math.isfinite(r)) for r in self.gap_rhos):
             raise RobfiltError(f"{flag('gap_rhos')} must be positive finite radii, got {list(self.gap_rhos)}.")
+        self._check_unread()
         for name in ("inputs", "input_labels"):  # Python objects: refused by kind before anything reads them
             _check_examples(getattr(self, name), name)
+            if type(getattr(self, name)).__module__.split(".")[0] == "numpy":  # a numpy batch is a tensor here
+                import torch
+
+                self._set(name, torch.as_tensor(getattr(self, name)))
         short = self.inputs is not None and self.n_examples is not None and len(self.inputs) < self.n_examples
         if short and not isinstance(self.n_examples, UpTo):
             raise RobfiltError(
                 f"inputs hold {len(self.inputs)} examples but {flag('n_examples')} is {self.n_examples}."
             )
 
+    def _check_unread(self) -> None:
+        """Settings that nothing in this run reads are refused (set away from their defaults): a method's own knobs
+        under another method, the gap's without ``gap``, language-model settings for image models and image-data
+        settings for language models."""
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        method = parse_method(self.method).value
+        families = set(self.families)
+        read = {
+            "ratio_steps": method == "ratio",
+            "power_iters": method != "exact" or self.per_layer or self.gap,
+            "tol": method != "exact" or self.per_layer or self.gap,
+            "rho": method == "ratio" or self.bounds,
+            "gap_rhos": self.gap,
+            "gap_taylor": self.gap,
+            "seq_len": Family.LM in families,
+        }
+        for name in ("img_size", "data_root", "image_column", "label_column", "class_map", "num_workers"):
+            read[name] = Family.IMAGE in families
+        for name, used in read.items():
+            if not used and getattr(self, name) != defaults[name]:
+                raise RobfiltError(f"{flag(name)} is not read by this run ({_unread_reason(name)}); drop it.")
+        check_data_options(self, {"text_column": ("hf-disk",)})
+
+
+def _unread_reason(name: str) -> str:
+    return {
+        "ratio_steps": "it sets --method ratio's ascent",
+        "power_iters": "--method exact computes the whole Jacobian",
+        "tol": "--method exact computes the whole Jacobian",
+        "rho": "it is the radius of the certified local bounds and of --method ratio; add --bounds or use ratio",
+        "gap_rhos": "it sets the radii of --gap",
+        "gap_taylor": "it shapes --gap's rows",
+        "seq_len": "it sets the tokens of language-model examples; these models are image models",
+    }.get(name, "it reads image data; these models are language models")
+
 
 @dataclass(frozen=True, kw_only=True)
 class CertifyConfig(ImageDataConfig):
-    """Randomized-smoothing certificates (Cohen et al. 2019) of image models (see :mod:`.smoothing.run`).
+    """Randomized-smoothing certificates (Cohen et al. 2019) of image models (see :mod:`..smoothing.run`).
 
     The default checkpoint is the noise-trained zoo (``zoo:sigma0.25``): a smoothed classifier is only as good as
     its base model is at classifying noisy inputs. Every run also attacks the smoothed classifier (SmoothAdv PGD)
@@ -121,6 +165,7 @@ class CertifyConfig(ImageDataConfig):
 
     FAMILY: ClassVar[Family | None] = Family.IMAGE
     DESCRIPTION: ClassVar[str] = "certify"
+    KIND: ClassVar[str] = CERTIFY
 
     sigmas: tuple[float, ...] = option(
         (0.25,), help="Gaussian noise levels on the [0, 1] scale, e.g. 0.12,0.25,0.5.", value=Many(Number()),

@@ -64,6 +64,28 @@ def _bad(name: str, wanted: str, got: Any) -> RobfiltError:
     return RobfiltError(f"{flag(name)} must be {wanted}, got {got!r}.")
 
 
+def plain(value: Any) -> Any:
+    """A numpy or torch scalar (``np.float32(0.02)``, a 0-d array or tensor) as the Python value it holds, and a
+    numpy array or torch tensor of values as a list: Python callers hold their numbers in these as often as in
+    floats, and every reader below then judges the value itself, not its container.
+
+    A value of a narrower float type is read as the shortest decimal that rounds to it in that type
+    (``np.float32(0.01)`` is 0.01, not 0.009999999776): the caller wrote 0.01, and ``eps=np.float32(0.01)`` must be
+    the same run as ``eps=0.01``."""
+    if isinstance(value, str | bytes | bool | int | float) or value is None:
+        return value
+    module = type(value).__module__.split(".")[0]
+    if module not in ("numpy", "torch") or not hasattr(value, "tolist"):
+        return value
+    import numpy as np
+
+    array = np.asarray(value.detach().cpu() if module == "torch" else value)
+    if array.dtype.kind == "f" and array.dtype.itemsize < 8:
+        shortest = [float(np.format_float_scientific(v, unique=True)) for v in array.reshape(-1)]
+        return shortest[0] if array.ndim == 0 else np.asarray(shortest).reshape(array.shape).tolist()
+    return array.tolist()
+
+
 class Text(Value):
     def __init__(self, path: bool = False) -> None:
         self.path = path
@@ -86,6 +108,7 @@ class Int(Value):
         return _int_text(text, name)
 
     def from_python(self, value: Any, name: str) -> Any:
+        value = plain(value)
         if isinstance(value, bool) or not isinstance(value, int):
             if isinstance(value, float) and value.is_integer():
                 return int(value)
@@ -100,6 +123,7 @@ class Number(Value):
         return parse_number(text, flag(name))
 
     def from_python(self, value: Any, name: str) -> Any:
+        value = plain(value)
         if isinstance(value, str):
             return parse_number(value, flag(name))
         if isinstance(value, bool) or not isinstance(value, int | float):
@@ -113,6 +137,7 @@ class Bool(Value):
     cli_type = bool
 
     def from_python(self, value: Any, name: str) -> Any:
+        value = plain(value)
         if not isinstance(value, bool):
             raise _bad(name, "true or false", value)
         return value
@@ -131,6 +156,7 @@ class Many(Value):
         return tuple(self.item.item_from_text(p, name) for p in parts)
 
     def from_python(self, value: Any, name: str) -> Any:
+        value = plain(value)
         if isinstance(value, str | int | float) and not isinstance(value, bool):
             value = [value]
         if isinstance(value, Mapping) or not isinstance(value, Sequence | set | frozenset | tuple):
@@ -167,6 +193,23 @@ class Pairs(Value):
         if not isinstance(value, Sequence) or not all(isinstance(v, str) for v in value):
             raise _bad(name, "key=value strings or a dict", value)
         return tuple(value)
+
+
+class Paths(Value):
+    """Files or folders, one per use of a repeatable option (``--run A --run B``), or a list in Python."""
+
+    cli_type = list
+    many = True
+    path = True
+
+    def from_text(self, text: Any, name: str) -> Any:
+        return tuple(str(t) for t in text)
+
+    def from_python(self, value: Any, name: str) -> Any:
+        items = [value] if isinstance(value, str | os.PathLike) else value
+        if not isinstance(items, Sequence) or not all(isinstance(v, str | os.PathLike) for v in items):
+            raise _bad(name, "paths", value)
+        return tuple(os.fspath(v) for v in items)
 
 
 class Models(Value):
@@ -237,6 +280,9 @@ class Option:
     panel: str = "Run"
     #: in Python, None is a value (``n_examples=None``: every example) rather than "use the default"
     none_is_value: bool = False
+    #: the kinds of model the option means something for (empty: every kind the config serves); an option given for
+    #: another kind is refused by its owner, never silently ignored (training: :class:`~..train.recipe.Trainee`)
+    kinds: tuple[str, ...] = ()
     name: str = ""
 
     @property
@@ -265,6 +311,17 @@ def option(
 def internal(default: Any = dataclasses.MISSING, *, reason: str, compare: bool = True) -> Any:
     """A config field no user sets directly, and why (the parity test reads the reason)."""
     return field(default=default, compare=compare, metadata={"robfilt_internal": reason})
+
+
+def derived(reason: str = "computed from the options when the config is made") -> Any:
+    """A config field the config sets itself from its options, once, in ``__post_init__`` (never passed in)."""
+    return field(default=(), init=False, compare=False, repr=False, metadata={"robfilt_internal": reason})
+
+
+def cli_only(default: Any, *, help: str, why: str, value: Value | None = None, **kwargs: Any) -> Any:
+    """An option of a command's own call (``robfilt check``, ``study``, ``report``): on the command line only;
+    Python has the function itself and a spec cannot name one (``why`` says which)."""
+    return option(default, help=help, value=value, not_on={Surface.SPEC: why, Surface.API: why}, **kwargs)
 
 
 def api_only(default: Any = None, *, help: str, why: str, value: Value | None = None) -> Any:

@@ -13,6 +13,11 @@ so no rank waits forever on a barrier.
 
 torchrun sets ``RANK``, ``WORLD_SIZE`` and ``LOCAL_RANK`` (plus the rendezvous variables). Without them
 everything here is a no-op and robfilt runs as one process.
+
+robfilt also starts ranks itself (``--workers``, :mod:`.workers`): the same process group, over gloo, with a store
+the ranks share. Those runs are *pooled* (:attr:`DistContext.pooled`): the ranks take units from a shared queue
+(:mod:`.workqueue`) instead of fixed shards, and a failure reaches the caller as the very exception one process
+would have raised (the workers are an implementation detail, so no "rank N" in the message).
 """
 
 from __future__ import annotations
@@ -22,9 +27,11 @@ import contextlib
 import datetime as _dt
 import logging
 import os
+import pickle
+import traceback
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
-from typing import TypeVar
+from dataclasses import dataclass, field, replace
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -49,10 +56,21 @@ class DistContext:
     world_size: int = 1
     local_rank: int = 0
     backend: str | None = None
+    #: the store of the ranks robfilt started itself (their work queue and progress counts); None under torchrun
+    store: Any = field(default=None, compare=False, repr=False)
+    #: the pool's job number: this run's keys in ``store`` start with it
+    job: int = 0
+    #: in the pool's parent: raises when a worker process has died (rank 0 calls it while it waits for them)
+    watch: Callable[[], None] | None = field(default=None, compare=False, repr=False)
 
     @property
     def enabled(self) -> bool:
         return self.world_size > 1
+
+    @property
+    def pooled(self) -> bool:
+        """Ranks robfilt started itself (``--workers``), not torchrun's."""
+        return self.enabled and self.store is not None
 
     @property
     def is_primary(self) -> bool:
@@ -84,6 +102,11 @@ def backend_for(device: str) -> str:
     return "nccl" if str(device).startswith("cuda") else "gloo"
 
 
+def group_timeout() -> _dt.timedelta:
+    """How long a rank waits in a collective step (``ROBFILT_DIST_TIMEOUT_MIN``)."""
+    return _timeout()
+
+
 def _timeout() -> _dt.timedelta:
     minutes = _env_int(TIMEOUT_ENV, DEFAULT_TIMEOUT_MIN)
     if minutes <= 0:
@@ -91,11 +114,28 @@ def _timeout() -> _dt.timedelta:
     return _dt.timedelta(minutes=minutes)
 
 
+_POOLED: DistContext | None = None
+
+
+@contextlib.contextmanager
+def pooled(ctx: DistContext) -> Iterator[None]:
+    """Runs inside this block are rank ``ctx.rank`` of a pool robfilt started (:mod:`.workers` sets it per job)."""
+    global _POOLED
+    before, _POOLED = _POOLED, ctx
+    try:
+        yield
+    finally:
+        _POOLED = before
+
+
 def init(device: str = "cpu") -> DistContext:
     """Join torchrun's process group once per process; a plain launch returns the single-process context.
 
-    A process group the caller initialised already is reused as it is (library use inside a training script).
+    Inside a job of robfilt's own worker pool the pool's context is returned (its group is already joined). A
+    process group the caller initialised already is reused as it is (library use inside a training script).
     """
+    if _POOLED is not None:
+        return _POOLED
     ctx = env_context()
     if not ctx.enabled:
         return ctx
@@ -158,6 +198,55 @@ def _rebuild(rank: int, name: str, message: str) -> RobfiltError:
     return RobfiltError(f"rank {rank} failed with {name}: {message}")
 
 
+def portable(exc: BaseException) -> BaseException | tuple[str, str]:
+    """``exc`` itself when it survives pickling unchanged (type and message), else its description.
+
+    A pooled rank's failure travels as the exception object, so the caller raises what one process would have
+    raised (an OSError keeps its errno, a RobfiltError its class and exit code); the worker's traceback rides along
+    as a note for failures that print one (a bug).
+    """
+    try:
+        copy = pickle.loads(pickle.dumps(exc))
+    except Exception:  # noqa: BLE001 - any exception type may refuse to pickle
+        return _describe(exc)
+    if type(copy) is not type(exc) or str(copy) != str(exc):
+        return _describe(exc)
+    if not isinstance(exc, RobfiltError) and exc.__traceback__ is not None:
+        copy.add_note("in a worker process:\n" + "".join(traceback.format_exception(exc)).rstrip())
+    return copy
+
+
+def _reraise(ctx: DistContext, rank: int, outcome: BaseException | tuple[str, str]) -> BaseException:
+    if isinstance(outcome, BaseException):
+        return outcome
+    if ctx.pooled:  # a description only: the class by name where robfilt knows it, without a rank
+        cls = getattr(errors, outcome[0], None)
+        if isinstance(cls, type) and issubclass(cls, RobfiltError):
+            return cls(outcome[1])
+        return RuntimeError(f"a worker process failed with {outcome[0]}: {outcome[1]}")
+    return _rebuild(rank, *outcome)
+
+
+def collective(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised by :func:`all_or_none`, so every rank raised it at the same step (no rank is
+    left waiting in a collective for this one)."""
+    return bool(getattr(exc, "_robfilt_collective", False))
+
+
+def abandon(exc: BaseException) -> BaseException:
+    """Mark ``exc`` as the end of the group (a worker process died): :func:`all_or_none` re-raises it at once,
+    without the collective step the dead rank would never join."""
+    with contextlib.suppress(AttributeError):
+        exc._robfilt_abandon = True  # type: ignore[attr-defined]
+    return exc
+
+
+def _mark(exc: BaseException) -> BaseException:
+    with contextlib.suppress(AttributeError):  # exceptions with __slots__ cannot carry the mark
+        exc._robfilt_collective = True  # type: ignore[attr-defined]
+    return exc
+
+
 def all_or_none(ctx: DistContext, fn: Callable[[], T]) -> T:
     """Run this rank's share of a step; if any rank fails, every rank raises (a collective, so also a barrier).
 
@@ -171,22 +260,34 @@ def all_or_none(ctx: DistContext, fn: Callable[[], T]) -> T:
     try:
         result = fn()
     except Exception as exc:  # reported to every rank, then re-raised below
+        if getattr(exc, "_robfilt_abandon", False):
+            raise
         error = exc
-    outcomes: list[tuple[str, str] | None] = [None] * ctx.world_size
-    dist.all_gather_object(outcomes, None if error is None else _describe(error))
+    outcomes: list[Any] = [None] * ctx.world_size
+    mine = None if error is None else portable(error) if ctx.pooled else _describe(error)
+    dist.all_gather_object(outcomes, mine)
     if error is not None:
-        raise error
+        raise _mark(error)
     for rank, outcome in enumerate(outcomes):
         if outcome is not None:
-            raise _rebuild(rank, *outcome)
+            raise _mark(_reraise(ctx, rank, outcome))
     return result  # type: ignore[return-value]
+
+
+def broadcast(ctx: DistContext, value: T) -> T:
+    """Rank 0's ``value`` on every rank (a small picklable object)."""
+    if not ctx.enabled:
+        return value
+    box: list[Any] = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
 
 
 @contextlib.contextmanager
 def shared_run(ctx: DistContext, make_writer: Callable[[bool], contextlib.AbstractContextManager[W]]) -> Iterator[W]:
     """Open one run folder for all ranks: rank 0 locks it and writes the manifest, then the others attach.
 
-    Generic over the writer (the run folder's :class:`~.runs.folder.RunWriter`), so this module stays below runs/.
+    Generic over the writer (the run folder's :class:`~..runs.folder.RunWriter`), so this module stays below runs/.
 
     ``make_writer(primary)`` builds the writer; only the primary one takes the lock, applies --resume or
     --overwrite and writes the manifest. Secondary writers wait for that, check the fingerprint and then only
@@ -203,11 +304,17 @@ def shared_run(ctx: DistContext, make_writer: Callable[[bool], contextlib.Abstra
 
 __all__ = [
     "DistContext",
+    "abandon",
     "all_or_none",
     "backend_for",
+    "broadcast",
+    "collective",
     "env_context",
+    "group_timeout",
     "init",
     "local_device",
+    "pooled",
+    "portable",
     "shard",
     "shared_run",
 ]

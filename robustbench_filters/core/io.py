@@ -5,11 +5,12 @@ A reader never sees a half-written file, and a crash (or a full disk) leaves the
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,26 @@ def expand_user(path: str | Path) -> Path:
         return Path(path).expanduser()
     except RuntimeError:
         return Path(path)
+
+
+@contextlib.contextmanager
+def no_empty_folder_on_failure(folder: str | Path) -> Iterator[None]:
+    """Run the block; when it fails, remove ``folder`` and the parents it created, if they are still empty.
+
+    A command refused half-way (bad data found after ``--out`` was taken, an interrupt) must leave no trace of its
+    own: an empty ``--out`` left behind looks like a run that wrote nothing. Only folders that did not exist when
+    the block began are removed, and only while empty, so nothing robfilt did not create is ever touched."""
+    folder = Path(folder).absolute()
+    created = [p for p in (folder, *folder.parents) if not p.exists()]  # deepest first
+    try:
+        yield
+    except BaseException:
+        for path in created:
+            try:
+                path.rmdir()  # only when empty (and not a link or a file someone put there meanwhile)
+            except OSError:
+                break
+        raise
 
 
 def is_temp_of(name: str, target: str) -> bool:
@@ -101,3 +122,18 @@ def _json_default(obj: Any) -> Any:
     if hasattr(obj, "value"):
         return obj.value
     raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+@contextlib.contextmanager
+def kept_environment(names: Iterable[str]) -> Iterator[None]:
+    """Put the environment variables ``names`` back as they were (set to their value, or unset) when the block
+    ends: what a block sets for itself or for the processes it starts must not outlive it."""
+    before = {name: os.environ.get(name) for name in names}
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value

@@ -5,14 +5,14 @@ methods.
 Everything above this module speaks these names: configs validate against them, the catalogue attaches a builder
 to each attack, the CLI prints them in its help. The command line must start in a fraction of a second, and
 importing the modules that *build* models or attacks costs seconds (torch, timm, torchattacks), so the names live
-here as plain data. ``tests/test_cli_startup.py`` checks them against the heavy modules (:mod:`.models.registry`,
-:mod:`.models.timm_registry`, :mod:`.attacks.catalogue`, :mod:`.attacks.corruption_transforms`).
+here as plain data. ``tests/test_cli_startup.py`` checks them against the heavy modules (:mod:`..models.registry`,
+:mod:`..models.timm_registry`, :mod:`..attacks.catalogue`, :mod:`..attacks.corruption_transforms`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -72,7 +72,7 @@ def parse_norm(value: str | Norm | None) -> Norm | None:
 @dataclass(frozen=True)
 class AttackSpec:
     """What an attack is, by name: the model families and norms it fits and what it does. The catalogue
-    (:mod:`.attacks.catalogue`) attaches the builder that runs it."""
+    (:mod:`..attacks.catalogue`) attaches the builder that runs it."""
 
     name: str
     families: tuple[Family, ...]
@@ -84,9 +84,27 @@ class AttackSpec:
     minimum_norm: bool = False  # returns unbounded perturbations; success counts only inside the eps-ball
     gradient_free: bool = False
     strength: str = "single"  # STRONG: an ensemble robfilt stands behind; WEAK: known to overstate robustness
-    converges: bool = False  # has a stronger rerun (twice the steps, one more restart) for the convergence check
-    #: the stronger rerun's breaks count (escalation, :mod:`.attacks.cascade`): part of the attack, not only a check
+    converges: bool = False  # has a stronger rerun (the field ``rerun`` says how) for the convergence check
+    #: how its convergence rerun is stronger (the check's detail says it)
+    rerun: str = "2x steps, +1 restart"
+    #: the stronger rerun's breaks count (escalation, :mod:`..attacks.cascade`): part of the attack, not only a check
     escalates: bool = False
+    #: the most iterations (steps; Square's queries) any component runs at the attack's own settings: ``--steps``
+    #: below it cuts the attack's budget. 1: a single-step attack (fgsm: a run of such attacks alone refuses any
+    #: other ``--steps``); None: not declared (a registered attack: ``--steps`` passes through, never judged)
+    steps: int | None = None
+    #: its fixed step as a fraction of eps (pgd: 0.15): ``--step-size`` below it cuts the budget. 0: the attack sets
+    #: its own step sizes (APGD's schedule, FGSM's eps, FAB, Square, CW: ``--step-size`` is refused); None: not
+    #: declared (passes through)
+    step_size: float | None = None
+
+    def cut_by(self, steps: int | None, step_size: float | None, eps: Sequence[float]) -> bool:
+        """Whether ``--steps`` / ``--step-size`` lower this attack's budget below its own (at some eps of the grid):
+        the attack is then weaker than its name, whatever its ``strength``."""
+        if steps is not None and self.steps and steps < self.steps:
+            return True
+        fixed = self.step_size
+        return step_size is not None and bool(fixed) and any(step_size < fixed * e * (1 - 1e-9) for e in eps)
 
 
 _IMAGE, _LM, _BOTH = (Family.IMAGE,), (Family.LM,), (Family.IMAGE, Family.LM)
@@ -107,41 +125,46 @@ ATTACK_SPECS: dict[str, AttackSpec] = {
             "The default: APGD-CE, then APGD-T on its survivors with targets chosen per example and long runs on "
             "the closest ones, then its stronger rerun on what is left until a round breaks nothing more; "
             "built to reach AutoAttack's reference strength at a fraction of its cost (B9, docs/attacks.md).",
-            strength=STRONG, converges=True, escalates=True,
+            strength=STRONG, converges=True, escalates=True, steps=100, step_size=0,
+            rerun="its targeted stage at 2x steps, every target",
         ),
         AttackSpec(
             "autoattack-standard", _IMAGE, _NORMS, Norm.LINF,
             "The yardstick: AutoAttack's standard version at the reference settings (APGD-CE 100 steps, APGD-T and "
             "FAB-T 9 targets x 100 steps, Square 5000 queries; torchattacks ports). Slow: about 10,000 model passes "
             "per robust example.",
-            strength=STRONG,
+            strength=STRONG, steps=5000, step_size=0,
         ),
         AttackSpec(
             "autoattack", _IMAGE, _NORMS, Norm.LINF,
             "Per-example worst case of APGD-CE, APGD-T, FAB-T and Square (torchattacks ports; see docs); several "
             f"times the time of {DEFAULT_IMAGE_ATTACK}.",
-            strength=STRONG,
+            strength=STRONG, steps=1000, step_size=0,
         ),
         AttackSpec(
             "autoattack-fast", _IMAGE, _NORMS, Norm.LINF,
             "The default before apgd-adaptive: APGD-CE (25 steps), then APGD-T (3 targets x 12 steps). Misses "
             f"examples on adversarially trained models. {_WEAKER}",
-            strength=WEAK, converges=True,
+            strength=WEAK, converges=True, steps=25, step_size=0,
         ),
         AttackSpec("fgsm", _BOTH, (Norm.LINF,), Norm.LINF, f"FGSM, one signed-gradient step of size eps. {_WEAKER}",
-                   strength=WEAK),
+                   strength=WEAK, steps=1, step_size=0),
         AttackSpec("pgd", _BOTH, _NORMS, Norm.LINF,
                    f"PGD: 20 steps, step 0.15*eps, random start (L2 with --norm l2). {_WEAKER}", strength=WEAK,
-                   converges=True),
+                   converges=True, steps=20, step_size=0.15),
         AttackSpec("pgd-l2", _IMAGE, (Norm.L2,), Norm.L2,
-                   f"PGD under L2: 20 steps, step 0.15*eps, random start. {_WEAKER}", strength=WEAK, converges=True),
+                   f"PGD under L2: 20 steps, step 0.15*eps, random start. {_WEAKER}", strength=WEAK, converges=True,
+                   steps=20, step_size=0.15),
         AttackSpec("apgd-ce", _IMAGE, _NORMS, Norm.LINF, "APGD with cross-entropy, 50 steps, 1 restart.",
-                   converges=True),
-        AttackSpec("apgd-t", _IMAGE, _NORMS, Norm.LINF, "Targeted APGD (DLR), 9 targets, 50 steps.", converges=True),
-        AttackSpec("fab", _IMAGE, _NORMS, Norm.LINF, "FAB minimum-norm attack, counted inside eps.", minimum_norm=True),
-        AttackSpec("square", _IMAGE, _NORMS, Norm.LINF, "Square: gradient-free, 1000 queries.", gradient_free=True),
+                   converges=True, steps=50, step_size=0),
+        AttackSpec("apgd-t", _IMAGE, _NORMS, Norm.LINF, "Targeted APGD (DLR), 9 targets, 50 steps.", converges=True,
+                   steps=50, step_size=0),
+        AttackSpec("fab", _IMAGE, _NORMS, Norm.LINF, "FAB minimum-norm attack, 20 steps, counted inside eps.",
+                   minimum_norm=True, steps=20, step_size=0),
+        AttackSpec("square", _IMAGE, _NORMS, Norm.LINF, "Square: gradient-free, 1000 queries (--steps sets them).",
+                   gradient_free=True, steps=1000, step_size=0),
         AttackSpec("cw", _IMAGE, (Norm.L2,), Norm.L2, "Carlini-Wagner L2 (c=1, 50 steps), counted inside eps.",
-                   minimum_norm=True),
+                   minimum_norm=True, steps=50, step_size=0),
     ]
 }  # fmt: skip
 

@@ -4,7 +4,7 @@
 :func:`flag` (and :func:`given` for an example of the fix) instead of writing a flag into its message, so one
 rule serves all three surfaces. The CLI and the spec reader set the surface; Python is the default.
 
-The spellings come from the option declarations (:mod:`.configs.options` registers each declared field here);
+The spellings come from the option declarations (:mod:`..configs.options` registers each declared field here);
 this module stays at the bottom of the package, so any module may name an option without importing configs.
 """
 

@@ -24,6 +24,7 @@ from collections.abc import Iterator, MutableMapping
 from contextlib import contextmanager
 
 from .errors import RobfiltError
+from .io import kept_environment
 
 log = logging.getLogger(__name__)
 
@@ -64,18 +65,12 @@ def kept_threads() -> Iterator[None]:
     caller as it found it: ``--threads 3`` in one call would otherwise set the count of every later computation in
     that process, and of every process it starts.
     """
-    names = (*THREAD_ENVS, WAIT_POLICY_ENV)
-    before = {name: os.environ.get(name) for name in names}
     torch = sys.modules.get("torch")
     count = torch.get_num_threads() if torch is not None else None
     try:
-        yield
+        with kept_environment((*THREAD_ENVS, WAIT_POLICY_ENV)):
+            yield
     finally:
-        for name, value in before.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
         if torch is not None and count is not None and torch.get_num_threads() != count:
             torch.set_num_threads(count)
 

@@ -134,7 +134,12 @@ class Scale(Op):
         return x * self.g + (self.b if self.b is not None else 0)
 
     def ibp(self, b):
-        return from_mid_rad(b.mid * self.g + (self.b if self.b is not None else 0), b.rad * self.g.abs())
+        # the ends in the order ``forward`` computes (rounding is monotone, so each end stays outside the value)
+        a, c = b.lo * self.g, b.hi * self.g
+        lo, hi = torch.minimum(a, c), torch.maximum(a, c)
+        if self.b is None:
+            return Interval(lo, hi)
+        return Interval(lo + self.b, hi + self.b)
 
     def lin(self, rel, ts, mode="c"):
         if mode == "dm":
@@ -160,9 +165,13 @@ class LinComb(Op):
         return sum(c * x for c, x in zip(self.c, xs, strict=True))
 
     def ibp(self, *bs):
-        mid = sum(c * b.mid for c, b in zip(self.c, bs, strict=True))
-        rad = sum(abs(c) * b.rad for c, b in zip(self.c, bs, strict=True))
-        return from_mid_rad(mid, rad)
+        # each term's ends, summed in ``forward``'s order: rounding is monotone in every summand, so the sums of
+        # the low (high) ends stay below (above) the computed value
+        lo, hi = 0, 0
+        for c, b in zip(self.c, bs, strict=True):
+            a, d = c * b.lo, c * b.hi
+            lo, hi = lo + torch.minimum(a, d), hi + torch.maximum(a, d)
+        return Interval(lo, hi)
 
     def lin(self, rel, ts, mode="c"):
         if mode == "dm":
@@ -191,7 +200,9 @@ class Center(Op):
         n = b.lo.shape[-1]
         mid = b.mid - b.mid.mean(-1, keepdim=True)
         rad = b.rad * (1 - 2 / n) + b.rad.mean(-1, keepdim=True)
-        return from_mid_rad(mid, rad)
+        return from_mid_rad(
+            mid, rad + tol(mid.dtype) * (b.mid.abs() + b.rad + (b.mid.abs() + b.rad).mean(-1, keepdim=True))
+        )
 
     def lin(self, rel, ts, mode="c"):
         if mode == "dm":

@@ -94,7 +94,7 @@ def _linear_bounds(g: Graph, domain: Domain, ibp: list, settings: Settings, cost
 class Verifier:
     """The graph of one model, built and checked once; :meth:`verify` bounds batches of examples with it.
 
-    ``model``: a robfilt/timm DeiT or a plain ``nn.Sequential`` (:data:`.build.SUPPORTED`); anything else raises a
+    ``model``: a robfilt/timm DeiT or a plain ``nn.Sequential`` (:data:`.support.SUPPORTED`); anything else raises a
     one-line :class:`RobfiltError`. ``device``: where the bounds are computed (default: the model's).
     """
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from .adapters import DatasetSource, TensorSource
 from .assets import ASSETS_DIR, asset_path, load_checksums, sha256_file, verify_assets
-from .documents import DEFAULT_SPLIT, SPLIT_CHOICES, Documents, load_documents
+from .documents import DEFAULT_SPLIT, SPLIT_CHOICES, TEXT_DATASETS, Documents, load_documents, normalise_split
 from .folder import FolderSource
 from .hf import HFImageSource, load_hf_documents, load_hf_text
 from .images import (
@@ -29,7 +29,7 @@ from .source import ImageSource
 from .sources import open_image_source
 from .splits import contiguous_split
 from .stopwords import load_stopwords
-from .text import TEXT_DATASETS, TEXT_SPLITS, load_text, normalise_split
+from .text import TEXT_SPLITS, load_text
 from .tokenizers import TOKENIZER_KINDS, BPETokenizer, CharTokenizer, Tokenizer, load_tokenizer, train_tokenizer
 
 __all__ = [

@@ -47,6 +47,7 @@ from typing import Any
 from ..core.errors import RobfiltError
 from ..core.io import expand_user
 from ..core.surface import flag
+from ..core.textfiles import decode
 
 log = logging.getLogger(__name__)
 
@@ -179,7 +180,7 @@ def read_class_map(path: str | os.PathLike[str]) -> ClassMap:
     except OSError as exc:
         raise RobfiltError(f"{where} cannot be read ({exc.strerror or exc}); pass an existing map file.") from None
     try:
-        text = raw.decode("utf-8-sig")
+        text = decode(raw)
     except UnicodeDecodeError:
         raise RobfiltError(f"{where} is not UTF-8 text.") from None
     indices = (

@@ -17,7 +17,6 @@ cut into contiguous train/val/test runs of about 90/5/5% of their characters at 
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import logging
 import re
@@ -28,6 +27,7 @@ from ..core.errors import ChecksumError, RobfiltError, unknown
 from ..core.io import expand_user
 from ..core.names import BUNDLED_TEXT, DEFAULT_TEXT_SPLIT, TEXT_PREFIX, TEXT_SPLIT_CHOICES, normalise_split
 from ..core.names import HF_DISK as HF_DISK_PREFIX
+from ..core.textfiles import read_text
 from .assets import asset_path
 from .splits import SPLITS, split_bounds, split_documents
 
@@ -134,8 +134,7 @@ def read_bundled(split: str) -> str:
     """The bundled corpus' text of one split, as stored."""
     path = asset_path(f"austen/{split}.txt.gz")
     try:
-        with gzip.open(path, "rt", encoding="utf-8") as f:
-            return f.read()
+        return read_text(path)
     except (OSError, EOFError, UnicodeDecodeError) as e:
         raise ChecksumError(f"bundled asset {path} cannot be read ({e}); reinstall robustbench-filters") from None
 
@@ -183,12 +182,10 @@ def _folder_documents(path: Path, split: str) -> tuple[list[str], str]:
 
 
 def read_text_file(path: Path) -> str:
-    """A UTF-8 text file (optionally gzipped), or one line naming the problem."""
+    """A UTF-8 text file (optionally gzipped; a leading byte-order mark is no part of the text), or one line naming
+    the problem."""
     try:
-        if path.suffix == ".gz":
-            with gzip.open(path, "rt", encoding="utf-8") as f:
-                return f.read()
-        return path.read_text(encoding="utf-8")
+        return read_text(path)
     except UnicodeDecodeError:
         raise RobfiltError(f"text file {path} is not UTF-8; convert it (e.g. iconv -t UTF-8)") from None
     except (OSError, EOFError) as e:

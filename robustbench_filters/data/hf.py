@@ -25,6 +25,8 @@ from torch.utils.data import DataLoader, Dataset
 
 from ..core.errors import RobfiltError, suggest
 from ..core.io import expand_user
+from ..core.surface import flag
+from ..core.textfiles import without_bom
 from .adapters import to_unit_float
 from .folder import as_ids, default_workers, worker_context
 from .images import tensor_checksum
@@ -257,21 +259,39 @@ def load_hf_documents(path: str | os.PathLike[str], split: str = "test", text_co
     if split == "all":
         obj = _load_disk(path)
         if hasattr(obj, "keys"):  # DatasetDict
-            return [d for name in obj for d in _rows(obj[name], text_column, Path(path))]
+            return [d for name in obj for d in _rows(obj[name], text_column, Path(path), name)]
         return _rows(obj, text_column, Path(path))
     ds, used = load_hf_disk(path, split)
-    docs = _rows(ds, text_column, Path(path))
+    docs = _rows(ds, text_column, Path(path), used)
     return docs if used else split_documents(docs, split)
 
 
-def _rows(ds: Any, text_column: str, where: Path) -> list[str]:
+def _is_text(feature: Any) -> bool:
+    return getattr(feature, "dtype", None) in ("string", "large_string")
+
+
+def _rows(ds: Any, text_column: str, where: Path, split: str = "") -> list[str]:
+    """The non-empty rows of ``text_column``, stripped (a leading byte-order mark too). Every row is checked: a column
+    that is not text, or a row that holds no string (None), is refused in one line naming it; none is skipped."""
     _column(ds, text_column, "text", where)
-    rows = ds[text_column]
-    if any(not isinstance(r, str) for r in rows[:100]):
+    feature = ds.features[text_column]
+    if not _is_text(feature):
+        others = [c for c, f in ds.features.items() if _is_text(f)]
+        fix = f"its text columns: {', '.join(others)}" if others else "it has no text column"
         raise RobfiltError(
-            f"text column {text_column!r} of {where} does not hold strings; pass the text column's name."
+            f"column {text_column!r} of {where} holds {getattr(feature, 'dtype', type(feature).__name__)}, not "
+            f"text; pass {flag('text_column')} with a column of strings ({fix})."
         )
-    return [r.strip() for r in rows if isinstance(r, str) and r.strip()]
+    rows = ds[text_column]
+    bad = next((i for i, r in enumerate(rows) if not isinstance(r, str)), None)
+    if bad is not None:
+        part = f" of split {split!r}" if split else ""
+        raise RobfiltError(
+            f"row {bad}{part} of text column {text_column!r} of {where} is {rows[bad]!r}, not text; give every row "
+            "a string (drop or fill that row, e.g. ds.filter(lambda r: r[column] is not None), and save_to_disk "
+            "again)."
+        )
+    return [d for r in rows if (d := without_bom(r).strip())]
 
 
 def load_hf_text(path: str | os.PathLike[str], split: str = "test", text_column: str = "text") -> str:

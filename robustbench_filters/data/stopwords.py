@@ -12,6 +12,7 @@ import functools
 from typing import Any
 
 from ..core.errors import ChecksumError
+from ..core.textfiles import read_text
 from .assets import asset_path
 
 __all__ = ["STOPWORDS", "load_stopwords"]
@@ -22,7 +23,7 @@ def load_stopwords() -> frozenset[str]:
     """The bundled stopword list: lowercase words, including contractions such as ``don't``."""
     path = asset_path("stopwords.txt")
     try:
-        words = frozenset(w.strip() for w in path.read_text(encoding="utf-8").splitlines() if w.strip())
+        words = frozenset(w.strip() for w in read_text(path).splitlines() if w.strip())
     except (OSError, UnicodeDecodeError) as e:
         raise ChecksumError(f"bundled asset {path} cannot be read ({e}); reinstall robustbench-filters") from None
     return words

@@ -10,12 +10,7 @@ from __future__ import annotations
 import logging
 
 from .documents import (
-    ALL,
     BUNDLED_TEXT,
-    DEFAULT_SPLIT,
-    SPLIT_CHOICES,
-    TEXT_DATASETS,
-    TEXT_PREFIX,
     load_documents,
     normalise_split,
     read_bundled,
@@ -42,14 +37,4 @@ def load_text(spec: str = BUNDLED_TEXT, split: str = "test", text_column: str = 
     return text
 
 
-__all__ = [
-    "ALL",
-    "BUNDLED_TEXT",
-    "DEFAULT_SPLIT",
-    "SPLIT_CHOICES",
-    "TEXT_DATASETS",
-    "TEXT_PREFIX",
-    "TEXT_SPLITS",
-    "load_text",
-    "normalise_split",
-]
+__all__ = ["TEXT_SPLITS", "load_text"]

@@ -14,6 +14,7 @@ from typing import Any, Protocol, Self, runtime_checkable
 
 from ..core.errors import RobfiltError, unknown
 from ..core.io import atomic_write_text
+from ..core.textfiles import read_text
 
 log = logging.getLogger(__name__)
 
@@ -227,7 +228,7 @@ def load_tokenizer(path: str | Path) -> CharTokenizer | BPETokenizer:
     """Load a tokenizer saved by ``save``; the JSON's ``type`` field picks the class."""
     path = Path(path)
     try:
-        d = json.loads(path.read_text(encoding="utf-8"))
+        d = json.loads(read_text(path))
     except FileNotFoundError:
         raise RobfiltError(
             f"tokenizer file {path} does not exist; pass the tokenizer.json saved with the model"

@@ -1,7 +1,7 @@
 """The CI gate's one judging path: statistics, decisions, formats and outputs, independent of how runs are made.
 
-Everything here reads finished run folders only (like :mod:`..report`); :mod:`robustbench_filters.gating.run` makes
-the runs and calls in.
+Everything here reads finished run folders only (like :mod:`..report`), so it sits in the readers' tier;
+:mod:`robustbench_filters.gate` (an entry point) reads the spec, makes the runs and calls in.
 
 - :mod:`.metrics`: the named metrics a gate checks (``deit/pgd@0.02/acc``), recomputed from run rows through
   :mod:`robustbench_filters.stats.aggregates` (the numbers a report prints), and baseline files;

@@ -37,6 +37,7 @@ import numpy as np
 
 from ..core.errors import RobfiltError, suggest
 from ..core.io import atomic_write_json
+from ..core.textfiles import read_text
 from ..runs.folder import Run, load_run
 from ..stats.paired import PairedBinary, PairedRatio
 from .metrics import (
@@ -273,7 +274,7 @@ def _from_v2(data: dict[str, Any], source: str) -> Baseline:
 
 def _read_json(path: Path) -> Any:
     try:
-        return json.loads(path.read_text())
+        return json.loads(read_text(path))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise RobfiltError(f"baseline {path} is not valid JSON ({exc}).") from None
 

@@ -10,7 +10,10 @@
 
 Tolerances are absolute for accuracies (0.02 = 2 points) and relative for perplexity and Lipschitz bounds
 (0.05 = 5%). Metrics without sampling error (certified Lipschitz bounds) are compared on their values in every
-mode, up to float noise (:data:`FLOAT_RTOL`) against a baseline.
+mode. Against a baseline, every value computed in floating point (perplexities and lm-eval's word/byte perplexity
+and bits per byte, Lipschitz bounds, radii) is compared up to float noise (:data:`FLOAT_RTOL` relative): a change
+that small is no change, neither a WARN nor evidence for a paired test. Shares of examples or tokens are ratios of
+counts and reproduce exactly, so they get no such slack.
 Nothing here reads files or makes runs; the gate passes :class:`~.metrics.Metric` values and, for the
 paired mode, the paired per-example outcomes (:func:`.series.pair_series`).
 
@@ -47,8 +50,12 @@ from .power import (
 PERCENT_METRICS = frozenset({"acc", "token_acc", "certified_acc"})
 #: metrics of correct/wrong outcomes per example: paired with exact McNemar (or the margin score test)
 BINARY_METRICS = frozenset({"acc", "certified_acc"})
-# Deterministic values (certified bounds, power-iteration estimates) agree to about 1e-6 relative across machines;
-# a baseline comparison allows 1e-4 so that a committed baseline does not fail on another CPU.
+# Float noise: the same computation on another CPU (its BLAS kernels, their summation order) or in another batch
+# shape differs in the last digits. Certified bounds and power-iteration estimates agree to about 1e-6 relative
+# across machines; perplexities (float32 log-likelihoods summed over thousands of tokens) to about 1e-7: the zoo LM's
+# word-swap documents differed by at most 1.1e-4 in NLL sums of hundreds, with the same token counts. A baseline
+# comparison treats a change within 1e-4 relative as none, so a committed baseline neither warns nor fails on
+# another machine, while any change a user could care about (0.01% of a perplexity) still counts.
 FLOAT_RTOL = 1e-4
 Bound = Literal["min", "max"]
 
@@ -146,7 +153,9 @@ def _worse_by(base: Metric, fresh: Metric) -> float:
     return (base.value - fresh.value) if DIRECTION[fresh.metric] else (fresh.value - base.value)
 
 
-def _effect_text(metric: str, effect: float) -> str:
+def _effect_text(metric: str, effect: float, noise: float = 0.0) -> str:
+    if noise > 0 and abs(effect) <= noise:
+        return f"unchanged up to float noise ({FLOAT_RTOL:.0e} relative)".replace("e-0", "e-")
     if metric in RELATIVE:
         return f"{100 * effect:+.1f}% worse" if effect >= 0 else f"{100 * -effect:.1f}% better"
     if metric in PERCENT_METRICS:
@@ -155,10 +164,12 @@ def _effect_text(metric: str, effect: float) -> str:
 
 
 def _float_noise(base: Metric) -> float:
-    """Slack for deterministic values: the same computation on another CPU or BLAS differs in the last digits."""
-    if base.metric not in DETERMINISTIC_METRICS:
-        return 0.0
-    return FLOAT_RTOL if base.metric in RELATIVE else FLOAT_RTOL * abs(base.value)
+    """How much worse a value may look from float rounding alone, in :func:`_worse_by`'s units: :data:`FLOAT_RTOL`
+    for the relative metrics (perplexities, Lipschitz bounds), :data:`FLOAT_RTOL` of the value for a deterministic
+    radius, 0 for shares of examples or tokens (ratios of counts: they reproduce exactly)."""
+    if base.metric in RELATIVE:
+        return FLOAT_RTOL
+    return FLOAT_RTOL * abs(base.value) if base.metric in DETERMINISTIC_METRICS else 0.0
 
 
 def _interval_or_point(base: Metric, fresh: Metric, mode: Mode, tol: float) -> tuple[Status, str]:
@@ -231,7 +242,7 @@ def baseline_check(
     status, why = _interval_or_point(base, fresh, mode, tolerance)
     if fresh.metric in DETERMINISTIC_METRICS:
         why = (why + "; " if why else "") + "deterministic value, compared up to float noise"
-    detail = note + _effect_text(fresh.metric, effect) + (f": {why}" if why else "")
+    detail = note + _effect_text(fresh.metric, effect, _float_noise(base)) + (f": {why}" if why else "")
     mde = minimum_detectable(baseline_plan(base, mode, expected_n, tolerance, alpha, discordance))
     decision = Decision(status, mode, detail, effect=effect, mde=mde.effect, mde_text=mde.text(),
                         mde_assumption=mde.assumption)  # fmt: skip
@@ -278,6 +289,7 @@ class PairedTest:
     tolerance: float
     alpha: float
     plan: CheckPlan
+    noise: float = 0.0  # a change this small is float noise (ppl: FLOAT_RTOL), never "worse" nor "better"
 
 
 def paired_test(
@@ -305,14 +317,15 @@ def paired_test(
         if not isinstance(pair, PairedRatio):
             raise RobfiltError(f"{fresh.key}: {metric} needs paired per-sequence values, got {type(pair).__name__}.")
         ppl = metric == "ppl"
-        margin = math.log1p(tol) if ppl else tol
+        noise = _float_noise(base)  # the test's null: worse by at most the tolerance plus float noise
+        margin = math.log1p(tol + noise) if ppl else tol + noise
         res = sign_flip_ratio_test(pair, worse="higher" if ppl else "lower", margin=margin, n_perm=n_perm, seed=seed)
         effect = math.expm1(res.difference) if ppl else -res.difference
         kind = "exact" if res.exact else f"{res.n_perm} seeded"
         test = f"one-sided paired sign-flip test ({kind} swaps)"
         plan = baseline_plan(base, Mode.PAIRED, pair.n, tol, alpha, discordance)
         return PairedTest(metric, res.p_worse, res.p_better, effect, test, f" on the same {pair.n} sequences", tol,
-                          alpha, plan)  # fmt: skip
+                          alpha, plan, noise)  # fmt: skip
     raise RobfiltError(f"{fresh.key}: mode = 'paired' has no test for {metric}; use mode = 'interval'.")
 
 
@@ -328,14 +341,14 @@ def paired_decision(t: PairedTest, p_adjusted: float | None = None, tests: int =
         shown += f", Holm-adjusted over {tests} paired checks p = {p_adjusted:.2g}"
     if p < t.alpha:
         status, verdict = Status.FAIL, f"{shown} < {t.alpha:g}"
-    elif t.effect > t.tolerance:
+    elif t.effect > t.tolerance + t.noise:
         status, verdict = Status.WARN, f"worse beyond the tolerance, but {shown} >= {t.alpha:g} (noise)"
     else:
         status, verdict = Status.PASS, shown
-        if t.p_better < t.alpha:
+        if t.p_better < t.alpha and -t.effect > t.noise:
             verdict += "; significantly better: consider updating the baseline"
     mde = minimum_detectable(replace(t.plan, tests=max(1, tests)))
-    detail = f"{_effect_text(t.metric, t.effect)}{t.counts}: {verdict}"
+    detail = f"{_effect_text(t.metric, t.effect, t.noise)}{t.counts}: {verdict}"
     return Decision(status, Mode.PAIRED, detail, p_value=t.p, effect=t.effect, mde=mde.effect, mde_text=mde.text(),
                     mde_assumption=mde.assumption, p_adjusted=p_adjusted)  # fmt: skip
 

@@ -38,6 +38,7 @@ import pandas as pd
 
 from ..core.errors import RobfiltError, suggest
 from ..core.parsing import parse_number
+from ..core.textfiles import read_text
 from ..runs.folder import Run, load_run
 from ..stats import aggregates as A
 from ..stats.intervals import max_certifiable_radius, wilson_interval
@@ -386,7 +387,7 @@ def load_baseline(path: str | Path) -> list[Metric]:
     if not path.exists():
         raise RobfiltError(f"baseline {path} does not exist; pass a summary.json, a run folder or a baseline JSON.")
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_text(path))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise RobfiltError(f"baseline {path} is not valid JSON ({exc}).") from None
     if not isinstance(data, dict):

@@ -90,12 +90,13 @@ def _images(name: str, target: Target, config: Any, select: Selector) -> Inputs:
 def _text(name: str, target: Target, config: Any, select: Selector) -> Inputs:
     """Windows of ``seq_len`` tokens at seeded offsets of the test text, encoded with the model's tokenizer.
 
-    The tokenizer is the one attached to the model by its checkpoint (``model.tokenizer``); tokens from any other
-    tokenizer would be silently meaningless, so a model without one is refused.
+    The tokenizer is the one the model's checkpoint was saved with (:func:`..models.built.tokenizer_of`); tokens
+    from any other tokenizer would be silently meaningless, so a model without one is refused.
     """
     from ..data import load_text
+    from ..models.built import tokenizer_of
 
-    tokenizer = getattr(target.model, "tokenizer", None)
+    tokenizer = tokenizer_of(target.model)
     if tokenizer is None:
         raise RobfiltError(
             f"no tokenizer for {target.name}; load it from a checkpoint saved with its tokenizer, or pass inputs= "

@@ -31,10 +31,10 @@ import torch
 from torch import nn
 
 from ..checks import Check
-from ..checks import summarize as summarize_checks
 from ..checks.logits import check_finite_rows, require_logits
 from ..checks.model import require_model_device
 from ..configs import LipschitzConfig
+from ..configs.options import is_module
 from ..core.errors import RobfiltError, UserCodeError
 from ..core.family import Family
 from ..core.names import Method
@@ -42,6 +42,7 @@ from ..core.seeds import derived_seed
 from ..data.labels import check_labels_fit
 from ..models import create_model
 from ..models.factory import UNTRAINED, wants_untrained
+from ..models.ref import ModelRef
 from ..runs.measurement import Measurement, PrepareContext, Tick
 from ..runs.units import Unit, batch_slices, example_count
 from ..summaries import LipschitzSummary
@@ -90,27 +91,27 @@ class _Settings:
     rhos: list[float] = field(default_factory=list)
 
 
-def _load_model(ref: str, config: LipschitzConfig) -> nn.Module:
+def _load_model(ref: ModelRef, config: LipschitzConfig) -> nn.Module:
     """Build by name directly on the manual attention path (no copy needed; see :mod:`.target`).
 
     Untrained weights (``checkpoint="none"``; None is the zoo default) are drawn from a seeded, forked RNG, so the same seed gives
     the same model (and ``--resume`` finds the same run) without touching the caller's RNG state. ``timm:`` and
     factory references (and any with arguments or ``--model-arg``) load like everywhere else
-    (:func:`..loading.load_model`); the target switches a fused-attention copy to the manual path.
+    (:func:`..models.loading.load_model`); the target switches a fused-attention copy to the manual path.
     """
     from ..models.loading import Loading, load_model
-    from ..models.ref import ModelKind, parse_model_ref
+    from ..models.ref import ModelKind
 
     how = Loading.of(config)
     size, checkpoint, seed = how.size, how.checkpoint, how.seed
-    if parse_model_ref(ref).kind is not ModelKind.REGISTRY or parse_model_ref(ref).args or how.model_args:
+    if ref.kind is not ModelKind.REGISTRY or ref.args:
         return load_model(ref, how).module
-    ref = parse_model_ref(ref).target
+    name = ref.target
     if wants_untrained(checkpoint):
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(derived_seed(seed, 1_000_003, zlib.crc32(ref.encode())))
-            return create_model(ref, size, checkpoint=UNTRAINED, fused_attn=False)
-    return create_model(ref, size, checkpoint=checkpoint, fused_attn=False)
+            torch.manual_seed(derived_seed(seed, 1_000_003, zlib.crc32(name.encode())))
+            return create_model(name, size, checkpoint=UNTRAINED, fused_attn=False)
+    return create_model(name, size, checkpoint=checkpoint, fused_attn=False)
 
 
 def _tensor_hash(t: torch.Tensor) -> str:
@@ -236,12 +237,12 @@ class Lipschitz(Measurement):
         self.settings = _Settings(Method(c.method), bool(c.bounds), bool(c.per_layer), float(c.rho),
                                   int(c.power_iters), float(c.tol), int(c.ratio_steps), int(c.batch_size), int(c.seed))  # fmt: skip
         self.settings.rhos = [c.rho * 10 ** (-k / 2) for k in range(2 * RHO_GRID_DECADES + 1)]
-        self.built = [_load_model(m, c) if isinstance(m, str) else m for m in c.models]
+        self.built = [m if is_module(m) else _load_model(m, c) for m in c.refs]
         for m, label in zip(self.built, c.labels, strict=True):
             require_model_device(m, label, ctx.device)
         # a reference's label (its display name or the reference, with --model-arg merged in) names it, as in
         # attack and certify runs
-        names_given = [label if isinstance(m, str) else None for m, label in zip(c.models, c.labels, strict=True)]
+        names_given = [None if is_module(m) else label for m, label in zip(c.refs, c.labels, strict=True)]
         self.targets = [
             make_target(m, name=name, dtype=self.dtype, device=ctx.device)
             for m, name in zip(self.built, names_given, strict=True)
@@ -254,7 +255,9 @@ class Lipschitz(Measurement):
                 )
         names = [t.name for t in self.targets]
         if len(set(names)) != len(names):
-            raise RobfiltError("two models share a name; give each model object a distinct robfilt_spec or pass names.")
+            raise RobfiltError(
+                f"two models share a name ({', '.join(names)}); give them distinct names (name=ref for references)."
+            )
         self.inputs: list[Inputs] = []
         self.outputs: list[int] = []  # each model's output width (classes); its labels must index it
         for t in self.targets:
@@ -323,8 +326,7 @@ class Lipschitz(Measurement):
         return [check_finite_rows(pd.Series(bad), label, "examples"), *lipschitz_checks(rows, label)]
 
     def summarise(self, rows: pd.DataFrame, checks: list[Check]) -> LipschitzSummary:
-        checked = {"checks": [c.to_dict() for c in checks], "checks_summary": summarize_checks(checks)}
-        return LipschitzSummary.build({**summarize(rows, self.factors), **checked})
+        return summarize(rows, self.factors, checks)
 
 
 def lipschitz_result(result: RunResult) -> LipschitzResult:

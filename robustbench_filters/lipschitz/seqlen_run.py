@@ -32,6 +32,7 @@ class SeqlenConfig:
     """How the one-layer study is drawn (see :func:`.seqlen.sequence_length_study` for what each field means)."""
 
     FAMILY: ClassVar[None] = None  # neither image nor LM: a synthetic layer
+    KIND: ClassVar[str] = SEQLEN
 
     ns: tuple[int, ...] = DEFAULT_NS
     dim: int = 64
@@ -95,7 +96,7 @@ class SeqlenLayer(Measurement):
         return rows
 
     def summarise(self, rows: pd.DataFrame, checks: list[Any]) -> SeqlenSummary:
-        return SeqlenSummary.build({"kind": SEQLEN, "n_values": sorted(int(n) for n in rows["n"].unique())})
+        return SeqlenSummary(kind=SEQLEN, n_values=sorted(int(n) for n in rows["n"].unique()))
 
 
 def sequence_length_run(

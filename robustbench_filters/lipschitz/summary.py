@@ -9,14 +9,16 @@ rule of :mod:`robustbench_filters.stats.vacuity`, which the summary also states 
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
 
-from ..checks import FAIL, PASS, Check
+from ..checks import FAIL, PASS, Check, ChecksSummary
 from ..stats import vacuity
 from ..stats.intervals import NONNEGATIVE, finite_interval
+from ..summaries.lipschitz import GapMedian, LipschitzLayer, LipschitzModel, LipschitzSummary
+from ..summaries.record import ABSENT
 
 MODEL_LAYER = "model"
 GAP = "gap/"  # layer prefix of the rows that show where the certified bounds lose (--gap)
@@ -79,9 +81,12 @@ def _mean_ci(lower: pd.Series) -> dict[str, float | None]:
     return {"lower_mean_lo": lo, "lower_mean_hi": hi}
 
 
-def summarize(rows: pd.DataFrame, factors: dict[str, list[dict]] | None = None) -> dict[str, Any]:
-    """Per-model aggregates, recomputed from the rows; ``factors`` adds each model's certified factor table."""
-    out: dict[str, Any] = {}
+def summarize(
+    rows: pd.DataFrame, factors: dict[str, list[dict]] | None = None, checks: Sequence[Check] = ()
+) -> LipschitzSummary:
+    """The run's summary, recomputed from the rows: per-model aggregates (``factors`` adds each model's certified
+    factor table), the definitions, the vacuity rule, the gap's medians (``--gap``) and the sanity ``checks``."""
+    models: dict[str, LipschitzModel] = {}
     gap = rows[rows["layer"].astype(str).str.startswith(GAP)]
     rows = rows[~rows["layer"].astype(str).str.startswith(GAP)]
     examples = rows[rows["layer"] == MODEL_LAYER]
@@ -89,46 +94,40 @@ def summarize(rows: pd.DataFrame, factors: dict[str, list[dict]] | None = None) 
         lower, local, glob = group["lower"], _finite(group["local_upper"]), _finite(group["global_upper"])
         lower_max = float(lower.max())
         upper = float(glob.max()) if len(glob) else None
-        entry: dict[str, Any] = {
-            "n_examples": int(len(group)),
-            "method": str(group["method"].iloc[0]),
-            "lower_mean": float(lower.mean()),
-            **_mean_ci(lower),
-            "lower_max": lower_max,
-            "local_upper_median": float(local.median()) if len(local) else None,
-            "global_upper": upper,
-            "log10_global_upper": math.log10(upper) if upper else None,
-            "ratio_upper_lower": upper / lower_max if upper and lower_max > 0 else None,
-            "ratio_local_lower_median": float((group["local_upper"] / group["lower"]).median()) if len(local) else None,
-            "radius_mean": float(_finite(group["radius"]).mean()) if len(_finite(group["radius"])) else None,
-            "sandwich_ok": _sandwich_ok(group) if len(local) else None,
-            **vacuity.model_vacuity(group),
-        }  # fmt: skip
         layer_rows = rows[(rows["model"] == name) & (rows["layer"] != MODEL_LAYER)]
-        entry["layers"] = [
-            {
-                "layer": layer,
-                "lower_mean": float(g["lower"].mean()),
-                **_mean_ci(g["lower"]),
-                "lower_max": float(g["lower"].max()),
-                "local_upper_median": float(g["local_upper"].median()),
-                "global_upper": float(g["global_upper"].max()),
-                **vacuity.block_vacuity(g),
-            }
+        layers = [
+            LipschitzLayer(
+                layer=layer, lower_mean=float(g["lower"].mean()), **_mean_ci(g["lower"]),
+                lower_max=float(g["lower"].max()), local_upper_median=float(g["local_upper"].median()),
+                global_upper=float(g["global_upper"].max()), **vacuity.block_vacuity(g),
+            )
             for layer, g in layer_rows.groupby("layer", sort=False)
-        ]
-        if factors and name in factors:
-            entry["factors"] = factors[name]
-        out[str(name)] = entry
-    result: dict[str, Any] = {"models": out, "definitions": DEFINITIONS,
-                              "vacuity": {"factor": vacuity.FACTOR, "rule": vacuity.RULE}}  # fmt: skip
-    if len(gap):
-        from .research.gap import gap_summary
+        ]  # fmt: skip
+        models[str(name)] = LipschitzModel(
+            n_examples=int(len(group)), method=str(group["method"].iloc[0]), lower_mean=float(lower.mean()),
+            **_mean_ci(lower), lower_max=lower_max,
+            local_upper_median=float(local.median()) if len(local) else None, global_upper=upper,
+            log10_global_upper=math.log10(upper) if upper else None,
+            ratio_upper_lower=upper / lower_max if upper and lower_max > 0 else None,
+            ratio_local_lower_median=float((group["local_upper"] / group["lower"]).median()) if len(local) else None,
+            radius_mean=float(_finite(group["radius"]).mean()) if len(_finite(group["radius"])) else None,
+            sandwich_ok=_sandwich_ok(group) if len(local) else None, **vacuity.model_vacuity(group), layers=layers,
+            factors=factors[name] if factors and name in factors else ABSENT,
+        )  # fmt: skip
+    return LipschitzSummary(
+        models=models, definitions=DEFINITIONS, vacuity={"factor": vacuity.FACTOR, "rule": vacuity.RULE},
+        gap_log10_median=_gap_medians(gap) if len(gap) else ABSENT, checks=list(checks),
+        checks_summary=ChecksSummary.of(checks),
+    )  # fmt: skip
 
-        med = gap_summary(gap.assign(layer=gap["layer"].str.slice(len(GAP))))
-        records = med.replace({np.nan: None}).to_dict(orient="records")
-        for r in records:
-            for key in ("local_upper", "global_upper"):
-                r[f"{key}_vacuous"] = vacuity.log10_vacuous(r.get(key), r.get("empirical"))
-        result["gap_log10_median"] = records
-    return result
+
+def _gap_medians(gap: pd.DataFrame) -> list[GapMedian]:
+    """Median log10 of each bound per (model, layer, rho) of the ``--gap`` rows, each flagged vacuous or not."""
+    from .research.gap import gap_summary
+
+    med = gap_summary(gap.assign(layer=gap["layer"].str.slice(len(GAP))))
+    records = med.replace({np.nan: None}).to_dict(orient="records")
+    for r in records:
+        for key in ("local_upper", "global_upper"):
+            r[f"{key}_vacuous"] = vacuity.log10_vacuous(r.get(key), r.get("empirical"))
+    return [GapMedian(**r) for r in records]

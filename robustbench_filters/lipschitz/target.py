@@ -21,7 +21,6 @@ estimated on the fused path, and the caller's model is left untouched.
 
 from __future__ import annotations
 
-import copy
 import logging
 from dataclasses import dataclass
 
@@ -31,6 +30,7 @@ from torch import nn
 
 from ..core.errors import RobfiltError
 from ..core.family import Family
+from ..models.built import built_of, copied
 from ..models.deit import set_fused_attn
 from ..models.lm import CausalLM
 
@@ -65,8 +65,8 @@ def input_family(model: nn.Module) -> Family | None:
 
 
 def model_name(model: nn.Module) -> str:
-    spec = getattr(model, "robfilt_spec", None)
-    return spec.name if spec is not None else type(model).__name__
+    built = built_of(model)
+    return built.spec.name if built is not None else type(model).__name__
 
 
 def uses_fused_attention(model: nn.Module) -> bool:
@@ -96,7 +96,7 @@ def prepare_model(
     wrong_device = device is not None and param is not None and param.device != torch.device(device)
     if not (fused or model.training or wrong_dtype or wrong_device):
         return model
-    model = copy.deepcopy(model)
+    model = copied(model)
     if fused:
         log.info("%s uses fused attention; estimating on a copy with the manual attention path", model_name(model))
         set_fused_attn(model, False)

@@ -9,7 +9,6 @@ the card's config and asserts that no key is missing or unexpected.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import logging
 import os
@@ -23,14 +22,16 @@ from torch import nn
 
 from ..core.errors import CheckpointError
 from ..core.family import Family
-from ..core.io import atomic_write_text
+from ..core.io import atomic_write_text, sha256_file
 from ..core.surface import given
 from ..core.versions import library_versions
+from .built import built_of, with_card
 from .config import DeiTConfig, LMConfig, config_from_dict
 from .registry import ModelSpec, build_from_spec, parse_name
-from .zoo_index import CARD, WEIGHTS, ZOO_DIR, zoo_folder_name  # ZOO_DIR: a global here, so tests can move it
+from .zoo_index import CARD, WEIGHTS
 from .zoo_index import ZOO_NOISE_SIGMAS as ZOO_NOISE_SIGMAS  # re-exported: the noise levels of the zoo
 from .zoo_index import noise_tag as noise_tag  # re-exported: how a noise level names a zoo variant
+from .zoo_index import zoo_path as zoo_path  # re-exported: where a zoo variant's folder is
 
 log = logging.getLogger(__name__)
 
@@ -38,20 +39,6 @@ CARD_FORMAT = "robfilt-checkpoint"
 CARD_SCHEMA = 1
 TOKENIZER = "tokenizer.json"
 PICKLE_SUFFIXES = {".pt", ".pth", ".pkl", ".pickle", ".bin", ".ckpt"}
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def zoo_path(name: str, size: str, noise_sigma: float | None = None) -> Path:
-    """The bundled checkpoint folder: ``<name>-<size>``, or ``<name>-<size>-sigma<S>`` for the zoo variant trained
-    with Gaussian noise of std S on its inputs (the base classifiers for randomized smoothing)."""
-    return ZOO_DIR / zoo_folder_name(name, size, noise_sigma)
 
 
 def is_zoo_ref(checkpoint: str | Path | None) -> bool:
@@ -106,9 +93,15 @@ def save_checkpoint(
     recipe: dict[str, Any] | None = None,
     metrics: dict[str, Any] | None = None,
     extra: dict[str, Any] | None = None,
+    spec: ModelSpec | None = None,
 ) -> Path:
-    """Write ``model.safetensors`` and ``card.json`` into ``directory`` (atomically, weights first)."""
-    spec: ModelSpec = model.robfilt_spec
+    """Write ``model.safetensors`` and ``card.json`` into ``directory`` (atomically, weights first).
+
+    ``spec``: what the model is (default: what robfilt built it as); a module robfilt did not build needs it."""
+    built = built_of(model)
+    if spec is None and built is None:
+        raise CheckpointError("save_checkpoint needs the model's spec: pass spec=, or build it with create_model.")
+    spec = spec or built.spec  # type: ignore[union-attr]
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     weights = directory / WEIGHTS
@@ -296,11 +289,12 @@ def load_checkpoint(
             f"checkpoint {weights} does not fit {spec.name}: missing keys {sorted(missing)[:5]}, "
             f"unexpected keys {sorted(unexpected)[:5]}."
         )
-    model.robfilt_card = card
+    tokenizer = None
     tokenizer_path = weights.parent / TOKENIZER
     if tokenizer_path.exists():
         from ..data.tokenizers import load_tokenizer
 
-        model.tokenizer = load_tokenizer(tokenizer_path)  # LMs: the tokenizer the weights were trained with
+        tokenizer = load_tokenizer(tokenizer_path)  # LMs: the tokenizer the weights were trained with
+    with_card(model, card, tokenizer)
     log.info("loaded %s (%s) from %s", spec.name, spec.size, weights)
     return model.eval()

@@ -11,8 +11,8 @@ from typing import Any
 
 from torch import nn
 
-from ..core.errors import CheckpointError
-from ..core.names import ZOO_MODEL_SIZE, ZOO_MODELS
+from ..core.errors import CheckpointError, unknown
+from ..core.names import SIZES, ZOO_MODEL_SIZE, ZOO_MODELS, parse_name
 from ..core.surface import flag, given
 from .checkpoint import is_zoo_ref, load_checkpoint, zoo_path
 from .registry import build_from_spec, resolve_spec
@@ -49,7 +49,9 @@ def create_model(
     if wants_untrained(checkpoint):
         return build_from_spec(resolve_spec(name, size, **overrides)).eval()
     checkpoint = "zoo" if checkpoint is None else checkpoint
-    resolve_spec(name, size)  # an unknown name or size is refused as such, not as missing weights
+    family, _, _ = parse_name(name)  # an unknown name or size is refused as such, not as missing weights
+    if size not in SIZES[family]:
+        raise unknown(f"size for {name}", size, SIZES[family])
     changed = sorted(k for k, v in overrides.items() if v is not None and k != "fused_attn")
     if changed:
         weights = "the zoo's" if is_zoo_ref(checkpoint) else f"checkpoint {checkpoint}'s"

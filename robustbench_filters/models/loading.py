@@ -29,24 +29,45 @@ from torch import nn
 
 from ..core.errors import RobfiltError
 from ..core.io import expand_user
-from ..core.names import ZOO_MODELS, architecture
+from ..core.names import ZOO_MODELS
 from ..data.preprocess import InputSpec, input_spec_of
+from .built import Built, built_of, tokenizer_of
 from .checkpoint import CARD, is_zoo_ref
 from .factory import UNTRAINED, create_model, wants_untrained
 from .ref import ModelKind, ModelRef, apply_model_args, parse_model_ref
-from .registry import parse_name
+from .registry import ModelSpec, parse_name
 
 DEFAULT_CHECKPOINTS = (None, "none", "zoo")
 
 
 @dataclass
 class LoadedModel:
+    """A model ready to evaluate, with what robfilt knows of it beside it (never as attributes on the module)."""
+
     label: str  # the name shown in tables and stored in rows
-    family: str  # image | lm (registry) | timm | custom
     module: nn.Module
     source: str  # where the weights came from
     input: InputSpec | None = None  # how its images must be prepared (None: the model does not say)
-    ref: ModelRef | None = None  # the parsed reference it was built from
+    ref: ModelRef | None = None  # the parsed reference it was built from (None: a module given in Python)
+    built: Built | None = None  # robfilt's own models: spec, checkpoint card, tokenizer
+
+    @classmethod
+    def given(cls, module: nn.Module, label: str) -> LoadedModel:
+        """A module given in Python, used as it is (``module`` as its weights' source)."""
+        return cls(label, module.eval(), "module", input_spec_of(module), None, built_of(module))
+
+    @property
+    def spec(self) -> ModelSpec | None:
+        return self.built.spec if self.built is not None else None
+
+    @property
+    def card(self) -> dict[str, Any] | None:
+        return self.built.card if self.built is not None else None
+
+    @property
+    def tokenizer(self) -> Any:
+        """The tokenizer its weights were trained with (language models; None when robfilt knows of none)."""
+        return tokenizer_of(self.module)
 
 
 @dataclass(frozen=True)
@@ -155,16 +176,6 @@ def load_model(ref: str | ModelRef, how: Loading | None = None, **options: Any) 
     if how.checkpoint is None:
         how = dataclasses.replace(how, checkpoint="zoo")
     mref = apply_model_args(parse_model_ref(ref), how.model_args)
-    if mref.kind is ModelKind.TIMM:
-        module, source = _timm(mref, how)
-        family = "timm"
-    elif mref.kind is ModelKind.FACTORY:
-        module, source = _factory(mref, how)
-        family = "custom"
-    elif mref.kind is ModelKind.HF:
-        module, source = _hf(mref, how)
-        family = "lm"
-    else:
-        module, source = _registry(mref, how)
-        family = parse_name(architecture(mref.target))[0].value
-    return LoadedModel(mref.label, family, module, source, input_spec_of(module), mref)
+    build = {ModelKind.TIMM: _timm, ModelKind.FACTORY: _factory, ModelKind.HF: _hf}.get(mref.kind, _registry)
+    module, source = build(mref, how)
+    return LoadedModel(mref.label, module, source, input_spec_of(module), mref, built_of(module))

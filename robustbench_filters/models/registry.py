@@ -6,8 +6,6 @@ for the bundled data, plus timm's ``tiny``/``small``/``base`` for DeiT and ``sma
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
 from typing import Any
 
 from torch import nn
@@ -17,32 +15,13 @@ from ..core.family import Family
 from ..core.names import MODEL_NAMES as MODEL_NAMES  # re-exported: the registry's names are the vocabulary's
 from ..core.names import PREFIX as PREFIX
 from ..core.names import parse_name as parse_name
+from .built import Built, remember
+from .built import ModelSpec as ModelSpec  # re-exported: what a registry name resolves to
 from .config import DeiTConfig, LMConfig, apply_overrides
 from .deit import DEIT_SIZES, build_deit
 from .lm import LM_SIZES, CausalLM
 
 SIZES: dict[Family, tuple[str, ...]] = {Family.IMAGE: tuple(DEIT_SIZES), Family.LM: tuple(LM_SIZES)}
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """What a model is: its registry name, family, size and full config."""
-
-    name: str
-    family: Family
-    size: str
-    config: Any
-
-    @property
-    def bsa(self) -> bool:
-        return bool(self.config.bsa)
-
-    @property
-    def grc(self) -> bool:
-        return bool(self.config.grc)
-
-    def config_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self.config)
 
 
 def resolve_spec(name: str, size: str = "micro", **overrides: Any) -> ModelSpec:
@@ -60,10 +39,9 @@ def resolve_spec(name: str, size: str = "micro", **overrides: Any) -> ModelSpec:
 
 
 def build_from_spec(spec: ModelSpec) -> nn.Module:
-    """Construct an untrained model for ``spec`` and attach the spec to it."""
+    """Construct an untrained model for ``spec`` (recorded beside it: :mod:`.built`)."""
     model = build_deit(spec.config) if spec.family is Family.IMAGE else CausalLM(spec.config)
-    model.robfilt_spec = spec
-    return model
+    return remember(model, Built(spec))
 
 
 def list_models() -> list[str]:

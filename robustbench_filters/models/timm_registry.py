@@ -22,6 +22,7 @@ from typing import Any
 from torch import nn
 
 from ..core.errors import CheckpointError, RobfiltError
+from .built import Built, remember
 from .checkpoint import WEIGHTS, zoo_path
 from .config import DeiTConfig
 from .deit import DEIT_SIZES, build_deit, input_spec
@@ -91,7 +92,7 @@ def build_registered(arch: str, name: str, size: str, pretrained: bool, kwargs: 
         kwargs["mean"], kwargs["std"] = channel_stats(base.mean, base.std, int(kwargs["in_chans"]))
     spec = resolve_spec(name, size, **kwargs)
     model = build_deit(spec.config, normalize=False)
-    model.robfilt_spec = spec
+    remember(model, Built(spec))
     model.pretrained_cfg = model.default_cfg = _pretrained_cfg(spec.config, arch)
     if pretrained:
         _load_zoo(model, arch, name, size)

@@ -2,7 +2,7 @@
 
 ``robfilt models list`` shows every variant with its zoo metrics and certificates. All of that is in the JSON
 cards next to the weights, so listing reads the cards and never builds a model (which would import torch and
-timm, seconds before the first line of output). :mod:`.models.checkpoint` writes and loads the checkpoints
+timm, seconds before the first line of output). :mod:`.checkpoint` writes and loads the checkpoints
 themselves; it takes the file names and the folder layout from here.
 """
 

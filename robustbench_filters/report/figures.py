@@ -6,7 +6,7 @@ numbers came from, uses the fixed variant and family styles of :mod:`.style`, an
 table has it (Wilson bands for accuracy, bootstrap bands for perplexity, +-1 sd over trials for the
 sequence-length study). With ``paper=True`` the subtitle and footer are left out (the caption and
 ``figures/provenance.json`` carry them). A panel whose values span decades gets a log axis; budgets read as in
-the tables (:func:`..budgets.eps_text`). Each drawn element is tagged (:func:`.style.mark`) and the ``*_caption``
+the tables (:func:`..core.budgets.eps_text`). Each drawn element is tagged (:func:`.style.mark`) and the ``*_caption``
 functions describe only the tagged elements, so a caption never names a line that is not there. Nothing here
 reads files or calls pyplot; :func:`save_figure` writes.
 """
@@ -76,7 +76,7 @@ def eps_axis(ax: Axes, eps: Sequence[float], scale: str = "[0, 1] scale") -> Non
 
     When any budget is on the k/255 grid the ticks sit at the measured budgets (a k/255 grid has no round
     decimal ticks); labels that would overlap their right-hand neighbour are left out (the tick stays).
-    Otherwise matplotlib places round ticks and :func:`..budgets.eps_text` writes them.
+    Otherwise matplotlib places round ticks and :func:`..core.budgets.eps_text` writes them.
     """
     grid = sorted({float(e) for e in eps})
     ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _pos: eps_text(value)))

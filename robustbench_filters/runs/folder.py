@@ -38,7 +38,8 @@ import pandas as pd
 from ..core import io as _io
 from ..core.errors import RobfiltError, RunStateError
 from ..core.versions import git_commit, library_versions
-from ..summaries import Summary, read_summary, report_family, written_summary
+from ..summaries import Summary, check_summary_type, read_summary, report_family
+from ..summaries.base import READABLE, VERSION
 from . import adversarial as _adv
 from .fingerprint import describe_change, fingerprint, manifest_fingerprint
 from .lock import LOCK, RunLock
@@ -50,7 +51,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 FORMAT = "robfilt-run"
-FORMAT_VERSION = 2
+FORMAT_VERSION = VERSION  # 3: summaries record the budgets used as values (2: as prose); both read
 MANIFEST = "manifest.json"
 SUMMARY = "summary.json"
 ROWS = "rows.parquet"
@@ -73,10 +74,11 @@ def read_manifest(folder: Path) -> dict[str, Any]:
     if not isinstance(manifest.get("kind"), str) or not manifest["kind"]:
         raise RunStateError(f"run folder {folder} records no kind in its manifest; re-run it with this robfilt.")
     version = manifest.get("format_version", manifest.get("schema_version"))
-    if version != FORMAT_VERSION:
+    if version not in READABLE:
         raise RunStateError(
-            f"{folder} is a run folder of format {version}; this robfilt reads format {FORMAT_VERSION} (it records "
-            "integrity hashes): re-run the command with --overwrite to rewrite it."
+            f"{folder} is a run folder of format {version}; this robfilt reads formats "
+            f"{', '.join(str(v) for v in READABLE)} (they record integrity hashes): re-run the command with "
+            "--overwrite to rewrite it."
         )
     return manifest
 
@@ -300,14 +302,14 @@ class RunWriter:
         """Write the merged rows, the summary (stamped with this run's format version and fingerprint), then the
         manifest with every hash and status complete; returns the summary as written.
 
-        The summary must be the typed summary of the run's kind and read back key for key
-        (:func:`robustbench_filters.summaries.written_summary`): a measurement that renames or adds a key fails
-        here, not in a reader months later."""
+        The summary must be the typed summary of the run's kind (:func:`..summaries.check_summary_type`); that it
+        writes back key for key what a reader reads is held by tests (tests/test_summaries.py)."""
         if not self.primary:
             raise RunStateError("only rank 0 finishes a distributed run.")
         _adv.check_folder(self.out, self._planned, set(self._done), set(self._adversarial))
         summary = dataclasses.replace(summary, format_version=FORMAT_VERSION, fingerprint=self.fp)
-        doc = written_summary(summary, self.kind, self.extra.get("family"), self.out)  # before any file is written
+        check_summary_type(summary, self.kind, self.extra.get("family"), self.out)  # before any file is written
+        doc = summary.to_dict()
         _io.atomic_write(self.out / ROWS, lambda tmp: rows.to_parquet(tmp, index=False))
         _io.atomic_write_json(self.out / SUMMARY, doc)
         manifest = json.loads((self.out / MANIFEST).read_text())

@@ -23,7 +23,7 @@ from torch import nn
 
 from ..checks import Check
 from ..core.errors import RobfiltError
-from ..summaries import Summary, kind_of
+from ..summaries import Summary
 from .units import Unit, ids_digest, select_examples
 
 #: ``tick(k)`` or ``tick(k, detail)``: ``k`` more work steps done, and where the unit is now (shown with the model).
@@ -79,8 +79,9 @@ class Measurement(ABC):
 
     @property
     def kind(self) -> str:
-        """The run's kind, as the manifest records it: its row in the registry of run kinds (summaries/kinds.py)."""
-        return kind_of(type(self)).name
+        """The run's kind, as the manifest records it: its config's (a row of the registry of run kinds,
+        summaries/kinds.py)."""
+        return str(self.config.KIND)
 
     @property
     def family(self) -> str | None:
@@ -112,6 +113,11 @@ class Measurement(ABC):
     def work(self, unit: Unit) -> int:
         """How many progress steps ``measure`` reports for ``unit`` (through its ``tick``)."""
         return 1
+
+    def cost(self, unit: Unit) -> float:
+        """A rough relative cost of ``unit``: worker processes take the most expensive units first, so none is
+        left with a long one at the end (the order never changes a row). Default: its progress steps."""
+        return float(self.work(unit))
 
     @abstractmethod
     def measure(self, unit: Unit, tick: Tick) -> pd.DataFrame | UnitOutput:

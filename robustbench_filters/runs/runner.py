@@ -6,8 +6,10 @@ The runner owns how a run goes; the measurement (:mod:`.measurement`) owns what 
    anything that cannot be measured is refused here, before a folder is touched;
 2. fingerprint the run: the measurement's description, the hash of every model's parameters and buffers, and
    the digests of the selected examples, so ``--resume`` with other weights or data is refused by name;
-3. plan the units and shard them round-robin across torchrun ranks (whole units, so every batch and seed is the
-   one a single process would use, and the merged rows are identical for any world size);
+3. plan the units and share them among the processes: round-robin across torchrun ranks, or through a shared
+   queue, most expensive first, in robfilt's own worker pool (``--workers``); whole units either way, so every
+   batch and seed is the one a single process would use, and the merged rows are identical for any number of
+   processes;
 4. open the run folder (rank 0 locks it and writes the manifest with the planned units; others attach), skip
    units whose parts verify, measure the rest, write each part with its hash;
 5. rank 0 merges every planned part in plan order, runs the model and row checks, summarises, and finishes the
@@ -23,7 +25,8 @@ import contextlib
 import hashlib
 import logging
 import tempfile
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,9 +35,11 @@ import torch
 from torch import nn
 
 from ..checks import Check
-from ..core import distributed
+from ..core import distributed, workers
 from ..core.errors import RobfiltError, RunStateError, UserCodeError
 from ..core.progress import ProgressHook, null_progress
+from ..core.workqueue import PUBLISH_S, WorkQueue
+from ..models.transport import reduce_module
 from ..summaries import Summary
 from .adversarial import AdversarialExamples
 from .folder import FORMAT_VERSION, RunWriter, load_run
@@ -91,16 +96,39 @@ def _resolve_out(out: str | Path | None) -> tuple[Path, tempfile.TemporaryDirect
 
 
 class _Progress:
-    """Counts work steps across this rank's units and reports them to the caller's hook."""
+    """Counts work steps and reports them to the caller's hook: one count for the whole run.
 
-    def __init__(self, hook: ProgressHook, task: str, total: int) -> None:
-        self.hook, self.task, self.total, self.done, self.info = hook, task, total, 0, ""
+    The count starts at 0; ``start``, the work of units finished before this call (``--resume``), follows at once
+    in one step (the bar's pace ignores such a burst). In a pool, workers publish their counts through the shared
+    store and rank 0 draws the sum of every rank's (:class:`~..core.workqueue.WorkQueue`).
+    """
+
+    def __init__(self, hook: ProgressHook, task: str, total: int, start: int, queue: WorkQueue) -> None:
+        self.hook, self.task, self.total, self.start, self.queue = hook, task, total, start, queue
+        self.own, self.others, self.info = 0, 0, ""
+        self._looked = -1.0
+        self._drawn: tuple[int, str] | None = None
         hook(task, 0, total, "")
+        if start:
+            hook(task, min(total, start), total, "")
 
     def tick(self, k: int = 1, detail: str = "") -> None:
         """``k`` more steps done; ``detail`` says where the unit is (``pgd eps 0.1 (2/5) step 7/20``)."""
-        self.done = min(self.total, self.done + k)
-        self.hook(self.task, self.done, self.total, f"{self.info} {detail}" if detail else self.info)
+        self.own += k
+        self.queue.publish(self.own)
+        self.draw(f"{self.info} {detail}" if detail else self.info)
+
+    def draw(self, info: str | None = None, fresh: bool = False) -> None:
+        """Report the run's count (this rank's and, in a pool, the others' as last published)."""
+        if info is not None:
+            self.info = info
+        now = time.monotonic()
+        if fresh or now - self._looked >= PUBLISH_S:
+            self.others, self._looked = self.queue.others_done(), now
+        done = min(self.total, self.start + self.own + self.others)
+        if (done, self.info) != self._drawn:  # the bar ticks its clock itself; only news is reported
+            self._drawn = (done, self.info)
+            self.hook(self.task, done, self.total, self.info)
 
 
 def run(
@@ -114,15 +142,40 @@ def run(
     """Run ``measurement`` into ``out`` (a temporary folder when None) and return the merged, checked result.
 
     Under torchrun every rank calls this with the same arguments and gets the merged result; ``out`` must then
-    be a folder every rank shares.
+    be a folder every rank shares. Inside an open worker pool (``--workers``, :func:`..core.workers.pool`) a CPU
+    run is sent to every worker and computed by all of them; the rows are the one-process rows.
     """
+    pool = workers.current()
+    if pool is not None:
+        device = str(measurement.config.device)
+        if device == "cpu":
+            result = pool.call(
+                _run, measurement, out, resume, overwrite, local={"progress": progress}, reduce=reduce_module
+            )
+            assert result is not None  # rank 0 always returns the merged result
+            return result
+        log.info("the %s run is on %s: it runs in this process (worker processes share CPU cores; for several GPUs "
+                 "launch with torchrun)", measurement.kind, device)  # fmt: skip
+    result = _run(measurement, out, resume, overwrite, progress)
+    assert result is not None
+    return result
+
+
+def _run(
+    measurement: Measurement,
+    out: str | Path | None,
+    resume: bool,
+    overwrite: bool,
+    progress: ProgressHook | None = None,
+) -> RunResult | None:
+    """One rank's part of :func:`run` (every rank of a pool runs it); None on a pool's workers."""
     config = measurement.config
     ctx = distributed.init(str(config.device))
     device = torch.device(distributed.local_device(str(config.device), ctx))
-    if ctx.enabled and out is None:
+    if ctx.enabled and not ctx.pooled and out is None:
         raise RobfiltError("a distributed run (torchrun) needs --out: a folder on a filesystem all ranks share.")
     prep = PrepareContext(device=device, seed=int(config.seed))
-    measurement.prepare(prep)
+    distributed.all_or_none(ctx, lambda: measurement.prepare(prep))  # a rank that cannot prepare fails them all
     labels = measurement.labels
     if len(set(labels)) != len(labels):
         raise RobfiltError(f"model labels repeat ({', '.join(labels)}); give each model a distinct name.")
@@ -137,8 +190,7 @@ def run(
     keys = [u.key for u in units]
     if len(set(keys)) != len(keys):
         raise RunStateError("the measurement planned two units with one key; this is a bug.")
-    mine = sorted(distributed.shard(units, ctx.rank, ctx.world_size), key=lambda u: (u.model, u.batch, u.part))
-    folder, tmp = _resolve_out(out)
+    folder, tmp = _folder(ctx, out)
     extra = {"family": measurement.family, "world_size": ctx.world_size}
 
     def make_writer(primary: bool) -> RunWriter:
@@ -151,11 +203,13 @@ def run(
         with contextlib.ExitStack() as stack:
             stack.enter_context(measurement.session())
             writer = stack.enter_context(distributed.shared_run(ctx, make_writer))
-            checks = distributed.all_or_none(ctx, lambda: _compute(measurement, writer, mine, progress, ctx.is_primary))
+            checks = distributed.all_or_none(ctx, lambda: _compute(measurement, writer, units, progress, ctx))
             merged = distributed.all_or_none(
                 ctx, lambda: _finish(measurement, writer, sorted(units), checks) if ctx.is_primary else None
             )
-        if merged is None:  # the other ranks read what rank 0 merged
+        if merged is None and ctx.pooled:  # a pool's worker: rank 0 has the result
+            return None
+        if merged is None:  # torchrun's other ranks read what rank 0 merged
             finished = load_run(folder)
             rows, summary = finished.rows, finished.summary
             adversarial = AdversarialExamples.from_manifest(folder, finished.manifest)
@@ -170,31 +224,85 @@ def run(
             tmp.cleanup()
 
 
+def _folder(ctx: distributed.DistContext, out: str | Path | None) -> tuple[Path, tempfile.TemporaryDirectory | None]:
+    """The run folder; without ``out`` a temporary one, which in a pool rank 0 makes (and removes) for every rank."""
+    if not (ctx.pooled and out is None):
+        return _resolve_out(out)
+    made = distributed.all_or_none(ctx, lambda: _resolve_out(None) if ctx.is_primary else None)
+    path = distributed.broadcast(ctx, made[0] if made is not None else None)
+    return path, made[1] if made is not None else None
+
+
+def _order(measurement: Measurement, units: list[Unit], ctx: distributed.DistContext) -> list[Unit]:
+    """The units this rank goes through. torchrun: its round-robin shard, each (model, batch) together (the batch
+    and its clean logits are computed once). A pool: every unit for the shared queue, most expensive first; among
+    equals, part by part in plan order (a run's first attack is its strongest, the default, by convention) and
+    batch by batch within a part (a run's last batch, often short, last), so cheap units end the run."""
+    if ctx.pooled:
+        return queue_order(units, measurement.cost)
+    return sorted(distributed.shard(units, ctx.rank, ctx.world_size), key=lambda u: (u.model, u.batch, u.part))
+
+
+def queue_order(units: list[Unit], cost: Callable[[Unit], float]) -> list[Unit]:
+    """The order in which a pool's processes take ``units``: most expensive first; among equals, part by part in
+    plan order, batch by batch within a part (benchmarks/b13_workers.py replays it)."""
+    rank = {part: i for i, part in reversed(list(enumerate(u.part for u in units)))}
+    return sorted(units, key=lambda u: (-cost(u), rank[u.part], u.batch, u.model))
+
+
 def _compute(
-    measurement: Measurement, writer: RunWriter, mine: list[Unit], hook: ProgressHook | None, primary: bool
-) -> list[Check]:
-    """This rank's units (skipping verified finished parts); rank 0 then runs every model's checks."""
-    bar = _Progress(hook or null_progress, measurement.kind, sum(measurement.work(u) for u in mine))
+    measurement: Measurement, writer: RunWriter, units: list[Unit], hook: ProgressHook | None,
+    ctx: distributed.DistContext,
+) -> list[Check]:  # fmt: skip
+    """This rank's units (skipping verified finished parts); rank 0 then runs every model's checks.
+
+    In a pool, rank 0 then waits for the other ranks while it draws their progress (a wait Ctrl-C can end); a
+    rank that fails stops the others taking further units, as one process stops at its first failing unit.
+    """
+    queue = WorkQueue(ctx)
+    order = _order(measurement, units, ctx)
+    counted = order if not ctx.pooled else units if ctx.is_primary else []
+    start = sum(measurement.work(u) for u in counted if writer.is_done(u.key))
+    total = sum(measurement.work(u) for u in (units if ctx.pooled else order))
+    bar = _Progress(hook or null_progress, measurement.kind, total, start, queue)
     labels = measurement.labels
-    for unit in mine:
-        bar.info = f"{labels[unit.model]} {unit.part}"
-        if writer.is_done(unit.key):
-            bar.tick(measurement.work(unit))
-            continue
-        with _user_errors(labels[unit.model], unit.key):
-            out = measurement.measure(unit, bar.tick)
-        rows, adversarial = (out.rows, out.adversarial) if isinstance(out, UnitOutput) else (out, None)
-        if not isinstance(rows, pd.DataFrame) or rows.empty:
-            raise RunStateError(
-                f"unit {unit.key} produced no rows; this is a bug in the {measurement.kind} measurement."
-            )
-        writer.write_part(unit.key, rows, adversarial)
     checks: list[Check] = []
-    if primary:
-        for i, label in enumerate(labels):
-            with _user_errors(label, "sanity checks"):
-                checks += measurement.model_checks(i)
+    try:
+        for unit in queue.units(order):
+            if writer.is_done(unit.key):
+                continue
+            bar.info = f"{labels[unit.model]} {unit.part}"
+            with _user_errors(labels[unit.model], unit.key):
+                out = measurement.measure(unit, bar.tick)
+            rows, adversarial = (out.rows, out.adversarial) if isinstance(out, UnitOutput) else (out, None)
+            if not isinstance(rows, pd.DataFrame) or rows.empty:
+                raise RunStateError(
+                    f"unit {unit.key} produced no rows; this is a bug in the {measurement.kind} measurement."
+                )
+            writer.write_part(unit.key, rows, adversarial)
+        if ctx.is_primary:
+            for i, label in enumerate(labels):
+                with _user_errors(label, "sanity checks"):
+                    checks += measurement.model_checks(i)
+    except KeyboardInterrupt:
+        raise
+    except BaseException:
+        queue.abort()
+        _wait(queue, bar, ctx)
+        raise
+    _wait(queue, bar, ctx)
     return checks
+
+
+def _wait(queue: WorkQueue, bar: _Progress, ctx: distributed.DistContext) -> None:
+    """This rank is through; rank 0 waits for the others (a pool only), drawing the whole run's progress."""
+    if not ctx.pooled:
+        return
+    queue.publish(bar.own, force=True)
+    queue.finish()
+    if ctx.is_primary:
+        queue.wait_all(lambda: bar.draw(fresh=True))
+        bar.draw(fresh=True)
 
 
 def _finish(

@@ -55,7 +55,7 @@ def select_examples(total: int, n: int | None, seed: int, *, ordered: bool = Tru
     """``n`` of ``total`` examples by a seeded permutation; sorted when ``ordered`` (the attack runs' convention).
 
     Every model of a run, and every run with the same seed and pool, sees the same examples, which is what
-    makes paired comparisons possible. ``n`` follows :func:`example_count` (None: all; :class:`UpTo`: a cap).
+    makes paired comparisons possible. ``n`` follows :func:`example_count` (None: all; :class:`..core.counts.UpTo`: a cap).
     """
     n = example_count(total, n)
     perm = torch.randperm(total, generator=torch.Generator().manual_seed(seed))[:n]

@@ -21,12 +21,12 @@ import pandas as pd
 import torch
 
 from ..attacks.image_models import ImageModelsMeasurement
-from ..checks import Check
-from ..checks import summarize as summarize_checks
+from ..checks import Check, ChecksSummary
 from ..configs import CertifyConfig
 from ..runs.measurement import PrepareContext, Tick
 from ..runs.units import Unit
 from ..summaries import CertifySummary
+from ..summaries.certify import CertifiedAt, SigmaCertificates
 from .bounds import max_certifiable_radius
 from .rows import ROW_COLUMNS, accuracy_curve, certificate_rows, summarize
 from .settings import Sampling
@@ -125,19 +125,12 @@ class Certify(ImageModelsMeasurement):
                                   "n_examples": len(g), "smoothed_robust_acc": float(g["robust"].mean()),
                                   "certified_acc": float(g["certified"].mean())})  # fmt: skip
         labels = self.labels
-        return CertifySummary.build({
-            **self.summary_head(),
-            "sigmas": list(c.sigmas),
-            "n0": c.n0,
-            "n": c.n,
-            "alpha": c.alpha,
-            "max_certifiable_radius": {f"{s:g}": max_certifiable_radius(s, c.n, c.alpha) for s in c.sigmas},
-            "models": _by_model(table),
-            "curve": _records(accuracy_curve(certs)),
-            "empirical_l2": empirical,
-            "checks": [ch.to_dict() for ch in sorted(checks, key=lambda ch: labels.index(ch.model))],
-            "checks_summary": summarize_checks(checks),
-        })  # fmt: skip
+        return CertifySummary(
+            **self.summary_head(), sigmas=list(c.sigmas), n0=c.n0, n=c.n, alpha=c.alpha,
+            max_certifiable_radius={f"{s:g}": max_certifiable_radius(s, c.n, c.alpha) for s in c.sigmas},
+            models=_by_model(table), curve=_records(accuracy_curve(certs)), empirical_l2=empirical,
+            checks=sorted(checks, key=lambda ch: labels.index(ch.model)), checks_summary=ChecksSummary.of(checks),
+        )  # fmt: skip
 
 
 def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
@@ -145,15 +138,17 @@ def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
             frame.to_dict(orient="records")]  # fmt: skip
 
 
-def _by_model(table: pd.DataFrame) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def _by_model(table: pd.DataFrame) -> dict[str, dict[str, SigmaCertificates]]:
+    """model -> sigma key -> its certificates on the radius grid."""
+    out: dict[str, dict[str, SigmaCertificates]] = {}
+    columns = ["radius", "certified_acc", "ci_low", "ci_high", "certified", "n_examples"]
     for model, grp in table.groupby("model", sort=False):
         out[str(model)] = {
-            f"{s:g}": {
-                "abstain_rate": float(g["abstain_rate"].iloc[0]),
-                "clean_smoothed_acc": float(g["clean_smoothed_acc"].iloc[0]),
-                "certified": _records(g[["radius", "certified_acc", "ci_low", "ci_high", "certified", "n_examples"]]),
-            }
+            f"{s:g}": SigmaCertificates(
+                abstain_rate=float(g["abstain_rate"].iloc[0]),
+                clean_smoothed_acc=float(g["clean_smoothed_acc"].iloc[0]),
+                certified=[CertifiedAt(**r) for r in _records(g[columns])],
+            )
             for s, g in grp.groupby("sigma", sort=True)
         }
     return out

@@ -17,6 +17,7 @@ Statistics:
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,8 @@ import pandas as pd
 
 from ..core.budgets import eps_key
 from ..core.names import ATTACK_SPECS, WEAK
+from ..summaries.image import Accuracy, ImageModelResults, RobustAccuracy
+from ..summaries.record import ABSENT
 from . import vacuity
 from .intervals import BOOTSTRAP, bootstrap_ratio_interval, lm_eval_columns, wilson_interval
 
@@ -36,9 +39,9 @@ MODEL_LAYER = "model"
 
 
 def eps_label(eps: float) -> str:
-    """A budget in a condition key ('pgd@8/255'): every digit needed to parse it back (:func:`.budgets.eps_key`).
+    """A budget in a condition key ('pgd@8/255'): every digit needed to parse it back (:func:`..core.budgets.eps_key`).
 
-    Tables, axes and terminal lines show budgets with :func:`.budgets.eps_text` (k/255 or 3 significant digits).
+    Tables, axes and terminal lines show budgets with :func:`..core.budgets.eps_text` (k/255 or 3 significant digits).
     """
     return eps_key(eps)
 
@@ -103,30 +106,32 @@ def compute_ledger(sub: pd.DataFrame) -> dict[str, Any]:
     return out
 
 
-def _strength(spec: Any, sub: pd.DataFrame) -> str | None:
-    """The attack's strength as run: an escalating attack (the default) whose survivors saw no rerun (the check
-    turned off) stopped before its last stage, so its numbers are upper bounds like a weaker attack's."""
+def _strength(spec: Any, sub: pd.DataFrame, cut: bool) -> str | None:
+    """The attack's strength as run: weaker than its name when the user cut its budget (``cut``), or when an
+    escalating attack (the default) saw no rerun (the check turned off) and so stopped before its last stage; its
+    numbers are then upper bounds like a weaker attack's."""
     if spec is None:
         return None
     skipped = "convergence" in sub.columns and bool(sub.correct.any()) and not sub.convergence.isin(CHECKED).any()
-    return WEAK if spec.escalates and skipped else spec.strength
+    return WEAK if cut or (spec.escalates and skipped) else spec.strength
 
 
-def attack_accuracies(rows: pd.DataFrame) -> dict[str, Any]:
+def attack_accuracies(rows: pd.DataFrame, cut: Collection[str] = ()) -> dict[str, ImageModelResults]:
     """Per model of an image attack run: clean accuracy and robust accuracy per attack and eps, with Wilson
-    intervals, each attack's strength, and the compute ledger (per attack and eps, and per attack over the whole
-    eps grid); laid out as :class:`robustbench_filters.summaries.image.ImageModelResults` reads it."""
-    out: dict[str, Any] = {}
+    intervals, each attack's strength (``cut``: the attacks whose budget the user lowered below their own, weaker
+    whatever their name), and the compute ledger (per attack and eps, and per attack over the whole eps grid)."""
+    out: dict[str, ImageModelResults] = {}
     for label, grp in rows.groupby("model", sort=False):
         clean = grp[grp.attack == CLEAN]
         robust = []
         attacked = grp[grp.attack != CLEAN]
         for (attack, eps), sub in attacked.groupby(["attack", "eps"], sort=True):
-            spec = ATTACK_SPECS.get(attack)
-            entry = {"attack": attack, "eps": float(eps), **accuracy(sub.correct)}
-            entry |= {"strength": _strength(spec, sub), **compute_ledger(sub)}
-            robust.append(entry)
-        out[label] = {"clean": {**accuracy(clean.correct), **compute_ledger(clean)}, "robust": robust}
+            strength = _strength(ATTACK_SPECS.get(attack), sub, attack in cut)
+            robust.append(
+                RobustAccuracy(attack=attack, eps=float(eps), **accuracy(sub.correct), strength=strength,
+                               **compute_ledger(sub))
+            )  # fmt: skip
+        cost: Any = ABSENT
         if "fwd" in grp.columns:
             n = max(clean.example_id.nunique(), 1)
             cost = {}
@@ -134,7 +139,9 @@ def attack_accuracies(rows: pd.DataFrame) -> dict[str, Any]:
                 conv = float(sub.conv_fwd.sum() + sub.conv_bwd.sum())
                 passes = float(sub.fwd.sum() + sub.bwd.sum())
                 cost[attack] = {"passes": passes, "per_example": passes / n, "convergence_passes": conv}
-            out[label]["cost"] = cost
+        out[label] = ImageModelResults(
+            clean=Accuracy(**accuracy(clean.correct), **compute_ledger(clean)), robust=robust, cost=cost
+        )
     return out
 
 

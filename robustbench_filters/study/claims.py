@@ -3,8 +3,7 @@
 The unit of replication is the training seed: every model is trained once per seed and measured on the same
 examples, so for a claim "variant V beats baseline B on metric M" we have one paired difference per seed,
 d_s = M(V, s) - M(B, s). Orient it so that positive means "in the claimed direction" (d'_s = direction * d_s)
-and take the mean and the 95% Student-t interval [lo, hi] across seeds (:func:`robustbench_filters.stats.intervals.
-mean_interval`, a paired t-interval). With ``delta`` the smallest effect the claim would need to matter:
+and take the mean and the 95% Student-t interval [lo, hi] across seeds (:func:`..stats.intervals.mean_interval`, a paired t-interval). With ``delta`` the smallest effect the claim would need to matter:
 
 - **supported**: lo > 0 (the interval excludes 0 in the claimed direction);
 - **not supported**: hi < 0 (it excludes 0 in the opposite direction), or the mean is <= 0 and hi < delta

@@ -23,7 +23,7 @@ from typing import Any
 from ..core.errors import RunStateError
 from ..runs.crosscheck import refuse_copies, refuse_label_conflicts, weights_of
 from ..runs.folder import Run
-from ..summaries import SEQLEN, STUDY_SEQLEN, kind_of
+from ..summaries import SEQLEN, STUDY_SEQLEN
 from . import plan as P
 from .measure import checkpoint_tag, family_models, piece_options, settings
 from .plan import StudyPlan
@@ -54,7 +54,7 @@ def expected(piece: P.Piece, plan: StudyPlan) -> tuple[str, int, dict[str, Any]]
         for k, v in options.items()
         if k not in _NOT_RECORDED and k != "seed" and not (v is None and k in _RESOLVED)
     }
-    return kind_of(cls).name, plan.eval_seed, {**values, "models": list(family_models(plan, piece.kind))}
+    return cls.KIND, plan.eval_seed, {**values, "models": list(family_models(plan, piece.kind))}
 
 
 def _trained(pieces: Mapping[str, Any], model: str, seed: int) -> str | None:

@@ -20,6 +20,7 @@ from ..core.errors import RobfiltError
 from ..core.progress import ProgressHook
 from ..lipschitz.seqlen_run import SeqlenConfig, sequence_length_run
 from ..models import load_checkpoint
+from ..models.built import tokenizer_of
 from ..runs.runner import run
 from . import plan as P
 from .checkpoints import CheckpointInfo
@@ -81,7 +82,7 @@ def checkpoint_tag(weights_sha256: Mapping[str, str]) -> str:
 
 def _shared_tokenizer(models: list[nn.Module], text: str):
     """All study LMs are trained with a char tokenizer on the same text; refuse to compare them otherwise."""
-    toks = [getattr(m, "tokenizer", None) for m in models]
+    toks = [tokenizer_of(m) for m in models]
     if any(t is None for t in toks):
         raise RobfiltError("an LM checkpoint has no tokenizer.json; retrain it with robfilt train.")
     sample = text[:2000]

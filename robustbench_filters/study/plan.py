@@ -121,7 +121,7 @@ class SeqlenEval:
 
 @dataclass(frozen=True)
 class StudyPlan:
-    """Everything that determines the study's numbers (the manifest stores it; see :func:`plan_fingerprint`)."""
+    """Everything that determines the study's numbers (the manifest stores its fingerprint)."""
 
     name: str = "full"
     seeds: tuple[int, ...] = (0, 1, 2)

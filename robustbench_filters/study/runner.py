@@ -28,6 +28,7 @@ from typing import Any
 from ..core.errors import RobfiltError, RunStateError
 from ..core.io import atomic_write_json
 from ..core.progress import ProgressHook, null_progress
+from ..core.workers import pool, resolve
 from ..runs.folder import load_run
 from ..runs.lock import RunLock, is_locked
 from ..runs.outfolder import OutputFolder, remove_output
@@ -119,6 +120,7 @@ def run_study(
     reuse: Sequence[str | Path] = (),
     report: bool = True,
     progress: ProgressHook | None = None,
+    workers: int = 1,
 ) -> StudyResult:
     """Run (or resume) the study described by ``plan`` in ``out`` and write ``out/README.md``.
 
@@ -128,6 +130,8 @@ def run_study(
         overwrite: delete the study in ``out`` first (checkpoints included).
         reuse: more folders to search for checkpoints with a matching card (e.g. ``runs/train``).
         report: build the reporter's figures (first seed) and link them from the README.
+        workers: processes that make the measurements (``robfilt study --workers``; default 1: this one). The
+            worker processes start once and serve every measurement; training stays in this process.
     """
     if resume and overwrite:
         raise RobfiltError("--resume and --overwrite contradict each other; pass one.")
@@ -143,25 +147,35 @@ def run_study(
     lock.acquire()
     t0 = time.perf_counter()
     try:
-        folder.path(MANIFEST)
-        manifest = Manifest(out, plan)
-        manifest.save()
-        result = StudyResult(out=out, readme=None)
-        todo = P.pieces(plan)
-        ckpts: dict[int, dict[str, CheckpointInfo]] = {}
-        trainer = _Trainer(plan, out, [Path(r) for r in reuse], manifest, result, progress)
-        for i, piece in enumerate(todo):
-            progress("study", i, len(todo), piece.id)
-            if piece.kind == P.TRAIN:
-                ckpts.setdefault(piece.seed, {})[piece.model] = trainer.checkpoint(piece)
-                continue
-            _measure(piece, plan, ckpts.get(piece.seed, {}), trainer, manifest, result, progress)
-        progress("study", len(todo), len(todo), "write-up")
-        _write(plan, folder, manifest.data, result, report, t0)
-        log.info("study written to %s (%.0fs this call)", result.readme, result.wall_time_s)
-        return result
+        with pool(resolve(workers)):
+            return _run_pieces(plan, out, folder, reuse, report, progress, t0)
     finally:
         lock.release()
+
+
+def _run_pieces(
+    plan: StudyPlan, out: Path, folder: OutputFolder, reuse: Sequence[str | Path], report: bool,
+    progress: ProgressHook, t0: float,
+) -> StudyResult:  # fmt: skip
+    """Every piece in plan order (training, or reuse, in this process; measurements through the runner), then the
+    write-up."""
+    folder.path(MANIFEST)
+    manifest = Manifest(out, plan)
+    manifest.save()
+    result = StudyResult(out=out, readme=None)
+    todo = P.pieces(plan)
+    ckpts: dict[int, dict[str, CheckpointInfo]] = {}
+    trainer = _Trainer(plan, out, [Path(r) for r in reuse], manifest, result, progress)
+    for i, piece in enumerate(todo):
+        progress("study", i, len(todo), piece.id)
+        if piece.kind == P.TRAIN:
+            ckpts.setdefault(piece.seed, {})[piece.model] = trainer.checkpoint(piece)
+            continue
+        _measure(piece, plan, ckpts.get(piece.seed, {}), trainer, manifest, result, progress)
+    progress("study", len(todo), len(todo), "write-up")
+    _write(plan, folder, manifest.data, result, report, t0)
+    log.info("study written to %s (%.0fs this call)", result.readme, result.wall_time_s)
+    return result
 
 
 def write_up(plan: StudyPlan, out: str | Path = "reports/study", *, report: bool = True) -> StudyResult:

@@ -31,6 +31,7 @@ from ..core.errors import RobfiltError
 from ..runs.measurement import Measurement, PrepareContext, Tick
 from ..runs.units import Unit
 from ..summaries import STUDY_SEQLEN, StudySeqlenSummary
+from ..summaries.seqlen import SeqlenModel
 
 COLUMNS = ("model", "n", "window", "start", "gain")
 
@@ -86,15 +87,15 @@ def growth_slope(ns: Sequence[float], values: Sequence[float]) -> float:
     return float(np.polyfit(x, y, 1)[0])
 
 
-def summarize_seqlen(rows: pd.DataFrame, value: str = "gain") -> dict[str, dict]:
+def summarize_seqlen(rows: pd.DataFrame, value: str = "gain") -> dict[str, SeqlenModel]:
     """Per model: mean response per N and the growth slope of the means."""
-    out: dict[str, dict] = {}
+    out: dict[str, SeqlenModel] = {}
     for label, grp in rows.groupby("model", sort=False):
         means = grp.groupby("n")[value].mean().sort_index()
-        out[str(label)] = {
-            "mean_by_n": {int(n): float(v) for n, v in means.items()},
-            "slope": growth_slope(list(means.index), list(means.values)),
-        }
+        out[str(label)] = SeqlenModel(
+            mean_by_n={int(n): float(v) for n, v in means.items()},
+            slope=growth_slope(list(means.index), list(means.values)),
+        )
     return out
 
 
@@ -112,6 +113,7 @@ class SeqlenLMConfig:
     """
 
     FAMILY: ClassVar[None] = None  # the runner records the family from the manifest extra below
+    KIND: ClassVar[str] = STUDY_SEQLEN
 
     data: str
     ns: tuple[int, ...]
@@ -166,6 +168,4 @@ class SeqlenLM(Measurement):
         return rows
 
     def summarise(self, rows: pd.DataFrame, checks: list[Any]) -> StudySeqlenSummary:
-        return StudySeqlenSummary.build(
-            {"kind": STUDY_SEQLEN, "definition": DEFINITION, "models": summarize_seqlen(rows)}
-        )
+        return StudySeqlenSummary(kind=STUDY_SEQLEN, definition=DEFINITION, models=summarize_seqlen(rows))

@@ -10,7 +10,7 @@ loudly instead of reading as ``None``. This package sits low: it imports only :m
 - :mod:`.kinds`: the registry of run kinds: name, family, summary type, report family, config and measurement.
 """
 
-from .base import VERSION, CheckRecord, ChecksSummary, Summary
+from .base import VERSION, Check, ChecksSummary, Summary
 from .certify import CertifySummary
 from .corruption import CorruptionSummary
 from .image import ImageAttackSummary
@@ -26,12 +26,12 @@ from .kinds import (
     SEQLEN,
     STUDY_SEQLEN,
     RunKind,
+    check_summary_type,
     kind_of,
     read_summary,
     report_family,
     run_kind,
     summary_type,
-    written_summary,
 )
 from .lipschitz import LipschitzSummary
 from .lm import LMAttackSummary
@@ -50,7 +50,7 @@ __all__ = [
     "STUDY_SEQLEN",
     "VERSION",
     "CertifySummary",
-    "CheckRecord",
+    "Check",
     "ChecksSummary",
     "CorruptionSummary",
     "ImageAttackSummary",
@@ -65,5 +65,5 @@ __all__ = [
     "report_family",
     "run_kind",
     "summary_type",
-    "written_summary",
+    "check_summary_type",
 ]

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .base import Checked, CheckRecord, ChecksSummary, Summary
+from .base import Check, Checked, ChecksSummary, RunHead, Summary
 from .record import Record
 
 
@@ -34,12 +34,7 @@ class SigmaCertificates(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
-class CertifySummary(Checked, Summary):
-    kind: str
-    family: str
-    data: str
-    n_examples: int | None
-    seed: int
+class CertifySummary(Checked, RunHead, Summary):
     sigmas: list[float]
     n0: int
     n: int
@@ -48,7 +43,7 @@ class CertifySummary(Checked, Summary):
     models: dict[str, dict[str, SigmaCertificates]]  # model -> sigma key -> certificates
     curve: list[dict[str, Any]]  # certified accuracy on a radius grid (the paper's plot)
     empirical_l2: list[dict[str, Any]]  # the SmoothAdv soundness attack's accuracies
-    checks: list[CheckRecord]
+    checks: list[Check]
     checks_summary: ChecksSummary
 
 

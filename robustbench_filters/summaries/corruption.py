@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .base import Checked, CheckRecord, ChecksSummary, Summary
+from .base import Check, Checked, ChecksSummary, RunHead, Summary
 from .image import Accuracy
 from .record import Record, optional
 
@@ -42,19 +42,14 @@ class CorruptionModelResults(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
-class CorruptionSummary(Checked, Summary):
-    kind: str
-    family: str
-    data: str
-    n_examples: int | None
-    seed: int
+class CorruptionSummary(Checked, RunHead, Summary):
     attacks: list[str]
     corruptions: list[str]
     severities: list[int]
     parameters: list[dict[str, Any]]  # each corruption's parameters per severity
     baseline: str | None
     models: dict[str, CorruptionModelResults]
-    checks: list[CheckRecord]
+    checks: list[Check]
     checks_summary: ChecksSummary
 
 

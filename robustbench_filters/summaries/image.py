@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.errors import RobfiltError
-from .base import Checked, CheckRecord, ChecksSummary, Summary
+from .base import Check, Checked, ChecksSummary, RunHead, Summary
 from .record import Record, optional, present
 
 
@@ -31,7 +31,9 @@ class Accuracy(Record):
 
 @dataclass(frozen=True, kw_only=True)
 class RobustAccuracy(Record):
-    """Robust accuracy under one attack at one budget."""
+    """Robust accuracy under one attack at one budget, and the budget it ran with (format 3): ``steps``, the
+    iterations of its longest run (Square: queries), and ``step_size``, its fixed step (None: the attack sets its
+    own, APGD's schedule)."""
 
     attack: str
     eps: float
@@ -41,6 +43,8 @@ class RobustAccuracy(Record):
     n: int
     correct: int
     strength: str | None = optional()
+    steps: int | None = optional()
+    step_size: float | None = optional()
     cost: dict[str, Any] = optional()
     broken_by: dict[str, int] = optional()
     convergence: dict[str, Any] = optional()
@@ -63,21 +67,16 @@ class RecordedAttention:
 
 
 @dataclass(frozen=True, kw_only=True)
-class ImageAttackSummary(Checked, Summary):
-    kind: str
-    family: str
-    data: str
-    n_examples: int | None
-    seed: int
+class ImageAttackSummary(Checked, RunHead, Summary):
     attacks: list[str]
     eps: list[float]
     norm: str
-    steps: int | str | None  # "each attack's default" when not set
-    step_size: float | str  # "0.15*eps" when not set
+    steps: int | None  # --steps as given; None: each attack's own (format 2 wrote "each attack's default")
+    step_size: float | None  # --step-size as given; None: each attack's own (format 2 wrote "0.15*eps")
     early_stop: Any = optional()
     precision: dict[str, str] = optional()
     models: dict[str, ImageModelResults]
-    checks: list[CheckRecord]
+    checks: list[Check]
     checks_summary: ChecksSummary
     attention: dict[str, Any] = optional()  # model -> CLS maps, plus "_image" and "_example_id"
 

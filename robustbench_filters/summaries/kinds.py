@@ -1,12 +1,9 @@
 """The registry of run kinds: one table, :data:`RUN_KINDS`, says for every kind of run its name (as manifests
-record it), the family that tells kinds of one name apart, its typed summary, the report family its runs belong to,
-its config and its measurement. The API builds measurements from it, the run writer and every reader pick a
-run's summary type and report family from it, and the study and the gate name kinds with it. Adding a kind of run
-means adding a row here and the kind's own files (config, measurement, summary).
-
-This package sits at the bottom of the package order (tests/test_architecture.py), below the configs and the
-measurements, so the table names those two by module path and imports them only when asked
-(:meth:`RunKind.config_class`, :meth:`RunKind.measurement_class`).
+record it), the family that tells kinds of one name apart, its typed summary and the report family its runs belong
+to. The run writer and every reader pick a run's summary type and report family from it, and the study and the gate
+name kinds with it. A run config names its kind (``KIND``); which measurement runs a config is the API's plain
+mapping (:data:`robustbench_filters.api.evaluate.MEASUREMENTS`), beside the code that runs measurements. Adding a
+kind of run means a row here, the kind's config with its ``KIND``, its measurement in that mapping and its summary.
 
 Which summary a run folder holds and which report family it belongs to follow from its manifest's ``kind`` and
 ``family`` (image | lm, recorded for attack runs) and nothing else: no guessing from summary keys or row columns.
@@ -16,14 +13,12 @@ version is refused in one line that names the run folder.
 
 from __future__ import annotations
 
-import importlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..core.errors import RobfiltError, RunStateError
-from .base import VERSION, Summary
+from .base import READABLE, VERSION, Summary
 from .certify import CertifySummary
 from .corruption import CorruptionSummary
 from .image import ImageAttackSummary
@@ -39,60 +34,36 @@ ATTACK, CORRUPTION, LIPSCHITZ, CERTIFY, SEQLEN, STUDY_SEQLEN = (
 IMAGE, LM = "image", "lm"
 
 
-def _import(path: str) -> Any:
-    module, _, name = path.partition(":")
-    return getattr(importlib.import_module(module), name)
-
-
-def _path(cls: type) -> str:
-    return f"{cls.__module__}:{cls.__qualname__}"
-
-
 @dataclass(frozen=True)
 class RunKind:
-    """One kind of run (see the module docstring); ``config`` and ``measurement`` are ``module:Class`` paths."""
+    """One kind of run (see the module docstring)."""
 
     name: str
     family: str | None  # attack runs: the family their manifest records (image | lm); None for every other kind
     summary: type[Summary]
     report_family: str | None  # what reports and the gate group runs by; None: the study's own piece
-    config: str
-    measurement: str
-
-    def config_class(self) -> type:
-        return _import(self.config)
-
-    def measurement_class(self) -> type:
-        return _import(self.measurement)
 
 
-_P = "robustbench_filters"
 # fmt: off
 RUN_KINDS: tuple[RunKind, ...] = (
-    RunKind(ATTACK, IMAGE, ImageAttackSummary, IMAGE, f"{_P}.configs.attacks:ImageAttackConfig",
-            f"{_P}.attacks.image:ImageAttack"),
-    RunKind(ATTACK, LM, LMAttackSummary, LM, f"{_P}.configs.attacks:LMAttackConfig", f"{_P}.attacks.lm:LMAttack"),
-    RunKind(CORRUPTION, None, CorruptionSummary, IMAGE, f"{_P}.configs.attacks:CorruptionConfig",
-            f"{_P}.attacks.corruption:Corruptions"),
-    RunKind(LIPSCHITZ, None, LipschitzSummary, LIPSCHITZ, f"{_P}.configs.bounds:LipschitzConfig",
-            f"{_P}.lipschitz.run:Lipschitz"),
-    RunKind(CERTIFY, None, CertifySummary, CERTIFY, f"{_P}.configs.bounds:CertifyConfig", f"{_P}.smoothing.run:Certify"),
-    RunKind(SEQLEN, None, SeqlenSummary, SEQLEN, f"{_P}.lipschitz.seqlen_run:SeqlenConfig",
-            f"{_P}.lipschitz.seqlen_run:SeqlenLayer"),
-    RunKind(STUDY_SEQLEN, None, StudySeqlenSummary, None, f"{_P}.study.seqlen:SeqlenLMConfig",
-            f"{_P}.study.seqlen:SeqlenLM"),
+    RunKind(ATTACK, IMAGE, ImageAttackSummary, IMAGE),
+    RunKind(ATTACK, LM, LMAttackSummary, LM),
+    RunKind(CORRUPTION, None, CorruptionSummary, IMAGE),
+    RunKind(LIPSCHITZ, None, LipschitzSummary, LIPSCHITZ),
+    RunKind(CERTIFY, None, CertifySummary, CERTIFY),
+    RunKind(SEQLEN, None, SeqlenSummary, SEQLEN),
+    RunKind(STUDY_SEQLEN, None, StudySeqlenSummary, None),
 )
 # fmt: on
 KINDS: tuple[str, ...] = tuple(dict.fromkeys(k.name for k in RUN_KINDS))
 _BY_KEY: dict[tuple[str, str | None], RunKind] = {(k.name, k.family): k for k in RUN_KINDS}
 
 
-def kind_of(cls: type) -> RunKind:
-    """The kind of run whose config, measurement or summary class ``cls`` is (or derives from)."""
-    for c in cls.__mro__:
-        for k in RUN_KINDS:
-            if c is k.summary or _path(c) in (k.config, k.measurement):
-                return k
+def kind_of(cls: type[Summary]) -> RunKind:
+    """The kind of run whose summary class ``cls`` is."""
+    for k in RUN_KINDS:
+        if cls is k.summary:
+            return k
     raise RunStateError(f"{cls.__name__} is in no row of the registry of run kinds (summaries/kinds.py); add it.")
 
 
@@ -136,38 +107,29 @@ def summary_type(kind: Any, family: Any, where: str) -> type[Summary]:
 
 def read_summary(doc: Any, kind: Any, family: Any, where: str) -> Summary:
     """The typed summary of a run from its ``summary.json`` document ``doc``; ``where`` names the run in errors
-    (``run folder runs/a``, or ``baseline b/summary.json`` for a summary file on its own)."""
+    (``run folder runs/a``, or ``baseline b/summary.json`` for a summary file on its own). A summary of an earlier
+    format this robfilt still reads (:data:`.base.READABLE`) reads as it was written (format 2 holds prose where
+    format 3 holds the budgets used), so it writes back byte for byte."""
     cls = summary_type(kind, family, where)
     where = f"summary.json of {where}"
     if not isinstance(doc, dict):
         raise RobfiltError(f"{where} is not a JSON object; re-run it with --overwrite.")
     version = doc.get("format_version")
-    if version != VERSION:
+    if version not in READABLE:
         fix = "upgrade robfilt or re-run it" if isinstance(version, int) and version > VERSION else "re-run it"
-        raise RobfiltError(f"{where} has format version {version}; this robfilt reads {VERSION}: {fix}.")
+        known = " or ".join(str(v) for v in READABLE)
+        raise RobfiltError(f"{where} has format version {version}; this robfilt reads {known}: {fix}.")
     recorded = doc.get("kind", kind)
     if recorded != kind:
         raise RobfiltError(f"{where} is of a {recorded!r} run, its manifest of a {kind!r} run; re-run it.")
     return cls.from_dict(doc, where)
 
 
-def written_summary(summary: Summary, kind: str, family: str | None, out: Path) -> dict[str, Any]:
-    """The document a writer is about to write to ``out`` for ``summary``: it must be the summary type of the run's
-    kind and read back as itself, key for key, so the file is exactly what the typed summary says. A mismatch is a
-    bug in the measurement (or in its typed summary)."""
-    doc = summary.to_dict()
-    try:
-        expected = summary_type(kind, family, f"run folder {out}")
-        if type(summary) is not expected:
-            raise RobfiltError(f"it is a {type(summary).__name__}, not a {expected.__name__}")
-        typed = read_summary(doc, kind, family, f"run folder {out}")
-    except RobfiltError as exc:
-        raise RunStateError(f"the {kind} summary written to {out} does not match its typed summary ({exc}); "
-                            "this is a bug.") from None  # fmt: skip
-    if _dumps(typed.to_dict()) != _dumps(doc):
-        raise RunStateError(f"the {kind} summary written to {out} does not read back key for key; this is a bug.")
-    return doc
-
-
-def _dumps(doc: Any) -> str:
-    return json.dumps(doc, default=str)
+def check_summary_type(summary: Summary, kind: str, family: str | None, out: Path) -> None:
+    """A run of ``kind`` writes the summary type of its kind (the registry's): another is a bug in its measurement,
+    refused before any file is written."""
+    expected = summary_type(kind, family, f"run folder {out}")
+    if type(summary) is not expected:
+        raise RunStateError(
+            f"the {kind} run writing {out} made a {type(summary).__name__}, not a {expected.__name__}; this is a bug."
+        )

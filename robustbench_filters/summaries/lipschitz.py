@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .base import Checked, CheckRecord, ChecksSummary, Summary
+from .base import Check, Checked, ChecksSummary, Summary
 from .record import Record, optional
 
 
@@ -76,7 +76,7 @@ class LipschitzSummary(Checked, Summary):
     definitions: dict[str, str]
     vacuity: dict[str, Any] = optional()  # the rule that flags a certified number as vacuous
     gap_log10_median: list[GapMedian] = optional()
-    checks: list[CheckRecord]
+    checks: list[Check]
     checks_summary: ChecksSummary
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .base import Checked, CheckRecord, ChecksSummary, Summary
+from .base import Check, Checked, ChecksSummary, Summary
 from .record import Record, optional, present
 
 #: lm-eval's metrics, present for models scored lm-eval style (robustbench_filters.models.hf.rolling)
@@ -64,7 +64,7 @@ class _Condition:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Perplexity(_LMEval, _Scores, Record):
+class LMScores(_LMEval, _Scores, Record):
     """The clean scores of a model."""
 
 
@@ -81,7 +81,7 @@ class LMAttackResult(_LMEval, _Scores, _Condition, Record):
 
 @dataclass(frozen=True, kw_only=True)
 class LMModelResults(Record):
-    clean: Perplexity
+    clean: LMScores
     results: list[LMAttackResult]
     cost: dict[str, dict[str, float]] = optional()  # per attack, over its whole eps or rate grid
 
@@ -102,15 +102,15 @@ class LMAttackSummary(Checked, Summary):
     eps_scale: dict[str, float]
     eps_scale_definition: str
     steps: int
-    step_size: float | str  # "0.15*eps" when not set
+    step_size: float | None  # --step-size as given; None: PGD's own 0.15 * eps (format 2 wrote "0.15*eps")
     seq_chars: int = optional()  # runs from before documents: characters per scored chunk
     windows: dict[str, dict[str, int]] = optional()  # per model: lm-eval's max_length, stride, prefix token
     replacement: str
     precision: str = optional()
     perplexity_metric: dict[str, str] = optional()
     models: dict[str, LMModelResults]
-    checks: list[CheckRecord]
+    checks: list[Check]
     checks_summary: ChecksSummary
 
 
-__all__ = ["LM_EVAL", "LMAttackResult", "LMAttackSummary", "LMModelResults", "Perplexity"]
+__all__ = ["LM_EVAL", "LMAttackResult", "LMAttackSummary", "LMModelResults", "LMScores"]

@@ -1,5 +1,5 @@
 """The summaries of the sequence-length studies: the synthetic attention-layer study (kind ``seqlen``, written by
-:func:`robustbench_filters.report.runs.write_seqlen_run` and the study) and the study's language-model piece (kind
+:func:`robustbench_filters.lipschitz.seqlen_run.sequence_length_run` and the study) and the study's language-model piece (kind
 ``study-seqlen``). Neither records sanity checks; their rows are the result.
 """
 

@@ -1,6 +1,6 @@
 """``robfilt train --model hf:DIR --variant bsa|grc|bsa-grc|none``: convert a Hugging Face causal LM and fine-tune it.
 
-The model is loaded from its folder (:mod:`.hf.load`), converted (:mod:`.hf.convert`; ``--variant none`` fine-tunes
+The model is loaded from its folder (:mod:`..models.hf.load`), converted (:mod:`..models.hf.convert`; ``--variant none`` fine-tunes
 the plain model with the same recipe, the baseline a conversion is compared with), then trained with robfilt's loop
 (:func:`robustbench_filters.train.loop._fit`: AdamW, warmup and cosine decay, gradient clipping, resumable safetensors
 state every ``--ckpt-every`` steps). Batches are random windows of ``--max-length`` tokens (default: the model's
@@ -21,6 +21,7 @@ import hashlib
 import logging
 import math
 import shutil
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,8 +38,8 @@ from ..core.versions import library_versions
 from ..models.hf.adapter import HFCausalLM
 from ..models.hf.convert import VARIANTS
 from .loop import TrainResult, _fit, _param_groups, _restore, card_wall_s
-from .recipe import FINETUNE_FIELDS, HF_RECIPE, NO_VARIANT, Recipe
-from .state import STATE_DIR, training_folder
+from .recipe import FINETUNE_FIELDS, HF_RECIPE, NO_VARIANT, Recipe, Trainee
+from .state import STATE_DIR, check_same_training, training_folder
 
 log = logging.getLogger(__name__)
 
@@ -79,14 +80,14 @@ class HFTask:
         return loss, math.exp(min(loss.item(), 20.0))
 
 
-def _recipe(recipe: Recipe | None) -> Recipe:
-    """The fine-tuning recipe, checked (step-based, no image settings)."""
+def _recipe(recipe: Recipe | None, spelt: Collection[str]) -> Recipe:
+    """The fine-tuning recipe, checked: step-based, and no option that only image models or training from scratch
+    honour (``spelt``: the options the caller spelt out)."""
     recipe = dataclasses.replace(recipe or HF_RECIPE)
     recipe.validate()
     if recipe.steps is None:
         raise RobfiltError("fine-tuning is step-based; pass --steps.")
-    if recipe.noise_sigma:
-        raise RobfiltError("--noise-sigma is for image models (Gaussian noise on pixels); drop it for LM training.")
+    recipe.check_fits(Trainee.HF, spelt)
     return recipe
 
 
@@ -154,6 +155,20 @@ def _rebuild_command(target: str, args: dict[str, Any], data: str, seed: int, ou
     return " ".join([*parts, f"--out {out}", "--overwrite"])
 
 
+def _wanted(target: str, args: dict[str, Any], data: str, seed: int, block: int, recipe: Recipe) -> dict[str, Any]:
+    """What a fine-tuning is, for comparing it with a finished one: source, variant, data, seed, window, recipe."""
+    return {"source": f"hf:{target}", "variant": args.get("variant", NO_VARIANT), "data": data, "seed": seed,
+            "max_length": block, **{k: getattr(recipe, k) for k in FINETUNE_FIELDS}}  # fmt: skip
+
+
+def _recorded(card: dict[str, Any]) -> dict[str, Any]:
+    """The same settings as a fine-tuning's card records them."""
+    recipe = card.get("recipe") or {}
+    return {"source": card.get("source"), "variant": card.get("variant"), "data": recipe.get("data"),
+            "seed": recipe.get("seed"), "max_length": card.get("max_length"),
+            **{k: recipe.get(k) for k in FINETUNE_FIELDS}}  # fmt: skip
+
+
 def _card(lm: HFCausalLM, target: str, args: dict[str, Any], recipe: Recipe, block: int, run: dict[str, Any]) -> dict:
     """``card.json``: what was fine-tuned, how (only the settings fine-tuning uses), on what, and the test metrics."""
     rebuild = _rebuild_command(target, args, run["data"], run["seed"], run["out"], recipe)
@@ -191,20 +206,22 @@ def train_hf(
     base_dir: str | Path | None = None,
     command: str | None = None,
     progress: ProgressHook | None = None,
+    spelt: Collection[str] = (),
 ) -> TrainResult:
     """Convert ``hf:<target>`` to ``variant`` (with ``conversion`` settings; ``none``: the plain model), fine-tune it
     on ``data``, save to ``out``. Returns the metrics (final running loss, the test documents' perplexities) and the
-    folder."""
+    folder. ``spelt``: the recipe options the caller spelt out, refused when fine-tuning cannot honour them."""
     from ..models.hf.load import load_hf, quiet_hub
 
-    recipe, args = _recipe(recipe), _conversion(variant, conversion)
+    recipe, args = _recipe(recipe, spelt), _conversion(variant, conversion)
     out = Path(out or f"runs/train/hf-{Path(target).name}-{args.get('variant', NO_VARIANT)}-s{seed}")
     # load and convert first: a model, tokenizer or conversion that cannot work is refused before --out is touched
     lm = load_hf(target, tokenizer=tokenizer, max_length=max_length, base_dir=base_dir, conversion=args or None)
+    block = max_length or min(lm.config.block_size, TRAIN_WINDOW)
     with training_folder(out, resume, overwrite) as finished:
         if finished is not None:
+            check_same_training(out, _recorded(finished), _wanted(target, args, data, seed, block, recipe), True)
             return TrainResult(out, f"hf:{target}", "", finished.get("metrics", {}), card_wall_s(finished), recipe)
-        block = max_length or min(lm.config.block_size, TRAIN_WINDOW)
         d = _Data.load(data, lm, block)
         task = HFTask(lm.train(), d.train_ids, recipe, seed, block)
         opt = torch.optim.AdamW(_param_groups(lm, recipe.weight_decay), lr=recipe.lr, betas=(0.9, 0.95))

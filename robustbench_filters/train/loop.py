@@ -10,12 +10,11 @@ safetensors plus JSON; nothing is pickled.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import math
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,16 +23,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..core.errors import RobfiltError, RunStateError
+from ..core.errors import RobfiltError
 from ..core.family import Family
 from ..core.progress import ProgressHook, null_progress
 from ..core.seeds import derived_seed
-from ..core.surface import flag
 from ..models.checkpoint import save_checkpoint
 from ..models.registry import ModelSpec, build_from_spec, resolve_spec
 from .adversarial import PGDTraining
-from .recipe import DEFAULT_RECIPES, Recipe, card_recipe_value, lr_at, rebuild_command, recipe_identity
-from .state import STATE_DIR, load_state, previous_state, save_state, training_folder
+from .recipe import DEFAULT_RECIPES, Recipe, Trainee, card_recipe_value, lr_at, rebuild_command, recipe_identity
+from .state import STATE_DIR, check_same_training, load_state, previous_state, save_state, training_folder
 
 log = logging.getLogger(__name__)
 
@@ -250,12 +248,13 @@ def _restore(
     if not state_dir.exists():
         return 0, 0.0, []
     meta = load_state(state_dir, task.model, opt)
-    if meta.get("fingerprint") != json.loads(json.dumps(fingerprint, default=str)):
-        raise RunStateError(
-            f"--out {state_dir.parent} holds a different training run (other model, data, seed or recipe); "
-            "use --overwrite."
-        )
+    check_same_training(state_dir.parent, _flat(meta.get("fingerprint") or {}), _flat(fingerprint), finished=False)
     return meta["step"], meta.get("wall_time_s", 0.0), list(meta.get("torch_threads", []))
+
+
+def _flat(fingerprint: dict[str, Any]) -> dict[str, Any]:
+    """A training's fingerprint with its recipe's fields beside the rest, so a difference is named by field."""
+    return {**{k: v for k, v in fingerprint.items() if k != "recipe"}, **(fingerprint.get("recipe") or {})}
 
 
 def _fit(
@@ -303,6 +302,19 @@ def _fit(
     return run_loss, wall_before + time.perf_counter() - t0, threads
 
 
+def _wanted(name: str, size: str, data: str, seed: int, recipe: Recipe) -> dict[str, Any]:
+    """What a training is, for comparing it with a finished one: model, data, seed and the whole recipe."""
+    return {"name": name, "size": size, "data": data, "seed": seed, **dataclasses.asdict(recipe)}
+
+
+def _recorded(card: dict[str, Any]) -> dict[str, Any]:
+    """The same settings as a checkpoint card records them (a field the card predates at its neutral value)."""
+    recipe = card.get("recipe") or {}
+    fields = {f.name: card_recipe_value(recipe, f.name) for f in dataclasses.fields(Recipe)}
+    return {"name": card.get("name"), "size": card.get("size"), "data": recipe.get("data"),
+            "seed": recipe.get("seed"), **fields}  # fmt: skip
+
+
 def train(
     name: str,
     size: str = "micro",
@@ -314,27 +326,28 @@ def train(
     overwrite: bool = False,
     command: str | None = None,
     progress: ProgressHook | None = None,
+    spelt: Collection[str] = (),
     **overrides: Any,
 ) -> TrainResult:
     """Train ``name`` from scratch (or resume) and write a checkpoint folder with its card.
 
     The card records the exact ``command``, the data checksum, the recipe, the metrics and the wall time.
+    ``spelt``: the recipe options the caller spelt out (the command line's); one that means nothing for this kind
+    of model is refused even at its default value (:meth:`~.recipe.Recipe.check_fits`). ``resume`` on a finished
+    training returns it only when it was made with this recipe, data and seed.
     """
     spec = resolve_spec(name, size, **overrides)
     recipe = dataclasses.replace(recipe or DEFAULT_RECIPES[spec.family])
     recipe.validate()
-    if spec.family is Family.LM and recipe.noise_sigma:
-        raise RobfiltError("--noise-sigma is for image models (Gaussian noise on pixels); drop it for LM training.")
-    for key in ("adversarial", "init"):
-        if spec.family is Family.LM and getattr(recipe, key) is not None:
-            raise RobfiltError(f"{flag(key)} is for image models; drop it for LM training.")
     if spec.family is Family.LM and recipe.steps is None:
         raise RobfiltError("LM training is step-based; pass --steps.")
+    recipe.check_fits(Trainee(spec.family.value), spelt)
     data = data or ("fashion-mnist" if spec.family is Family.IMAGE else "austen")
     out = Path(out or f"runs/train/{name}-{size}-s{seed}")
     state_dir = out / STATE_DIR
     with training_folder(out, resume, overwrite) as finished:
         if finished is not None:
+            check_same_training(out, _recorded(finished), _wanted(name, size, data, seed, recipe), finished=True)
             return TrainResult(out, name, size, finished.get("metrics", {}), card_wall_s(finished), recipe)
         task = _build_task(name, size, spec, data, recipe, seed, out, overrides)
         model, spec = task.model, task.spec
@@ -364,8 +377,7 @@ def train(
             "command": command or f"robfilt train --model {name} --size {size} --seed {seed} --out {out}",
             "rebuild_command": rebuild_command(name, size, data, seed, out, recipe, family=spec.family),
         }
-        model.robfilt_spec = spec
-        save_checkpoint(model, out, recipe=recipe_card, metrics=metrics)
+        save_checkpoint(model, out, recipe=recipe_card, metrics=metrics, spec=spec)
         shutil.rmtree(state_dir, ignore_errors=True)
         log.info("trained %s in %.0fs", name, wall)
         return TrainResult(out, name, size, metrics, wall, recipe)

@@ -9,16 +9,34 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Collection
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
-from ..configs.options import Bool, Declared, Int, Number, Text, Tokenizer, option
+from ..configs.options import Bool, Declared, Int, Number, Text, Tokenizer, declaration, option
 from ..core.errors import RobfiltError
 from ..core.family import Family
 from ..core.names import Norm
 from ..core.surface import Surface, flag, given
 
 _NOT_IN_SPECS = {Surface.SPEC: "a gate spec measures models; it does not train them"}
+
+
+class Trainee(str, Enum):
+    """What ``robfilt train`` trains: each recipe option means something for some of these only."""
+
+    IMAGE = "image"  # a registry DeiT, from scratch or from --init weights
+    LM = "lm"  # a registry language model, from scratch
+    HF = "hf"  # a Hugging Face causal LM, converted and fine-tuned
+
+    @property
+    def description(self) -> str:
+        return {"image": "image models", "lm": "language models trained from scratch",
+                "hf": "hf: fine-tuning"}[self.value]  # fmt: skip
+
+
+_IMAGE, _LM, _HF = (Trainee.IMAGE.value,), (Trainee.LM.value,), (Trainee.HF.value,)
 #: the adversarial-training methods ``adversarial`` takes (train.adversarial runs them)
 ADVERSARIAL_METHODS: tuple[str, ...] = ("pgd",)
 #: what a Hugging Face model can be converted to before fine-tuning (hf.convert), and ``none``: the plain model,
@@ -27,15 +45,16 @@ NO_VARIANT = "none"
 VARIANTS: tuple[str, ...] = ("bsa", "grc", "bsa-grc", NO_VARIANT)
 
 
-def _train(default: Any, help: str, value: Any, **kwargs: Any) -> Any:
-    return option(default, help=help, value=value, not_on=_NOT_IN_SPECS, panel="Training", **kwargs)
+def _train(default: Any, help: str, value: Any, kinds: tuple[str, ...] = (), **kwargs: Any) -> Any:
+    """A recipe option; ``kinds``: the trainees it means something for (empty: every one)."""
+    return option(default, help=help, value=value, not_on=_NOT_IN_SPECS, panel="Training", kinds=kinds, **kwargs)
 
 
 @dataclass
 class Recipe(Declared):
     """A training recipe. ``steps`` wins over ``epochs`` when both are set."""
 
-    epochs: int | None = _train(None, "Epochs (images).", Int())
+    epochs: int | None = _train(None, "Epochs (images).", Int(), kinds=_IMAGE)
     steps: int | None = _train(None, "Optimizer steps (wins over --epochs).", Int())
     batch_size: int = _train(128, "Examples per optimizer step.", Int())
     lr: float = _train(2e-3, "Peak learning rate.", Number())
@@ -43,12 +62,15 @@ class Recipe(Declared):
     warmup_frac: float = _train(0.05, "Share of the steps spent in linear warmup.", Number())
     min_lr_frac: float = _train(0.02, "Cosine decay ends at this fraction of the peak learning rate.", Number())
     grad_clip: float = _train(1.0, "Clip the gradient norm to this (0: no clipping).", Number())
-    label_smoothing: float = _train(0.0, "Label smoothing of the image loss.", Number())
-    augment: bool = _train(True, "Images: random shifts (pad 2) and horizontal flips.", Bool(), negatable=True)
+    label_smoothing: float = _train(0.0, "Label smoothing of the image loss.", Number(), kinds=_IMAGE)
+    augment: bool = _train(
+        True, "Images: random shifts (pad 2) and horizontal flips.", Bool(), kinds=_IMAGE, negatable=True
+    )
     noise_sigma: float = _train(
         0.0,
         "Images: add N(0, sigma^2) noise to the [0, 1] inputs while training (for randomized smoothing).",
         Number(),
+        kinds=_IMAGE,
     )
     ckpt_every: int = _train(
         0, "Steps between resumable states (0: once per epoch for images, 200 steps for LMs).", Int()
@@ -59,32 +81,44 @@ class Recipe(Declared):
         Int(),
     )
     tokenizer: str = _train(
-        "char", "LM tokenizer: char (characters) or bpe (byte-level BPE trained on the data).", Tokenizer()
+        "char",
+        "LM tokenizer: char (characters) or bpe (byte-level BPE trained on the data); for hf: models a tokenizer "
+        "folder instead of the model's own.",
+        Tokenizer(),
+        kinds=_LM + _HF,
     )
-    bpe_vocab: int = _train(512, "Vocabulary size of a BPE tokenizer (--tokenizer bpe).", Int())
+    bpe_vocab: int = _train(512, "Vocabulary size of a BPE tokenizer (--tokenizer bpe).", Int(), kinds=_LM)
     variant: str | None = _train(
         None,
         "hf: models: convert to bsa, grc or bsa-grc before fine-tuning, or none: fine-tune the plain model.",
         Text(),
+        kinds=_HF,
     )
     max_length: int | None = _train(
-        None, "hf: models: tokens per training window (default: the model's positions, at most 256).", Int()
+        None,
+        "hf: models: tokens per training window (default: the model's positions, at most 256).",
+        Int(),
+        kinds=_HF,
     )
     init: str | None = _train(
         None,
         "Images: start from these weights, zoo (the model's bundled ones) or a checkpoint folder of the same model "
         "(default: seeded random weights).",
         Text(path=True),
+        kinds=_IMAGE,
     )
     adversarial: str | None = _train(
         None,
         "Images: adversarial training, pgd (Madry et al.: every batch is replaced by its PGD points inside "
         "--train-eps; step 2.5 * eps / --train-steps, random start).",
         Text(),
+        kinds=_IMAGE,
     )
-    train_eps: float | None = _train(None, "Budget of --adversarial pgd on the [0, 1] scale (e.g. 0.05).", Number())
-    train_steps: int = _train(10, "PGD steps per batch of --adversarial pgd.", Int())
-    train_norm: str = _train("linf", "Norm of --adversarial pgd: linf or l2.", Text())
+    train_eps: float | None = _train(
+        None, "Budget of --adversarial pgd on the [0, 1] scale (e.g. 0.05).", Number(), kinds=_IMAGE
+    )
+    train_steps: int = _train(10, "PGD steps per batch of --adversarial pgd.", Int(), kinds=_IMAGE)
+    train_norm: str = _train("linf", "Norm of --adversarial pgd: linf or l2.", Text(), kinds=_IMAGE)
 
     def validate(self) -> None:
         for name in ("epochs", "steps"):
@@ -122,6 +156,42 @@ class Recipe(Declared):
         if self.adversarial is not None:
             self._validate_adversarial()
 
+    def check_fits(self, trainee: Trainee, spelt: Collection[str] = ()) -> None:
+        """Refuse, in one line, an option that means nothing for ``trainee``: one it does not apply to (an image
+        setting for an LM, ``--init`` for hf: fine-tuning), or one that only shapes another option that is off
+        (``--train-steps`` without ``--adversarial``). Such an option would train as if it were absent while the
+        card and its rebuild command recorded it.
+
+        ``spelt``: the options the user spelt out (the CLI knows them); an option set away from both the recipe's
+        own default and ``trainee``'s default recipe counts as spelt out too (the API passes a whole recipe).
+        """
+        names = set(spelt) | self._changed(trainee)
+        for f in dataclasses.fields(self):
+            if f.name not in names or applies(f.name, trainee):
+                continue
+            owners = " and ".join(Trainee(k).description for k in declaration(Recipe, f.name).kinds)
+            raise RobfiltError(f"{flag(f.name)} does not apply to {trainee.description} (only to {owners}); drop it.")
+        if self.adversarial is None:
+            for name in ("train_eps", "train_steps", "train_norm"):
+                if name in names:
+                    raise RobfiltError(
+                        f"{flag(name)} is a setting of {flag('adversarial')} pgd; add {given('adversarial', 'pgd')}, "
+                        "or drop it."
+                    )
+        if "bpe_vocab" in names and self.tokenizer != "bpe":
+            raise RobfiltError(
+                f"{flag('bpe_vocab')} sizes a BPE tokenizer; add {given('tokenizer', 'bpe')}, or drop it."
+            )
+
+    def _changed(self, trainee: Trainee) -> set[str]:
+        """The fields at neither the recipe's own default nor ``trainee``'s default recipe."""
+        base = HF_RECIPE if trainee is Trainee.HF else DEFAULT_RECIPES[Family(trainee.value)]
+        own = Recipe()  # every field at its declared default
+        return {
+            f.name for f in dataclasses.fields(self)
+            if getattr(self, f.name) not in (getattr(own, f.name), getattr(base, f.name))
+        }  # fmt: skip
+
     def _validate_adversarial(self) -> None:
         if self.adversarial not in ADVERSARIAL_METHODS:
             raise RobfiltError(
@@ -138,6 +208,12 @@ class Recipe(Declared):
             )
         if self.train_steps <= 0:
             raise RobfiltError(f"{flag('train_steps')} must be positive, got {self.train_steps}.")
+
+
+def applies(name: str, trainee: Trainee) -> bool:
+    """Whether recipe option ``name`` means something for ``trainee`` (its declaration's ``kinds``)."""
+    declared = declaration(Recipe, name)
+    return declared is None or not declared.kinds or trainee.value in declared.kinds
 
 
 # Fields added after checkpoints were already in circulation, with the value that reproduces the old behaviour.
@@ -172,9 +248,11 @@ DEFAULT_RECIPES: dict[Family, Recipe] = {
 #: Fine-tuning a Hugging Face model (``robfilt train --model hf:DIR``): a pretrained model needs fewer steps and a
 #: smaller learning rate than training from scratch.
 HF_RECIPE = Recipe(steps=200, batch_size=8, lr=3e-4, weight_decay=0.1, augment=False, ckpt_every=50)
-#: The recipe fields fine-tuning uses (its card records these, not the image or from-scratch LM settings).
-FINETUNE_FIELDS: tuple[str, ...] = (
-    "steps", "batch_size", "lr", "weight_decay", "warmup_frac", "min_lr_frac", "grad_clip", "ckpt_every", "eval_max",
+#: The recipe fields fine-tuning uses, as its card records them: those that apply to hf: fine-tuning, less the
+#: tokenizer, variant and window, which the card records apart.
+FINETUNE_FIELDS: tuple[str, ...] = tuple(
+    f.name for f in dataclasses.fields(Recipe)
+    if applies(f.name, Trainee.HF) and f.name not in ("tokenizer", "variant", "max_length")
 )  # fmt: skip
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -19,7 +19,8 @@ import safetensors.torch
 import torch
 from torch import nn
 
-from ..core.io import atomic_write_json
+from ..core.errors import RunStateError
+from ..core.io import atomic_write_json, no_empty_folder_on_failure
 from ..models.checkpoint import CARD
 from ..runs.lock import RunLock
 from ..runs.outfolder import remove_files
@@ -78,18 +79,43 @@ def load_state(folder: Path, model: nn.Module, opt: torch.optim.Optimizer) -> di
 @contextmanager
 def training_folder(out: Path, resume: bool, overwrite: bool) -> Iterator[dict[str, Any] | None]:
     """``--out`` prepared and locked for a training (an earlier training's own files removed, nothing else); yields
-    the card of a finished training that ``--resume`` found there (nothing left to do), else None."""
-    replaced = prepare_training_out(out, resume, overwrite, STATE_DIR)
-    lock = RunLock(out)
-    lock.acquire()
-    try:
-        remove_files(out, replaced)
-        finished = json.loads((out / CARD).read_text()) if resume and finished_training(out) else None
-        if finished is not None:
-            log.info("%s is already trained; nothing to resume", out)
-        yield finished
-    finally:
-        lock.release()
+    the card of a finished training that ``--resume`` found there (nothing left to do), else None. A training
+    refused before it wrote anything (its data or starting weights cannot be read) leaves no --out behind."""
+    with no_empty_folder_on_failure(out):
+        replaced = prepare_training_out(out, resume, overwrite, STATE_DIR)
+        lock = RunLock(out)
+        lock.acquire()
+        try:
+            remove_files(out, replaced)
+            finished = json.loads((out / CARD).read_text()) if resume and finished_training(out) else None
+            if finished is not None:
+                log.info("%s is already trained; nothing to resume", out)
+            yield finished
+        finally:
+            lock.release()
+
+
+def check_same_training(out: Path, recorded: Mapping[str, Any], wanted: Mapping[str, Any], finished: bool) -> None:
+    """Refuse to continue, or to answer with, a training made with other settings than the ones asked for.
+
+    ``--resume`` on a finished training would otherwise print "nothing to resume" and the old metrics, measured
+    under the old recipe (a PGD accuracy at the old eps), as if they answered the new command. Every setting in
+    ``wanted`` is compared with what the folder ``recorded`` (card or saved state), as JSON values.
+    """
+    differ = [k for k in wanted if _as_json(recorded.get(k)) != _as_json(wanted[k])]
+    if not differ:
+        return
+    shown = "; ".join(f"{k} {_as_json(recorded.get(k))} there, {_as_json(wanted[k])} here" for k in differ[:3])
+    more = f" and {len(differ) - 3} more" if len(differ) > 3 else ""
+    what = "a finished training" if finished else "an interrupted training"
+    raise RunStateError(
+        f"--out {out} holds {what} made with other settings ({shown}{more}); use --overwrite to train again, "
+        "or another --out."
+    )
+
+
+def _as_json(value: Any) -> str:
+    return json.dumps(value, default=str, sort_keys=True)
 
 
 def finished_training(out: Path) -> bool:

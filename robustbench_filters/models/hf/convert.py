@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from ...core.errors import RobfiltError, suggest
+from ...core.textfiles import read_text
 from ..config import FilterConfig, LMConfig
 from .llama import LLAMA_STYLE
 
@@ -124,7 +125,7 @@ def _read_safetensors(folder: Path, label: str) -> dict[str, torch.Tensor]:
     index = folder / "model.safetensors.index.json"
     try:
         if index.is_file():
-            files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+            files = sorted(set(json.loads(read_text(index))["weight_map"].values()))
             state: dict[str, torch.Tensor] = {}
             for name in files:
                 state.update(load_file(str(folder / name)))

@@ -4,7 +4,7 @@ Every residual sublayer of a converted layer computes ``Y + F(norm(Y)) + lambda 
 lambda = 0 it is the stock layer, bit for bit. The layer keeps its parameter names and gains ``grc_lambda`` (or
 ``grc_logit`` when learnable); conversion swaps the classes of the existing layers in place.
 
-BSA is not defined for these models, and :func:`..convert.convert` refuses it: BSA removes the content-position
+BSA is not defined for these models, and :func:`.convert.convert` refuses it: BSA removes the content-position
 cross terms e_i.p_j that *additive* position embeddings put into the attention logits. Rotary models add no
 positions; the rotation multiplies position into q and k (``q_i^T R_(j-i) k_j``), so there is no cross term to
 separate, and dropping the rotation for a Gaussian position bias would discard what the pretrained weights rely on

@@ -5,7 +5,7 @@ Hugging Face fine-tunes alike) and :func:`evaluate_perplexity` all call :func:`s
 tokenised by the model's tokenizer, cut into lm-eval's rolling windows (:mod:`.rolling`: ``max_length`` inputs,
 ``stride`` new tokens each, the first token predicted from the tokenizer's prefix token) and scored window by
 window, and a document's log-likelihood is the sum over its windows in order, as ``HFLM.loglikelihood_rolling``
-computes it. :class:`.rolling.Perplexity` then aggregates lm-eval's word and byte perplexities and bits per byte
+computes it. :class:`.rolling.RollingPerplexity` then aggregates lm-eval's word and byte perplexities and bits per byte
 (the denominators counted on the original text) and the token perplexity.
 
 Any model with ``embed(ids)`` and ``forward_embeddings(embeddings)`` is scored this way: robfilt's own GPT and a
@@ -22,17 +22,10 @@ import numpy as np
 
 from ...core.errors import RobfiltError
 from .rolling import (
-    DEFAULT_MAX_LENGTH,
-    METRICS,
-    Perplexity,
     Rolling,
-    Window,
-    bits_per_byte,
+    RollingPerplexity,
     count_bytes,
     count_words,
-    disjoint_window,
-    rolling_windows,
-    weighted_perplexity,
     window_rows,
 )
 
@@ -81,7 +74,7 @@ def score_documents(
     )
 
 
-def perplexity_of(texts: Sequence[str], scores: DocumentScores, rolling: Rolling) -> Perplexity:
+def perplexity_of(texts: Sequence[str], scores: DocumentScores, rolling: Rolling) -> RollingPerplexity:
     """lm-eval's metrics of ``texts`` from their scores; refused in one line when a document has no tokens (a
     perplexity over no tokens would print as the score of a perfect model)."""
     empty = [i for i, n in enumerate(scores.n_tokens) if n == 0]
@@ -90,7 +83,7 @@ def perplexity_of(texts: Sequence[str], scores: DocumentScores, rolling: Rolling
             f"{len(empty)} of {len(texts)} documents have no tokens under the tokenizer (the first: document "
             f"{empty[0]}, {texts[empty[0]][:40]!r}); check the tokenizer, or drop empty documents."
         )
-    return Perplexity(
+    return RollingPerplexity(
         loglikelihoods=tuple(-float(v) for v in scores.nll),
         n_words=tuple(count_words(d) for d in texts),
         n_bytes=tuple(count_bytes(d) for d in texts),
@@ -136,7 +129,7 @@ def evaluate_perplexity(
     stride: int | None = None,
     batch_size: int = 8,
     device: str = "cpu",
-) -> Perplexity:
+) -> RollingPerplexity:
     """lm-eval's rolling log-likelihood of each document in ``texts``, and its perplexity metrics.
 
     ``model``: an ``hf:`` reference, a loaded :class:`~.adapter.HFCausalLM`, or a ``transformers`` causal LM with
@@ -156,23 +149,11 @@ def evaluate_perplexity(
 
 
 __all__ = [
-    "DEFAULT_MAX_LENGTH",
-    "card_metrics",
-    "protocol",
-    "METRICS",
     "DocumentScores",
-    "Perplexity",
-    "Rolling",
-    "Window",
-    "bits_per_byte",
-    "count_bytes",
-    "count_words",
-    "disjoint_window",
+    "card_metrics",
     "evaluate_perplexity",
     "per_document",
     "perplexity_of",
-    "rolling_windows",
+    "protocol",
     "score_documents",
-    "weighted_perplexity",
-    "window_rows",
 ]

@@ -154,7 +154,7 @@ def bits_per_byte(items: Sequence[tuple[float, float]]) -> float:
 
 
 @dataclass(frozen=True)
-class Perplexity:
+class RollingPerplexity:
     """Per-document log-likelihoods and counts, and lm-eval's three metrics over them (plus token perplexity)."""
 
     loglikelihoods: tuple[float, ...]
@@ -194,7 +194,7 @@ class Perplexity:
 __all__ = [
     "DEFAULT_MAX_LENGTH",
     "METRICS",
-    "Perplexity",
+    "RollingPerplexity",
     "Rolling",
     "Window",
     "bits_per_byte",

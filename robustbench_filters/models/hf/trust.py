@@ -15,13 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from ...core.errors import RobfiltError
+from ...core.textfiles import read_text
 
 
 def read_config_json(folder: Path, label: str, name: str = "config.json") -> dict[str, Any]:
     """A folder's JSON config file as a dict, read by robfilt itself: one line of our own when it is not JSON."""
     path = folder / name
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_text(path))
     except json.JSONDecodeError as exc:
         raise RobfiltError(
             f"{label}: {name} in {folder} is not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}); "

@@ -75,10 +75,11 @@ from .. import configs as CF
 from ..core.errors import RobfiltError
 from ..core.io import expand_user
 from ..core.surface import Surface, surface
+from ..core.textfiles import read_text
+from ..gating.modes import BaselinePolicy, Correction, Mode
+from ..gating.outcome import Requirement
 from ..models.checkpoint import is_zoo_ref
 from ..summaries import CERTIFY, IMAGE, LIPSCHITZ, LM
-from .modes import BaselinePolicy, Correction, Mode
-from .outcome import Requirement
 from .require import check_keys, read_number, read_requirements, spec_error
 
 SECTIONS: tuple[str, ...] = (IMAGE, LM, LIPSCHITZ, CERTIFY)
@@ -268,7 +269,7 @@ def load_spec(path: str | Path) -> Spec:
         raise RobfiltError(f"spec {path} does not exist; pass a TOML file such as robustness.toml.")
     path = path.resolve()
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = tomllib.loads(read_text(path))
     except tomllib.TOMLDecodeError as exc:
         raise spec_error(path, f"not valid TOML ({exc}).") from None
     except UnicodeDecodeError:

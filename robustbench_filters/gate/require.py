@@ -16,11 +16,11 @@ from typing import Any
 from .. import configs as CF
 from ..core.errors import RobfiltError, suggest
 from ..core.parsing import parse_number
+from ..gating.metrics import certified_attack, same_eps
+from ..gating.modes import THRESHOLD_MODES, Mode
+from ..gating.outcome import Requirement
 from ..stats.intervals import max_certifiable_radius
 from ..summaries import CERTIFY, IMAGE, LIPSCHITZ, LM
-from .metrics import certified_attack, same_eps
-from .modes import THRESHOLD_MODES, Mode
-from .outcome import Requirement
 
 # threshold key -> metric; "min_" keys are lower limits, "max_" keys upper limits
 THRESHOLDS: dict[str, dict[str, str]] = {
@@ -186,7 +186,7 @@ def read_requirements(spec: Path, fam: str, models: list[str], entries: Any, con
         check_keys(spec, entry, REQUIRE_KEYS[fam], where)
         if "model" in entry and "models" in entry:
             raise spec_error(spec, f"{where} has both model and models; use one.")
-        names = _distinct(spec, _strings(spec, entry.get("models", entry.get("model", models)), f"{where} models"),
+        names = _distinct(spec, _strings(spec, entry.get("models", entry.get("model", list(models))), f"{where} models"),
                           f"{where} models")  # fmt: skip
         for name in names:
             if name not in models:
@@ -212,18 +212,30 @@ def read_requirements(spec: Path, fam: str, models: list[str], entries: Any, con
                     if twice is not None:
                         cond = attack if eps is None or attack == "clean" else f"{attack} eps {eps:g}"
                         cond = req.condition if fam == CERTIFY else cond
-                        raise spec_error(spec, f"{where} requires {key} of {name} under {cond} again ({twice.where} already "
-                                         "does); state each requirement once.")  # fmt: skip
+                        raise spec_error(spec, _twice(twice, req, key, f"{name} under {cond}"))
                     out.append(req)
     return out
 
 
 def _same_check(a: Requirement, b: Requirement) -> bool:
-    """Two requirements are one check stated twice: the same model, attack, eps, metric, direction, limit and mode
-    (a hard point limit next to a softer interval limit of one metric are two checks)."""
+    """Two requirements are one check, stated twice or with two limits: the same model, attack, eps, metric,
+    direction and mode. (A hard point limit next to a softer interval limit of one metric are two checks.)"""
     same = a.eps == b.eps if a.eps is None or b.eps is None else same_eps(a.eps, b.eps)
-    key = (a.model, a.attack, a.metric, a.bound, a.threshold, a.mode)
-    return key == (b.model, b.attack, b.metric, b.bound, b.threshold, b.mode) and same
+    key = (a.model, a.attack, a.metric, a.bound, a.mode)
+    return key == (b.model, b.attack, b.metric, b.bound, b.mode) and same
+
+
+def _twice(first: Requirement, again: Requirement, key: str, what: str) -> str:
+    """The refusal of a check stated twice: the same limit is a repeat, two limits a conflict (which would the
+    gate hold? the stricter makes the other dead, and a reader cannot tell which the author meant)."""
+    if first.threshold == again.threshold:
+        return (
+            f"{again.where} requires {key} of {what} again ({first.where} already does); state each requirement once."
+        )
+    return (
+        f"{again.where} requires {key} = {again.threshold:g} of {what}, but {first.where} requires {key} = "
+        f"{first.threshold:g} of the same ({first.mode} mode); a check has one limit: keep one of the two tables."
+    )
 
 
 def _threshold_mode(spec: Path, value: Any, where: str) -> Mode:

@@ -1,6 +1,6 @@
 """``robfilt check``: the CI gate. It plans, makes the spec's runs (or takes given run folders), then has them judged.
 
-The judging itself (thresholds, baselines, sanity checks) lives in :mod:`.gating` and only reads finished,
+The judging itself (thresholds, baselines, sanity checks) lives in :mod:`..gating` and only reads finished,
 verified run folders; this module orchestrates: load the spec and the baseline, refuse requirements its runs
 cannot answer, report what each check can detect at the spec's n (before any work, so users can size n), make
 fresh runs through the shared runner, judge, and write the JUnit XML, the Markdown summary and, on request, a
@@ -17,21 +17,23 @@ from pathlib import Path
 
 from ..api.evaluate import run_config
 from ..core.errors import RobfiltError, RunStateError
+from ..core.io import no_empty_folder_on_failure
 from ..core.progress import ProgressHook
 from ..core.surface import Surface, surface
+from ..core.workers import pool, resolve
+from ..gating.baseline import Baseline, read_baseline
+from ..gating.baseline import write_baseline as write_baseline_file
+from ..gating.judge import Judged, judge_baseline, judge_requirements, paired_family, sanity_outcomes
+from ..gating.junit import run_wall_seconds
+from ..gating.metrics import metrics_from_run, same_eps
+from ..gating.modes import BaselinePolicy, Mode
+from ..gating.outcome import FAIL, PASS, WARN, GateResult, Outcome, PlannedCheck
+from ..gating.output import write_junit, write_markdown
+from ..gating.plan import plan_baseline, plan_thresholds
 from ..runs.crosscheck import example_key, refuse_copies, refuse_label_conflicts
 from ..runs.folder import Run, load_run
 from ..runs.outfolder import OutputFolder
 from ..summaries import CERTIFY
-from .baseline import Baseline, read_baseline
-from .baseline import write_baseline as write_baseline_file
-from .judge import Judged, judge_baseline, judge_requirements, paired_family, sanity_outcomes
-from .junit import run_wall_seconds
-from .metrics import metrics_from_run, same_eps
-from .modes import BaselinePolicy, Mode
-from .outcome import FAIL, PASS, WARN, GateResult, Outcome, PlannedCheck
-from .output import write_junit, write_markdown
-from .plan import plan_baseline, plan_thresholds
 from .spec import Spec, load_spec
 
 log = logging.getLogger(__name__)
@@ -183,7 +185,7 @@ def _rewrites_baseline(baseline: Path | None, write_to: str | Path | None) -> bo
 def plan_gate(
     spec: Spec | None, baseline: Baseline | None, policy: BaselinePolicy, runs: Sequence[Run] = ()
 ) -> list[PlannedCheck]:
-    """What every check can detect (80% power), before any run (see :mod:`.gating.plan`).
+    """What every check can detect (80% power), before any run (see :mod:`..gating.plan`).
 
     n is the spec's ``n_examples`` per section, or what the given runs measured when the gate checks given runs.
     """
@@ -214,8 +216,9 @@ def run_gate(
     mode: str | None = None,
     on_plan: PlanHook | None = None,
     overwrite: bool = False,
+    workers: int = 1,
 ) -> GateResult:
-    """Run the gate and write its JUnit XML and Markdown summary; see :mod:`.gating` for the rules.
+    """Run the gate and write its JUnit XML and Markdown summary; see :mod:`..gating` for the rules.
 
     Args:
         spec: a TOML spec (thresholds, baseline policy, and how to make fresh runs when ``runs`` is empty).
@@ -227,11 +230,28 @@ def run_gate(
         write_baseline: also write the checked runs as a version 2 baseline (metrics + per-example outcomes).
         on_plan: called with the planned checks (their minimum detectable effects) before fresh runs start.
         overwrite: write into an ``out`` that holds files the gate did not write (they are kept; see
-            :mod:`.runs.outfolder`); without it such a folder is refused before any work.
+            :mod:`..runs.outfolder`); without it such a folder is refused before any work.
+        workers: processes that make the fresh runs (``robfilt check --workers``; default 1: this one); the
+            worker processes start once, at the first run on a CPU, and serve every run of the gate.
     """
-    gate = _Gate.open(spec, runs, baseline, tolerance, mode, out, needs_out=not runs or junit is None or summary is None,
-                      write_baseline=write_baseline, overwrite=overwrite)  # fmt: skip
-    run_objs, plan = _runs(gate, runs, on_plan, progress)
+    gate = _Gate.open(spec, runs, baseline, tolerance, mode, out, write_baseline=write_baseline)
+    given = _given_runs(gate, runs)  # read and checked, like the spec and the baseline, before anything is written
+    with no_empty_folder_on_failure(gate.out):  # a fresh run refused half-way leaves no empty --out either
+        if not runs or junit is None or summary is None:
+            gate.folder = OutputFolder(gate.out, "check", overwrite=overwrite, legacy=legacy_files).open()
+        if runs:
+            run_objs, plan = given, plan_gate(gate.spec, gate.base, gate.policy, given)
+        else:
+            with pool(resolve(workers)):
+                run_objs, plan = _fresh_runs(gate, on_plan, progress)
+        return _finish(gate, run_objs, plan, junit, summary, write_baseline)
+
+
+def _finish(
+    gate: _Gate, run_objs: list[Run], plan: list[PlannedCheck], junit: str | Path | None,
+    summary: str | Path | None, write_baseline: str | Path | None,
+) -> GateResult:  # fmt: skip
+    """Judge the runs and write the gate's outputs (and, when asked, a baseline of the runs)."""
     metrics = {r.run_id: metrics_from_run(r) for r in run_objs}
     outcomes, judged = _judge(gate, run_objs, metrics)
     result = GateResult(
@@ -268,15 +288,15 @@ class _Gate:
     rewrite: bool
     policy: BaselinePolicy
     out: Path
-    folder: OutputFolder | None
+    folder: OutputFolder | None = None  # claimed by run_gate once the call is known to be judgeable
 
     @classmethod
     def open(
         cls, spec: str | Path | None, runs: Sequence[str | Path], baseline: str | Path | None,
-        tolerance: float | None, mode: str | None, out: str | Path | None, *, needs_out: bool,
-        write_baseline: str | Path | None, overwrite: bool,
+        tolerance: float | None, mode: str | None, out: str | Path | None, *, write_baseline: str | Path | None,
     ) -> _Gate:  # fmt: skip
-        """Read the spec and the baseline and claim the output folder, refusing a call that cannot be judged."""
+        """Read the spec and the baseline, refusing a call that cannot be judged (the output folder is claimed
+        later, once the given runs are checked too: a refused call writes nothing)."""
         loaded = load_spec(spec) if spec is not None else None
         if loaded is None and not runs:
             raise RobfiltError("nothing to check; pass --spec FILE, or --run RUN_DIR with --baseline FILE.")
@@ -285,22 +305,28 @@ class _Gate:
             raise RobfiltError("--run needs something to compare with; pass --baseline FILE or --spec FILE.")
         policy = _policy(loaded, tolerance, mode)
         out_dir = Path(out) if out is not None else (loaded.out if loaded else Path("runs") / "check")
-        folder = OutputFolder(out_dir, "check", overwrite=overwrite, legacy=legacy_files).open() if needs_out else None
         rewrite = _rewrites_baseline(baseline_path, write_baseline)
         base = read_baseline(baseline_path) if baseline_path is not None and not rewrite else None  # fail fast
-        return cls(loaded, baseline_path, base, rewrite, policy, out_dir, folder)
+        return cls(loaded, baseline_path, base, rewrite, policy, out_dir)
 
 
-def _runs(
-    gate: _Gate, runs: Sequence[str | Path], on_plan: PlanHook | None, progress: ProgressHook | None
-) -> tuple[list[Run], list[PlannedCheck]]:
-    """The runs to judge (given ones, verified; or the spec's fresh ones) and the plan of checks."""
+def _given_runs(gate: _Gate, runs: Sequence[str | Path]) -> list[Run]:
+    """The given run folders, verified and checked against the spec and the baseline; for fresh runs (none given),
+    the spec's requirements checked against what its sections run."""
     if runs:
         given = [load_run(r) for r in runs]
         check_given_runs(given, gate.spec, gate.baseline_path)
-        return given, plan_gate(gate.spec, gate.base, gate.policy, given)
+        return given
     assert gate.spec is not None
     check_runnable(gate.spec)
+    return []
+
+
+def _fresh_runs(
+    gate: _Gate, on_plan: PlanHook | None, progress: ProgressHook | None
+) -> tuple[list[Run], list[PlannedCheck]]:
+    """The spec's fresh runs and the plan of checks (shown before the runs start)."""
+    assert gate.spec is not None
     plan = plan_gate(gate.spec, gate.base, gate.policy)
     if on_plan is not None:
         on_plan(plan)
