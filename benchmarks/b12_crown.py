@@ -42,9 +42,9 @@ NAME = "b12_crown"
 GRID = (1e-4, 3e-4, 1e-3, 3e-3)
 FULL = {
     "models": ("deit", "deit-grc", "deit-at"),
-    "n_cost": 2,
+    "n_cost": 1,
     "cost_eps": 3e-4,
-    "n_verify": 6,
+    "n_verify": 3,
     "grid": GRID,
     "methods": ("ibp", "crown-inner", "crown-deep"),
     "search": ("inner", "deep"),
