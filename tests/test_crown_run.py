@@ -88,7 +88,7 @@ def test_the_other_methods_options_are_refused_in_one_line(capsys) -> None:
         assert message in err and err.count("\n") == 1, err
 
 
-def test_the_api_refuses_them_too_and_runs_ibp(tmp_path: Path) -> None:
+def test_the_api_refuses_them_too_runs_ibp_and_the_report_shows_it(tmp_path: Path) -> None:
     from robustbench_filters.api.evaluate import certify
     from robustbench_filters.summaries import VerifiedSummary
 
@@ -99,6 +99,11 @@ def test_the_api_refuses_them_too_and_runs_ibp(tmp_path: Path) -> None:
     (at,) = res.summary.models["deit"]
     assert at.verified == 0 and at.robust <= at.clean == 2  # IBP is vacuous on the zoo DeiTs (docs/certify.md)
     assert set(res.rows["status"]) <= {UNKNOWN, BROKEN}
+    from robustbench_filters.report import build_report
+
+    build_report([tmp_path / "ibp"], tmp_path / "report", figures=())
+    table = pd.read_csv(tmp_path / "report" / "tables" / "verified_accuracy.csv")
+    assert table[["model", "n", "clean", "verified", "contradicted"]].values.tolist() == [["deit", 2, 100.0, 0.0, 0]]
 
 
 def test_a_verifier_that_claims_too_much_is_caught_and_exits_3(tmp_path: Path, monkeypatch, capsys) -> None:
