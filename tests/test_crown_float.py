@@ -87,3 +87,27 @@ def test_scalar_relaxations_are_widened_on_point_intervals() -> None:
         rel = relax(Interval(t, t))
         assert torch.all(rel.err > 0), kind
         assert torch.all((f(t) - rel.slope * t - rel.mid).abs() <= rel.err), kind
+
+
+@pytest.mark.parametrize("op", ["scale", "lincomb", "center"])
+def test_affine_interval_ends_hold_the_computed_value_to_the_last_bit(op: str) -> None:
+    """The IBP of the affine ops brackets the value the graph computes in float64, at the box's own ends and inside
+    it (the zoo deit's input normaliser once had an end 1 ulp inside a sampled value)."""
+    from robustbench_filters.crown.ops import Center, LinComb, Scale
+
+    g = torch.Generator().manual_seed(0)
+    shape = (3, 17)
+    gamma = torch.randn(shape[1:], generator=g, dtype=DT) / 0.353
+    beta = -0.286 * gamma
+    ops = {"scale": Scale(0, gamma, beta, shape, "s"), "lincomb": LinComb((0, 0), [0.1, torch.randn(shape[1:],
+           generator=g, dtype=DT)], shape, "l"), "center": Center(0, shape, "c")}  # fmt: skip
+    o = ops[op]
+    x0 = torch.rand(1, *shape, generator=g, dtype=DT)
+    lo, hi = (x0 - 1e-4).clamp(0, 1), (x0 + 1e-4).clamp(0, 1)
+    b = Interval(lo, hi)
+    out = o.ibp(*([b] * len(o.inputs)))
+    u = torch.rand(256, 1, *shape, generator=g, dtype=DT)
+    u[:128] = u[:128].round()  # corners: the ends themselves
+    for x in lo + u * (hi - lo):
+        v = o.forward(*([x] * len(o.inputs)))
+        assert torch.all(v >= out.lo) and torch.all(v <= out.hi), op
