@@ -174,6 +174,7 @@ def test_crown_is_never_looser_than_ibp_on_the_margins() -> None:
                 assert all(bm >= am for am, bm in zip(a.margins, b.margins, strict=True) if am == am), (eps, method)
 
 
+@pytest.mark.slow  # ~10 s of CPU; test_crown_run covers both ends (IBP verifies none, CROWN verifies) by default
 def test_crown_is_much_tighter_than_ibp_at_small_eps() -> None:
     """The reason for the engine: at eps 1e-3 IBP's margins are vacuous on a trained DeiT, CROWN's are not."""
     from robustbench_filters.data.images import load_images
