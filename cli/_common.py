@@ -99,9 +99,9 @@ def setup_workers(workers: int | None, device: str = "cpu") -> int:
     """How many processes the command computes with: ``--workers``, else ROBFILT_WORKERS, else the usable cores
     (affinity and cgroup quotas) for CPU runs and 1 on a GPU; 1 under torchrun (its ranks are the processes).
 
-    This process computes units too, with the threads every process gets (:func:`~robustbench_filters.core.workers.
-    thread_count`: ``--threads``, else OMP_NUM_THREADS, else one), so ``--workers 1`` gives the rows any other
-    count gives."""
+    This process computes units too, with the threads every process gets
+    (:func:`~robustbench_filters.core.workers.thread_count`: ``--threads``, else OMP_NUM_THREADS, else one), so
+    ``--workers 1`` gives the rows any other count gives."""
     from robustbench_filters.core.threads import configure_threads
     from robustbench_filters.core.workers import default_count, resolve, thread_count
 

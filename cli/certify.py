@@ -1,4 +1,5 @@
-"""robfilt certify: randomized-smoothing certificates (Cohen et al. 2019) for image models."""
+"""robfilt certify: randomized-smoothing certificates (Cohen et al. 2019) for image models, or (``--method
+ibp|crown-ibp|crown``) verified robust accuracy of the models themselves by bound propagation."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from robustbench_filters.configs import CertifyConfig
-from robustbench_filters.summaries import CertifySummary, Summary
+from robustbench_filters.configs import CertifyConfig, VerifiedConfig
+from robustbench_filters.summaries import CertifySummary, Summary, VerifiedSummary
 
 from ._common import console
 from ._options import config_options
@@ -17,9 +18,9 @@ from ._run import RunCommand, run_options
 
 
 def _config(given: dict[str, Any]) -> Any:
-    from robustbench_filters.configs import build
+    from robustbench_filters.configs import build, certify_config_class
 
-    return build(CertifyConfig, given)
+    return build(certify_config_class(given), given)
 
 
 def _certify() -> Any:
@@ -28,11 +29,38 @@ def _certify() -> Any:
     return certify
 
 
-@config_options(CertifyConfig, cli_defaults={"models": "deit,deit-grc"})
+@config_options(CertifyConfig, VerifiedConfig, cli_defaults={"models": "deit,deit-grc"})
 @run_options("Run folder (default: runs/certify-<time>).")
 def certify_cmd(**options: Any) -> None:
-    """Certified L2 robustness of Gaussian-smoothed models: certified accuracy per radius, with sanity checks."""
+    """Certified robustness with sanity checks: L2 certified accuracy of Gaussian-smoothed models per radius
+    (default), or with --method ibp/crown-ibp/crown the verified, robust and clean accuracy per Linf eps."""
     CERTIFY(options)
+
+
+def render_verified(summary: Summary) -> None:
+    """Clean >= robust (default attack) >= verified accuracy per model and eps, the share neither verified nor
+    broken, then the checks (a verified example the attack breaks fails the soundness check: exit 3)."""
+    assert isinstance(summary, VerifiedSummary)
+    how = summary.method + (f", refresh {summary.refresh}" if summary.method == "crown" else "")
+    table = Table(
+        title=f"verified robust accuracy % on {summary.n_examples} {summary.data} test examples (Linf; bounds: "
+        f"{how}; broken: {summary.attack})"
+    )
+    for col in ("model", "eps", "clean", "robust", "verified", "unknown", "verified/clean", "contradicted"):
+        table.add_column(col, justify="left" if col == "model" else "right")
+    for label, entries in summary.models.items():
+        for e in entries:
+            table.add_row(label, f"{e.eps:g}", f"{100 * e.clean_acc:.1f}", f"{100 * e.robust_acc:.1f}",
+                          f"{100 * e.verified_acc:.1f}", f"{100 * e.unknown_share:.1f}",
+                          f"{100 * e.verified_of_clean:.1f}", str(e.contradicted))  # fmt: skip
+    console().print(table)
+    passes = ", ".join(f"{m}: {p:g}" for m, p in summary.bound_passes.items())
+    console().print(f"model-equivalent passes per bound: {passes}", markup=False, style="dim")
+    render_checks(summary.checks, summary.checks_summary)
+
+
+def _render(summary: Summary, config: Any) -> None:
+    (render_verified if isinstance(summary, VerifiedSummary) else render_certificates)(summary)
 
 
 def render_certificates(summary: Summary) -> None:
@@ -59,7 +87,7 @@ def render_certificates(summary: Summary) -> None:
     render_checks(summary.checks, summary.checks_summary)
 
 
-CERTIFY = RunCommand("certify", _config, _certify, lambda summary, config: render_certificates(summary))
+CERTIFY = RunCommand("certify", _config, _certify, _render)
 
 
 def register(app: typer.Typer) -> None:

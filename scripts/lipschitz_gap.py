@@ -8,6 +8,13 @@ over examples; ``--summarize-only`` rewrites it from the CSVs). Examples: the fi
 same selection as ``robfilt lipschitz``). Float64 on CPU. The rho sweep runs on the first ``--sweep-n``
 examples, with and without the exact attention Jacobian norms at the centre for the first ``--dense-n`` of them
 (about a minute per example on one core).
+
+``--crown-only`` adds ``crown.csv`` to a finished folder and rewrites ``summary.md``: the certified local constant of
+linear bound propagation (:func:`robustbench_filters.crown.local_lipschitz`, refresh deep, about 20,000 model passes
+per example) beside the exact ``||J(x0)||`` (a lower bound) on the first ``--crown-n`` of the same examples, for
+``--crown-models`` (the zoo ``deit-at`` too):
+
+    .venv/bin/python scripts/lipschitz_gap.py --crown-only --crown-n 2 --out reports/lipschitz_gap --overwrite
 """
 
 from __future__ import annotations
@@ -32,6 +39,8 @@ from robustbench_filters.report.lipschitz_gap import lipschitz_gap_figure
 from robustbench_filters.runs.outfolder import OutputFolder
 
 CSVS = ("rows.csv", "ablation.csv", "crossover.csv")
+CROWN_CSV = "crown.csv"
+CROWN_STEP = "linear bound propagation (crown.local_lipschitz, refresh deep; first {n} examples)"
 
 LADDER = [
     ("stage-wise composition + box floor", LocalOptions(token_radii=False, localize_attention=False, taylor=False)),
@@ -87,6 +96,23 @@ def _crossover(name: str, target, x, dense: bool) -> list[dict]:
     return out
 
 
+def _crown(name: str, x: torch.Tensor, ids: np.ndarray, rhos: list[float]) -> list[dict]:
+    """The crown local bound and the exact ||J(x0)|| of ``name`` on each example of ``x``, at each rho."""
+    from robustbench_filters.crown import local_lipschitz
+    from robustbench_filters.lipschitz import jacobian_norm_exact
+
+    model = create_model(name, "micro", checkpoint="zoo", fused_attn=False)
+    exact = jacobian_norm_exact(make_target(model, dtype=torch.float64), x)
+    out = []
+    for rho in rhos:
+        for i, b in enumerate(local_lipschitz(model, x, rho, refresh="deep")):
+            logging.info("%s rho %g example %d: crown %.4g, exact %.4g", name, rho, int(ids[i]), b.upper, exact[i])
+            out.append({"model": name, "example_id": int(ids[i]), "rho": rho, "exact_centre": float(exact[i]),
+                        "crown_upper": b.upper, "crown_centre": b.centre, "crown_error": b.error,
+                        "passes": b.passes, "seconds": b.seconds})  # fmt: skip
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="deit,deit-grc")
@@ -98,6 +124,10 @@ def main() -> None:
     parser.add_argument("--out", default="reports/lipschitz_gap")
     parser.add_argument("--summarize-only", action="store_true", help="rewrite summary.md and gap.png from the CSVs")
     parser.add_argument("--overwrite", action="store_true", help="write into an --out holding other files (kept)")
+    parser.add_argument("--crown-only", action="store_true", help="add crown.csv to a finished folder (see above)")
+    parser.add_argument("--crown-models", default="deit,deit-grc,deit-at")
+    parser.add_argument("--crown-n", type=int, default=2)
+    parser.add_argument("--crown-rhos", default="1e-3")
     args = parser.parse_args()
     folder = OutputFolder(args.out, "lipschitz-gap", overwrite=args.overwrite, legacy=_legacy).open()
     if args.summarize_only:
@@ -107,6 +137,14 @@ def main() -> None:
     torch.set_num_threads(1)
     out = folder.out
     rhos = [float(r) for r in args.rhos.split(",")]
+    if args.crown_only:
+        x, ids = _inputs(args.crown_n, args.seed)
+        crown_rhos = [float(r) for r in args.crown_rhos.split(",")]
+        frame = pd.DataFrame([r for name in args.crown_models.split(",") for r in _crown(name, x, ids, crown_rhos)])
+        (crown_csv,) = folder.paths([CROWN_CSV])
+        frame.to_csv(crown_csv, index=False)
+        write_summary(folder, f"zoo micro, {args.n} Fashion-MNIST test images, seed {args.seed}")
+        return
     x, ids = _inputs(args.n, args.seed)
     frames, ablation, crossover = [], [], []
     for name in args.models.split(","):
@@ -140,7 +178,7 @@ def _markdown(frame: pd.DataFrame) -> str:
 
 def _legacy(folder: Path) -> set[str] | None:
     """The files this script wrote before output ledgers (summary.md marks its folder)."""
-    return {*CSVS, "summary.md", "gap.png"} if (folder / "summary.md").is_file() else None
+    return {*CSVS, CROWN_CSV, "summary.md", "gap.png"} if (folder / "summary.md").is_file() else None
 
 
 def write_summary(folder: OutputFolder, source: str) -> None:
@@ -156,6 +194,15 @@ def write_summary(folder: OutputFolder, source: str) -> None:
     cross = crossover.pivot_table(index="rho", columns=["model", "dense"], values="local_minus_exact", aggfunc="median")
     cross.columns = [f"{m} {'dense' if d else 'default'}" for m, d in cross.columns]
     cross = cross.sort_index(ascending=False).reset_index()
+    crown_text: list[str] = []
+    if (out / CROWN_CSV).is_file():
+        crown = pd.read_csv(out / CROWN_CSV)
+        ablation = pd.concat([ablation, _crown_steps(crown, ablation)], ignore_index=True)
+        ablation = ablation.sort_values("model", kind="stable").reset_index(drop=True)
+        crown_text = ["## Linear bound propagation against the exact ||J(x0)|| (a lower bound)", "",
+                      _markdown(_crown_table(crown)), "",
+                      "A bound that is infinite or above 1e30 is vacuous. Passes: model-equivalent forward passes per "
+                      "example (the bound's multiply-adds over one forward pass's).", ""]  # fmt: skip
     text = [
         f"# Certified Lipschitz bounds on the zoo DeiTs ({source})",
         "",
@@ -173,8 +220,39 @@ def write_summary(folder: OutputFolder, source: str) -> None:
         "",
         _markdown(cross),
         "",
+        *crown_text,
     ]
     atomic_write_text(summary_md, "\n".join(text))
+
+
+def _crown_steps(crown: pd.DataFrame, ablation: pd.DataFrame) -> pd.DataFrame:
+    """The crown bound as a step of the first table (log10 median over its examples; no global bound)."""
+    rows = []
+    for model, g in crown.groupby("model", sort=False):
+        if model not in set(ablation["model"]):
+            continue
+        row = {"model": model, "step": CROWN_STEP.format(n=g["example_id"].nunique()), "global": float("nan")}
+        for col in ablation.columns:
+            if col.startswith("local rho="):
+                at = g[np.isclose(g["rho"], float(col.removeprefix("local rho=")))]
+                row[col] = float(np.median(np.log10(at["crown_upper"]))) if len(at) else float("nan")
+        rows.append(row)
+    return pd.DataFrame(rows, columns=ablation.columns)
+
+
+def _crown_table(crown: pd.DataFrame) -> pd.DataFrame:
+    """Per model and rho: log10 medians of the exact centre norm and the crown bound, their gap in decades."""
+    c = crown.assign(log_exact=np.log10(crown["exact_centre"]), log_crown=np.log10(crown["crown_upper"]))
+    c["decades_above"] = c["log_crown"] - c["log_exact"]
+    table = c.groupby(["model", "rho"], sort=False).agg(
+        n=("example_id", "nunique"),
+        log10_exact=("log_exact", "median"),
+        log10_crown=("log_crown", "median"),
+        decades_above=("decades_above", "median"),
+        worst_decades=("decades_above", "max"),
+        passes=("passes", "median"),
+    )
+    return table.reset_index()
 
 
 if __name__ == "__main__":

@@ -120,7 +120,13 @@ def _under(names: set[str], *prefixes: str) -> set[str]:
     return {n for n in names if any(n == p or n.startswith(p + ".") for p in prefixes)}
 
 
-MEASUREMENTS = (f"{PACKAGE}.attacks", f"{PACKAGE}.lipschitz", f"{PACKAGE}.smoothing", f"{PACKAGE}.api")
+MEASUREMENTS = (
+    f"{PACKAGE}.attacks",
+    f"{PACKAGE}.crown",
+    f"{PACKAGE}.lipschitz",
+    f"{PACKAGE}.smoothing",
+    f"{PACKAGE}.api",
+)
 
 
 @pytest.mark.parametrize("module", [m for m in MODULES if m.startswith(f"{PACKAGE}.runs")])
@@ -174,7 +180,7 @@ TIERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("vocabulary and utilities", ("core", "errors", "stats", "summaries")),
     ("data and models", ("data", "models")),
     ("checks, configs and the runner", ("checks", "configs", "runs")),
-    ("measurements", ("attacks", "lipschitz", "smoothing", "train")),
+    ("measurements", ("attacks", "crown", "lipschitz", "smoothing", "train")),
     ("readers", ("report", "gating")),
     ("entry points", ("api", "gate", "study", "cli")),
 )

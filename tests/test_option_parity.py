@@ -22,6 +22,7 @@ from robustbench_filters.configs import (
     ImageAttackConfig,
     LipschitzConfig,
     LMAttackConfig,
+    VerifiedConfig,
     declared_fields,
     internal_reason,
 )
@@ -37,6 +38,7 @@ KINDS = {
     LMAttackConfig: ("attack", [api.evaluate], "lm"),
     LipschitzConfig: ("lipschitz", [api.estimate_lipschitz], "lipschitz"),
     CertifyConfig: ("certify", [api.certify], "certify"),
+    VerifiedConfig: ("certify", [api.certify], None),
     Recipe: ("train", [Recipe], None),
 }
 #: benchmark() is RobustBench's one call: one model, one attack, one eps, the norm from threat_model

@@ -1,5 +1,6 @@
 """The public Python API: attack models (:func:`evaluate`), estimate Lipschitz constants (:func:`estimate_lipschitz`)
-and certify smoothed models (:func:`certify`), each through the shared runner.
+and certify models (:func:`certify`: smoothed models, or the models themselves by bound propagation), each through
+the shared runner.
 
 Every function takes its options explicitly, or a ready config object (:mod:`..configs`), and returns the merged,
 checked rows and summary. An option that does not apply to the kind of run is an error, not silently ignored.
@@ -22,8 +23,10 @@ from ..configs import (
     LMAttackConfig,
     ModelLike,
     RunConfig,
+    VerifiedConfig,
     attack_config_class,
     build,
+    certify_config_class,
     read,
 )
 from ..configs.options import api_signature
@@ -31,6 +34,7 @@ from ..core import workers as _workers
 from ..core.errors import RobfiltError
 from ..core.progress import ProgressHook
 from ..core.surface import Surface
+from ..crown.run import Verified
 from ..lipschitz.run import Lipschitz, LipschitzResult
 from ..runs.measurement import Measurement
 from ..runs.runner import RunResult, run
@@ -43,6 +47,7 @@ MEASUREMENTS: dict[type[RunConfig], type[Measurement]] = {
     CorruptionConfig: Corruptions,
     LipschitzConfig: Lipschitz,
     CertifyConfig: Certify,
+    VerifiedConfig: Verified,
 }
 
 
@@ -84,6 +89,8 @@ def _config(
     values = read(given, Surface.API)
     if len(kinds) == 1:
         return build(kinds[0], values)
+    if CertifyConfig in kinds:
+        return build(certify_config_class(values), values)
     return build(attack_config_class(values["models"], values.get("attacks", ())), values)
 
 
@@ -145,16 +152,20 @@ def certify(
     overwrite: bool = False,
     progress: ProgressHook | None = None,
     workers: int = 1,
-    config: CertifyConfig | None = None,
+    config: CertifyConfig | VerifiedConfig | None = None,
     **options: Any,
 ) -> RunResult:
-    """Certify Gaussian-smoothed image models (Cohen et al. 2019) on shared examples: rows, summary and checks.
+    """Certify image models on shared examples: rows, summary and checks.
 
-    Defaults certify the noise-trained zoo (sigma 0.25) on at most 64 bundled test images with n0 = 100,
-    n = 1000 and alpha = 0.001. Every other keyword is a :class:`CertifyConfig` option, named as on the command
-    line (``robfilt certify --attack-radii`` is ``attack_radii=``).
+    ``method="smoothing"`` (the default) certifies Gaussian-smoothed models (Cohen et al. 2019): the noise-trained
+    zoo (sigma 0.25) on at most 64 bundled test images with n0 = 100, n = 1000 and alpha = 0.001 by default.
+    ``method="ibp"``, ``"crown-ibp"`` or ``"crown"`` verifies the models themselves at Linf ``eps`` by bound
+    propagation (:mod:`..crown.run`): per example verified, broken by the default attack, or unknown. Every other
+    keyword is a :class:`CertifyConfig` or :class:`VerifiedConfig` option, named as on the command line
+    (``robfilt certify --attack-radii`` is ``attack_radii=``); one of the other method's is refused.
     """
-    config = _config(config, (CertifyConfig,), {"models": models, "sigmas": sigmas, **options}, "certify")
+    given = {"models": models, "sigmas": sigmas, **options}
+    config = _config(config, (CertifyConfig, VerifiedConfig), given, "certify")
     return run_config(config, out=out, resume=resume, overwrite=overwrite, progress=progress, workers=workers)
 
 
@@ -182,7 +193,7 @@ def estimate_lipschitz(
 
 
 api_signature(evaluate, ImageAttackConfig, LMAttackConfig, CorruptionConfig)
-api_signature(certify, CertifyConfig)
+api_signature(certify, CertifyConfig, VerifiedConfig)
 api_signature(estimate_lipschitz, LipschitzConfig)
 
 

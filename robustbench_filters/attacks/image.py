@@ -263,6 +263,12 @@ class ImageAttack(GridMeasurement):
 
 def accuracy_under(model: nn.Module, attack: str, x: torch.Tensor, y: torch.Tensor, params: AttackParams) -> float:
     """Robust accuracy of ``model`` under one attack (per-example worst case over its components)."""
+    return robust_under(model, attack, x, y, params).float().mean().item()
+
+
+def robust_under(model: nn.Module, attack: str, x: torch.Tensor, y: torch.Tensor, params: AttackParams) -> torch.Tensor:
+    """Per example, whether ``model`` still classifies it correctly after every component of one attack (a bool
+    tensor on ``x``'s device; a misclassified clean example is not robust)."""
     torch.manual_seed(params.seed)
     alive = torch.ones(len(y), dtype=torch.bool, device=x.device)
     model = GuardedLogits(model, params.n_classes)
@@ -274,4 +280,4 @@ def accuracy_under(model: nn.Module, attack: str, x: torch.Tensor, y: torch.Tens
         with torch.no_grad():
             pred = predictions(model(x_adv))
             alive[idx[pred != y[idx]]] = False
-    return alive.float().mean().item()
+    return alive

@@ -1,7 +1,7 @@
 """Typed run configs: what each kind of run measures, with its defaults and its validation in one place.
 
 One frozen dataclass per kind of run: :class:`ImageAttackConfig`, :class:`LMAttackConfig`,
-:class:`CorruptionConfig`, :class:`LipschitzConfig` and :class:`CertifyConfig`. The command line, ``robustness.toml`` specs, the study
+:class:`CorruptionConfig`, :class:`LipschitzConfig`, :class:`CertifyConfig` and :class:`VerifiedConfig`. The command line, ``robustness.toml`` specs, the study
 plan and the Python API all build these, so a default or a rule cannot drift between them. Validation runs in
 ``__post_init__``: a config that exists is valid, and it is checked before any model is loaded or any folder is
 written. An option that does not apply to a kind of run is refused by :func:`build` (never silently dropped).
@@ -17,8 +17,8 @@ from typing import Any
 
 from ..core.errors import RobfiltError
 from ..core.family import Family
-from ..core.names import AMP_DTYPES, CORRUPTION, WORDSWAP
-from ..core.surface import Surface, current_surface, flag
+from ..core.names import AMP_DTYPES, BOUND_METHODS, CERTIFY_METHODS, CORRUPTION, SMOOTHING, WORDSWAP
+from ..core.surface import Surface, current_surface, flag, given
 from .attacks import CorruptionConfig, ImageAttackConfig, LMAttackConfig
 from .base import (
     CONTAMINATIONS,
@@ -36,6 +36,7 @@ from .base import (
 )
 from .bounds import CertifyConfig, LipschitzConfig
 from .options import REGISTRY, Option, declared_fields, internal_reason, read
+from .verified import CertifyMethod, VerifiedConfig
 
 
 def build(cls: type[RunConfig], options: Mapping[str, Any]) -> RunConfig:
@@ -66,11 +67,32 @@ def attack_config_class(
     return ImageAttackConfig
 
 
+def certify_config_class(options: Mapping[str, Any]) -> type[CertifyMethod]:
+    """Which kind of certify run the options ask for (``method``; default smoothing), with an option of the other
+    kind refused in one line (before the config is built)."""
+    method = options.get("method") or SMOOTHING
+    if not isinstance(method, str) or method not in CERTIFY_METHODS:
+        raise RobfiltError(
+            f"{flag('method')} must be one of {', '.join(CERTIFY_METHODS)}, got {method!r}; e.g. {given('method', 'crown')}."
+        )
+    cls, other = (CertifyConfig, VerifiedConfig) if method == SMOOTHING else (VerifiedConfig, CertifyConfig)
+    own = set(cls.options())
+    for name in options:
+        if name not in own and name in set(other.options()):
+            m = flag("method")
+            what = (
+                f"randomized smoothing ({m} smoothing)" if other is CertifyConfig else f"{m} {'/'.join(BOUND_METHODS)}"
+            )
+            raise RobfiltError(f"{flag(name)} is an option of {what}, not of {m} {method}; drop it.")
+    return cls
+
+
 __all__ = [
     "AMP_DTYPES",
     "CONTAMINATIONS",
     "CORRUPTION",
     "CertifyConfig",
+    "CertifyMethod",
     "CorruptionConfig",
     "DEFAULT_EPS",
     "DEFAULT_LM_EPS",
@@ -83,9 +105,11 @@ __all__ = [
     "LipschitzConfig",
     "ModelLike",
     "RunConfig",
+    "VerifiedConfig",
     "WORDSWAP",
     "attack_config_class",
     "build",
+    "certify_config_class",
     "data_label",
     "declared_fields",
     "default_eps",

@@ -1,4 +1,5 @@
-"""Configs of bound runs: Lipschitz estimation and randomized-smoothing certification."""
+"""Configs of bound runs: Lipschitz estimation and randomized-smoothing certification (the verified runs of
+``robfilt certify --method crown`` are in :mod:`.verified`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any, ClassVar
 from ..core.counts import UpTo
 from ..core.errors import RobfiltError
 from ..core.family import Family
-from ..core.names import parse_method
+from ..core.names import SMOOTHING, parse_method
 from ..core.surface import flag, given
 from ..summaries.kinds import CERTIFY, LIPSCHITZ
 from .base import (
@@ -20,6 +21,7 @@ from .base import (
     check_data_options,
 )
 from .options import Bool, Int, Many, Number, api_only, internal, option
+from .verified import CertifyMethod
 
 
 def _check_examples(value: Any, name: str) -> None:
@@ -155,7 +157,7 @@ def _unread_reason(name: str) -> str:
 
 
 @dataclass(frozen=True, kw_only=True)
-class CertifyConfig(ImageDataConfig):
+class CertifyConfig(CertifyMethod):
     """Randomized-smoothing certificates (Cohen et al. 2019) of image models (see :mod:`..smoothing.run`).
 
     The default checkpoint is the noise-trained zoo (``zoo:sigma0.25``): a smoothed classifier is only as good as
@@ -203,6 +205,7 @@ class CertifyConfig(ImageDataConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        self._check_method((SMOOTHING,))
         sigmas = _unique(map(float, self.sigmas), "sigmas")
         if not sigmas or any(not (s > 0 and math.isfinite(s)) for s in sigmas):
             raise RobfiltError(

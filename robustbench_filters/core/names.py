@@ -391,3 +391,12 @@ def attack_help() -> str:
 
 #: how to install the Hugging Face extra (hf: models), for every message that needs it
 HF_INSTALL = "pip install robustbench-filters[hf]"
+
+#: How ``robfilt certify`` certifies: randomized smoothing (L2 radii, a statistical certificate of the smoothed
+#: classifier) or a bound propagation through the model itself (Linf eps, an exact verification):
+#: interval bounds, CROWN on interval relaxations, or CROWN with forward linear relaxations (robustbench_filters/crown).
+SMOOTHING = "smoothing"
+BOUND_METHODS: tuple[str, ...] = ("ibp", "crown-ibp", "crown")
+CERTIFY_METHODS: tuple[str, ...] = (SMOOTHING, *BOUND_METHODS)
+#: CROWN's re-tightening of intermediate bounds (crown/propagate.py), cheapest last
+BOUND_REFRESH: tuple[str, ...] = ("deep", "inner", "residual", "none")

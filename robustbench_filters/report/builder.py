@@ -24,6 +24,7 @@ from .runs import load_runs
 from .sections_bounds import certify_section, lipschitz_section
 from .sections_image import image_section
 from .sections_lm import lm_section
+from .verified import verified_section
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +77,7 @@ def build_report(
     lm_section(builder)
     lipschitz_section(builder)
     certify_section(builder)
+    verified_section(builder)
     builder.checks_notes()
     builder.write_provenance()
     builder.index()

@@ -85,16 +85,17 @@ FILLED = frozenset({"models", "seed", "checkpoint", "size", "data", "device", "b
 
 
 #: Options added to a run config after studies were made, whose default does what the earlier code did (noise_batch:
-#: 128 noise samples per pass, what certify runs of batch size 16 used): left out of a plan's settings at their
-#: default, so the plans made before them keep their fingerprints.
-ADDED_LATER = frozenset({"noise_batch"})
+#: 128 noise samples per pass, what certify runs of batch size 16 used; method: smoothing, all certify did before
+#: --method crown), by the kinds of run they were added to: left out of a plan's settings at their default, so the
+#: plans made before them keep their fingerprints.
+ADDED_LATER: dict[str, tuple[str, ...]] = {"noise_batch": ("certify",), "method": ("certify",)}
 
 
 def _internal_at_default(template: RunConfig, f: dataclasses.Field) -> bool:
     """An internal field (no user sets it; e.g. the zoo cards' fixed example ids), or an option added later
     (:data:`ADDED_LATER`), left at its default is not a setting of the plan, so adding one to a config does not
     change the plans made before it."""
-    later = internal_reason(type(template), f.name) is not None or f.name in ADDED_LATER
+    later = internal_reason(type(template), f.name) is not None or template.KIND in ADDED_LATER.get(f.name, ())
     return later and getattr(template, f.name) == f.default
 
 

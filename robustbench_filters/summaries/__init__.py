@@ -6,7 +6,8 @@ loudly instead of reading as ``None``. This package sits low: it imports only :m
 
 - :mod:`.record`: the typed-record machinery (strict reading, key-for-key writing);
 - :mod:`.base`: the format version, the sanity-check records, :class:`Summary`;
-- :mod:`.image`, :mod:`.lm`, :mod:`.corruption`, :mod:`.lipschitz`, :mod:`.certify`, :mod:`.seqlen`: one per kind;
+- :mod:`.image`, :mod:`.lm`, :mod:`.corruption`, :mod:`.lipschitz`, :mod:`.certify`, :mod:`.verified`, :mod:`.seqlen`: one
+  per kind;
 - :mod:`.kinds`: the registry of run kinds: name, family, summary type, report family, config and measurement.
 """
 
@@ -25,6 +26,7 @@ from .kinds import (
     RUN_KINDS,
     SEQLEN,
     STUDY_SEQLEN,
+    VERIFIED,
     RunKind,
     check_summary_type,
     kind_of,
@@ -36,6 +38,7 @@ from .kinds import (
 from .lipschitz import LipschitzSummary
 from .lm import LMAttackSummary
 from .seqlen import SeqlenSummary, StudySeqlenSummary
+from .verified import VerifiedAt, VerifiedSummary
 
 __all__ = [
     "ATTACK",
@@ -48,6 +51,7 @@ __all__ = [
     "RUN_KINDS",
     "SEQLEN",
     "STUDY_SEQLEN",
+    "VERIFIED",
     "VERSION",
     "CertifySummary",
     "Check",
@@ -58,6 +62,8 @@ __all__ = [
     "LipschitzSummary",
     "RunKind",
     "SeqlenSummary",
+    "VerifiedAt",
+    "VerifiedSummary",
     "StudySeqlenSummary",
     "Summary",
     "kind_of",

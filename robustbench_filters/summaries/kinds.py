@@ -25,10 +25,11 @@ from .image import ImageAttackSummary
 from .lipschitz import LipschitzSummary
 from .lm import LMAttackSummary
 from .seqlen import SeqlenSummary, StudySeqlenSummary
+from .verified import VerifiedSummary
 
 # run kinds, as manifests record them
-ATTACK, CORRUPTION, LIPSCHITZ, CERTIFY, SEQLEN, STUDY_SEQLEN = (
-    "attack", "corruption", "lipschitz", "certify", "seqlen", "study-seqlen",
+ATTACK, CORRUPTION, LIPSCHITZ, CERTIFY, VERIFIED, SEQLEN, STUDY_SEQLEN = (
+    "attack", "corruption", "lipschitz", "certify", "verified", "seqlen", "study-seqlen",
 )  # fmt: skip
 # families of attack runs, and the report families (what report and gate group runs by)
 IMAGE, LM = "image", "lm"
@@ -51,6 +52,7 @@ RUN_KINDS: tuple[RunKind, ...] = (
     RunKind(CORRUPTION, None, CorruptionSummary, IMAGE),
     RunKind(LIPSCHITZ, None, LipschitzSummary, LIPSCHITZ),
     RunKind(CERTIFY, None, CertifySummary, CERTIFY),
+    RunKind(VERIFIED, None, VerifiedSummary, VERIFIED),
     RunKind(SEQLEN, None, SeqlenSummary, SEQLEN),
     RunKind(STUDY_SEQLEN, None, StudySeqlenSummary, None),
 )
@@ -91,7 +93,7 @@ def run_kind(kind: Any, family: Any, where: str) -> RunKind:
 
 
 def report_family(kind: Any, family: Any, where: str) -> str:
-    """image | lm | lipschitz | seqlen | certify: the report family of a run of ``kind`` (and ``family``, for
+    """image | lm | lipschitz | seqlen | certify | verified: the report family of a run of ``kind`` (and ``family``, for
     attack runs). ``where`` names the run in errors (``run folder runs/a``)."""
     row = run_kind(kind, family, where)
     if row.report_family is None:
