@@ -1,8 +1,8 @@
 """B13 workers: the wall time of the gate's image part with two worker processes against one process.
 
 Question: does ``--workers 2`` (robfilt's default on two cores: this process and one worker it starts, one torch
-thread each) finish the gate's image part at least 1.8 times sooner than ``--workers 1`` (one process with torch's
-own threads, waiting passively: the default before), with the same rows? The gate's image part is ``robfilt check``
+thread each) finish the gate's image part at least 1.8 times sooner than ``--workers 1`` (one process; one torch
+thread, as every process gets by default so that the rows do not depend on ``--workers``), with the same rows? The gate's image part is ``robfilt check``
 on the ``[image]`` section of ``robustness.toml`` (the same models, eps and attack, B11's spec), with
 ``n_examples`` reduced so a repetition takes minutes and ``batch_size`` reduced with it so the run keeps the unit
 count of the gate's own run (500 examples in batches of 128: 4 attack units per model). Each run is a fresh process,
@@ -32,7 +32,7 @@ from robustbench_filters.runs.runner import queue_order
 from robustbench_filters.runs.units import Unit
 
 NAME = "b13_workers"
-FULL = {"n_examples": 64, "batch_size": 16, "reps": 2}
+FULL = {"n_examples": 256, "batch_size": 64, "reps": 1}
 SMOKE = {"n_examples": 8, "batch_size": 2, "reps": 1}
 LIMIT = 1.8
 SIDES: dict[str, list[str]] = {"--workers 1": ["--workers", "1"], "--workers 2": ["--workers", "2"]}
@@ -122,7 +122,7 @@ def run(
         f"robfilt check on robustness.toml's [image] section at n_examples={cfg['n_examples']}, batch_size="
         f"{cfg['batch_size']} (no baseline), {cfg['reps']} reps per side, alternated; each run a fresh process "
         "pinned to two cores; wall time includes start-up (imports, the worker's start).",
-        "--workers 1: one process with torch's own thread count (one per core), waiting threads passive; --workers 2:"
+        "--workers 1: one process with one torch thread (every process's default: the rows do not depend on --workers); --workers 2:"
         " this process and one worker, one torch thread each. OMP_NUM_THREADS, MKL_NUM_THREADS, OMP_WAIT_POLICY, "
         "GOMP_SPINCOUNT and ROBFILT_WORKERS are cleared for every run.",
         "load_1min is the machine's 1-minute load when each run started: on a shared machine both sides carry it; "

@@ -5,7 +5,7 @@ through worker processes, the default attack at full strength), against the targ
 
 - ``gate``: ``robfilt check --spec robustness.toml`` (what ``make ci-gate`` and CI run: the same n, eps, attacks
   and paired tests against ``baselines/zoo.json``); at most 5 minutes;
-- ``demo``: ``make demo``'s command (the default attack on the four zoo DeiTs, 256 examples); at most 3 minutes;
+- ``demo``: ``make demo``'s command (the default attack on the four zoo DeiTs, 96 examples); at most 3 minutes;
 - ``study-vision``: the study's vision-attack piece for one seed (its template: the default, ``pgd`` and ``fgsm``
   on the four DeiTs at five eps, 500 examples, run through the API as the study runs it, on the zoo checkpoints,
   which have the study's architecture and size); at most 5 minutes;
@@ -68,8 +68,8 @@ def commands(case: str, tmp: Path, smoke: bool) -> tuple[list[str], Path]:
             spec = image_spec(tmp, 8, batch_size=4)
         return [*robfilt, "check", "--spec", str(spec), "--out", str(tmp / "gate"), "--quiet"], ROOT
     if case == "demo":
-        n = "8" if smoke else "256"
-        return [*robfilt, "attack", "--model", ZOO_DEITS, "--n-examples", n, "--batch-size", "32", "--out",
+        n = "8" if smoke else "96"
+        return [*robfilt, "attack", "--model", ZOO_DEITS, "--n-examples", n, "--batch-size", "12", "--out",
                 str(tmp / "demo"), "--quiet"], ROOT  # fmt: skip
     if case == "study-vision":
         models = "deit,deit-grc" if smoke else ZOO_DEITS
