@@ -45,10 +45,12 @@ def two_cores() -> None:
         os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:2])
 
 
-def timed_run(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
-    """(wall seconds, CPU seconds of the process tree: user + system, its reaped workers included) of ``cmd``."""
+def timed_run(cmd: list[str], env: dict[str, str], cwd: Path | None = None) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of the process tree: user + system, its reaped workers included) of ``cmd``; a
+    failed run ends the benchmark with its exit code and the end of its stderr (a job that fails is not a time)."""
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=two_cores)
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            preexec_fn=two_cores)  # fmt: skip
     assert proc.stderr is not None
     err = proc.stderr.read()
     _, status, usage = os.wait4(proc.pid, 0)

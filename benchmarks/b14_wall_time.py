@@ -25,14 +25,13 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from benchmarks import _common as B
-from benchmarks.b13_workers import CLEARED, two_cores
+from benchmarks.b13_workers import CLEARED, timed_run
 
 NAME = "b14_wall_time"
 ROOT = Path(__file__).resolve().parent.parent
@@ -82,18 +81,6 @@ def commands(case: str, tmp: Path, smoke: bool) -> tuple[list[str], Path]:
     raise SystemExit(f"B14_CASES: unknown case {case!r}; the cases are {', '.join(LIMITS)}.")
 
 
-def timed(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float, int, str]:
-    """(wall seconds, CPU seconds of the process tree, exit code, the end of stderr) of ``cmd``."""
-    start = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            preexec_fn=two_cores)  # fmt: skip
-    assert proc.stderr is not None
-    err = proc.stderr.read()
-    _, status, usage = os.wait4(proc.pid, 0)
-    return (time.perf_counter() - start, usage.ru_utime + usage.ru_stime, os.waitstatus_to_exitcode(status),
-            err.decode(errors="replace").strip()[-400:])  # fmt: skip
-
-
 def run(
     smoke: bool = False, out: Path | None = None, reps: int | None = None, seed: int = 0, device: str = "cpu"
 ) -> dict[str, Any]:
@@ -107,10 +94,8 @@ def run(
         for case in cases:
             cmd, cwd = commands(case, Path(tmp), smoke)
             before = os.getloadavg()[0]
-            wall, cpu, code, err = timed(cmd, cwd, env)
+            wall, cpu = timed_run(cmd, env, cwd)
             after = os.getloadavg()[0]
-            if code != 0:
-                raise SystemExit(f"B14 {case}: {' '.join(cmd[-6:])} exited {code}: {err}")
             records.append({"case": case, "wall_s": round(wall, 1), "cpu_s": round(cpu, 1),
                             "target_s": LIMITS[case], "met": "yes" if wall <= LIMITS[case] else "NO",
                             "load_before": round(before, 2), "load_after": round(after, 2)})  # fmt: skip
