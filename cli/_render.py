@@ -28,6 +28,12 @@ from ._common import console
 STATUS_STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red"}
 
 
+def _conv_cell(conv: dict) -> str:
+    """The convergence tally of one row: broken of checked, and how many held at a larger eps."""
+    above = conv.get("covered", 0)
+    return f"{conv['broken']}/{conv['checked']} broken" + (f" ({above} at a larger eps)" if above else "")
+
+
 def _pct(acc: float, lo: float, hi: float) -> str:
     return f"{100 * acc:.1f} [{100 * lo:.1f}, {100 * hi:.1f}]"
 
@@ -91,7 +97,7 @@ def render_ledger(models: dict[str, ImageModelResults]) -> None:
         conv = present(r.convergence)
         table.add_row(
             label, r.attack, f"{r.eps:.4g}", _passes(r.cost), f"{r.cost['fwd'] + r.cost['bwd']:.0f}",
-            broken or "-", f"{conv['broken']}/{conv['checked']} broken" if conv else "-",
+            broken or "-", _conv_cell(conv) if conv else "-",
         )  # fmt: skip
     console().print(table)
     totals = [

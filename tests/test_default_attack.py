@@ -37,10 +37,9 @@ class Net(nn.Module):
         return self.net((x - 0.286) / 0.353)
 
 
-@pytest.fixture(scope="module")
-def net() -> nn.Module:
+def trained_net(seed: int) -> nn.Module:
     """A small MLP trained for a second on Fashion-MNIST: accurate enough that attacks have work to do."""
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     data = load_images("fashion-mnist", split="train")
     model = Net()
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
@@ -50,6 +49,11 @@ def net() -> nn.Module:
         loss.backward()
         opt.step()
     return model.eval()
+
+
+@pytest.fixture(scope="module")
+def net() -> nn.Module:
+    return trained_net(0)
 
 
 class Counting(nn.Module):
@@ -94,13 +98,19 @@ def test_default_run_records_strength_ledger_and_convergence(net) -> None:
     assert entry["cost"]["fwd"] == pytest.approx(float(adv[adv.eps == entry["eps"]].fwd.sum()))
     assert sum(entry["broken_by"].values()) == entry["n"] - entry["correct"]
     # the convergence check: 40 examples (fewer than 1280), so every survivor of each eps reran, recorded, judged
-    # (the default escalates: what its last round broke is broken, so those were survivors when the round began)
-    for _, grp in adv.groupby("eps"):
+    # (the default escalates: what its last round broke is broken, so those were survivors when the round began),
+    # at the largest eps each survived: at a smaller one it is covered
+    for eps, grp in adv.groupby("eps"):
         broken = grp.convergence == "broken"
         survivors = int(grp.correct.sum()) + int(broken.sum())
-        checked = int(grp.convergence.isin(["held", "broken"]).sum())
+        checked = int(grp.convergence.isin(["held", "broken", "covered"]).sum())
         assert checked == survivors
-        assert (grp[grp.convergence == "held"].correct).all() and not grp[broken].correct.any()
+        assert (grp[grp.convergence.isin(["held", "covered"])].correct).all() and not grp[broken].correct.any()
+        covered = grp.example_id[grp.convergence == "covered"]
+        above = adv[(adv.eps > eps) & adv.example_id.isin(covered)]
+        assert set(covered) == set(above.example_id[above.convergence == "held"])  # held at the largest eps
+        assert (grp.conv_fwd[grp.convergence == "covered"] == 0).all()
+    assert (adv.convergence == "covered").any()
     assert any(c.name.startswith("attack converged") for c in result.summary.checks)
     assert result.summary.checks_summary.passed, result.summary.checks
 

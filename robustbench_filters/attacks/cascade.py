@@ -2,7 +2,11 @@
 
 For one model, attack and batch, eps values run in ascending order and only the examples that survived the
 previous eps are attacked again: an adversarial example found at a smaller eps lies inside every larger ball, so
-it counts there too. Ensembles (``apgd-adaptive``, ``autoattack-standard``, ``autoattack``) run their components in order on the
+it counts there too. The search then goes the other way (phase 2, eps descending): the default's long runs
+on near misses and every attack's convergence check run on an example at the largest eps it survives, and at a
+smaller eps only where that larger one broke it. An example that held at a larger eps held a search of a ball that
+contains the smaller one; its rows there say ``covered``. A normally trained model that survives 0.02 spent most
+of its passes at 0.005 and 0.01 before, where nothing broke it (docs/attacks.md). One eps, as in B9, is unchanged. Ensembles (``apgd-adaptive``, ``autoattack-standard``, ``autoattack``) run their components in order on the
 survivors, which keeps the per-example worst case. Each eps gets one row per example (correct, margin, loss,
 perturbation norm, who fooled it) with its compute ledger (model passes spent on it there; :mod:`.ledger`) and,
 for the attacks checked, the convergence check's verdict on it.
@@ -21,116 +25,20 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
-import numpy as np
 import pandas as pd
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ..checks import ball_tolerance
 from ..checks.convergence import RERUN, ROUNDS, allowed
-from ..checks.logits import GuardedLogits, margin, predictions
+from ..checks.logits import GuardedLogits, predictions
 from ..runs.adversarial import AdversarialTrace
 from ..runs.units import unit_seed
+from .cascade_rows import COVERED, HELD, frame_rows, perturbation_norm, row_stats, to_host
 from .catalogue import AttackFn, AttackParams, Norm, get_attack
 from .ledger import CountingModel, Ledger, component_cost
 
 log = logging.getLogger(__name__)
-
-
-def perturbation_norm(delta: torch.Tensor, norm: Norm) -> torch.Tensor:
-    flat = delta.flatten(1)
-    return flat.abs().amax(1) if norm is Norm.LINF else flat.norm(dim=1)
-
-
-def _row_stats(
-    x: torch.Tensor, x_cur: torch.Tensor, y: torch.Tensor, logits: torch.Tensor, norm: Norm
-) -> dict[str, torch.Tensor]:
-    """The per-example measurements, still on the model's device (copied to the host once per unit)."""
-    finite = torch.isfinite(x_cur).flatten(1).all(1)
-    in_box = finite & (x_cur.flatten(1).amin(1) >= 0) & (x_cur.flatten(1).amax(1) <= 1)
-    return {
-        "correct": predictions(logits) == y,  # a NaN row (guarded bad output) is no prediction, never class 0
-        "pert_norm": perturbation_norm(x_cur - x, norm).detach(),
-        "margin": margin(logits, y).detach(),
-        "loss": F.cross_entropy(logits, y, reduction="none").detach(),
-        "in_box": in_box,
-    }
-
-
-def _to_host(
-    per_eps: list[dict[str, torch.Tensor]], clean_correct: torch.Tensor
-) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """All of a unit's per-eps measurements in one device-to-host copy (float64 holds every value exactly)."""
-    keys = list(per_eps[0])
-    packed = torch.stack([torch.stack([stats[k].double() for k in keys]) for stats in per_eps])  # (eps, key, n)
-    flat = torch.cat([packed.flatten(), clean_correct.double()]).cpu().numpy()
-    host = flat[: packed.numel()].reshape(packed.shape)
-    kinds = {"correct": bool, "in_box": bool, "cost_exact": bool, "fooled_code": np.int64, "conv_code": np.int64}
-    out = {k: host[:, i].astype(kinds.get(k, np.float64)) for i, k in enumerate(keys)}
-    return out, flat[packed.numel() :].astype(bool)
-
-
-#: The convergence column: not in the checked subset, survived the stronger rerun, or broken by it.
-CONVERGENCE = ("", "held", "broken")
-
-
-def _frame(
-    label: str,
-    ids: torch.Tensor,
-    attack: str,
-    eps: float,
-    norm: Norm,
-    stats: dict[str, np.ndarray],
-    clean_correct: np.ndarray,
-    fooled_by: list[str],
-) -> pd.DataFrame:
-    n = len(fooled_by)
-    zeros = np.zeros(n)
-    return pd.DataFrame(
-        {
-            "model": label,
-            "example_id": ids.cpu().numpy().astype(np.int64),
-            "kind": "adversarial",
-            "attack": attack,
-            "eps": float(eps),
-            "norm": norm.value,
-            "correct": stats["correct"],
-            "clean_correct": clean_correct,
-            "pert_norm": stats["pert_norm"].astype(np.float64),
-            "margin": stats["margin"].astype(np.float64),
-            "loss": stats["loss"].astype(np.float64),
-            "in_box": stats["in_box"],
-            "fooled_by": fooled_by,
-            # the compute ledger: passes the model ran on this example at this eps (see attacks.ledger)
-            "fwd": stats.get("fwd", zeros).astype(np.float64),
-            "bwd": stats.get("bwd", zeros).astype(np.float64),
-            "cost_exact": stats.get("cost_exact", np.ones(n, dtype=bool)).astype(bool),
-            "convergence": [CONVERGENCE[c] for c in stats.get("conv_code", np.zeros(n, dtype=np.int64)).tolist()],
-            "conv_fwd": stats.get("conv_fwd", zeros).astype(np.float64),
-            "conv_bwd": stats.get("conv_bwd", zeros).astype(np.float64),
-        }
-    )
-
-
-def batch_rows(
-    label: str,
-    ids: torch.Tensor,
-    attack: str,
-    eps: float,
-    norm: Norm,
-    x: torch.Tensor,
-    x_cur: torch.Tensor,
-    y: torch.Tensor,
-    logits: torch.Tensor,
-    clean_correct: torch.Tensor,
-    fooled_by: list[str],
-    fwd: int = 0,
-) -> pd.DataFrame:
-    """Rows of one batch evaluated once (``fwd``: the forward passes that took, per example)."""
-    stats = {k: v.cpu().numpy() for k, v in _row_stats(x, x_cur, y, logits, norm).items()}
-    stats["fwd"] = np.full(len(y), float(fwd))
-    return _frame(label, ids, attack, eps, norm, stats, clean_correct.cpu().numpy(), fooled_by)
 
 
 @dataclass
@@ -263,31 +171,89 @@ class _Run:
         self.components: list[str] = []
         self.verdict = torch.zeros(len(b.y), dtype=torch.int64, device=b.y.device)  # the convergence column
 
-    def attack(self, k: int, eps: float, led: Ledger) -> torch.Tensor | None:
-        """Attack the survivors at eps index ``k`` (and check convergence); the examples attacked, None if none.
-        Their passes go to ``led``, the convergence check's verdicts (:data:`CONVERGENCE`) to ``self.verdict``."""
+    def attack(self, k: int, eps: float) -> _Eps:
+        """Phase 1 at eps index ``k``: the survivors so far attacked by the attack's components, an escalation that
+        can wait (:meth:`.targeted.RankedAPGDT.escalate`) kept for :meth:`finish`; the state after it, a copy."""
         s, b = self.settings, self.batch
-        self.verdict = torch.zeros(len(b.y), dtype=torch.int64, device=b.y.device)
+        led = Ledger(len(b.y), b.x.device, torch.float64)
         idx = (self.fooled_code < 0).nonzero().squeeze(1)  # a sync: the survivor count sets the next batch
-        if not len(idx) or eps <= 0:
-            return None
-        torch.manual_seed(unit_seed(s.seed, self.label, s.attack, k, int(b.ids[0])))
-        params = s.params(eps, k)
-        survivors = idx
-        built = self.info.build(self.counter, params)
-        for st in run_components(built, self.counter, self.model, b.x, b.y, idx, eps, s.norm, self.info.minimum_norm):
-            self.x_cur[st.idx] = st.x_adv
-            self.logits[st.idx] = st.logits
-            led.charge(st.idx, st.fwd, st.bwd, st.exact, check=False)
-            if st.component not in self.components:
-                self.components.append(st.component)
-            # integer-index updates need no host-device sync (a boolean mask index would)
-            code = self.components.index(st.component) + 1
-            self.fooled_code[st.idx] = torch.where(st.fooled, code, self.fooled_code[st.idx])
-            survivors = st.idx[~st.fooled]
-        if s.convergence is not None and self.info.converges:
-            _converge(self, led, survivors, k, params)
-        return idx
+        state = _Eps(k, eps, led, None, [])
+        if len(idx) and eps > 0:
+            torch.manual_seed(unit_seed(s.seed, self.label, s.attack, k, int(b.ids[0])))
+            built = self.info.build(self.counter, s.params(eps, k))
+            for _, fn in built:
+                if hasattr(fn, "escalate"):
+                    fn.defer = True
+            state.attacked, fns = idx, dict(built)
+            for st in run_components(
+                built, self.counter, self.model, b.x, b.y, idx, eps, s.norm, self.info.minimum_norm
+            ):
+                self._take(st, led)
+                if getattr(fns[st.component], "pending", None) is not None:
+                    state.pending.append((st.component, fns[st.component], st.idx))
+        state.keep(self)
+        return state
+
+    def _take(self, st: Step, led: Ledger) -> None:
+        """A component's points, logits, passes and breaks, into the state at hand."""
+        self.x_cur[st.idx] = st.x_adv
+        self.logits[st.idx] = st.logits
+        led.charge(st.idx, st.fwd, st.bwd, st.exact, check=False)
+        if st.component not in self.components:
+            self.components.append(st.component)
+        # integer-index updates need no host-device sync (a boolean mask index would)
+        code = self.components.index(st.component) + 1
+        self.fooled_code[st.idx] = torch.where(st.fooled, code, self.fooled_code[st.idx])
+
+    def finish(self, state: _Eps, covered: torch.Tensor) -> None:
+        """Phase 2 at ``state``'s eps (the grid descending): the deferred escalation and the convergence check, on
+        its survivors that held neither at a larger eps (``covered``, updated here).
+
+        An example that survived the whole attack, and its check, at a larger eps is covered here: that search
+        and that check ran in a ball containing this one. It still had this eps's own first stages (phase 1), and
+        an example broken at a larger eps gets everything here. Robust accuracy stays non-increasing in eps: what
+        this phase breaks was already broken at every larger eps."""
+        s, b = self.settings, self.batch
+        self.x_cur, self.logits, self.fooled_code, self.verdict = state.x_cur, state.logits, state.fooled, state.verdict
+        if state.attacked is None:
+            return
+        for component, fn, idx in state.pending:
+            _acc, adv = fn.escalate(~covered[idx])
+            ran = fn.escalated.nonzero().squeeze(1)
+            if not len(ran):
+                continue
+            sub = idx[ran]
+            with torch.no_grad():
+                logits = self.model(adv[ran]).float()
+            fooled = predictions(logits) != b.y[sub]
+            fwd, bwd, exact = component_cost(fn, self.counter, len(idx), b.x.device)
+            self._take(Step(component, sub, adv[ran], logits, fooled, fwd[ran] + 1, bwd[ran], exact), state.led)
+        attacked = state.attacked
+        survivors = attacked[(self.fooled_code[attacked] < 0) & ~covered[attacked]]
+        checked = s.convergence is not None and self.info.converges
+        if checked:
+            _converge(self, state.led, survivors, state.k, s.params(state.eps, state.k))
+            self.verdict[attacked[covered[attacked] & (self.fooled_code[attacked] < 0)]] = COVERED
+        held = survivors[self.fooled_code[survivors] < 0]
+        if checked:
+            held = held[self.verdict[held] == HELD]  # a survivor the (sampled) check did not rerun is not covered
+        covered[held] = True
+
+
+@dataclass
+class _Eps:
+    """One eps's state: what phase 1 attacked, its deferred escalations, and (after :meth:`keep`) copies of the
+    unit's points, logits, verdicts and who fooled whom as they stood, which phase 2 then updates."""
+
+    k: int
+    eps: float
+    led: Ledger
+    attacked: torch.Tensor | None
+    pending: list[tuple[str, Any, torch.Tensor]]
+
+    def keep(self, run: _Run) -> None:
+        self.x_cur, self.logits, self.fooled = run.x_cur.clone(), run.logits.clone(), run.fooled_code.clone()
+        self.verdict = torch.zeros(len(run.batch.y), dtype=torch.int64, device=run.batch.y.device)
 
 
 def _converge(run: _Run, led: Ledger, survivors: torch.Tensor, k: int, params: AttackParams) -> None:
@@ -366,25 +332,27 @@ def cascade(
     """
     run = _Run(model, label, batch, settings)
     b, grid = batch, sorted(settings.eps)
-    per_eps: list[dict[str, torch.Tensor]] = []
-    for k, eps in enumerate(grid):
-        led = Ledger(len(b.y), b.x.device, torch.float64)
-        attacked = run.attack(k, eps, led)
-        per_eps.append(
-            {**_row_stats(b.x, run.x_cur, b.y, run.logits, settings.norm), "fooled_code": run.fooled_code.clone(),
-             **led.columns(), "conv_code": run.verdict}
-        )  # fmt: skip
-        if trace is not None:
-            trace.record(run.x_cur, attacked)
+    states = [run.attack(k, eps) for k, eps in enumerate(grid)]  # phase 1, eps ascending
+    covered = torch.zeros(len(b.y), dtype=torch.bool, device=b.y.device)
+    for state in reversed(states):  # phase 2, eps descending
+        run.finish(state, covered)
         if tick is not None:
             tick(1)
-    host, clean_host = _to_host(per_eps, b.clean_correct)
+    per_eps: list[dict[str, torch.Tensor]] = []
+    for state in states:
+        per_eps.append(
+            {**row_stats(b.x, state.x_cur, b.y, state.logits, settings.norm), "fooled_code": state.fooled,
+             **state.led.columns(), "conv_code": state.verdict}
+        )  # fmt: skip
+        if trace is not None:
+            trace.record(state.x_cur, state.attacked)
+    host, clean_host = to_host(per_eps, b.clean_correct)
     names = ["clean", *run.components]
     frames = []
     for k, eps in enumerate(grid):
         fooled_by = ["" if c < 0 else names[c] for c in host["fooled_code"][k].tolist()]
         frames.append(
-            _frame(label, b.ids, settings.attack, eps, settings.norm, {key: v[k] for key, v in host.items()},
+            frame_rows(label, b.ids, settings.attack, eps, settings.norm, {key: v[k] for key, v in host.items()},
                    clean_host, fooled_by)
         )  # fmt: skip
     return pd.concat(frames, ignore_index=True)

@@ -31,7 +31,8 @@ from ..runs.units import Unit, unit_seed
 from ..stats.aggregates import attack_accuracies
 from ..summaries import ImageAttackSummary
 from ..summaries.image import RobustAccuracy
-from .cascade import Batch, CascadeSettings, batch_rows, cascade
+from .cascade import Batch, CascadeSettings, cascade
+from .cascade_rows import batch_rows
 from .catalogue import ATTACKS, PGD_STEPS, STRONG, AttackParams, Norm, get_attack
 from .image_models import GridMeasurement
 

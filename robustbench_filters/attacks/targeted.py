@@ -113,13 +113,44 @@ class _Examples:
     adv: torch.Tensor
 
 
+@dataclass
+class _Sweep:
+    """What the sweep leaves for the escalation: the examples, their targets in order, which are in play, the best
+    targeted loss each reached, and the random state the escalation continues from."""
+
+    ex: _Examples
+    order: torch.Tensor
+    play: torch.Tensor
+    reached: torch.Tensor
+    rng: tuple[torch.Tensor, torch.Tensor | None]
+
+
+def _rng_state(device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
+    return torch.get_rng_state(), torch.cuda.get_rng_state(device) if device.type == "cuda" else None
+
+
+def _set_rng_state(state: tuple[torch.Tensor, torch.Tensor | None], device: torch.device) -> None:
+    torch.set_rng_state(state[0])
+    if state[1] is not None:
+        torch.cuda.set_rng_state(state[1], device)
+
+
 class RankedAPGDT(EarlyAPGDT):
-    """APGD-T with per-example targets (:mod:`.targeted`): rank, sweep, escalate."""
+    """APGD-T with per-example targets (:mod:`.targeted`): rank, sweep, escalate.
+
+    ``defer``: :meth:`perturb` stops after the sweep and keeps its state; :meth:`escalate` runs the long runs later,
+    on the examples the caller still wants (the eps cascade escalates an example only at the largest eps it
+    survives, :mod:`.cascade`). The escalation continues the sweep's random state, so a deferred call gives what
+    an undeferred one gives."""
 
     def __init__(self, model: nn.Module, *, plan: TargetPlan, **kwargs: Any) -> None:
         super().__init__(model, n_targets=plan.max_targets, n_restarts=plan.restarts, **kwargs)
         self.plan = plan
         self.dual = 1.0 if self.norm == "Linf" else 2.0
+        self.defer = False
+        self.pending: _Sweep | None = None
+        #: which of the last call's examples the escalation gave long runs
+        self.escalated: torch.Tensor | None = None
 
     def perturb(self, x_in, y_in, best_loss=False, cheap=True):  # noqa: ANN001, ANN201 - torchattacks' signature
         x, y = x_in.clone(), y_in.clone()
@@ -135,9 +166,28 @@ class RankedAPGDT(EarlyAPGDT):
         reached = torch.full(order.shape, float("-inf"), device=x.device)
         loss = self._runs(ex, pairs[:, 0], order[pairs[:, 0], pairs[:, 1]], plan.sweep_steps, plan.restarts)
         reached[pairs[:, 0], pairs[:, 1]] = loss
-        if plan.escalate_targets and plan.escalate_steps and bool(ex.acc.any()):
-            # the escalation: long runs for the near misses on the targets that came closest in the sweep
-            near = ex.acc & (reached.amax(1) >= -plan.near)
+        sweep = _Sweep(ex, order, play, reached, _rng_state(x.device))
+        if self.defer:
+            self.pending = sweep
+            return ex.acc.clone(), ex.adv.clone()
+        return self._escalate(sweep, torch.ones_like(ex.acc))
+
+    def escalate(self, keep: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The deferred escalation on the last call's examples where ``keep``: (still correct, points), over all of
+        that call's examples; its passes in a fresh ``ledger``, who got long runs in ``escalated``."""
+        if self.pending is None:
+            raise RuntimeError("escalate() needs a deferred perturb() first")
+        sweep, self.pending = self.pending, None
+        self.ledger = Ledger(len(sweep.ex.y), sweep.ex.x.device)
+        _set_rng_state(sweep.rng, sweep.ex.x.device)
+        return self._escalate(sweep, keep)
+
+    def _escalate(self, sweep: _Sweep, keep: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Long runs for the near misses (``keep`` of them) on the targets that came closest in the sweep."""
+        plan, ex, order, play, reached = self.plan, sweep.ex, sweep.order, sweep.play, sweep.reached
+        self.escalated = torch.zeros_like(ex.acc)
+        if plan.escalate_targets and plan.escalate_steps and bool((ex.acc & keep).any()):
+            near = ex.acc & keep & (reached.amax(1) >= -plan.near)
             k = plan.escalate_targets + (1 if plan.second else 0)
             top = reached.masked_fill(~play, float("-inf")).argsort(dim=1, descending=True)[:, :k]
             want = near[:, None] & play.gather(1, top)
@@ -145,6 +195,7 @@ class RankedAPGDT(EarlyAPGDT):
                 score = reached.gather(1, top)
                 want[:, -1] &= (score[:, -1] >= score[:, 0] - plan.second) & (score[:, -1] >= -plan.near)
             rows, col = want.nonzero().unbind(1)
+            self.escalated[rows] = True
             targets = order[rows, top[rows, col]]
             ended = self._runs(ex, rows, targets, plan.escalate_steps, plan.escalate_restarts)
             if plan.retry:  # the closest misses after their long run: one more, from a fresh random start

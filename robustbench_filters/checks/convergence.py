@@ -31,6 +31,8 @@ from ..core.names import ATTACK_SPECS
 from ..stats.intervals import hypergeom_upper
 from .base import FAIL, PASS, Check, model_rows
 
+#: the convergence column of a survivor that held the rerun at a larger eps of the grid (:mod:`..attacks.cascade`)
+COVERED = "covered"
 #: ``fooled_by`` of the examples an escalating attack's stronger rerun broke (the attacks' name for it)
 RERUN = "rerun"
 #: the check fails when the upper bound on the overstatement of robust accuracy exceeds this (percentage points)
@@ -76,12 +78,14 @@ def check_convergence(rows: pd.DataFrame, model: str) -> list[Check]:
     if "convergence" not in rows.columns:
         return []
     adv = model_rows(rows, model, "adversarial")
-    rerun = set(adv.loc[adv.convergence.isin(["held", "broken"]), "attack"])
+    rerun = set(adv.loc[adv.convergence.isin(["held", "broken", COVERED]), "attack"])
     out = []
     for attack in [a for a in adv.attack.unique() if a in rerun]:
         cells, failed, before = [], False, 0
         for eps, sub in adv[adv.attack == attack].groupby("eps", sort=True):
-            held, hit = sub.convergence == "held", sub.convergence == "broken"
+            # covered: held the rerun at a larger eps, whose ball contains this one (the cascade's phase 2)
+            covered = sub.convergence == COVERED
+            held, hit = (sub.convergence == "held") | covered, sub.convergence == "broken"
             # an escalating attack's last round breaks count (those examples are no longer correct): they were
             # survivors when that round began
             n, broken, checked = len(sub), int(hit.sum()), int((held | hit).sum())
@@ -94,6 +98,7 @@ def check_convergence(rows: pd.DataFrame, model: str) -> list[Check]:
             everything = checked > 0 and broken == checked
             failed |= points > THRESHOLD_POINTS + 1e-9 or everything
             extra = f", the escalation broke {escalated}" if escalated else ""
+            extra += f", {int(covered.sum())} held at a larger eps" if covered.any() else ""
             cells.append(f"eps {eps:g}: broke {broken} of {checked} checked ({survivors} survivors{extra}), "
                          f"overstated by at most {points:.2g} pts")  # fmt: skip
         how = ATTACK_SPECS[attack].rerun if attack in ATTACK_SPECS else "stronger settings"

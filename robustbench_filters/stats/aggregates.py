@@ -31,7 +31,7 @@ from . import vacuity
 from .intervals import BOOTSTRAP, bootstrap_ratio_interval, lm_eval_columns, wilson_interval
 
 #: the convergence column of a survivor the rerun attacked
-CHECKED = ("held", "broken")
+CHECKED = ("held", "broken", "covered")
 
 CLEAN = "clean"
 CORRUPTION_PREFIX = "corruption:"
@@ -95,11 +95,12 @@ def compute_ledger(sub: pd.DataFrame) -> dict[str, Any]:
         },  # fmt: skip
         "broken_by": {k: int(broken[k]) for k in order},
     }
-    conv = sub[sub.convergence.isin(["held", "broken"])]
+    conv = sub[sub.convergence.isin(CHECKED)]
     if len(conv):
         out["convergence"] = {
             "checked": len(conv),
             "broken": int((conv.convergence == "broken").sum()),
+            "covered": int((conv.convergence == "covered").sum()),  # held at a larger eps (the cascade's phase 2)
             "fwd": float(sub.conv_fwd.sum()),
             "bwd": float(sub.conv_bwd.sum()),
         }
