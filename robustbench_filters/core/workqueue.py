@@ -65,7 +65,14 @@ class WorkQueue:
     def abort(self) -> None:
         """This rank failed: the others take no further unit (the run stops as one process would)."""
         if self.ctx.pooled:
-            self.ctx.store.set(f"{self.prefix}/abort", "1")
+            self._set(f"{self.prefix}/abort", "1")
+
+    def _set(self, key: str, value: str) -> None:
+        """Set ``key`` so that every rank sees it once this returns: a TCPStore client sends a set without waiting
+        for the server, and the server answers one connection's commands in order, so a check on the same
+        connection returns only after the set has landed (under load another rank could look in between)."""
+        self.ctx.store.set(key, value)
+        self.ctx.store.check([key])
 
     def aborted(self) -> bool:
         return bool(self.ctx.pooled and self.ctx.store.check([f"{self.prefix}/abort"]))
@@ -78,7 +85,7 @@ class WorkQueue:
             return
         now = self.clock()
         if force or now - self._published >= PUBLISH_S:
-            self.ctx.store.set(f"{self.prefix}/done/{self.ctx.rank}", str(done))
+            self._set(f"{self.prefix}/done/{self.ctx.rank}", str(done))
             self._published = now
 
     def others_done(self) -> int:
@@ -100,7 +107,7 @@ class WorkQueue:
             return
         self._finished = True
         if int(self.ctx.store.add(f"{self.prefix}/finished", 1)) == self.ctx.world_size:
-            self.ctx.store.set(f"{self.prefix}/all-finished", "1")
+            self._set(f"{self.prefix}/all-finished", "1")
 
     def wait_all(self, report: Callable[[], None]) -> None:
         """Rank 0: wait until every rank has finished its units, calling ``report`` between looks (the bar).
