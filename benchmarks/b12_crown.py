@@ -1,8 +1,8 @@
 """B12 CROWN: what verification costs next to IBP and the default attack, and what it verifies on the zoo DeiTs.
 
-Question: per example, how many seconds and model-equivalent passes do IBP, CROWN (``refresh="inner"`` and the
-default ``"deep"``, :mod:`robustbench_filters.crown`) and the default attack (``apgd-adaptive``) spend, and at which
-Linf eps do the zoo DeiTs verify (``verified <= robust <= clean``)?
+Question: per example, how many seconds and model-equivalent passes do IBP, CROWN (``refresh="inner"``, the
+default ``"deep"`` and ``"full"``, :mod:`robustbench_filters.crown`) and the default attack (``apgd-adaptive``)
+spend, and at which Linf eps do the zoo DeiTs verify (``verified <= robust <= clean``)?
 
 Two tables, per model (``deit``, ``deit-grc``, ``deit-at``; the micro zoo; Fashion-MNIST test images in the
 loader's order):
@@ -12,9 +12,9 @@ loader's order):
    multiply-adds over one forward pass's; an attack's forward + 2 x backward rows (a backward pass costs about two
    forward passes), its convergence check included;
 2. verified fraction per eps: the first ``n_verify`` clean-correct test images, a binary search per image over the
-   eps grid with CROWN (``inner`` first, ``deep`` where it fails). A certificate at eps holds at every smaller eps
-   (the box shrinks), so an image counts as verified at every grid eps up to the largest it was verified at; one
-   not verified at an eps is not tried above it (counted not verified there: the search is conservative). The
+   eps grid with CROWN (``refresh="full"``, the tightest). A certificate at eps holds at every smaller eps (the box
+   shrinks), so an image counts as verified at every grid eps up to the largest it was verified at; one not
+   verified at an eps is not tried above it (counted not verified there: the search is conservative). The
    default attack runs on the same images at every grid eps; a verified image it breaks would be a bug (target 0).
 
 ``B12_WORKERS`` (environment, default 1) models at once, each in its own process.
@@ -39,15 +39,15 @@ from robustbench_filters.crown import Verifier
 from robustbench_filters.data.images import load_images
 
 NAME = "b12_crown"
-GRID = (1e-4, 3e-4, 1e-3, 3e-3)
+GRID = (1e-4, 3e-4, 5e-4, 7e-4, 1e-3)
 FULL = {
     "models": ("deit", "deit-grc", "deit-at"),
     "n_cost": 1,
     "cost_eps": 3e-4,
-    "n_verify": 3,
+    "n_verify": 5,
     "grid": GRID,
-    "methods": ("ibp", "crown-inner", "crown-deep"),
-    "search": ("inner", "deep"),
+    "methods": ("ibp", "crown-inner", "crown-deep", "crown-full"),
+    "search": ("full",),
 }
 SMOKE = {
     "models": ("deit",),
@@ -58,7 +58,12 @@ SMOKE = {
     "methods": ("ibp", "crown-inner"),
     "search": ("inner",),
 }
-METHODS = {"ibp": ("ibp", "none"), "crown-inner": ("crown", "inner"), "crown-deep": ("crown", "deep")}
+METHODS = {
+    "ibp": ("ibp", "none"),
+    "crown-inner": ("crown", "inner"),
+    "crown-deep": ("crown", "deep"),
+    "crown-full": ("crown", "full"),
+}
 
 
 def _attack(name: str, x: torch.Tensor, y: torch.Tensor, grid: tuple[float, ...], seed: int, device: str):
@@ -96,23 +101,26 @@ def _cost(name: str, cfg: dict[str, Any], seed: int, device: str) -> list[dict[s
 
 
 def _search(v: Verifier, x: torch.Tensor, y: torch.Tensor, grid: tuple[float, ...], i: int,
-            search: tuple[str, ...]) -> tuple[int, float, int]:  # fmt: skip
-    """(index of the largest grid eps verified, -1 for none; seconds; bounds computed) for image i."""
+            search: tuple[str, ...]) -> tuple[int, float, int, list[str]]:  # fmt: skip
+    """(index of the largest grid eps verified, -1 for none; seconds; bounds computed; every bound as
+    ``eps/refresh: worst margin``) for image i."""
     lo, hi, spent, tries = -1, len(grid), 0.0, 0  # grid[lo] verified (or none), grid[hi] not (or beyond the grid)
+    probes: list[str] = []
     while hi - lo > 1:
         mid = (lo + hi) // 2
         ok = False
         for refresh in search:
             d = v.verify(x[i : i + 1], y[i : i + 1], grid[mid], refresh=refresh, offset=i)[0]
             spent, tries = spent + d.seconds, tries + 1
+            probes.append(f"{grid[mid]:g}/{refresh}: {d.worst:.3g} ({d.passes:.0f} passes, {d.seconds:.0f} s)")
             if d.verified:
                 ok = True
                 break
         lo, hi = (mid, hi) if ok else (lo, mid)
-    return lo, spent, tries
+    return lo, spent, tries, probes
 
 
-def _verified(name: str, cfg: dict[str, Any], seed: int, device: str) -> tuple[list[dict[str, Any]], int]:
+def _verified(name: str, cfg: dict[str, Any], seed: int, device: str) -> tuple[list[dict[str, Any]], int, list]:
     model = B.eval_model(name, B.pick_checkpoint(name), B.resolve_device(device))
     data = load_images("fashion-mnist", split="test")
     with torch.no_grad():
@@ -125,23 +133,32 @@ def _verified(name: str, cfg: dict[str, Any], seed: int, device: str) -> tuple[l
     robust, _, _ = _attack(name, x, y, grid, seed, device)
     rows, breaches = [], 0
     for k, eps in enumerate(grid):
-        verified = [lo >= k for lo, _, _ in found]
+        verified = [lo >= k for lo, *_ in found]
         rob = [robust[(int(ids[i]), float(eps))] if (int(ids[i]), float(eps)) in robust else robust[(i, float(eps))]
                for i in range(len(x))]  # fmt: skip
         breaches += sum(a and not b for a, b in zip(verified, rob, strict=True))
         rows.append({"model": name, "eps": eps, "clean_correct": len(x), "verified": sum(verified),
                      "robust": sum(rob), "verified_frac": round(sum(verified) / len(x), 3),
                      "robust_frac": round(sum(rob) / len(x), 3),
-                     "s_per_image": round(sum(s for _, s, _ in found) / len(x), 1),
-                     "bounds_per_image": round(sum(t for _, _, t in found) / len(x), 1)})  # fmt: skip
-    return rows, breaches
+                     "s_per_image": round(sum(f[1] for f in found) / len(x), 1),
+                     "bounds_per_image": round(sum(f[2] for f in found) / len(x), 1)})  # fmt: skip
+    images = [
+        {
+            "model": name,
+            "example_id": int(ids[i]),
+            "largest verified eps": grid[f[0]] if f[0] >= 0 else 0.0,
+            "bounds (eps/refresh: worst margin lower bound)": "; ".join(f[3]),
+        }
+        for i, f in enumerate(found)
+    ]
+    return rows, breaches, images
 
 
 def _model(name: str, cfg: dict[str, Any], seed: int, device: str):
     torch.set_num_threads(max(1, torch.get_num_threads()))
     cost = _cost(name, cfg, seed, device)
-    rows, breaches = _verified(name, cfg, seed, device)
-    return cost, rows, breaches
+    rows, breaches, images = _verified(name, cfg, seed, device)
+    return cost, rows, breaches, images
 
 
 def run(
@@ -158,9 +175,10 @@ def run(
         with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
             results = list(pool.map(_model, models, [cfg] * len(models), [seed] * len(models),
                                     [device] * len(models)))  # fmt: skip
-    cost = pd.DataFrame([r for c, _, _ in results for r in c])
-    verified = pd.DataFrame([r for _, v, _ in results for r in v])
-    breaches = sum(b for _, _, b in results)
+    cost = pd.DataFrame([r for c, *_ in results for r in c])
+    verified = pd.DataFrame([r for _, v, *_ in results for r in v])
+    breaches = sum(r[2] for r in results)
+    images = pd.DataFrame([r for *_, im in results for r in im])
     largest = []
     for m in models:
         part = verified[(verified["model"] == m) & (verified["verified_frac"] >= 0.1)]
@@ -169,7 +187,7 @@ def run(
     result = {
         "benchmark": NAME,
         "title": "B12 CROWN: verification cost next to IBP and the default attack, verified fraction per eps",
-        "question": "Seconds and model-equivalent passes per image of IBP, CROWN (inner, deep) and the default "
+        "question": "Seconds and model-equivalent passes per image of IBP, CROWN (inner, deep, full) and the default "
         "attack; the verified and robust fractions per Linf eps on the micro zoo DeiTs.",
         "mode": "smoke" if smoke else "full",
         "settings": {**cfg, **{k: list(cfg[k]) for k in ("models", "grid", "methods", "search")}},
@@ -188,7 +206,7 @@ def run(
         ],
     }
     tables = {"cost per image": cost, "verified and robust per eps": verified,
-              "largest eps with >= 10% verified": pd.DataFrame(largest)}  # fmt: skip
+              "largest eps with >= 10% verified": pd.DataFrame(largest), "bounds per image": images}  # fmt: skip
     return B.finish(NAME, result, tables, out)
 
 

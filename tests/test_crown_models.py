@@ -108,6 +108,7 @@ SETTINGS = [
     Settings("crown", refresh="inner", window=0),
     Settings("crown", refresh="inner", window=100),
     Settings("crown", refresh="deep"),
+    Settings("crown", refresh="full"),
 ]
 
 

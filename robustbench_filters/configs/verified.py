@@ -61,9 +61,10 @@ class VerifiedConfig(CertifyMethod):
         value=Many(Number()), panel="Certify",
     )  # fmt: skip
     refresh: str = option(
-        "deep", help="--method crown: re-tighten intermediate bounds back to the input at every residual (deep), "
-        "within each sublayer (inner: about a third of the cost, looser beyond eps ~ 1e-4), or less (residual, "
-        "none).", panel="Certify",
+        "deep", help="--method crown: re-tighten intermediate bounds back to the input at the residual after "
+        "each attention sublayer (deep), at every residual and LayerNorm variance (full: about twice deep's cost, "
+        "verifies about twice the eps), within each sublayer (inner: about a third of deep's cost, looser beyond "
+        "eps ~ 1e-4), or less (residual, none).", panel="Certify",
     )  # fmt: skip
     min_margin: float = option(
         1e-4, help="A margin lower bound must exceed this (logits) to verify: keeps float32 rounding of the model "

@@ -171,6 +171,11 @@ def _mlp(g: Graph, x: int, mlp: nn.Module, where: str, dtype, device) -> int:
     return _linear(g, h, mlp.fc2, f"{where}.fc2", dtype, device)
 
 
+def _first_token(x: int, n: int, d: int, name: str) -> Reshape:
+    """(N, D) -> (1, D): the class token alone (its adjoint pads the other tokens with zeros)."""
+    return Reshape(x, lambda t: t[..., :1, :], (1, d), name, lambda t: F.pad(t, (0, 0, 0, n - 1)))
+
+
 def _lambdas(stack: nn.Module) -> list[tuple[float, float]]:
     if isinstance(stack, BlockStack) and stack.grc:
         lam = stack.lambdas().detach().double()
@@ -194,8 +199,10 @@ def vit_graph(model: VisionTransformer, name: str, dtype: torch.dtype, device: t
         raise unsupported(model.norm_pre, "norm_pre")
     y0 = x
     g.notes["y0"] = y0
+    tokens = g.shape(x)[0]
     lams = _lambdas(model.blocks)
     grc = isinstance(model.blocks, BlockStack) and model.blocks.grc
+    last = len(model.blocks) - 1
     for i, (blk, (lam_a, lam_m)) in enumerate(zip(model.blocks, lams, strict=True)):
         where = f"blocks.{i}"
         if not isinstance(blk, Block) or type(blk).forward is not Block.forward:
@@ -211,6 +218,12 @@ def vit_graph(model: VisionTransformer, name: str, dtype: torch.dtype, device: t
             h = fn(g, h, inner, f"{where}.{kind}", dtype, device)
             h = _layerscale(g, h, ls, f"{where}.{kind}.ls", dtype, device)
             x = residual(g, x, h, y0 if grc else None, lam, f"{where}.{kind}.residual")
+            if i == last and kind == "attn" and model.global_pool == "token" and tokens > 1:
+                # only the class token reaches the head from here on (every later op acts per token): bounding
+                # the others would cost a fifth of the passes and say nothing about the logits
+                x = g.add(_first_token(x, tokens, g.shape(x)[1], f"{where}.attn.class_token"))
+                if grc:
+                    y0 = g.add(_first_token(y0, tokens, g.shape(y0)[1], f"{where}.y0.class_token"))
     if isinstance(model.norm, nn.LayerNorm):
         x = layer_norm(g, x, model.norm, "norm", dtype, device)
     elif not isinstance(model.norm, nn.Identity):
@@ -240,7 +253,10 @@ def vit_graph(model: VisionTransformer, name: str, dtype: torch.dtype, device: t
     elif not isinstance(model.head, nn.Identity):
         raise unsupported(model.head, "head")
     g.output = x
+    cls = [i for i, op in enumerate(g.ops) if op.name.endswith(".class_token")]
+    if cls:  # the ops after the selection ran on every token in the model: count them so (see Graph.pruned_macs)
+        g.pruned_macs = (tokens - 1) * sum(op.macs() for op in g.ops[cls[0] + 1 :] if op.shape[:1] == (1,))
     g.notes["grc"] = grc
     g.notes["depth"] = len(model.blocks)
-    g.notes["tokens"] = n
+    g.notes["tokens"] = tokens
     return g

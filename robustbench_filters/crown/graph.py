@@ -24,6 +24,9 @@ class Graph:
     kind: str = ""  # "vit" | "sequential"
     notes: dict = field(default_factory=dict)
     dtype: torch.dtype = torch.float64
+    #: multiply-adds of the model's forward pass that the graph leaves out (tokens that never reach the output),
+    #: so a pass stays one forward pass of the model
+    pruned_macs: int = 0
 
     @classmethod
     def start(cls, input_shape: tuple[int, ...], name: str = "model", kind: str = "") -> Graph:
@@ -52,7 +55,7 @@ class Graph:
 
     def with_margin(self, y: torch.Tensor) -> Graph:
         """A shallow copy with a :class:`~.ops.Margin` node ``z_y - z_t`` after the output."""
-        g = Graph(list(self.ops), self.output, self.name, self.kind, dict(self.notes), self.dtype)
+        g = Graph(list(self.ops), self.output, self.name, self.kind, dict(self.notes), self.dtype, self.pruned_macs)
         g.output = g.add(Margin(self.output, y, self.shape(self.output)))
         return g
 
@@ -75,7 +78,7 @@ class Graph:
 
     def macs(self) -> int:
         """Multiply-adds of one forward pass on one example (the unit of the pass counts)."""
-        return max(1, sum(op.macs() for op in self.ops))
+        return max(1, sum(op.macs() for op in self.ops) + self.pruned_macs)
 
     def evaluate(self, x: torch.Tensor, upto: int | None = None) -> list[torch.Tensor]:
         """Every node's exact value for inputs ``x`` of shape (B, *input_shape) (or flattened (B, K))."""

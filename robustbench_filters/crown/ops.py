@@ -52,6 +52,11 @@ class Op:
     def finish(self, rel: Any, out: Interval) -> None:
         """Called with the output bounds once known (ops whose Lipschitz view needs them)."""
 
+    def refine(self, bound: Interval, forms: dict, domain: Any, cost: Any = None) -> Interval:
+        """A tighter bound of this node from the linear forms of earlier nodes (``forms``: node -> form), met
+        with ``bound``; the default keeps ``bound`` (see :class:`~.layernorm.Variance`)."""
+        return bound
+
     def lin(self, rel: Any, ts: Sequence[torch.Tensor], mode: str = "c") -> torch.Tensor | None:
         raise NotImplementedError
 

@@ -176,15 +176,20 @@ REFRESH_SUFFIXES = {
     "residual": (".residual",),
     "inner": (".residual", ".qkv", ".fc1"),
     "deep": (".residual", ".qkv", ".fc1"),
+    "full": (".residual", ".qkv", ".fc1", ".var"),
 }
 DEEP = ".attn.residual"  # ``deep``: these anchors back-substitute to the input
+FULL = (".var",)  # ``full``: every anchor and these nodes back-substitute to the input
 
 
 def refresh_plan(graph: Graph, refresh: str) -> tuple[list[int], list[int]]:
     """(nodes to refresh, anchors): ``residual`` refreshes the residual stream, ``inner`` also the attention's
     q/k/v and the MLP's hidden pre-activations, ``deep`` as ``inner`` with the residual stream after each
-    attention sublayer back-substituted all the way to the input. Anchors (where back-substitutions stop) are the
-    residual stream and the first block's input (the affine embedding: exact)."""
+    attention sublayer back-substituted all the way to the input, ``full`` with every residual and every
+    LayerNorm's variance back-substituted to the input (the variance decides how loose 1/sqrt is, and it is one
+    row per token: cheap; the final LayerNorm's input is the residual after the last MLP, which ``deep`` boxes).
+    Anchors (where back-substitutions stop) are the residual stream and the first block's input (the affine
+    embedding: exact)."""
     suffixes = REFRESH_SUFFIXES[refresh]
     nodes = [i for i, op in enumerate(graph.ops) if suffixes and op.name.endswith(suffixes)]
     anchors = sorted({*residual_nodes(graph), *([graph.notes["y0"]] if "y0" in graph.notes else [])})
@@ -250,7 +255,8 @@ def linear_pass(
     stream goes through the ``window`` most recent anchors before it and stops at the older ones (``window``
     large: to the input, i.e. CROWN's own intermediate bounds); inner nodes stop at their sublayer's input. With
     ``deep`` the anchors after attention go to the input, so an interval error is boxed at most once (at the
-    anchor after an MLP, whose own back-substitution is per token) before an exact re-weighting. ``keep``: nodes whose linear part is kept (the Lipschitz bound reads them).
+    anchor after an MLP, whose own back-substitution is per token) before an exact re-weighting; with ``full``
+    every anchor and every LayerNorm variance goes to the input. ``keep``: nodes whose linear part is kept (the Lipschitz bound reads them).
     """
     ops = graph.ops
     n = graph.output + 1
@@ -294,6 +300,8 @@ def linear_pass(
             w = window if i in anchors else 0  # inner nodes: back to their sublayer's input (token-local, cheap)
             if refresh == "deep" and ops[i].name.endswith(DEEP):
                 w = len(prior)  # every error since the input weighted exactly: no boxing compounds
+            if refresh == "full" and (i in anchors or ops[i].name.endswith(FULL)):
+                w = len(prior)
             stops = prior[: max(0, len(prior) - w)]
             form = _refresh(graph, rels, i, form, consts, stops, cost, chunk)
         forms[i] = form
@@ -304,7 +312,7 @@ def linear_pass(
                 cost.charge(k * b * _numel(op.shape))
             if ibp is not None:
                 bd = bd.meet(ibp[i])
-            bounds[i] = _clamp(op, bd)
+            bounds[i] = _clamp(op, op.refine(bd, forms, domain, cost))
             if not op.affine:
                 op.finish(rels[i], bounds[i])
         if keep is not None and i in keep:
