@@ -153,6 +153,36 @@ def test_lipschitz_tables_show_the_mean_lower_bound_with_its_t_interval(capsys: 
         assert f"{mean} [{entry.lower_mean_lo:.3g}, {entry.lower_mean_hi:.3g}]" in out
 
 
+def test_the_gap_table_shows_crowns_bound_and_checks_it_against_the_lower_bound(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from robustbench_filters.cli.lipschitz import render_lipschitz_summary
+    from robustbench_filters.lipschitz.summary import lipschitz_checks, summarize
+
+    main = [{"model": "deit", "layer": "model", "example_id": i, "method": "exact", "lower": 2.0, "local_upper": 1e9,
+             "global_upper": 1e12, "radius": 1e-9} for i in range(2)]  # fmt: skip
+
+    def gap(crown: float) -> list[dict]:
+        return [{"model": "deit", "layer": f"gap/{layer}", "example_id": i, "rho": 1e-3, "empirical": 2.0,
+                 "layerwise_estimate": 50.0, "local_upper": 1e9, "local_first_order": 1e9, "local_taylor": np.nan,
+                 "local_crown": crown if layer == "model" else np.nan, "baseline_local": 1e10, "global_upper": 1e12}
+                for layer in ("model", "blocks.0") for i in range(2)]  # fmt: skip
+
+    rows = pd.DataFrame(main + gap(20.0))
+    summary = summarize(rows, checks=lipschitz_checks(rows, "deit"))
+    (model,) = [r for r in summary.gap_log10_median if r.layer == "model"]
+    assert model.local_crown == pytest.approx(math.log10(20.0)) and model.local_crown_vacuous is False
+    assert model.local_upper_vacuous is True  # 1e9 over 2: nine decades
+    check = next(c for c in summary.checks if c.name.startswith("gap rows"))
+    assert check.status == "pass"
+    render_lipschitz_summary(summary, "exact", per_layer=False, gap=True)
+    out = capsys.readouterr().out
+    assert "certified local (CROWN)" in out and "1.30" in out and "vacuous" in out
+    # a CROWN bound below the exact Jacobian norm at the centre would be a soundness bug: the check fails
+    broken = lipschitz_checks(pd.DataFrame(main + gap(1.0)), "deit")
+    assert next(c for c in broken if c.name.startswith("gap rows")).status == "fail"
+
+
 class _ClosedPipe(io.StringIO):
     def write(self, text: str) -> int:
         raise BrokenPipeError(32, "Broken pipe")

@@ -190,6 +190,13 @@ def test_gap_rows_sandwich_and_columns():
     # composing exact per-stage norms can only overestimate the end-to-end norm (submultiplicativity)
     assert (model_rows["empirical"] <= model_rows["layerwise_estimate"] * (1 + 1e-6)).all()
     assert (model_rows["local_upper"] <= model_rows["baseline_local"] * SLACK).all()
+    # linear bound propagation: a certified bound of the whole model (never below the exact ||J(x0)||), model rows only
+    assert (model_rows["empirical"] <= model_rows["local_crown"] * SLACK).all()
+    assert rows[rows["layer"] != "model"]["local_crown"].isna().all()
+    without = gap_rows(
+        target, x, [7, 9], [1e-4], power_iters=50, crown=None, generator=torch.Generator().manual_seed(0)
+    )
+    assert without["local_crown"].isna().all()
     summary = gap_summary(rows)
     assert set(summary["layer"]) == {"model", "blocks.0", "blocks.1"}
     fig = lipschitz_gap_figure(pd.concat([rows, rows.assign(model="copy")]), sources=["test"])
@@ -208,4 +215,5 @@ def test_gap_rows_for_a_generic_stack():
     net = nn.Sequential(nn.Linear(6, 8), nn.LayerNorm(8), nn.GELU(), nn.Linear(8, 3)).double()
     rows = gap_rows(make_target(net), torch.randn(3, 6, dtype=torch.float64), np.arange(3), [0.1])
     assert set(rows["layer"]) == {"model"} and rows["layerwise_estimate"].isna().all()
+    assert rows["local_crown"].isna().all()  # not an image model: CROWN's ball is cut to [0, 1]^d, so no bound
     assert (rows["empirical"] <= rows["local_upper"] * SLACK).all()

@@ -198,6 +198,8 @@ RUN_CASES = [
      "--gap-rho is not read by this run"),
     ("rho without bounds", ["lipschitz", "--model", "deit", "--rho", "0.5", "--no-bounds"],
      "--rho is not read by this run"),
+    ("crown gap rows without gap", ["lipschitz", "--model", "deit", "--gap-crown"], "--gap-crown is not read by this run"),
+    ("crown gap rows, lm", ["lipschitz", "--model", "lm", "--gap", "--gap-crown"], "--gap-crown is not read by this run"),
 ]  # fmt: skip
 
 

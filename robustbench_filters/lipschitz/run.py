@@ -218,7 +218,8 @@ def _gap_rows(
     x = target.inputs(inputs.x[batch])
     ids = inputs.ids[batch].cpu().numpy()
     options = LocalOptions() if config.gap_taylor else LocalOptions(taylor=False)
-    rows = gap_rows(target, x, ids, config.gap_rhos, options=options, power_iters=config.power_iters, generator=gen)
+    rows = gap_rows(target, x, ids, config.gap_rhos, options=options, power_iters=config.power_iters, generator=gen,
+                    crown="deep" if config.gap_crown else None)  # fmt: skip
     rows["layer"] = GAP + rows["layer"].astype(str)
     return rows
 
@@ -295,6 +296,7 @@ class Lipschitz(Measurement):
             "power_iters": s.power_iters, "tol": s.tol, "ratio_steps": s.ratio_steps, "batch_size": s.batch_size,
             "seq_len": c.seq_len, "dtype": str(self.dtype).replace("torch.", ""),
             **({"gap_rhos": list(c.gap_rhos), "gap_taylor": c.gap_taylor} if c.gap else {}),
+            **({"gap_crown": True} if c.gap_crown else {}),  # absent when off: older --gap runs still resume
         }  # fmt: skip
 
     def plan(self) -> list[Unit]:

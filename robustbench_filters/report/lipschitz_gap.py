@@ -1,14 +1,17 @@
 """Figure: where the certified Lipschitz bounds lose, per model and per block.
 
 Input: the tidy rows of :func:`robustbench_filters.lipschitz.research.gap.gap_rows` (columns ``model``, ``layer``,
-``rho``, ``empirical``, ``layerwise_estimate``, ``local_upper``, ``global_upper``; optional ``local_taylor``).
+``rho``, ``empirical``, ``layerwise_estimate``, ``local_upper``, ``global_upper``; optional ``local_taylor`` and
+``local_crown``).
 For every layer (each block, then the whole model) one column of markers on a log axis, medians over examples:
 
 - empirical gain (a lower bound), the product of exact per-sublayer norms (layerwise estimate, not certified),
   the certified local bound for each rho and the certified global bound;
 - the vertical segments between them are the losses: empirical -> layerwise is lost to composing layer
   constants, layerwise -> certified local to the layer bounds themselves (and to the radius they propagate),
-  local -> global to the domain.
+  local -> global to the domain;
+- on the model column, the second-order bound and linear bound propagation's (CROWN) certified local bound per rho,
+  where the rows hold them.
 
 Pure matplotlib OO API, no pyplot, in the reporter's style (:mod:`.style`: column widths, print fonts, the
 setting and source lines unless ``paper``); the caller saves the figure (:func:`.figures.save_figure`, 300 dpi).
@@ -34,6 +37,7 @@ COMPOSITION = "#d95f02"
 LAYER_BOUNDS = "#7570b3"
 DOMAIN = "#999999"
 TAYLOR = "#e7298a"
+CROWN = "#1f78b4"
 MARKERS = {"empirical": ("o", "#1b9e77"), "layerwise_estimate": ("s", COMPOSITION), "global_upper": ("_", "#333333")}
 
 
@@ -43,7 +47,8 @@ def _layer_order(layers: Sequence[str]) -> list[str]:
 
 
 def _medians(rows: pd.DataFrame) -> pd.DataFrame:
-    cols = [c for c in ("empirical", "layerwise_estimate", "local_upper", "local_taylor", "global_upper") if c in rows]
+    cols = [c for c in ("empirical", "layerwise_estimate", "local_upper", "local_taylor", "local_crown", "global_upper")
+            if c in rows]  # fmt: skip
     return rows.groupby(["model", "layer", "rho"], sort=False)[cols].median().reset_index()
 
 
@@ -82,6 +87,10 @@ def _panel(ax, med: pd.DataFrame, rhos: list[float], title: str) -> None:
             for value in mine.set_index("rho").reindex(rhos)["local_taylor"]:
                 if np.isfinite(value) and 0 < value < glob:
                     ax.plot([xi + 0.18], [value], marker="D", color=TAYLOR, ms=3, ls="none", zorder=3, gid="taylor")
+        if "local_crown" in mine and layer == "model":
+            for value in mine.set_index("rho").reindex(rhos)["local_crown"]:
+                if np.isfinite(value) and value > 0:
+                    ax.plot([xi + 0.24], [value], marker="*", color=CROWN, ms=6, ls="none", zorder=3, gid="crown")
     ax.set_yscale("log")
     ax.set_xticks(range(len(layers)), [s.replace("blocks.", "block ") for s in layers], rotation=30, ha="right",
                   rotation_mode="anchor")  # fmt: skip
@@ -142,6 +151,8 @@ def _legend_handles(fig: Figure, rhos: Sequence[float]) -> list[Line2D]:
                                      label="lost to layer bounds, radii")),
         ("lost domain", Line2D([], [], color=DOMAIN, lw=3, alpha=0.55, label="lost to the domain")),
         ("taylor", Line2D([], [], marker="D", color=TAYLOR, ls="none", ms=3, label="second-order bound (model)")),
+        ("crown", Line2D([], [], marker="*", color=CROWN, ls="none", ms=6,
+                         label="certified local, linear bound propagation (model)")),
     ]  # fmt: skip
     return [handle for tag, handle in keys if tag in tags]
 
@@ -159,14 +170,17 @@ def gap_table(gap: pd.DataFrame) -> pd.DataFrame:
 
     ``composition`` = layerwise estimate - empirical (lost by multiplying exact layer norms),
     ``layer bounds`` = certified local - layerwise estimate (lost by the layer bounds and the radii they carry);
+    ``local_crown``: linear bound propagation's certified local bound (model rows; NaN where the rows lack it);
     ``*_vacuous``: the certified median is more than six decades above the empirical one."""
     med = _medians(gap)
+    if "local_crown" not in med:
+        med["local_crown"] = np.nan
     logs = med[["model", "layer", "rho"]].copy()
-    for c in ("empirical", "layerwise_estimate", "local_upper", "global_upper"):
+    for c in ("empirical", "layerwise_estimate", "local_upper", "local_crown", "global_upper"):
         logs[c] = np.log10(med[c].astype(float).where(med[c] > 0))
     logs["lost_composition"] = logs["layerwise_estimate"] - logs["empirical"]
     logs["lost_layer_bounds"] = logs["local_upper"] - logs["layerwise_estimate"]
-    for c in ("local_upper", "global_upper"):
+    for c in ("local_upper", "local_crown", "global_upper"):
         logs[f"{c}_vacuous"] = [vacuity.log10_vacuous(u, e) for u, e in zip(logs[c], logs["empirical"], strict=True)]
     logs["n"] = gap.groupby(["model", "layer", "rho"], sort=False)["empirical"].count().to_numpy()
     order = {name: i for i, name in enumerate(_layer_order(list(dict.fromkeys(logs["layer"]))))}
@@ -192,6 +206,7 @@ def gap_layout(table: pd.DataFrame) -> pd.DataFrame:
             "empirical": dec(table["empirical"]),
             "layerwise estimate (not certified)": dec(table["layerwise_estimate"]),
             "certified local": certified("local_upper"),
+            "certified local (CROWN)": certified("local_crown"),
             "certified global": certified("global_upper"),
             "lost to composition": dec(table["lost_composition"]),
             "lost to layer bounds": dec(table["lost_layer_bounds"]),

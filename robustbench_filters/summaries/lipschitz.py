@@ -66,7 +66,9 @@ class GapMedian(Record):
     local_taylor: float | None
     baseline_local: float | None
     global_upper: float | None
+    local_crown: float | None = optional()  # written since 2026-12-06 (issue 43)
     local_upper_vacuous: bool | None = optional()
+    local_crown_vacuous: bool | None = optional()
     global_upper_vacuous: bool | None = optional()
 
 

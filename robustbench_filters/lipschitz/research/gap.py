@@ -14,6 +14,10 @@
   ``local_first_order`` (stage-wise composition), ``local_taylor`` (second-order bound, model rows; NaN when it
   does not apply) and ``baseline_local`` (the layer-by-layer trace without any of the refinements) show what each
   route gives.
+- ``local_crown``: the certified constant of linear bound propagation (:func:`...crown.local_lipschitz`: bounds on the
+  network's derivative over B(x0, rho) ∩ [0, 1]^d, never a product of per-stage norms), model rows of image models
+  the CROWN graph covers (robfilt's DeiTs); NaN elsewhere and with ``crown=None``. Kept beside ``local_upper``
+  rather than folded into it, so the gain of propagation over composition stays visible.
 - ``global_upper``: the certified constant on all inputs (images: all of [0, 1]^d).
 
 Sandwich per row: empirical <= local_upper <= global_upper.
@@ -21,12 +25,15 @@ Sandwich per row: empirical <= local_upper <= global_upper.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
 import torch
 
+from ...core.errors import RobfiltError
+from ...core.family import Family
 from ..certify import BoundTrace, trace_bounds
 from ..chain import Chain, build_chain
 from ..jacobian import jacobian_norm_exact, jacobian_norm_power
@@ -36,9 +43,10 @@ from .local import LocalOptions, TaylorBounds, local_bounds
 
 GAP_COLUMNS = (
     "model", "example_id", "layer", "rho", "empirical", "layerwise_estimate", "local_upper", "local_first_order",
-    "local_taylor", "baseline_local", "global_upper",
+    "local_taylor", "local_crown", "baseline_local", "global_upper",
 )  # fmt: skip
 MODEL_LAYER = "model"
+log = logging.getLogger(__name__)
 
 
 def _stage_norms(chain: Chain, detail: TaylorBounds, iters: int, tol: float, gen) -> list[torch.Tensor]:
@@ -86,11 +94,13 @@ def gap_rows(
     power_iters: int = 50,
     tol: float = 1e-6,
     generator: torch.Generator | None = None,
+    crown: str | None = "deep",
 ) -> pd.DataFrame:
     """Rows (see the module docstring) for the batch ``x`` (in the target's input space), in :data:`GAP_COLUMNS`.
 
     ``options`` defaults to every refinement with the second-order bound where it fits
-    (:class:`.local.LocalOptions`). Raises the one-line :class:`RobfiltError` of :func:`..certify.trace_bounds`
+    (:class:`.local.LocalOptions`). ``crown`` is the re-tightening of the ``local_crown`` column (a
+    :data:`...core.names.BOUND_REFRESH` value; ``None`` leaves the column NaN). Raises the one-line :class:`RobfiltError` of :func:`..certify.trace_bounds`
     for models the certified bounds do not cover.
     """
     ids = np.asarray(example_ids, dtype=np.int64)
@@ -102,12 +112,13 @@ def gap_rows(
 
     trace: BoundTrace = trace_bounds(target, x, rho_t, local=local)
     baseline = trace_bounds(target, x, rho_t, improved=False)
+    crowned = _crown_local(target, x, rhos, crown)
     detail = trace.local_detail
     frames = []
     if detail is None:  # covered by the layer-by-layer trace only (generic stacks): no stage-wise rows
         emp = _empirical_plain(target, x, power_iters, tol, generator)
         for k, rho in enumerate(rhos):
-            frames.append(_model_frame(target.name, ids, rho, emp, np.nan, trace, baseline, None, k))
+            frames.append(_model_frame(target.name, ids, rho, emp, np.nan, trace, baseline, None, k, crowned))
         return pd.concat(frames, ignore_index=True)[list(GAP_COLUMNS)]
     chain = build_chain(target, x)
     stage_norms = _stage_norms(chain, detail, power_iters, tol, generator)
@@ -118,7 +129,7 @@ def gap_rows(
     per_block = detail.block_local()
     for k, rho in enumerate(rhos):
         frames.append(
-            _model_frame(target.name, ids, rho, empirical, layerwise.cpu().numpy(), trace, baseline, detail, k)
+            _model_frame(target.name, ids, rho, empirical, layerwise.cpu().numpy(), trace, baseline, detail, k, crowned)
         )
         for rec, base_rec in zip(trace.blocks, baseline.blocks, strict=True):
             local_blocks = _block_local(trace, rec.index, k)
@@ -134,6 +145,7 @@ def gap_rows(
                         "local_upper": local_blocks.cpu().numpy(),
                         "local_first_order": per_block[rec.index][:, k].cpu().numpy(),
                         "local_taylor": np.full(len(ids), np.nan),
+                        "local_crown": np.full(len(ids), np.nan),
                         "baseline_local": _baseline_block(base_rec, k),
                         "global_upper": np.full(len(ids), rec.global_upper),
                     },
@@ -141,6 +153,26 @@ def gap_rows(
                 )
             )
     return pd.concat(frames, ignore_index=True)[list(GAP_COLUMNS)]
+
+
+def _crown_local(target: Target, x: torch.Tensor, rhos: Sequence[float], refresh: str | None) -> np.ndarray:
+    """(B, len(rhos)) certified local constants of linear bound propagation, NaN where it does not apply: only
+    image models (pixels in [0, 1], the domain CROWN's ball is cut to) whose layers the CROWN graph covers."""
+    out = np.full((x.shape[0], len(rhos)), np.nan)
+    if refresh is None or target.family is not Family.IMAGE:
+        return out
+    from ...crown import local_lipschitz
+    from ...crown.build import build_graph
+
+    try:
+        graph = build_graph(target.model, tuple(x.shape[1:]), name=target.name)
+    except RobfiltError as e:  # a layer CROWN does not cover: the column stays NaN, and the log says why
+        log.info("%s: no CROWN local bound (%s)", target.name, e)
+        return out
+    for k, rho in enumerate(rhos):
+        found = local_lipschitz(target.model, x, float(rho), refresh=refresh, graph=graph)
+        out[:, k] = [b.upper for b in found]
+    return out
 
 
 def _block_local(trace: BoundTrace, index: int, k: int) -> torch.Tensor:
@@ -165,7 +197,7 @@ def _empirical_plain(target: Target, x: torch.Tensor, iters: int, tol: float, ge
     return jacobian_norm_power(target, x, iters=iters, tol=tol, generator=gen).sigma.cpu().numpy()
 
 
-def _model_frame(name, ids, rho, empirical, layerwise, trace, baseline, detail, k) -> pd.DataFrame:
+def _model_frame(name, ids, rho, empirical, layerwise, trace, baseline, detail, k, crowned) -> pd.DataFrame:
     n = len(ids)
     taylor = detail.taylor[:, k].cpu().numpy() if detail is not None and detail.taylor is not None else np.nan
     first = detail.first_order[:, k].cpu().numpy() if detail is not None else np.nan
@@ -178,6 +210,7 @@ def _model_frame(name, ids, rho, empirical, layerwise, trace, baseline, detail, 
             "local_upper": trace.local_upper[:, k].cpu().numpy(),
             "local_first_order": first if isinstance(first, np.ndarray) else np.full(n, first),
             "local_taylor": taylor if isinstance(taylor, np.ndarray) else np.full(n, taylor),
+            "local_crown": crowned[:, k],
             "baseline_local": baseline.local_upper[:, k].cpu().numpy(),
             "global_upper": np.full(n, trace.global_upper),
         },
@@ -187,8 +220,9 @@ def _model_frame(name, ids, rho, empirical, layerwise, trace, baseline, detail, 
 
 def gap_summary(rows: pd.DataFrame) -> pd.DataFrame:
     """Median log10 of each column per (model, layer, rho): the numbers behind the README's Lipschitz section."""
-    cols = ["empirical", "layerwise_estimate", "local_upper", "local_first_order", "local_taylor", "baseline_local",
-            "global_upper"]  # fmt: skip
+    cols = ["empirical", "layerwise_estimate", "local_upper", "local_first_order", "local_taylor", "local_crown",
+            "baseline_local", "global_upper"]  # fmt: skip
+    cols = [c for c in cols if c in rows]  # rows written before a column existed (local_crown: 2026-12-06)
     logs = rows[["model", "layer", "rho"]].copy()
     for c in cols:
         logs[c] = np.log10(rows[c].astype(float).where(rows[c] > 0))
