@@ -13,8 +13,11 @@ What it does:
    the default attack (apgd-adaptive) with PGD and FGSM as weaker secondary lines (``--steps``: every
    attack's steps; default each one's own) over the default Fashion-MNIST eps grid, on ``--n-examples`` shared test
    examples -> ``runs/vision-attack``; the five corruptions at severities 1-5 on the same examples ->
-   ``runs/vision-corruption``; both -> ``reports/vision`` (accuracy with Wilson CIs, paired McNemar tests vs
-   deit, corruption accuracy and mCE, accuracy-vs-eps figure, softmax-vs-BSA attention maps).
+   ``runs/vision-corruption``; verified robust accuracy by linear bound propagation (``certify --method crown``,
+   refresh deep) of the adversarially trained zoo (deit-at, deit-grc-at) at small Linf eps on the first
+   ``--verify-examples`` test images, beside the default attack on the same images -> ``runs/vision-verified``; all
+   three -> ``reports/vision`` (accuracy with Wilson CIs, paired McNemar tests vs deit, corruption accuracy and
+   mCE, verified <= robust <= clean, accuracy-vs-eps figure, softmax-vs-BSA attention maps).
 2. lm: word-swap contamination sweep on the LM zoo models, if their zoo weights exist
    -> ``runs/lm-contamination`` -> ``reports/lm``.
 3. lipschitz: per-example lower/certified upper bounds with the per-block profile on the DeiT zoo models, the
@@ -41,6 +44,7 @@ from typing import Annotated
 
 import typer
 
+from robustbench_filters.core.cores import usable_cores
 from robustbench_filters.core.errors import RobfiltError
 from robustbench_filters.models import zoo_path
 from robustbench_filters.report import build_report
@@ -49,6 +53,8 @@ from robustbench_filters.runs.folder import load_run
 log = logging.getLogger("robustbench_filters.make_reports")
 
 DEIT = ["deit", "deit-bsa", "deit-grc", "deit-bsa-grc"]
+DEIT_AT = ["deit-at", "deit-grc-at"]  # PGD-trained (Makefile: zoo): the models verification says most about
+VERIFIED_EPS = (3e-4, 1e-3)  # B12: the largest eps where >= 10% of deit-at's images verify is 1e-3
 LM = ["lm", "lm-bsa", "lm-grc", "lm-bsa-grc"]
 PARTS = ("vision", "lm", "lipschitz", "certified")
 
@@ -71,9 +77,17 @@ def _finished(folder: Path) -> bool:
 
 
 def vision(
-    runs: Path, reports: Path, n_examples: int, steps: int | None, device: str, reuse: bool, paper: bool
+    runs: Path,
+    reports: Path,
+    n_examples: int,
+    steps: int | None,
+    device: str,
+    reuse: bool,
+    paper: bool,
+    verify_examples: int,
+    workers: int,
 ) -> Path | None:
-    from robustbench_filters.api.evaluate import evaluate
+    from robustbench_filters.api.evaluate import certify, evaluate
     from robustbench_filters.core.names import DEFAULT_IMAGE_ATTACK
 
     models = zoo_models(DEIT)
@@ -83,12 +97,20 @@ def vision(
     out = runs / "vision-attack"
     if not (reuse and _finished(out)):
         evaluate(models, [DEFAULT_IMAGE_ATTACK, "pgd", "fgsm"], None, n_examples=n_examples, steps=steps,
-                 device=device, out=out, overwrite=True)  # fmt: skip
+                 device=device, out=out, overwrite=True, workers=workers)  # fmt: skip
     corr = runs / "vision-corruption"  # same n_examples and seed: the same examples, so paired tests apply
     if not (reuse and _finished(corr)):
-        evaluate(models, ["corruption"], None, n_examples=n_examples, device=device, out=corr, overwrite=True)
+        evaluate(models, ["corruption"], None, n_examples=n_examples, device=device, out=corr, overwrite=True,
+                 workers=workers)  # fmt: skip
     folders = [out, corr]
-    return build_report(folders, reports / "vision", html=True, paper=paper).index
+    trained = zoo_models(DEIT_AT)
+    if trained and verify_examples > 0:
+        verified = runs / "vision-verified"  # its own models and examples: its section pairs nothing with the others
+        if not (reuse and _finished(verified)):
+            certify(trained, method="crown", eps=list(VERIFIED_EPS), n_examples=verify_examples, batch_size=1,
+                    device=device, out=verified, overwrite=True, workers=workers)  # fmt: skip
+        folders.append(verified)
+    return build_report(folders, reports / "vision", html=True, paper=paper, allow_mixed=len(folders) > 2).index
 
 
 def lm(runs: Path, reports: Path, n_examples: int, device: str, reuse: bool, paper: bool) -> Path | None:
@@ -156,6 +178,12 @@ def main(
     reports: Annotated[Path, typer.Option("--reports", help="Folder for the reports.")] = Path("reports"),
     only: Annotated[str, typer.Option("--only", help="Comma list of: " + ", ".join(PARTS))] = ",".join(PARTS),
     certify_examples: Annotated[int, typer.Option("--certify-examples", help="Images to certify.")] = 200,
+    verify_examples: Annotated[
+        int, typer.Option("--verify-examples", help="Images the vision report verifies per model (0: none).")
+    ] = 16,
+    workers: Annotated[
+        int, typer.Option("--workers", help="Worker processes of each run (default: the usable cores).")
+    ] = usable_cores(),
     n_examples: Annotated[int, typer.Option("--n-examples", help="Test examples for the vision attacks.")] = 1000,
     steps: Annotated[
         int | None, typer.Option("--steps", help="Steps of every vision attack (default: each attack's own).")
@@ -177,7 +205,7 @@ def main(
     written = {}
     try:
         if "vision" in parts:
-            written["vision"] = vision(runs, reports, n_examples, steps, device, reuse, paper)
+            written["vision"] = vision(runs, reports, n_examples, steps, device, reuse, paper, verify_examples, workers)
         if "lm" in parts:
             written["lm"] = lm(runs, reports, lm_examples, device, reuse, paper)
         if "lipschitz" in parts:
