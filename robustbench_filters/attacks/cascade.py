@@ -34,7 +34,7 @@ from ..checks.convergence import RERUN, ROUNDS, allowed
 from ..checks.logits import GuardedLogits, predictions
 from ..runs.adversarial import AdversarialTrace
 from ..runs.units import unit_seed
-from .cascade_rows import COVERED, HELD, frame_rows, perturbation_norm, row_stats, to_host
+from .cascade_rows import CONVERGENCE, COVERED, HELD, batch_rows, frame_rows, perturbation_norm, row_stats, to_host
 from .catalogue import AttackFn, AttackParams, Norm, get_attack
 from .ledger import CountingModel, Ledger, component_cost
 
@@ -356,3 +356,8 @@ def cascade(
                    clean_host, fooled_by)
         )  # fmt: skip
     return pd.concat(frames, ignore_index=True)
+
+
+# CONVERGENCE and batch_rows (cascade_rows.py) lived here until 2026-12-06: re-exported so that path keeps working
+__all__ = ["CONVERGENCE", "Batch", "CascadeSettings", "Step", "batch_rows", "cascade", "convergence_sample",
+           "perturbation_norm", "run_components"]  # fmt: skip
