@@ -88,7 +88,9 @@ FILLED = frozenset({"models", "seed", "checkpoint", "size", "data", "device", "b
 #: 128 noise samples per pass, what certify runs of batch size 16 used; method: smoothing, all certify did before
 #: --method crown), by the kinds of run they were added to: left out of a plan's settings at their default, so the
 #: plans made before them keep their fingerprints.
-ADDED_LATER: dict[str, tuple[str, ...]] = {"noise_batch": ("certify",), "method": ("certify",)}
+ADDED_LATER: dict[str, tuple[str, ...]] = {
+    "noise_batch": ("certify",), "method": ("certify",), "gap_crown": ("lipschitz",),
+}  # fmt: skip
 
 
 def _internal_at_default(template: RunConfig, f: dataclasses.Field) -> bool:
