@@ -200,6 +200,9 @@ RUN_CASES = [
      "--rho is not read by this run"),
     ("crown gap rows without gap", ["lipschitz", "--model", "deit", "--gap-crown"], "--gap-crown is not read by this run"),
     ("crown gap rows, lm", ["lipschitz", "--model", "lm", "--gap", "--gap-crown"], "--gap-crown is not read by this run"),
+    ("gap rows of a model the certified bounds do not cover",
+     ["lipschitz", "--model", "timm:resnet10t?num_classes=10&in_chans=1", "--checkpoint", "none", "--no-bounds",
+      "--gap"], "without --per-layer or --gap for the empirical lower bounds only"),
 ]  # fmt: skip
 
 
@@ -219,3 +222,33 @@ def test_the_api_refuses_model_options_for_a_module_it_uses_as_it_is() -> None:
     for options in ({"checkpoint": "weights.safetensors"}, {"model_args": {"num_classes": 10}}, {"size": "tiny"}):
         with pytest.raises(rf.RobfiltError, match="drop it"):
             rf.evaluate(model, attacks="fgsm", eps=0.01, n_examples=2, **options)
+
+
+@pytest.mark.parametrize(
+    ("model", "needle"),
+    [
+        ("generic", "gap_crown: Sequential is not an image model"),
+        ("tanh", "gap_crown: crown bounds do not cover Tanh at 1;"),
+    ],
+)
+def test_the_crown_gap_column_is_refused_for_a_model_crown_cannot_bound(tmp_path, model, needle) -> None:
+    """``gap_crown`` on a model the CROWN graph does not cover (or that has no pixel box) is refused in one line
+    before any unit runs, instead of a NaN column at the end; the same model runs the gap without it."""
+    import torch
+    from torch import nn
+
+    import robustbench_filters as rf
+
+    torch.manual_seed(0)
+    net = (
+        nn.Sequential(nn.Flatten(), nn.Linear(784, 10))
+        if model == "generic"
+        else nn.Sequential(nn.Conv2d(1, 2, 3), nn.Tanh(), nn.Flatten(), nn.Linear(2 * 26 * 26, 10))
+    )
+    x = torch.rand(2, 1, 28, 28)
+    out = tmp_path / "run"
+    with pytest.raises(rf.RobfiltError, match=needle) as err:
+        rf.estimate_lipschitz(net, inputs=x, gap=True, gap_crown=True, n_examples=2, out=out)
+    assert "\n" not in str(err.value) and not out.exists()
+    rows = rf.estimate_lipschitz(net, inputs=x, gap=True, n_examples=2).rows
+    assert rows[rows["layer"].str.startswith("gap")]["local_crown"].isna().all()

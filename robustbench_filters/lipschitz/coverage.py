@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from ..core.errors import RobfiltError
-from .constants import activation_lipschitz, uncovered
+from .constants import activation_lipschitz, empirical_only, uncovered
 from .spectral import conv_lipschitz, linear_lipschitz, spectral_norm
 
 _POINTWISE = (nn.GELU, nn.ReLU, nn.Tanh, nn.SiLU, nn.Identity, nn.Dropout)
@@ -114,7 +114,7 @@ def check_sequential(model: nn.Module) -> None:
         raise RobfiltError(
             f"no certified Lipschitz bound for layer type {type(layer).__name__!r} at {where}: its forward wiring "
             "(e.g. residual connections) is not a covered structure (timm ViT, robfilt LM or a plain nn.Sequential); "
-            "run without --bounds/--per-layer for empirical lower bounds only."
+            f"{empirical_only()}."
         )
 
 

@@ -50,6 +50,7 @@ from ..summaries import LipschitzSummary
 if TYPE_CHECKING:
     from ..runs.runner import RunResult
 from .certify import certified_radius, margins, trace_bounds
+from .chain import build_chain
 from .data import DEFAULT_DATA, Inputs, given_inputs, load_inputs
 from .jacobian import jacobian_norm_exact, jacobian_norm_power
 from .profile import layer_profile
@@ -273,6 +274,14 @@ class Lipschitz(Measurement):
             if inp.class_map is not None:  # the labels a class map gave enter the fingerprint, with the map
                 ctx.examples[t.name]["labels"] = {**inp.class_map, "labels_sha256": _tensor_hash(inp.y)}
             self.inputs.append(inp)
+        if c.gap:  # a model the gap's certified rows (or CROWN's) cannot cover is refused before any unit runs
+            from .research.gap import require_crown
+
+            for t, inp in zip(self.targets, self.inputs, strict=True):
+                x1 = t.inputs(inp.x[:1])
+                build_chain(t, x1)
+                if c.gap_crown:
+                    require_crown(t, tuple(x1.shape[1:]))
         self.factors: dict[str, list[dict]] = {}
         if self.settings.bounds or self.settings.per_layer:
             for t, inp in zip(self.targets, self.inputs, strict=True):

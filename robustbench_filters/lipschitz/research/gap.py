@@ -16,8 +16,9 @@
   route gives.
 - ``local_crown``: the certified constant of linear bound propagation (:func:`...crown.local_lipschitz`: bounds on the
   network's derivative over B(x0, rho) ∩ [0, 1]^d, never a product of per-stage norms), model rows of image models
-  the CROWN graph covers (robfilt's DeiTs); NaN elsewhere and with ``crown=None``. Kept beside ``local_upper``
-  rather than folded into it, so the gain of propagation over composition stays visible.
+  the CROWN graph covers (robfilt's DeiTs; another image model raises), NaN on other families and with
+  ``crown=None``. Kept beside ``local_upper`` rather than folded into it, so the gain of propagation over
+  composition stays visible.
 - ``global_upper``: the certified constant on all inputs (images: all of [0, 1]^d).
 
 Sandwich per row: empirical <= local_upper <= global_upper.
@@ -25,7 +26,6 @@ Sandwich per row: empirical <= local_upper <= global_upper.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 
 import numpy as np
@@ -34,6 +34,7 @@ import torch
 
 from ...core.errors import RobfiltError
 from ...core.family import Family
+from ...core.surface import flag
 from ..certify import BoundTrace, trace_bounds
 from ..chain import Chain, build_chain
 from ..jacobian import jacobian_norm_exact, jacobian_norm_power
@@ -46,7 +47,6 @@ GAP_COLUMNS = (
     "local_taylor", "local_crown", "baseline_local", "global_upper",
 )  # fmt: skip
 MODEL_LAYER = "model"
-log = logging.getLogger(__name__)
 
 
 def _stage_norms(chain: Chain, detail: TaylorBounds, iters: int, tol: float, gen) -> list[torch.Tensor]:
@@ -100,8 +100,9 @@ def gap_rows(
 
     ``options`` defaults to every refinement with the second-order bound where it fits
     (:class:`.local.LocalOptions`). ``crown`` is the re-tightening of the ``local_crown`` column (a
-    :data:`...core.names.BOUND_REFRESH` value; ``None`` leaves the column NaN). Raises the one-line :class:`RobfiltError` of :func:`..certify.trace_bounds`
-    for models the certified bounds do not cover.
+    :data:`...core.names.BOUND_REFRESH` value; ``None`` leaves the column NaN). Raises the one-line
+    :class:`RobfiltError` of :func:`..certify.trace_bounds` for models the certified bounds do not cover, and that
+    of :func:`require_crown` for image models the CROWN graph does not cover (unless ``crown=None``).
     """
     ids = np.asarray(example_ids, dtype=np.int64)
     rho_t = torch.as_tensor(list(rhos), dtype=torch.float64)
@@ -155,20 +156,36 @@ def gap_rows(
     return pd.concat(frames, ignore_index=True)[list(GAP_COLUMNS)]
 
 
+def require_crown(target: Target, input_shape: tuple[int, ...]):
+    """The CROWN graph of ``target``, or the one-line refusal of the option that asked for it.
+
+    Only image models have a CROWN local bound (its ball is cut to pixels in [0, 1]), and only those the graph
+    covers: anything else is refused before any work, since a NaN column would look like a measurement that failed,
+    not one that was never possible.
+    """
+    if target.family is not Family.IMAGE:
+        raise RobfiltError(
+            f"{flag('gap_crown')}: {target.name} is not an image model (CROWN's local bound is over pixels in "
+            f"[0, 1]); drop {flag('gap_crown')} for it."
+        )
+    from ...crown.build import build_graph
+
+    try:
+        return build_graph(target.model, tuple(input_shape), name=target.name)
+    except RobfiltError as e:
+        raise RobfiltError(f"{flag('gap_crown')}: {e} Drop {flag('gap_crown')} for this model.") from None
+
+
 def _crown_local(target: Target, x: torch.Tensor, rhos: Sequence[float], refresh: str | None) -> np.ndarray:
-    """(B, len(rhos)) certified local constants of linear bound propagation, NaN where it does not apply: only
-    image models (pixels in [0, 1], the domain CROWN's ball is cut to) whose layers the CROWN graph covers."""
+    """(B, len(rhos)) certified local constants of linear bound propagation; NaN with ``refresh=None`` and for
+    models that are not image models. An image model the CROWN graph does not cover raises
+    (:func:`require_crown`)."""
     out = np.full((x.shape[0], len(rhos)), np.nan)
     if refresh is None or target.family is not Family.IMAGE:
         return out
     from ...crown import local_lipschitz
-    from ...crown.build import build_graph
 
-    try:
-        graph = build_graph(target.model, tuple(x.shape[1:]), name=target.name)
-    except RobfiltError as e:  # a layer CROWN does not cover: the column stays NaN, and the log says why
-        log.info("%s: no CROWN local bound (%s)", target.name, e)
-        return out
+    graph = require_crown(target, tuple(x.shape[1:]))
     for k, rho in enumerate(rhos):
         found = local_lipschitz(target.model, x, float(rho), refresh=refresh, graph=graph)
         out[:, k] = [b.upper for b in found]
