@@ -202,6 +202,28 @@ def test_the_shared_queue_hands_out_every_unit_once_and_counts_progress() -> Non
     assert reports == []
 
 
+def test_rank_zero_waits_for_the_last_rank_quietly(capfd) -> None:
+    """Rank 0 draws the bar until the last rank finishes, and its waiting writes nothing to stderr (a store wait
+    with a timeout wrote two c10d warnings per look: hundreds of lines at the end of a long run)."""
+    from robustbench_filters.core.workqueue import WorkQueue
+
+    _, zero, one = _two_ranks()
+    b = WorkQueue(one)
+    looks: list[float] = []
+
+    def sleep(seconds: float) -> None:  # the other rank finishes while rank 0 waits (no real time passes)
+        looks.append(seconds)
+        if len(looks) == 3:
+            b.finish()
+
+    a = WorkQueue(zero, sleep=sleep)
+    a.finish()
+    reports: list[int] = []
+    a.wait_all(lambda: reports.append(1))
+    assert len(reports) == 3 and len(looks) == 3
+    assert "c10d" not in capfd.readouterr().err
+
+
 def test_a_failed_rank_stops_the_others_taking_units() -> None:
     from robustbench_filters.core.workqueue import WorkQueue
 

@@ -15,7 +15,6 @@ collective: a process blocked inside a collective cannot take Ctrl-C until the c
 
 from __future__ import annotations
 
-import datetime as _dt
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -38,8 +37,10 @@ class WorkQueue:
     (one process, torchrun's fixed shards) the queue hands out what it is given and the store is not used.
     """
 
-    def __init__(self, ctx: DistContext, clock: Callable[[], float] = time.monotonic) -> None:
-        self.ctx, self.clock = ctx, clock
+    def __init__(
+        self, ctx: DistContext, clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep
+    ) -> None:
+        self.ctx, self.clock, self.sleep = ctx, clock, sleep
         self.prefix = f"robfilt/job{ctx.job}"
         self._published = -1.0
         self._finished = False
@@ -112,20 +113,19 @@ class WorkQueue:
     def wait_all(self, report: Callable[[], None]) -> None:
         """Rank 0: wait until every rank has finished its units, calling ``report`` between looks (the bar).
 
-        Polls the store in short waits, so Ctrl-C reaches this process within a fraction of a second, and a worker
-        process that died is noticed (the context's ``watch``) instead of waited for.
+        Looks at the store (a non-blocking ``check``) every :data:`PUBLISH_S`, so Ctrl-C reaches this process within
+        a fraction of a second, and a worker process that died is noticed (the context's ``watch``) instead of
+        waited for. Not ``store.wait`` with a timeout: each timeout writes two c10d warnings to stderr, hundreds
+        of lines while the last unit of a long run finishes.
         """
         if not self.ctx.pooled:
             return
         key = f"{self.prefix}/all-finished"
-        while True:
-            try:
-                self.ctx.store.wait([key], _dt.timedelta(seconds=PUBLISH_S))
-                return
-            except RuntimeError:  # DistStoreError on timeout: not yet
-                if self.ctx.watch is not None:
-                    self.ctx.watch()  # a worker that died never finishes: fail instead of waiting forever
-                report()
+        while not self.ctx.store.check([key]):
+            if self.ctx.watch is not None:
+                self.ctx.watch()  # a worker that died never finishes: fail instead of waiting forever
+            report()
+            self.sleep(PUBLISH_S)
 
 
 __all__ = ["PUBLISH_S", "WorkQueue"]
