@@ -109,6 +109,7 @@ SETTINGS = [
     Settings("crown", refresh="inner", window=100),
     Settings("crown", refresh="deep"),
     Settings("crown", refresh="full"),
+    Settings("crown", refresh="all"),
 ]
 
 

@@ -80,7 +80,7 @@ def test_the_other_methods_options_are_refused_in_one_line(capsys) -> None:
         ("--eps", "0.01"): "--eps is an option of --method ibp/crown-ibp/crown, not of --method smoothing",
         ("--method", "ibp", "--refresh", "inner"): "--refresh is read by --method crown only",
         ("--method", "beta-crown"): "--method must be one of smoothing, ibp, crown-ibp, crown",
-        ("--method", "crown", "--refresh", "deeper"): "--refresh must be one of full, deep, inner, residual, none",
+        ("--method", "crown", "--refresh", "deeper"): "--refresh must be one of all, full, deep, inner, residual, none",
     }
     for argv, message in cases.items():
         assert run(["certify", *argv, *QUIET]) == 2

@@ -399,4 +399,4 @@ SMOOTHING = "smoothing"
 BOUND_METHODS: tuple[str, ...] = ("ibp", "crown-ibp", "crown")
 CERTIFY_METHODS: tuple[str, ...] = (SMOOTHING, *BOUND_METHODS)
 #: CROWN's re-tightening of intermediate bounds (crown/propagate.py), cheapest last
-BOUND_REFRESH: tuple[str, ...] = ("full", "deep", "inner", "residual", "none")
+BOUND_REFRESH: tuple[str, ...] = ("all", "full", "deep", "inner", "residual", "none")

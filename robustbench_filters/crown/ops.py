@@ -52,6 +52,11 @@ class Op:
     def finish(self, rel: Any, out: Interval) -> None:
         """Called with the output bounds once known (ops whose Lipschitz view needs them)."""
 
+    def implied(self, rel: Any) -> Interval | None:
+        """Bounds of the output that the relaxation's own construction implies (a softmax's from the bounds of
+        its logits' differences), met with the form's; None when it implies none beyond the form."""
+        return None
+
     def refine(self, bound: Interval, forms: dict, domain: Any, cost: Any = None) -> Interval:
         """A tighter bound of this node from the linear forms of earlier nodes (``forms``: node -> form), met
         with ``bound``; the default keeps ``bound`` (see :class:`~.layernorm.Variance`)."""

@@ -177,6 +177,7 @@ REFRESH_SUFFIXES = {
     "inner": (".residual", ".qkv", ".fc1"),
     "deep": (".residual", ".qkv", ".fc1"),
     "full": (".residual", ".qkv", ".fc1", ".var"),
+    "all": (".residual", ".qkv", ".fc1", ".var", ".centre", ".logits", ".softmax"),
 }
 DEEP = ".attn.residual"  # ``deep``: these anchors back-substitute to the input
 FULL = (".var",)  # ``full``: every anchor and these nodes back-substitute to the input
@@ -187,7 +188,11 @@ def refresh_plan(graph: Graph, refresh: str) -> tuple[list[int], list[int]]:
     q/k/v and the MLP's hidden pre-activations, ``deep`` as ``inner`` with the residual stream after each
     attention sublayer back-substituted all the way to the input, ``full`` with every residual and every
     LayerNorm's variance back-substituted to the input (the variance decides how loose 1/sqrt is, and it is one
-    row per token: cheap; the final LayerNorm's input is the residual after the last MLP, which ``deep`` boxes).
+    row per token: cheap; the final LayerNorm's input is the residual after the last MLP, which ``deep`` boxes),
+    ``all`` with every node whose bounds a relaxation reads (q/k/v, the attention logits and softmax, the MLP's
+    hidden layer, LayerNorm's centred value and variance) back-substituted to the input. ``all`` is what stops
+    the runaway on normally trained DeiTs at eps 1e-3: a box on a softmax's interval error is multiplied by the
+    values |v| summed over the tokens in the next product, and the next logits' relaxation is built on that.
     Anchors (where back-substitutions stop) are the residual stream and the first block's input (the affine
     embedding: exact)."""
     suffixes = REFRESH_SUFFIXES[refresh]
@@ -256,7 +261,10 @@ def linear_pass(
     large: to the input, i.e. CROWN's own intermediate bounds); inner nodes stop at their sublayer's input. With
     ``deep`` the anchors after attention go to the input, so an interval error is boxed at most once (at the
     anchor after an MLP, whose own back-substitution is per token) before an exact re-weighting; with ``full``
-    every anchor and every LayerNorm variance goes to the input. ``keep``: nodes whose linear part is kept (the Lipschitz bound reads them).
+    every anchor and every LayerNorm variance goes to the input, with ``all`` every refreshed node does. Every
+    nonlinear node's bounds are also met with what its relaxation implies (:meth:`.ops.Op.implied`) and with IBP
+    redone on its inputs' bounds from this pass. ``keep``: nodes whose linear part is kept (the Lipschitz bound
+    reads them).
     """
     ops = graph.ops
     n = graph.output + 1
@@ -300,7 +308,7 @@ def linear_pass(
             w = window if i in anchors else 0  # inner nodes: back to their sublayer's input (token-local, cheap)
             if refresh == "deep" and ops[i].name.endswith(DEEP):
                 w = len(prior)  # every error since the input weighted exactly: no boxing compounds
-            if refresh == "full" and (i in anchors or ops[i].name.endswith(FULL)):
+            if refresh == "full" and (i in anchors or ops[i].name.endswith(FULL)) or refresh == "all":
                 w = len(prior)
             stops = prior[: max(0, len(prior) - w)]
             form = _refresh(graph, rels, i, form, consts, stops, cost, chunk)
@@ -312,6 +320,10 @@ def linear_pass(
                 cost.charge(k * b * _numel(op.shape))
             if ibp is not None:
                 bd = bd.meet(ibp[i])
+            if not op.affine:
+                bd = bd.meet(op.implied(rels[i]))
+                if all(bounds[j] is not None for j in op.inputs):  # IBP again, on the inputs' tighter bounds
+                    bd = bd.meet(_clamp(op, op.ibp(*[bounds[j] for j in op.inputs])))
             bounds[i] = _clamp(op, op.refine(bd, forms, domain, cost))
             if not op.affine:
                 op.finish(rels[i], bounds[i])

@@ -32,6 +32,7 @@ class SoftmaxRelax:
     mid: torch.Tensor  # (B, L, M)
     err: torch.Tensor
     dm: torch.Tensor | None = None
+    box: Interval | None = None  # s_j in [1 / T_j hi, 1 / T_j lo]: exact for the bounds of T, which keep correlations
 
 
 def _diff_bounds(bz: Interval, form, domain) -> Interval:
@@ -127,7 +128,12 @@ class Softmax(Op):
         mid = p * tmid + rec.mid
         err = p.abs() * terr + rec.err
         err = err + tol(mid.dtype) * (mid.abs() + err)
-        return SoftmaxRelax(c, mid.reshape(shape), err.reshape(shape))
+        t = tol(t_lo.dtype)
+        box = Interval(((1 - t) / t_hi).reshape(shape).clamp(0, 1), ((1 + t) / t_lo).reshape(shape).clamp(0, 1))
+        return SoftmaxRelax(c, mid.reshape(shape), err.reshape(shape), box=box)
+
+    def implied(self, rel):
+        return rel.box
 
     def finish(self, rel, out):
         b, m = out.lo.shape[0], out.lo.shape[-1]

@@ -6,8 +6,10 @@ Methods (the cost grows down the list, and so does the tightness):
 - ``crown-ibp``: relaxations built on the IBP intervals, then CROWN's backward pass from the margins;
 - ``crown`` (default): relaxations built on forward linear bounds of every intermediate node (met with IBP's),
   re-tightened by back-substitution (``refresh``: ``deep``, the default, re-weights every error since the input at
-  the residual stream after each attention sublayer; ``inner`` stops at the previous sublayer, about a third of
-  the cost and much looser beyond eps ~ 1e-4 on the zoo DeiTs; ``none``), then the backward pass from the margins.
+  the residual stream after each attention sublayer; ``full`` also every residual and LayerNorm variance; ``all``
+  every bound a relaxation reads, about 6 times ``full``'s cost; ``inner`` stops at the previous sublayer, about a
+  third of ``deep``'s cost and much looser beyond eps ~ 1e-4 on the zoo DeiTs; ``none``), then the backward pass
+  from the margins.
 
 Every method's margins are met with the cheaper ones' (elementwise max), so ``crown`` is never looser than IBP.
 An example is verified when every margin lower bound exceeds ``min_margin`` (default 1e-4 logits): the bound is
