@@ -10,8 +10,8 @@ examples, with and without the exact attention Jacobian norms at the centre for 
 (about a minute per example on one core).
 
 ``--crown-only`` adds ``crown.csv`` to a finished folder and rewrites ``summary.md``: the certified local constant of
-linear bound propagation (:func:`robustbench_filters.crown.local_lipschitz`, refresh deep, about 20,000 model passes
-per example) beside the exact ``||J(x0)||`` (a lower bound) on the first ``--crown-n`` of the same examples, for
+linear bound propagation (:func:`robustbench_filters.crown.local_lipschitz`, ``--crown-refresh``, default all: about
+100,000 model passes per example) beside the exact ``||J(x0)||`` (a lower bound) on the first ``--crown-n`` of the same examples, for
 ``--crown-models`` (the zoo ``deit-at`` too):
 
     .venv/bin/python scripts/lipschitz_gap.py --crown-only --crown-n 2 --out reports/lipschitz_gap --overwrite
@@ -40,7 +40,7 @@ from robustbench_filters.runs.outfolder import OutputFolder
 
 CSVS = ("rows.csv", "ablation.csv", "crossover.csv")
 CROWN_CSV = "crown.csv"
-CROWN_STEP = "linear bound propagation (crown.local_lipschitz, refresh deep; first {n} examples)"
+CROWN_STEP = "linear bound propagation (crown.local_lipschitz, refresh {refresh}; first {n} examples)"
 
 LADDER = [
     ("stage-wise composition + box floor", LocalOptions(token_radii=False, localize_attention=False, taylor=False)),
@@ -96,7 +96,7 @@ def _crossover(name: str, target, x, dense: bool) -> list[dict]:
     return out
 
 
-def _crown(name: str, x: torch.Tensor, ids: np.ndarray, rhos: list[float]) -> list[dict]:
+def _crown(name: str, x: torch.Tensor, ids: np.ndarray, rhos: list[float], refresh: str) -> list[dict]:
     """The crown local bound and the exact ||J(x0)|| of ``name`` on each example of ``x``, at each rho."""
     from robustbench_filters.crown import local_lipschitz
     from robustbench_filters.lipschitz import jacobian_norm_exact
@@ -105,9 +105,10 @@ def _crown(name: str, x: torch.Tensor, ids: np.ndarray, rhos: list[float]) -> li
     exact = jacobian_norm_exact(make_target(model, dtype=torch.float64), x)
     out = []
     for rho in rhos:
-        for i, b in enumerate(local_lipschitz(model, x, rho, refresh="deep")):
+        for i, b in enumerate(local_lipschitz(model, x, rho, refresh=refresh)):
             logging.info("%s rho %g example %d: crown %.4g, exact %.4g", name, rho, int(ids[i]), b.upper, exact[i])
-            out.append({"model": name, "example_id": int(ids[i]), "rho": rho, "exact_centre": float(exact[i]),
+            out.append({"model": name, "example_id": int(ids[i]), "rho": rho, "refresh": refresh,
+                        "exact_centre": float(exact[i]),
                         "crown_upper": b.upper, "crown_centre": b.centre, "crown_error": b.error,
                         "passes": b.passes, "seconds": b.seconds})  # fmt: skip
     return out
@@ -128,6 +129,7 @@ def main() -> None:
     parser.add_argument("--crown-models", default="deit,deit-grc,deit-at")
     parser.add_argument("--crown-n", type=int, default=2)
     parser.add_argument("--crown-rhos", default="1e-3")
+    parser.add_argument("--crown-refresh", default="all", help="CROWN's re-tightening (all, full, deep, ...)")
     args = parser.parse_args()
     folder = OutputFolder(args.out, "lipschitz-gap", overwrite=args.overwrite, legacy=_legacy).open()
     if args.summarize_only:
@@ -140,7 +142,9 @@ def main() -> None:
     if args.crown_only:
         x, ids = _inputs(args.crown_n, args.seed)
         crown_rhos = [float(r) for r in args.crown_rhos.split(",")]
-        frame = pd.DataFrame([r for name in args.crown_models.split(",") for r in _crown(name, x, ids, crown_rhos)])
+        frame = pd.DataFrame(
+            [r for name in args.crown_models.split(",") for r in _crown(name, x, ids, crown_rhos, args.crown_refresh)]
+        )
         (crown_csv,) = folder.paths([CROWN_CSV])
         frame.to_csv(crown_csv, index=False)
         write_summary(folder, f"zoo micro, {args.n} Fashion-MNIST test images, seed {args.seed}")
@@ -231,7 +235,9 @@ def _crown_steps(crown: pd.DataFrame, ablation: pd.DataFrame) -> pd.DataFrame:
     for model, g in crown.groupby("model", sort=False):
         if model not in set(ablation["model"]):
             continue
-        row = {"model": model, "step": CROWN_STEP.format(n=g["example_id"].nunique()), "global": float("nan")}
+        refresh = str(g["refresh"].iloc[0]) if "refresh" in g else "deep"  # crown.csv files before the column: deep
+        row = {"model": model, "step": CROWN_STEP.format(refresh=refresh, n=g["example_id"].nunique()),
+               "global": float("nan")}  # fmt: skip
         for col in ablation.columns:
             if col.startswith("local rho="):
                 at = g[np.isclose(g["rho"], float(col.removeprefix("local rho=")))]

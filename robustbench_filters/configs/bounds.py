@@ -70,8 +70,8 @@ class LipschitzConfig(ImageDataConfig):
         True, help="--gap: add the second-order (Taylor) bound rows.", value=Bool(), negatable=True, panel="Lipschitz"
     )
     gap_crown: bool = option(
-        False, help="--gap: add the certified local constant of linear bound propagation (CROWN) to the DeiTs' model "
-        "rows (about 17,000 model passes, 1-2 min on one core, per example and radius on the micro zoo).",
+        False, help="--gap: add the certified local constant of linear bound propagation (CROWN, refresh all) to the "
+        "DeiTs' model rows (about 100,000 model passes, 11 min on one core, per example and radius on the micro zoo).",
         value=Bool(), panel="Lipschitz",
     )  # fmt: skip
     rho: float = option(

@@ -220,7 +220,7 @@ def _gap_rows(
     ids = inputs.ids[batch].cpu().numpy()
     options = LocalOptions() if config.gap_taylor else LocalOptions(taylor=False)
     rows = gap_rows(target, x, ids, config.gap_rhos, options=options, power_iters=config.power_iters, generator=gen,
-                    crown="deep" if config.gap_crown else None)  # fmt: skip
+                    crown="all" if config.gap_crown else None)  # fmt: skip
     rows["layer"] = GAP + rows["layer"].astype(str)
     return rows
 

@@ -94,7 +94,7 @@ def gap_rows(
     power_iters: int = 50,
     tol: float = 1e-6,
     generator: torch.Generator | None = None,
-    crown: str | None = "deep",
+    crown: str | None = "all",
 ) -> pd.DataFrame:
     """Rows (see the module docstring) for the batch ``x`` (in the target's input space), in :data:`GAP_COLUMNS`.
 
