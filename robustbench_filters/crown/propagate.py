@@ -308,7 +308,7 @@ def linear_pass(
             w = window if i in anchors else 0  # inner nodes: back to their sublayer's input (token-local, cheap)
             if refresh == "deep" and ops[i].name.endswith(DEEP):
                 w = len(prior)  # every error since the input weighted exactly: no boxing compounds
-            if refresh == "full" and (i in anchors or ops[i].name.endswith(FULL)) or refresh == "all":
+            if refresh == "all" or (refresh == "full" and (i in anchors or ops[i].name.endswith(FULL))):
                 w = len(prior)
             stops = prior[: max(0, len(prior) - w)]
             form = _refresh(graph, rels, i, form, consts, stops, cost, chunk)
