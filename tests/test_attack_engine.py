@@ -13,6 +13,7 @@ from torch import nn
 
 from robustbench_filters.api.evaluate import evaluate
 from robustbench_filters.attacks import ATTACKS
+from robustbench_filters.checks import image as IC
 from robustbench_filters.cli import run
 from robustbench_filters.core.family import Family
 from robustbench_filters.data import load_images
@@ -145,6 +146,35 @@ def test_checks_flag_softmax_output(tiny_net):
 def test_check_masking_flags_quantised_model(tiny_net):
     result = evaluate([RoundedNet(tiny_net)], ["pgd"], [0.02, 0.05], n_examples=32, seed=0, steps=5, check_masking=True)
     assert _status(result, "large eps reaches chance") == ["fail"]
+
+
+class ZeroGradNet(nn.Module):
+    """Masked gradients with an unchanged forward pass: the input gradient is exactly zero."""
+
+    def __init__(self, inner: nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.inner(x.detach() + 0 * x)
+
+
+def test_check_masking_square_breaks_what_the_gradient_attack_left(tiny_net):
+    """FGSM cannot move on a zero gradient; Square, run on the examples it left robust, breaks them: the number is
+    overstated and the per-example black-box check says so (exit 3 on the CLI)."""
+    result = evaluate([ZeroGradNet(tiny_net)], ["fgsm"], [0.1], n_examples=32, seed=0, check_masking=True)
+    (check,) = [c for c in result.summary.checks if c.name == "white-box beats black-box"]
+    assert check.status == "fail", check
+    assert "overstated by at least" in check.detail
+    assert not result.summary.checks_summary.passed
+
+
+def test_check_blackbox_allowance():
+    """The black-box check allows what the convergence check allows on the examples it covers: one at 256."""
+    assert IC.check_blackbox(1, 71, 256, 256, 0.15, 5000, "m").status == "pass"
+    assert IC.check_blackbox(2, 71, 256, 256, 0.15, 5000, "m").status == "fail"
+    assert IC.check_blackbox(1, 10, 32, 32, 0.1, 5000, "m").status == "fail"
+    assert IC.check_blackbox(0, 0, 32, 32, 0.1, 5000, "m").status == "pass"
 
 
 def test_check_masking_passes_on_healthy_model(tiny_net):
