@@ -201,6 +201,12 @@ class ImageAttack(GridMeasurement):
             out.extend(self._masking_checks(module, label, xm.to(self.device), ym.to(self.device), classes))
         return out
 
+    @property
+    def _middle_eps(self) -> float:
+        """Where --check-masking's checks attack: the grid's middle eps, inside what the run measures and away from
+        its ends (the smallest leaves little to find, the largest may be past every model's robustness)."""
+        return self.config.eps[len(self.config.eps) // 2]
+
     def _masking_checks(
         self, model: nn.Module, label: str, x: torch.Tensor, y: torch.Tensor, classes: int
     ) -> list[Check]:
@@ -208,7 +214,7 @@ class ImageAttack(GridMeasurement):
         own survivors is a row check: :meth:`_blackbox_check`)."""
         c = self.config
         big = 0.5 if c.norm is Norm.LINF else 20.0
-        mid = c.eps[len(c.eps) // 2]
+        mid = self._middle_eps
 
         def acc(attack: str, eps: float, steps: int | None, step_size: float | None) -> float:
             return accuracy_under(model, attack, x, y, AttackParams(eps, c.norm, steps, step_size, c.seed, classes))
@@ -228,7 +234,7 @@ class ImageAttack(GridMeasurement):
         Square found 2 of the default's 71 survivors, after 4,222 and 4,431 queries)."""
         c = self.config
         mi = self.labels.index(label)
-        mid = c.eps[len(c.eps) // 2]
+        mid = self._middle_eps
         first = self.ids[:BLACKBOX_EXAMPLES]
         at = rows[(rows.kind != "clean") & np.isclose(rows.eps, mid) & rows.example_id.isin(first.tolist())]
         held = at.groupby("example_id").correct.all()
