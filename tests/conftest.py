@@ -14,10 +14,13 @@ from pathlib import Path
 # The suite computes in this process too (commands run in-process), and OpenMP reads its wait policy once, when
 # torch loads it: without this, waiting threads spin, and beside other busy processes every parallel region ends in
 # spinning. Measured with two busy loops on 2 cores: tests/test_crown_models.py took 125 s with PASSIVE and had done
-# 15 of its 47 tests after 240 s without. robfilt's own commands set the same policy (core/threads.py).
+# 15 of its 47 tests after 240 s without. robfilt's own commands set the policy with the same function, and
+# importing it does not load torch.
 if "torch" in sys.modules:  # a plugin loaded it first: the policy is fixed already; say so, the suite still runs
     warnings.warn("torch was imported before tests/conftest.py: OpenMP's waiting threads may spin", stacklevel=1)
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+from robustbench_filters.core.threads import configure_threads  # noqa: E402
+
+configure_threads(None)
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

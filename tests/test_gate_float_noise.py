@@ -76,6 +76,7 @@ def _scaled_baseline(doc: dict, factor: float) -> dict:
     return doc
 
 
+@pytest.mark.usefixtures("gate_in_process")  # `check` evaluated here, not in a child: the child is not the subject
 def test_robfilt_check_treats_a_baseline_from_another_machine_as_equal(tmp_path: Path, capsys) -> None:
     """End to end: an LM word-swap run judged against its own baseline with every NLL sum moved by 3e-7 (this
     machine's word-swap noise against the committed baseline was about 1e-7) passes with no warning; moved by

@@ -118,6 +118,7 @@ def test_cli_lists_refuse_repeats(tmp_path: Path, capsys, argv: list[str]) -> No
          r"#2 requires min_acc = 0.3 of deit-grc under pgd eps 0.01, but .* #1 requires min_acc = 0.2 .*point mode"),
     ],
 )  # fmt: skip
+@pytest.mark.usefixtures("gate_in_process")  # `check` evaluated here, not in a child
 def test_two_limits_for_one_check_are_refused_naming_both_tables(
     tmp_path: Path, tables: str, needle: str, capfd
 ) -> None:
