@@ -43,9 +43,10 @@ zoo: $(STAMP)
 	OMP_NUM_THREADS=1 $(BIN)/python scripts/certify_zoo.py --model $(subst $(space),$(comma),$(NOISY_ZOO)) --noise-sigma 0.25
 	$(BIN)/python -m robustbench_filters.models.zoo
 
-# The suite, then the robustness gate on the zoo models (this project's own CI is gated by it).
+# The suite, one pytest worker per usable core (pytest-xdist; a test file stays in one worker, so its module
+# fixtures are made once), then the robustness gate on the zoo models (this project's own CI is gated by it).
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n auto --dist loadfile
 	$(MAKE) ci-gate
 
 # The robustness gate exactly as .github/workflows/robustness.yml runs it (fresh runs and outputs in runs/ci-gate).

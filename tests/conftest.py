@@ -3,12 +3,14 @@ and the gate evaluated in this process."""
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import shutil
 import sys
+import tempfile
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 # The suite computes in this process too (commands run in-process), and OpenMP reads its wait policy once, when
@@ -21,6 +23,10 @@ if "torch" in sys.modules:  # a plugin loaded it first: the policy is fixed alre
 from robustbench_filters.core.threads import configure_threads  # noqa: E402
 
 configure_threads(None)
+# Under pytest-xdist (make test runs one pytest worker per core) each worker computes with one torch thread, as
+# robfilt's own worker processes do: two workers with two threads each would contend for 2 cores.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
@@ -29,6 +35,14 @@ import torch  # noqa: E402
 # robfilt's default, one process per core, would start workers for every command a test runs. Child processes
 # the tests start inherit it. Set ROBFILT_WORKERS yourself to run the suite with workers.
 os.environ.setdefault("ROBFILT_WORKERS", "1")
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto`` (make test) starts one pytest worker per core robfilt may use (CPU affinity and cgroup quotas,
+    as ``--workers`` counts them), not one per core the machine has."""
+    from robustbench_filters.core.cores import usable_cores
+
+    return usable_cores()
 
 
 @pytest.fixture(autouse=True)
@@ -47,21 +61,46 @@ def _library_logging() -> Iterator[None]:
     log.handlers, log.level, log.propagate = saved[0], saved[1], saved[2]
 
 
-@pytest.fixture(scope="session")
-def finished_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A finished run folder (``finished.ARGS``), made once per session in this process: read it, never change it
-    (use ``finished_run_copy``). The session fails if a test changed it, so one test cannot skew another."""
+def made_once(tmp_path_factory: pytest.TempPathFactory, name: str, make: Callable[[Path], object]) -> Path:
+    """A folder ``make(folder)`` fills, made once per test session: under pytest-xdist the first worker that asks
+    makes it in the temp root all workers share, holding a file lock the others wait on (an event, not a sleep);
+    a marker written last says it is complete, so a worker that died halfway leaves nothing a later one trusts."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if not worker:
+        folder = tmp_path_factory.mktemp(name)
+        make(folder)
+        return folder
+    root = tmp_path_factory.getbasetemp().parent  # the run's temp root, one level above each worker's own
+    done = root / f"{name}.done"
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not done.is_file():
+            folder = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=root))
+            make(folder)
+            done.write_text(str(folder))
+    return Path(done.read_text())
+
+
+def _finish_run(folder: Path) -> None:
     import finished
 
     from robustbench_filters.cli import run
 
-    out = tmp_path_factory.mktemp("finished") / "run"
     before = torch.get_num_threads()
     torch.set_num_threads(1)  # as in a child process (OMP_NUM_THREADS=1): its numbers equal a child's
     try:
-        assert run([*finished.ARGS, "--out", str(out)]) == 0
+        assert run([*finished.ARGS, "--out", str(folder / "run")]) == 0
     finally:
         torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def finished_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A finished run folder (``finished.ARGS``), made once per session: read it, never change it (use
+    ``finished_run_copy``). The session fails if a test changed it, so one test cannot skew another."""
+    import finished
+
+    out = made_once(tmp_path_factory, "finished", _finish_run) / "run"
     made = finished.digest(out)
     yield out
     assert finished.digest(out) == made, f"a test changed the shared finished run {out}; work on a copy"
@@ -94,7 +133,7 @@ def small_study(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A finished two-seed smoke study as a clone holds it (tests/small_study.py); copy it before changing it."""
     from small_study import finished_study
 
-    return finished_study(tmp_path_factory.mktemp("small-study") / "study")
+    return made_once(tmp_path_factory, "small-study", lambda folder: finished_study(folder / "study")) / "study"
 
 
 @pytest.fixture
