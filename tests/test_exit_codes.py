@@ -86,6 +86,7 @@ def test_gate_passes_when_every_check_was_evaluated(project: Path, capfd: pytest
     assert run(["check", "--spec", str(project / "spec.toml"), "-q"]) == 0, capfd.readouterr().err
 
 
+@pytest.mark.usefixtures("gate_in_process")  # the gate's verdict, evaluated here; the child's exit 1 is passed on as is
 def test_gate_fails_on_a_failed_sanity_check_when_the_spec_says_so(
     project: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
