@@ -45,6 +45,16 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     return usable_cores()
 
 
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """``--dist loadfile`` (make test) hands out the heaviest files first and keeps the files that read one session
+    folder in one worker (tests/scheduling.py); any other ``--dist`` is xdist's own."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from scheduling import HeavyFirst
+
+    return HeavyFirst(config, log)
+
+
 @pytest.fixture(autouse=True)
 def _seed() -> None:
     """Every test starts from the same RNG state, so failures reproduce."""
@@ -104,6 +114,25 @@ def finished_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     made = finished.digest(out)
     yield out
     assert finished.digest(out) == made, f"a test changed the shared finished run {out}; work on a copy"
+
+
+def _every_kind_alone(folder: Path) -> None:
+    import dist_kinds
+
+    from robustbench_filters.core.threads import kept_threads
+
+    with pytest.MonkeyPatch.context() as env, kept_threads():
+        for name in dist_kinds.TORCHRUN_ENV:  # this process alone, whatever started pytest
+            env.delenv(name, raising=False)
+        torch.set_num_threads(1)  # as --workers 1 and each torchrun rank compute: one torch thread
+        dist_kinds.run_all(folder / "one")
+
+
+@pytest.fixture(scope="session")
+def every_kind_alone(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Every kind of run (tests/dist_kinds.py) computed by this process alone, made once per session: the rows that
+    two workers (tests/test_workers.py) and two torchrun ranks (tests/test_distributed.py) must give. Read only."""
+    return made_once(tmp_path_factory, "every-kind-alone", _every_kind_alone) / "one"
 
 
 @pytest.fixture

@@ -12,6 +12,8 @@ from pathlib import Path
 from robustbench_filters.api.evaluate import certify, estimate_lipschitz, evaluate
 
 KINDS = ("image", "lm", "corruption", "lipschitz", "certify")
+#: what torchrun sets; a process with none of them computes alone
+TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK")
 
 
 def run_all(out: Path) -> None:

@@ -23,7 +23,8 @@ from robustbench_filters.train.loop import Recipe
 
 
 def smoke_plan(**changes) -> StudyPlan:
-    """1 seed, 2 variants per family, 3 training steps, a handful of examples: the whole pipeline in seconds."""
+    """1 seed, 2 variants per family, 3 training steps, a handful of examples, short power iterations: the whole
+    pipeline in seconds."""
     plan = StudyPlan(
         name="smoke",
         seeds=(0,),
@@ -34,8 +35,9 @@ def smoke_plan(**changes) -> StudyPlan:
         vision_attack=replace(VISION_ATTACK_TEMPLATE, n_examples=8, steps=2, eps=(0.01, 0.05)),
         vision_corruption=replace(VISION_CORRUPTION_TEMPLATE, n_examples=8, severities=(1,)),
         lm_attack=replace(LM_ATTACK_TEMPLATE, n_examples=4, rates=(0.0, 0.1), eps=(0.05,), steps=2),
-        lipschitz_vision=replace(LIPSCHITZ_VISION_TEMPLATE, n_examples=2),
-        lipschitz_lm=replace(LIPSCHITZ_LM_TEMPLATE, n_examples=2, seq_len=16),
+        # 5 power iterations, not 50: the pipeline is under test here, not the estimates (half the smoke's time)
+        lipschitz_vision=replace(LIPSCHITZ_VISION_TEMPLATE, n_examples=2, power_iters=5),
+        lipschitz_lm=replace(LIPSCHITZ_LM_TEMPLATE, n_examples=2, seq_len=16, power_iters=5),
         certify=replace(CERTIFY_TEMPLATE, n_examples=4, n0=10, n=40, attack_examples=1),
         seqlen=SeqlenEval(lm_ns=(8, 16), lm_windows=2, layer_ns=(16, 32), layer_trials=2),
     )

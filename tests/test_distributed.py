@@ -12,13 +12,13 @@ import pandas as pd
 import pytest
 import torch
 import torch.distributed as dist
+from dist_kinds import TORCHRUN_ENV
 
 from robustbench_filters.cli import run
 from robustbench_filters.core import distributed as D
 from robustbench_filters.core.errors import RobfiltError, RunStateError
 from robustbench_filters.runs.folder import RunWriter
 
-TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK")
 ATTACK_ARGS = ["attack", "--model", "deit", "--attack", "fgsm", "--checkpoint", "none", "--n-examples", "16",
                "--batch-size", "4", "--eps", "0.01,0.05", "--quiet"]  # fmt: skip
 LIPSCHITZ_ARGS = ["lipschitz", "--model", "deit", "--checkpoint", "none", "--data", "synthetic", "-n", "4",
@@ -183,13 +183,13 @@ def test_two_process_attack_run_equals_one_process_and_resumes(
 
 @needs_gloo
 def test_two_process_runs_equal_one_process_for_every_kind(
-    tmp_path: Path, no_torchrun_env: None, one_thread: None
+    tmp_path: Path, no_torchrun_env: None, every_kind_alone: Path
 ) -> None:
-    """Image attack, LM attack, corruption and Lipschitz runs: 2 gloo ranks give the 1-process rows, row for row."""
+    """Image attack, LM attack, corruption, Lipschitz and certify runs: 2 gloo ranks give the 1-process rows, row for
+    row."""
     import dist_kinds
 
-    one, two = tmp_path / "one", tmp_path / "two"
-    dist_kinds.run_all(one)
+    one, two = every_kind_alone, tmp_path / "two"
     env = {k: v for k, v in os.environ.items() if k not in TORCHRUN_ENV}
     env["OMP_NUM_THREADS"] = "1"
     script = Path(__file__).with_name("dist_kinds.py")

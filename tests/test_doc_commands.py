@@ -45,6 +45,7 @@ from typing import Any
 import pytest
 import typer
 from _docs import DOCUMENTS, ROOT, Block, all_blocks, argv, blocks, command_lines, robfilt_args, strip_env, unfenced
+from dist_kinds import TORCHRUN_ENV
 
 from robustbench_filters.cli import app
 
@@ -289,7 +290,6 @@ def test_the_rewrite_rules() -> None:
 
 
 # --- slow: every page runs ------------------------------------------------------------------------------------
-TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK")
 WNIDS = ("n01440764", "n02102040", "n02979186", "n03000684", "n03028079")  # Imagenette's first five classes
 
 

@@ -430,7 +430,7 @@ def test_cli_end_to_end_writes_a_run_folder(tmp_path, capsys):
     out = tmp_path / "run"
     args = [
         "lipschitz", "--model", "deit,lm-bsa-grc", "--checkpoint", "none", "--data", "synthetic",
-        "-n", "2", "--seq-len", "8", "--method", "power", "--per-layer", "--quiet", "--out", str(out),
+        "-n", "2", "--seq-len", "8", "--method", "power", "--power-iters", "5", "--per-layer", "--quiet", "--out", str(out),
     ]  # fmt: skip
     assert run(args) == 0
     assert "certified upper" in capsys.readouterr().out

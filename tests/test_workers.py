@@ -19,13 +19,13 @@ import pandas as pd
 import pytest
 import torch
 import torch.distributed as dist
+from dist_kinds import TORCHRUN_ENV
 
 from robustbench_filters.cli import run
 from robustbench_filters.core import cores, workers
 from robustbench_filters.core.errors import RobfiltError
 
 needs_gloo = pytest.mark.skipif(not (dist.is_available() and dist.is_gloo_available()), reason="no gloo backend")
-TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK")
 INTERRUPTED = "interrupted; continue with --resume"
 
 # A linear model that, when MODE says so, fails or stops in its forward on a unit's clean pass (no grad, a batch of 3
@@ -269,7 +269,9 @@ def test_a_pooled_failure_travels_as_the_exception_itself() -> None:
 
 
 @needs_gloo
-def test_every_kind_with_two_workers_equals_one_process(tmp_path: Path, no_torchrun_env: None) -> None:
+def test_every_kind_with_two_workers_equals_one_process(
+    tmp_path: Path, no_torchrun_env: None, every_kind_alone: Path
+) -> None:
     """Image attack (the default attack and a weak one), LM attack, corruption, Lipschitz and certify runs: two
     processes (one pool for all five runs, as a command keeps it) give the one-process rows, byte for byte."""
     import dist_kinds
@@ -277,18 +279,17 @@ def test_every_kind_with_two_workers_equals_one_process(tmp_path: Path, no_torch
     from robustbench_filters.api.evaluate import evaluate
     from robustbench_filters.core.threads import kept_threads
 
+    saved = {"checkpoint": "none", "n_examples": 6, "batch_size": 2, "save_adversarial": True}  # temporary folders
     with kept_threads():  # as --workers 1 computes: this process alone, one torch thread (workers.thread_count)
         torch.set_num_threads(1)
-        dist_kinds.run_all(tmp_path / "one")
-    saved = {"checkpoint": "none", "n_examples": 6, "batch_size": 2, "save_adversarial": True}  # temporary folders
-    alone = evaluate("deit", ["fgsm"], [0.05], **saved).adversarial()
+        alone = evaluate("deit", ["fgsm"], [0.05], **saved).adversarial()
     with workers.pool(2) as pool:
         dist_kinds.run_all(tmp_path / "two")
         pooled = evaluate("deit", ["fgsm"], [0.05], **saved).adversarial()
         assert pool is not None and pool.job == len(dist_kinds.KINDS) + 1  # one worker start served every run
     assert torch.equal(alone[0], pooled[0]) and torch.equal(alone[1], pooled[1])  # adversarial examples too
     for kind in dist_kinds.KINDS:
-        _same_run(tmp_path / "one" / kind, tmp_path / "two" / kind)
+        _same_run(every_kind_alone / kind, tmp_path / "two" / kind)
         manifest = json.loads((tmp_path / "two" / kind / "manifest.json").read_text())
         assert manifest["world_size"] == 2 and manifest["status"] == "complete", kind
 
