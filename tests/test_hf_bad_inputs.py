@@ -127,7 +127,7 @@ CASES = [
     ("unknown ref arg", [*ATTACK, "--model", "hf:{gpt2}?lr=0.1"], "only conversion arguments"),
     ("rotary bsa", [*ATTACK, "--model", "hf:{llama}?variant=bsa"], "rotary positions"),
     ("image attack", ["attack", "--attack", "apgd-ce", "--model", "hf:{gpt2}"], "does not fit lm models"),
-    ("certified bounds", ["lipschitz", "--model", "hf:{gpt2}", "-n", "1", "--seq-len", "8"], "pass --no-bounds"),
+    ("certified bounds", ["lipschitz", "--model", "hf:{gpt2}", "-n", "1", "--seq-len", "8"], "run with --no-bounds"),
     ("train variant", ["train", "--model", "hf:{gpt2}", "--variant", "bsb", "--steps", "1"], "unknown variant"),
     ("train rotary", ["train", "--model", "hf:{llama}", "--variant", "bsa", "--steps", "1"], "rotary positions"),
     (

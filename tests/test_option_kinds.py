@@ -211,6 +211,31 @@ def test_a_run_option_no_model_or_data_of_the_run_reads_is_refused(tmp_path, cap
     _refused([*argv, "-n", "1"], needle, tmp_path, capfd)
 
 
+API_UNREAD = [
+    ({"models": "deit", "seq_len": 8, "bounds": False}, "seq_len is not read by this run"),
+    ({"models": "lm", "img_size": 32, "bounds": False}, "img_size is not read by this run"),
+    ({"models": "deit", "power_iters": 5, "bounds": False}, "method=exact computes the whole Jacobian"),
+    ({"models": "deit", "method": "power", "ratio_steps": 5, "bounds": False}, "it sets method=ratio's ascent"),
+    ({"models": "deit", "gap_rhos": [0.01], "bounds": False}, "it sets the radii of gap"),
+    ({"models": "deit", "rho": 0.5, "bounds": False}, "add bounds=True or use ratio"),
+    ({"models": "deit", "gap_crown": True}, "it adds CROWN to gap's rows"),
+    ({"models": "timm:resnet10t?num_classes=10&in_chans=1", "checkpoint": "none", "bounds": False, "gap": True},
+     "pass bounds=False, per_layer=False and gap=False for the empirical lower bounds only"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("options", "needle"), API_UNREAD, ids=[n.split()[0] for _, n in API_UNREAD])
+def test_the_api_refuses_a_setting_nothing_reads_in_its_own_words(tmp_path, monkeypatch, options, needle) -> None:
+    """The reason and the fix name Python keywords (``method=exact``, ``bounds=True``), never a command-line flag."""
+    import robustbench_filters as rf
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(rf.RobfiltError) as refused:
+        rf.estimate_lipschitz(n_examples=1, num_workers=0, **options)
+    message = str(refused.value)
+    assert needle in message and "--" not in message, message
+
+
 def test_the_api_refuses_model_options_for_a_module_it_uses_as_it_is() -> None:
     import torch
     from torch import nn

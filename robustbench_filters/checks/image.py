@@ -8,6 +8,7 @@ import pandas as pd
 import torch
 from torch import nn
 
+from ..core.surface import flag
 from .base import FAIL, PASS, WARN, Check, ball_tolerance, model_rows
 from .convergence import (
     allowed,
@@ -78,7 +79,10 @@ def check_step_budget(steps: int, step_size: float | None, eps: list[float], mod
     reach = steps * smallest
     if reach < 1.0:
         return Check(
-            "PGD step budget reaches the ball", model, WARN, f"steps x step size = {reach:.2f} eps < eps; add --steps"
+            "PGD step budget reaches the ball",
+            model,
+            WARN,
+            f"steps x step size = {reach:.2f} eps < eps; add {flag('steps')}",
         )
     return Check("PGD step budget reaches the ball", model, PASS, f"steps x step size = {reach:.2f} eps")
 

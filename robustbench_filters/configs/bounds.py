@@ -12,7 +12,7 @@ from ..core.counts import UpTo
 from ..core.errors import RobfiltError
 from ..core.family import Family
 from ..core.names import SMOOTHING, parse_method
-from ..core.surface import flag, given
+from ..core.surface import flag, given, switched
 from ..summaries.kinds import CERTIFY, LIPSCHITZ
 from .base import (
     ImageDataConfig,
@@ -151,14 +151,17 @@ class LipschitzConfig(ImageDataConfig):
 
 
 def _unread_reason(name: str) -> str:
+    """Why ``name`` is not read, with every option named as the current surface spells it."""
+    exact = f"{given('method', 'exact')} computes the whole Jacobian"
     return {
-        "ratio_steps": "it sets --method ratio's ascent",
-        "power_iters": "--method exact computes the whole Jacobian",
-        "tol": "--method exact computes the whole Jacobian",
-        "rho": "it is the radius of the certified local bounds and of --method ratio; add --bounds or use ratio",
-        "gap_rhos": "it sets the radii of --gap",
-        "gap_taylor": "it shapes --gap's rows",
-        "gap_crown": "it adds CROWN to --gap's rows of image models",
+        "ratio_steps": f"it sets {given('method', 'ratio')}'s ascent",
+        "power_iters": exact,
+        "tol": exact,
+        "rho": f"it is the radius of the certified local bounds and of {given('method', 'ratio')}; add "
+        f"{switched('bounds')} or use ratio",
+        "gap_rhos": f"it sets the radii of {flag('gap')}",
+        "gap_taylor": f"it shapes {flag('gap')}'s rows",
+        "gap_crown": f"it adds CROWN to {flag('gap')}'s rows of image models",
         "seq_len": "it sets the tokens of language-model examples; these models are image models",
     }.get(name, "it reads image data; these models are language models")
 

@@ -87,6 +87,6 @@ class VerifiedConfig(CertifyMethod):
         if self.refresh not in BOUND_REFRESH:
             raise RobfiltError(f"{flag('refresh')} must be one of {', '.join(BOUND_REFRESH)}, got {self.refresh!r}.")
         if self.method != "crown" and self.refresh != "deep":
-            raise RobfiltError(f"{flag('refresh')} is read by --method crown only; drop it.")
+            raise RobfiltError(f"{flag('refresh')} is read by {given('method', 'crown')} only; drop it.")
         if not (math.isfinite(self.min_margin) and self.min_margin >= 0):
             raise RobfiltError(f"{flag('min_margin')} must be a finite number >= 0, got {self.min_margin}.")

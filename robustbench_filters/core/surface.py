@@ -73,3 +73,12 @@ def given(name: str, example: str) -> str:
     items = ", ".join(p.strip() for p in example.split(","))
     value = f"[{items}]" if known is not None and known.many else items
     return f"{name} = {value}" if where is Surface.SPEC else f"{name}={value}"
+
+
+def switched(name: str, on: bool = True) -> str:
+    """Setting boolean option ``name`` on the current surface: ``--gap`` / ``--no-gap``, ``gap=True``, ``gap = true``."""
+    where = current_surface()
+    if where is Surface.CLI:
+        spelled = flag(name)
+        return spelled if on else "--no-" + spelled.removeprefix("--")
+    return f"{name} = {str(on).lower()}" if where is Surface.SPEC else f"{name}={on}"

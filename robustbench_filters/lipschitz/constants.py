@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from ..core.errors import RobfiltError
-from ..core.surface import Surface, current_surface
+from ..core.surface import Surface, current_surface, switched
 
 # sup |GELU'(x)| = Phi(sqrt 2) + exp(-1)/sqrt(pi), attained at x = sqrt(2) (exact erf GELU, timm's nn.GELU).
 GELU_LIPSCHITZ: float = 0.5 * (1.0 + math.erf(1.0)) + math.exp(-1.0) / math.sqrt(math.pi)
@@ -75,7 +75,8 @@ def empirical_only() -> str:
     """The fix for a model the certified bounds do not cover, as the current surface spells it."""
     if current_surface() is Surface.CLI:
         return "run with --no-bounds and without --per-layer or --gap for the empirical lower bounds only"
-    return "pass bounds=False, per_layer=False and gap=False for the empirical lower bounds only"
+    off = [switched(name, on=False) for name in ("bounds", "per_layer", "gap")]
+    return f"pass {', '.join(off[:-1])} and {off[-1]} for the empirical lower bounds only"
 
 
 def layernorm_output_radius(norm: nn.LayerNorm) -> float:

@@ -18,7 +18,7 @@ import torch
 
 from ..core.errors import RobfiltError
 from ..core.family import Family
-from ..core.surface import flag
+from ..core.surface import flag, given
 from .target import Target
 
 SYNTHETIC = "synthetic"
@@ -100,7 +100,7 @@ def _text(name: str, target: Target, config: Any, select: Selector) -> Inputs:
     if tokenizer is None:
         raise RobfiltError(
             f"no tokenizer for {target.name}; load it from a checkpoint saved with its tokenizer, or pass inputs= "
-            "token ids (--data synthetic for untrained models)."
+            f"token ids ({given('data', 'synthetic')} for untrained models)."
         )
     seq_len = config.seq_len
     column = {"text_column": config.text_column} if getattr(config, "text_column", None) else {}

@@ -46,6 +46,7 @@ from ..models.ref import ModelRef
 from ..runs.measurement import Measurement, PrepareContext, Tick
 from ..runs.units import Unit, batch_slices, example_count
 from ..summaries import LipschitzSummary
+from .constants import empirical_only
 
 if TYPE_CHECKING:
     from ..runs.runner import RunResult
@@ -252,8 +253,8 @@ class Lipschitz(Measurement):
         for t in self.targets:
             if (self.settings.bounds or self.settings.per_layer or c.gap) and hasattr(t.model, "rolling"):
                 raise RobfiltError(
-                    f"{t.name}: certified bounds cover robfilt's own DeiTs and LMs, not Hugging Face models; pass "
-                    "--no-bounds for lower bounds in embedding space."
+                    f"{t.name}: certified bounds cover robfilt's own DeiTs and LMs, not Hugging Face models; "
+                    f"{empirical_only()} (in embedding space)."
                 )
         names = [t.name for t in self.targets]
         if len(set(names)) != len(names):

@@ -80,7 +80,7 @@ def certify_checkpoint(
     sigma = float(recipe.get("noise_sigma") or 0.0)
     if sigma <= 0:
         raise CheckpointError(
-            f"{folder} was not trained with noise (no recipe.noise_sigma); retrain with --noise-sigma."
+            f"{folder} was not trained with noise (no recipe.noise_sigma); retrain it with robfilt train --noise-sigma SIGMA."
         )
     data = load_images(recipe.get("data", "fashion-mnist"), split="test")
     ids = stratified_prefix(data.y, n_examples)
