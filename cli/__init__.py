@@ -181,7 +181,8 @@ def _run(argv: list[str], fail: Any, json_mode: bool = False) -> int:
         _discard_stdout()
         return SIGPIPE_EXIT
     except OSError as exc:  # robfilt's own writes (errors inside a user's model arrive as UserCodeError)
-        return fail(f"error: {describe_os_error(exc)}", 2)
+        with surface(Surface.CLI):
+            return fail(f"error: {describe_os_error(exc)}", 2)
     except KeyboardInterrupt:
         return fail("interrupted; continue with --resume", 130)
     except SystemExit as exc:  # raised by code robfilt ran (a user's model): never a silent success

@@ -98,3 +98,29 @@ def test_estimate_lipschitz_takes_numpy_inputs_as_tensors() -> None:
     assert a.rows[cols].equals(b.rows[cols])
     labels = rf.estimate_lipschitz(_linear(), inputs=x, input_labels=np.array([0, 1, 2]), bounds=False)
     assert len(labels.rows) == len(a.rows)
+
+
+def _refusal(call) -> str:  # noqa: ANN001
+    with pytest.raises(rf.RobfiltError) as refused:
+        call()
+    message = str(refused.value)
+    assert "\n" not in message and "--" not in message, message  # Python keywords, never command-line flags
+    return message
+
+
+def test_python_refusals_of_run_folders_and_weights_name_the_callers_keywords(tmp_path, monkeypatch) -> None:
+    """The run-folder, checkpoint and model refusals are shared by the CLI and the API; in Python each names its fix
+    as a keyword (``overwrite=True``, ``checkpoint=none``), as the CLI names it as a flag."""
+    monkeypatch.chdir(tmp_path)
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine")
+    run = {"models": "deit", "attacks": "fgsm", "eps": 0.01, "n_examples": 2, "num_workers": 0}
+    assert "overwrite=True" in _refusal(lambda: rf.evaluate(**run, out=foreign))
+    rf.evaluate(**run, out=tmp_path / "done")
+    again = _refusal(lambda: rf.evaluate(**{**run, "eps": 0.02}, out=tmp_path / "done"))
+    assert "resume=True" in again and "overwrite=True" in again, again
+    assert "save_adversarial=True" in _refusal(lambda: rf.load_adversarial(tmp_path / "done"))
+    torch.save({"w": torch.zeros(1)}, tmp_path / "w.pt")
+    assert "allow_pickle=True" in _refusal(lambda: rf.load_checkpoint(tmp_path / "w.pt", name="deit"))
+    assert "checkpoint=none" in _refusal(lambda: rf.load_model("timm:resnet18", checkpoint="zoo"))

@@ -134,9 +134,12 @@ def test_a_checkpoint_under_a_non_utf8_path_is_refused_by_name(tmp_path: Path, c
 
 def test_io_errors_do_not_promise_a_resume_that_cannot_be() -> None:
     from robustbench_filters.core.errors import describe_os_error
+    from robustbench_filters.core.surface import Surface, surface
 
     text = describe_os_error(OSError(17, "File exists", "/x"))
-    assert "run the command again" in text and "a run that had started continues with --resume" in text
+    assert "run the command again" in text and "a run that had started continues with resume=True" in text
+    with surface(Surface.CLI):
+        assert "a run that had started continues with --resume" in describe_os_error(OSError(17, "exists", "/x"))
 
 
 # --- devices -------------------------------------------------------------------------------------------------------
@@ -388,7 +391,7 @@ def test_threads_in_process_set_torchs_count() -> None:
         assert env["OMP_WAIT_POLICY"] == "active"  # the user's policy stays
     finally:
         torch.set_num_threads(before)
-    with pytest.raises(RobfiltError, match="--threads must be"):
+    with pytest.raises(RobfiltError, match="^threads must be"):  # in Python, the keyword
         configure_threads(True, {})  # type: ignore[arg-type]
 
 

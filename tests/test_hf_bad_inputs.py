@@ -191,7 +191,9 @@ def test_python_api_errors_name_their_parameters(world) -> None:
     with pytest.raises(RobfiltError, match="512 tokens but the model embeds only 384"):
         evaluate(model, "pgd", [0.05], tokenizer=big, n_examples=2, max_length=32)
     own = AutoTokenizer.from_pretrained(str(world["gpt2"]))
-    with pytest.raises(RobfiltError, match="--max-length 65 is longer than model0's 64 positions"):
+    with pytest.raises(
+        RobfiltError, match="max_length 65 is longer than model0's 64 positions; pass max_length=64 or less"
+    ):
         evaluate(model, "pgd", [0.05], tokenizer=own, n_examples=2, max_length=65)
 
 

@@ -161,7 +161,7 @@ def test_attack_rows_hold_each_documents_lm_eval_numbers(hf_models) -> None:
 
 
 def test_bad_windows_and_empty_documents_are_one_line(hf_models) -> None:
-    with pytest.raises(RobfiltError, match="--stride 9 must be between 1 and --max-length 8"):
+    with pytest.raises(RobfiltError, match="^stride 9 must be between 1 and max_length 8"):
         R.Rolling(8, 9, 0)
     with pytest.raises(RobfiltError, match="no documents"):
         P.evaluate_perplexity(object(), [])

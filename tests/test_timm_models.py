@@ -144,7 +144,7 @@ def test_zoo_weights_through_the_timm_name_equal_the_registry_model() -> None:
 @pytest.mark.parametrize(
     ("ref", "checkpoint", "match"),
     [
-        ("timm:resnet18", "zoo", "has no zoo weights; pass --checkpoint FILE.safetensors, or --checkpoint none"),
+        ("timm:resnet18", "zoo", "has no zoo weights; pass checkpoint=FILE.safetensors, or checkpoint=none"),
         ("timm:resnet18?foo=1", "none", "does not take the argument 'foo'"),
         ("timm:resnet18?pretrained=true", "none", "'pretrained' is not a model argument here"),
         ("timm:resnet18?num_classes=ten", "none", "model timm:resnet18\\?num_classes=ten: timm.create_model"),

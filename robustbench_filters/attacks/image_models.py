@@ -19,6 +19,7 @@ from ..checks.model import model_device, require_input_dependence, require_model
 from ..configs import ImageAttackConfig, data_label
 from ..configs.options import is_module
 from ..core.errors import RobfiltError
+from ..core.surface import flag
 from ..data.labels import check_labels_fit, pool_labels
 from ..models.loading import LoadedModel, Loading, load_model
 from ..runs.measurement import Measurement, PrepareContext
@@ -57,7 +58,7 @@ def check_fits(lm: LoadedModel, x: torch.Tensor, data: str, device: torch.device
         first = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else type(exc).__name__
         raise RobfiltError(
             f"model {lm.label} cannot take {data} images of shape {tuple(x.shape[1:])} ({first}); "
-            "pick matching --data/--size or a model built for this input."
+            f"pick matching {flag('data')}/{flag('size')} or a model built for this input."
         ) from None
     return require_logits(out, len(x), model=lm.label, where=f"{data}'s first selected examples")
 

@@ -20,6 +20,7 @@ from torch import nn
 
 from ..configs import model_label
 from ..core.errors import RobfiltError
+from ..core.surface import flag
 from ..models.built import copied, tokenizer_of
 from ..models.hf.rolling import Rolling, prefix_token
 from ..models.ref import ModelKind, ModelRef
@@ -59,7 +60,9 @@ def _hf_subject(
     if isinstance(model, ModelRef):
         ref = model
         if checkpoint not in DEFAULT_CHECKPOINTS:
-            raise RobfiltError(f"--checkpoint does not apply to {ref.label}: its folder holds the weights; drop it.")
+            raise RobfiltError(
+                f"{flag('checkpoint')} does not apply to {ref.label}: its folder holds the weights; drop it."
+            )
         hf = {k: options[k] for k in ("precision", "device") if k in options}
         module = load_hf(ref.target, label=ref.label, tokenizer=tokenizer, base_dir=options.get("base_dir"),
                          conversion=ref.args, **window, **hf)  # fmt: skip
@@ -104,7 +107,7 @@ def _own_subject(label: str, module: nn.Module, tok: Any, source: str, options: 
     limit = int(module.config.block_size)
     max_length, stride = options.get("max_length"), options.get("stride")
     if max_length is not None and max_length > limit:
-        raise RobfiltError(f"--max-length {max_length} is longer than {label}'s block size {limit}; pass less.")
+        raise RobfiltError(f"{flag('max_length')} {max_length} is longer than {label}'s block size {limit}; pass less.")
     window = int(max_length or limit)
     return LMSubject(label, module, tok, source, Rolling(window, int(stride or window), prefix_token(tok)))
 

@@ -38,6 +38,7 @@ import torch.distributed as dist
 
 from . import errors
 from .errors import RobfiltError
+from .surface import flag, given
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +150,9 @@ def init(device: str = "cpu") -> DistContext:
     kwargs: dict = {}
     if backend == "nccl":
         if not torch.cuda.is_available():
-            raise RobfiltError("--device cuda under torchrun needs a CUDA device on every rank; use --device cpu.")
+            raise RobfiltError(
+                f"{flag('device')} cuda under torchrun needs a CUDA device on every rank; use {given('device', 'cpu')}."
+            )
         torch.cuda.set_device(ctx.local_rank)  # object collectives and barriers run on this rank's own GPU
         kwargs["device_id"] = torch.device("cuda", ctx.local_rank)
     dist.init_process_group(backend=backend, timeout=_timeout(), **kwargs)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable
 
+from .surface import switched
+
 
 class RobfiltError(ValueError):
     """Bad input or state that the user can fix. ``exit_code`` is what the CLI returns."""
@@ -75,9 +77,7 @@ class UserCodeError(RobfiltError):
     """An exception raised inside a user's code (a model's forward, a factory): one line, exit code 2."""
 
     @classmethod
-    def wrap(
-        cls, label: str, where: str, exc: BaseException, hint: str = "fix it, then rerun with --resume"
-    ) -> UserCodeError:
+    def wrap(cls, label: str, where: str, exc: BaseException, hint: str | None = None) -> UserCodeError:
         if isinstance(exc, RuntimeError) and NO_GRAD_PATH in str(exc):  # autograd found no path to the input
             return cls(
                 f"no gradient reaches model {label}'s input in {where}: its forward detaches the images or computes "
@@ -89,6 +89,7 @@ class UserCodeError(RobfiltError):
         else:
             text = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
             what = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+        hint = hint or f"fix it, then rerun with {switched('resume')}"
         return cls(f"model {label} raised {what} in {where}; {hint}.")
 
 
@@ -106,7 +107,10 @@ def describe_os_error(exc: OSError) -> str:
 
     name = _errno.errorcode.get(exc.errno or -1, "")
     where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
-    again = "then run the command again (a run that had started continues with --resume: its finished parts are kept)"
+    again = (
+        f"then run the command again (a run that had started continues with {switched('resume')}: its finished "
+        "parts are kept)"
+    )
     if name in DISK_ERRNOS:
         return f"{DISK_ERRNOS[name]}{where}; free space, {again}"
     if name in PERMISSION_ERRNOS:

@@ -25,6 +25,7 @@ from contextlib import contextmanager
 
 from .errors import RobfiltError
 from .io import kept_environment
+from .surface import flag
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,7 @@ def configure_threads(threads: int | None, env: MutableMapping[str, str] | None 
     env = os.environ if env is None else env
     if threads is not None:
         if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= MAX_THREADS:
-            raise RobfiltError(f"--threads must be a whole number from 1 to {MAX_THREADS}, got {threads!r}.")
+            raise RobfiltError(f"{flag('threads')} must be a whole number from 1 to {MAX_THREADS}, got {threads!r}.")
         for name in THREAD_ENVS:
             env[name] = str(threads)
     env.setdefault(WAIT_POLICY_ENV, DEFAULT_WAIT_POLICY)

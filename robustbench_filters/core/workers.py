@@ -49,7 +49,7 @@ from . import distributed
 from .cores import usable_cores
 from .errors import RobfiltError
 from .io import kept_environment
-from .surface import Surface, current_surface, flag
+from .surface import Surface, current_surface, flag, switched
 from .worker_side import HOST, STOP, worker_main
 
 log = logging.getLogger(__name__)
@@ -287,7 +287,7 @@ class WorkerPool:
         code = self._procs[dead - 1].exitcode
         raise distributed.abandon(crashed or RobfiltError(
             f"worker process {dead} ended unexpectedly (exit code {code}); the finished units are kept: continue "
-            "with --resume."
+            f"with {switched('resume')}."
         ))  # fmt: skip
 
     def _gather(self, expected: str) -> None:
@@ -313,7 +313,9 @@ class WorkerPool:
                 'process. A script that asks for workers must start its work under `if __name__ == "__main__":` '
                 "(Python's rule for processes it spawns)."
             )
-        raise RobfiltError("a worker process ended unexpectedly (see its error above); continue the run with --resume.")
+        raise RobfiltError(
+            f"a worker process ended unexpectedly (see its error above); continue the run with {switched('resume')}."
+        )
 
     def _acks(self) -> None:
         """Wait until every worker has finished the job (the run's last collective step has passed everywhere)."""

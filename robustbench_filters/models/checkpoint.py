@@ -23,7 +23,7 @@ from torch import nn
 from ..core.errors import CheckpointError
 from ..core.family import Family
 from ..core.io import atomic_write_text, sha256_file
-from ..core.surface import given
+from ..core.surface import given, switched
 from ..core.versions import library_versions
 from .built import built_of, with_card
 from .config import DeiTConfig, LMConfig, config_from_dict
@@ -203,7 +203,7 @@ def _refuse_pickle(weights: Path) -> None:
     if _is_pickle(weights):
         raise CheckpointError(
             f"{weights} is a pickle/torch file; robfilt loads only safetensors (pickles can run code). "
-            "Convert it with safetensors.torch.save_model, or opt in with --allow-pickle (loaded weights_only)."
+            f"Convert it with safetensors.torch.save_model, or opt in with {switched('allow_pickle')} (loaded weights_only)."
         )
 
 
@@ -266,7 +266,7 @@ def load_checkpoint(
         )
     if name is not None and not is_zoo_ref(path) and card["size"] != size:
         raise CheckpointError(
-            f"checkpoint {weights.parent} is for size {card['size']!r}, not {size!r}; pass --size {card['size']}."
+            f"checkpoint {weights.parent} is for size {card['size']!r}, not {size!r}; pass {given('size', str(card['size']))}."
         )
     if sha256_file(weights) != card["weights_sha256"]:
         raise CheckpointError(f"checkpoint {weights} is corrupted or truncated (SHA-256 differs from its card).")

@@ -8,6 +8,7 @@ from typing import Any
 from ..core.errors import RobfiltError
 from ..core.family import Family
 from ..core.names import ZOO_MODEL_SIZE, ZOO_MODELS, architecture
+from ..core.surface import flag
 from .registry import build_from_spec, resolve_spec
 from .timm_registry import timm_name
 from .zoo_index import list_table as list_table  # re-exported: `models list` reads cards only (no torch)
@@ -51,7 +52,7 @@ def show(name: str, size: str = "micro") -> dict[str, Any]:
     """A variant's (or a zoo model's: its architecture's) config, parameter count, formulas and zoo weights."""
     zoo_model = ZOO_MODELS.get(name)
     if zoo_model is not None and size != ZOO_MODEL_SIZE:
-        raise RobfiltError(f"{name} exists at size {ZOO_MODEL_SIZE} only; drop --size {size}.")
+        raise RobfiltError(f"{name} exists at size {ZOO_MODEL_SIZE} only; drop {flag('size')} {size}.")
     arch = architecture(name)
     spec = resolve_spec(arch, size)
     model = build_from_spec(spec)

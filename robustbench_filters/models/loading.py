@@ -30,6 +30,7 @@ from torch import nn
 from ..core.errors import RobfiltError
 from ..core.io import expand_user
 from ..core.names import ZOO_MODELS
+from ..core.surface import flag, given
 from ..data.preprocess import InputSpec, input_spec_of
 from .built import Built, built_of, tokenizer_of
 from .checkpoint import CARD, is_zoo_ref
@@ -129,7 +130,7 @@ def _timm(ref: ModelRef, how: Loading) -> tuple[nn.Module, str]:
     if checkpoint == "zoo":
         if ref.target not in REGISTERED:
             raise RobfiltError(
-                f"timm:{ref.target} has no zoo weights; pass --checkpoint FILE.safetensors, or --checkpoint none "
+                f"timm:{ref.target} has no zoo weights; pass {given('checkpoint', 'FILE.safetensors')}, or {given('checkpoint', 'none')} "
                 "for seeded random weights (robfilt never downloads timm weights)."
             )
         return build_timm(ref, seed, pretrained=True), "zoo"
@@ -158,7 +159,9 @@ def _hf(ref: ModelRef, how: Loading) -> tuple[nn.Module, str]:
     from .hf.load import load_hf
 
     if how.checkpoint not in DEFAULT_CHECKPOINTS and not wants_untrained(how.checkpoint):
-        raise RobfiltError(f"--checkpoint does not apply to {ref.label}: the hf: folder holds its weights; drop it.")
+        raise RobfiltError(
+            f"{flag('checkpoint')} does not apply to {ref.label}: the hf: folder holds its weights; drop it."
+        )
     module = load_hf(ref.target, label=ref.label, base_dir=how.base_dir, conversion=ref.args)
     return module, f"hf:{ref.target}"
 

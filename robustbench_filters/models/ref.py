@@ -28,6 +28,7 @@ from typing import Any
 from ..core.errors import RobfiltError
 from ..core.io import expand_user
 from ..core.parsing import parse_number
+from ..core.surface import flag
 
 TIMM_PREFIX = "timm:"
 HF_PREFIX = "hf:"
@@ -200,7 +201,7 @@ def parse_model_args(items: Iterable[str]) -> dict[str, Any]:
     for item in items:
         key, value = _parse_pair(str(item), "--model-arg")
         if key in out:
-            raise RobfiltError(f"--model-arg {key} is given twice; give each argument once.")
+            raise RobfiltError(f"{flag('model_args')} {key} is given twice; give each argument once.")
         out[key] = value
     return out
 

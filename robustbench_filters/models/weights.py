@@ -21,6 +21,7 @@ from torch import nn
 
 from ..core.errors import CheckpointError
 from ..core.io import expand_user
+from ..core.surface import switched
 from .checkpoint import WEIGHTS, _is_pickle, refuse_non_utf8
 
 log = logging.getLogger(__name__)
@@ -36,7 +37,7 @@ def weights_file(path: str | Path) -> Path:
     refuse_non_utf8(p)
     if not p.exists():
         raise CheckpointError(
-            f"checkpoint {p} does not exist; pass a .safetensors file (or a torch file with --allow-pickle)."
+            f"checkpoint {p} does not exist; pass a .safetensors file (or a torch file with {switched('allow_pickle')})."
         )
     if p.is_dir():
         if not (p / WEIGHTS).is_file():
@@ -55,7 +56,7 @@ def read_state_dict(path: str | Path, allow_pickle: bool = False) -> dict[str, t
         if not allow_pickle:
             raise CheckpointError(
                 f"{p} is a pickle/torch file; robfilt loads only safetensors (pickles can run code). Convert it "
-                "(safetensors.torch.save_file(state_dict, 'w.safetensors')) or opt in with --allow-pickle (read weights_only)."
+                f"(safetensors.torch.save_file(state_dict, 'w.safetensors')) or opt in with {switched('allow_pickle')} (read weights_only)."
             )
         try:
             raw: Any = torch.load(p, map_location="cpu", weights_only=True)

@@ -35,6 +35,7 @@ import torch
 
 from ..core import io as _io
 from ..core.errors import RobfiltError, RunStateError
+from ..core.surface import switched
 from .units import Unit
 
 DIR = "adversarial"
@@ -114,7 +115,7 @@ def verified(folder: Path, key: str, recorded: str) -> str:
     if _io.sha256_file(path) != recorded:
         raise RunStateError(
             f"{path} does not match its recorded sha256 (edited or corrupted); remove it to recompute that unit, "
-            "then --resume."
+            f"then {switched('resume')}."
         )
     return recorded
 
@@ -131,7 +132,9 @@ def check_folder(folder: Path, planned: set[str] | None, done: set[str], saved: 
         key = path.name.removesuffix(SUFFIX)
         known = path.suffix == SUFFIX and (planned is None or key in planned)
         if not known or (key in done and key not in saved):
-            raise RunStateError(f"{path} is recorded by no unit of this run (added?); remove it, then --resume.")
+            raise RunStateError(
+                f"{path} is recorded by no unit of this run (added?); remove it, then {switched('resume')}."
+            )
 
 
 def verify(folder: Path, recorded: dict[str, str]) -> None:
@@ -140,7 +143,7 @@ def verify(folder: Path, recorded: dict[str, str]) -> None:
     for key, digest in sorted(recorded.items()):
         path = file_for(folder, key)
         if not path.exists():
-            raise RunStateError(f"{path} is missing; re-run the command with --overwrite.")
+            raise RunStateError(f"{path} is missing; re-run the command with {switched('overwrite')}.")
         if _io.sha256_file(path) != digest:
             raise RunStateError(f"{path} does not match the sha256 recorded in its manifest (edited or corrupted).")
     sub = folder / DIR
@@ -157,9 +160,13 @@ def _header(blob: bytes, path: Path) -> dict[str, Any]:
         header = json.loads(blob[8 : 8 + size])
         meta = json.loads(header["__metadata__"][META_KEY])
     except (ValueError, KeyError, TypeError):
-        raise RunStateError(f"{path} is not a robfilt adversarial file; re-run the command with --overwrite.") from None
+        raise RunStateError(
+            f"{path} is not a robfilt adversarial file; re-run the command with {switched('overwrite')}."
+        ) from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        raise RunStateError(f"{path} is not a robfilt adversarial file; re-run the command with --overwrite.")
+        raise RunStateError(
+            f"{path} is not a robfilt adversarial file; re-run the command with {switched('overwrite')}."
+        )
     return meta
 
 
@@ -171,7 +178,7 @@ def read(path: Path, sha256: str) -> tuple[dict[str, Any], dict[str, torch.Tenso
     try:
         blob = path.read_bytes()
     except FileNotFoundError:
-        raise RunStateError(f"{path} is missing; re-run the command with --overwrite.") from None
+        raise RunStateError(f"{path} is missing; re-run the command with {switched('overwrite')}.") from None
     if hashlib.sha256(blob).hexdigest() != sha256:
         raise RunStateError(f"{path} does not match the sha256 recorded in its manifest (edited or corrupted).")
     return _header(blob, path), load(blob)
@@ -216,7 +223,9 @@ class AdversarialExamples:
         for key in sorted(self.hashes):
             unit = Unit.from_key(key)
             if unit is None or not 0 <= unit.model < len(self.labels):
-                raise RunStateError(f"{file_for(self.folder, key)} is not a unit of this run; re-run with --overwrite.")
+                raise RunStateError(
+                    f"{file_for(self.folder, key)} is not a unit of this run; re-run with {switched('overwrite')}."
+                )
             self._units[key] = unit
 
     @classmethod
@@ -262,7 +271,7 @@ class AdversarialExamples:
             meta, t = self._file(key)
             if (meta.get("model"), meta.get("attack")) != (model, attack):
                 raise RunStateError(
-                    f"{file_for(self.folder, key)} holds another unit's examples; re-run with --overwrite."
+                    f"{file_for(self.folder, key)} holds another unit's examples; re-run with {switched('overwrite')}."
                 )
             k = _match_eps(eps, t["eps"].tolist()) if k is None else k
             ids.append(t["example_id"])

@@ -37,6 +37,7 @@ import pandas as pd
 
 from ..core import io as _io
 from ..core.errors import RobfiltError, RunStateError
+from ..core.surface import flag, switched
 from ..core.versions import git_commit, library_versions
 from ..summaries import Summary, check_summary_type, read_summary, report_family
 from ..summaries.base import READABLE, VERSION
@@ -68,7 +69,9 @@ def read_manifest(folder: Path) -> dict[str, Any]:
             f"{folder} is not a robfilt run folder (no {MANIFEST}); pass a folder robfilt wrote."
         ) from None
     except (json.JSONDecodeError, UnicodeDecodeError):
-        raise RunStateError(f"{path} is corrupted (not JSON); re-run that command with --overwrite.") from None
+        raise RunStateError(
+            f"{path} is corrupted (not JSON); re-run that command with {switched('overwrite')}."
+        ) from None
     if not isinstance(manifest, dict) or ("format" not in manifest and "kind" not in manifest):
         raise RunStateError(f"{path} is not a robfilt run manifest; pass a folder robfilt wrote.")
     if not isinstance(manifest.get("kind"), str) or not manifest["kind"]:
@@ -78,7 +81,7 @@ def read_manifest(folder: Path) -> dict[str, Any]:
         raise RunStateError(
             f"{folder} is a run folder of format {version}; this robfilt reads formats "
             f"{', '.join(str(v) for v in READABLE)} (they record integrity hashes): re-run the command with "
-            "--overwrite to rewrite it."
+            f"{switched('overwrite')} to rewrite it."
         )
     return manifest
 
@@ -159,8 +162,8 @@ class RunWriter:
             old = read_manifest(self.out)
             if old.get("fingerprint") != self.fp:
                 raise RunStateError(
-                    f"--out {self.out} holds a different run ({describe_change(old, new)}); --resume continues only "
-                    "the same run: use --overwrite to replace it or another --out."
+                    f"{flag('out')} {self.out} holds a different run ({describe_change(old, new)}); {switched('resume')} continues only "
+                    f"the same run: use {switched('overwrite')} to replace it or another {flag('out')}."
                 )
             self.refresh()
             log.info("resuming %s: %d finished units", self.out, len(self._done))
@@ -192,12 +195,12 @@ class RunWriter:
         """A secondary rank joins the folder rank 0 prepared: no lock, no manifest write, the same fingerprint."""
         if not (self.out / MANIFEST).exists():
             raise RunStateError(
-                f"--out {self.out} has no {MANIFEST} on this node although rank 0 wrote it; distributed runs need "
-                "--out on a filesystem that every rank shares."
+                f"{flag('out')} {self.out} has no {MANIFEST} on this node although rank 0 wrote it; distributed runs need "
+                f"{flag('out')} on a filesystem that every rank shares."
             )
         if read_manifest(self.out).get("fingerprint") != self.fp:
             raise RunStateError(
-                f"--out {self.out} holds a different run than this rank computes; give every rank the same options."
+                f"{flag('out')} {self.out} holds a different run than this rank computes; give every rank the same options."
             )
         self.refresh()
 
@@ -219,10 +222,10 @@ class RunWriter:
                 continue  # temp files of an interrupted atomic write
             key, suffix = path.stem, path.suffix
             if suffix not in (".parquet", ".json"):
-                raise RunStateError(f"{path} is not a part of this run; remove it, then --resume.")
+                raise RunStateError(f"{path} is not a part of this run; remove it, then {switched('resume')}.")
             if self._planned is not None and key not in self._planned:
                 raise RunStateError(
-                    f"{path} belongs to no planned unit of this run (edited?); remove it, then --resume."
+                    f"{path} belongs to no planned unit of this run (edited?); remove it, then {switched('resume')}."
                 )
             if suffix == ".json":
                 continue
@@ -246,14 +249,18 @@ class RunWriter:
             recorded, run_fp = record["sha256"], record["fingerprint"]
             adversarial = record.get("adversarial_sha256")
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            raise RunStateError(f"{sidecar} is garbled; remove it and {part.name}, then --resume.") from None
+            raise RunStateError(
+                f"{sidecar} is garbled; remove it and {part.name}, then {switched('resume')}."
+            ) from None
         if run_fp != self.fp:
-            raise RunStateError(f"{part} belongs to another run (fingerprint {run_fp}); remove it, then --resume.")
+            raise RunStateError(
+                f"{part} belongs to another run (fingerprint {run_fp}); remove it, then {switched('resume')}."
+            )
         actual = _io.sha256_file(part)
         if actual != recorded:
             raise RunStateError(
                 f"{part} does not match its recorded sha256 (edited or corrupted); remove it to recompute that "
-                "unit, then --resume."
+                f"unit, then {switched('resume')}."
             )
         return actual, adversarial
 
@@ -287,7 +294,9 @@ class RunWriter:
         """The rows of a finished part, re-verified against its hash (it may have been edited meanwhile)."""
         path = self.out / PARTS / f"{key}.parquet"
         if _io.sha256_file(path) != self._done[key]:
-            raise RunStateError(f"{path} changed while the run was going (edited?); remove it, then --resume.")
+            raise RunStateError(
+                f"{path} changed while the run was going (edited?); remove it, then {switched('resume')}."
+            )
         return pd.read_parquet(path)
 
     def rows(self, keys: Sequence[str] | None = None) -> pd.DataFrame:
@@ -360,11 +369,11 @@ def verify_run(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     manifest = read_manifest(path)
     if manifest.get("status") != "complete":
-        raise RunStateError(f"{path} is an unfinished run; finish it with --resume before reading it.")
+        raise RunStateError(f"{path} is an unfinished run; finish it with {switched('resume')} before reading it.")
     for name, key in ((ROWS, "rows_sha256"), (SUMMARY, "summary_sha256")):
         file = path / name
         if not file.exists():
-            raise RunStateError(f"{file} is missing; re-run the command with --overwrite.")
+            raise RunStateError(f"{file} is missing; re-run the command with {switched('overwrite')}.")
         if _io.sha256_file(file) != manifest.get(key):
             raise RunStateError(f"{file} does not match the sha256 recorded in its manifest (edited or corrupted).")
     parts = manifest.get("parts") or {}
@@ -379,13 +388,15 @@ def verify_run(path: str | Path) -> dict[str, Any]:
     try:
         summary_fp = json.loads((path / SUMMARY).read_text()).get("fingerprint")
     except (json.JSONDecodeError, UnicodeDecodeError):
-        raise RunStateError(f"{path / SUMMARY} is corrupted; re-run with --overwrite.") from None
+        raise RunStateError(f"{path / SUMMARY} is corrupted; re-run with {switched('overwrite')}.") from None
     if summary_fp != manifest.get("fingerprint"):
-        raise RunStateError(f"{path}: summary and manifest belong to different runs; re-run with --overwrite.")
+        raise RunStateError(
+            f"{path}: summary and manifest belong to different runs; re-run with {switched('overwrite')}."
+        )
     if not isinstance(manifest.get("config"), dict) or manifest_fingerprint(manifest) != manifest.get("fingerprint"):
         raise RunStateError(
             f"{path / MANIFEST} was edited: its recorded seed, settings, weights or examples no longer hash to its "
-            "fingerprint; re-run the command with --overwrite."
+            f"fingerprint; re-run the command with {switched('overwrite')}."
         )
     return manifest
 
@@ -409,6 +420,6 @@ def load_adversarial(
     store = _adv.AdversarialExamples.from_manifest(folder, verify_run(folder))
     if store is None:
         raise RobfiltError(
-            f"{folder} holds no adversarial examples; run the attack with --save-adversarial (save_adversarial=True)."
+            f"{folder} holds no adversarial examples; run the attack with {switched('save_adversarial')}."
         )
     return store.select(model, attack, eps)

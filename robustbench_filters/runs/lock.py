@@ -16,6 +16,7 @@ import socket
 from pathlib import Path
 
 from ..core.errors import RunStateError
+from ..core.surface import flag
 
 LOCK = ".lock"
 _RETRIES = 5
@@ -42,7 +43,7 @@ class RunLock:
                 os.close(fd)
                 raise RunStateError(
                     f"{self.path.parent} is being written by another robfilt process ({owner}); wait for it to "
-                    "finish or stop it (its lock is released the moment it exits), or use another --out."
+                    f"finish or stop it (its lock is released the moment it exits), or use another {flag('out')}."
                 ) from None
             if _same_file(fd, self.path):
                 os.ftruncate(fd, 0)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ..core import io as _io
 from ..core.errors import RunStateError
+from ..core.surface import flag, switched
 from .lock import LOCK
 from .outfolder import TRAINING_FILES, foreign_files, output_kind, run_folder_files, training_folder_files
 
@@ -30,7 +31,7 @@ def _blocked(out: Path, name: str, dirs: tuple[str, ...], what: str) -> RunState
     else:
         why = f"and {what} writes a file of that name"
     return RunStateError(
-        f"--out {out} holds {name!r}, which robfilt did not write, {why}; move it away or pick another --out "
+        f"{flag('out')} {out} holds {name!r}, which robfilt did not write, {why}; move it away or pick another {flag('out')} "
         "(nothing was changed)."
     )
 
@@ -45,7 +46,7 @@ def prepare_out(out: Path, kind: str, resume: bool, overwrite: bool) -> None:
     if not out.exists():
         return
     if not out.is_dir():
-        raise RunStateError(f"--out {out} is a file; pass a folder path.")
+        raise RunStateError(f"{flag('out')} {out} is a file; pass a folder path.")
     # the lock and the temp file of a first manifest write killed before its rename do not make a run folder
     entries = [p for p in out.iterdir() if p.name != LOCK and not _io.is_temp_of(p.name, MANIFEST)]
     if not entries:
@@ -53,11 +54,13 @@ def prepare_out(out: Path, kind: str, resume: bool, overwrite: bool) -> None:
     if (out / MANIFEST).is_file() and run_folder_files(out) is None:
         raise RunStateError(
             f"{out / MANIFEST} is not a robfilt run manifest (corrupted, or a file of yours), so robfilt cannot tell "
-            "which files there it wrote (it removes only those): pick another --out, or clear the folder yourself."
+            f"which files there it wrote (it removes only those): pick another {flag('out')}, or clear the folder yourself."
         )
     other = output_kind(out)
     if other not in (None, "run"):
-        raise RunStateError(f"--out {out} holds a robfilt {other} output; pass another --out (nothing was changed).")
+        raise RunStateError(
+            f"{flag('out')} {out} holds a robfilt {other} output; pass another {flag('out')} (nothing was changed)."
+        )
     listed = run_folder_files(out)
     # parts/ and adversarial/ are judged by the run itself on --resume (its messages name the unit); --overwrite
     # must empty them
@@ -66,12 +69,12 @@ def prepare_out(out: Path, kind: str, resume: bool, overwrite: bool) -> None:
     if listed is None:
         if not overwrite:
             raise RunStateError(
-                f"--out {out} is not a robfilt run folder (it holds {(foreign or [entries[0].name])[0]!r}); robfilt "
-                "never writes into other files: pass a new or empty --out, or --overwrite to write the run beside them (they are kept)."
+                f"{flag('out')} {out} is not a robfilt run folder (it holds {(foreign or [entries[0].name])[0]!r}); robfilt "
+                f"never writes into other files: pass a new or empty {flag('out')}, or {switched('overwrite')} to write the run beside them (they are kept)."
             )
     elif foreign and not overwrite:
         raise RunStateError(
-            f"--out {out} holds {foreign[0]!r}, which robfilt did not write; move it away, or pass --overwrite to "
+            f"{flag('out')} {out} holds {foreign[0]!r}, which robfilt did not write; move it away, or pass {switched('overwrite')} to "
             "replace the run beside it (it is kept)."
         )
     blocking = [f for f in foreign if f in (MANIFEST, ROWS, SUMMARY, PARTS, ADVERSARIAL) or f.startswith(unit_dirs)]
@@ -81,16 +84,18 @@ def prepare_out(out: Path, kind: str, resume: bool, overwrite: bool) -> None:
         return
     if not (resume or overwrite):
         raise RunStateError(
-            f"--out {out} already holds a run; pass --resume to continue it, --overwrite, or another --out."
+            f"{flag('out')} {out} already holds a run; pass {switched('resume')} to continue it, {switched('overwrite')}, or another {flag('out')}."
         )
     try:
         old = json.loads((out / MANIFEST).read_text())
     except (OSError, json.JSONDecodeError, UnicodeDecodeError):
-        raise RunStateError(f"{out / MANIFEST} is corrupted; use --overwrite or another --out.") from None
+        raise RunStateError(
+            f"{out / MANIFEST} is corrupted; use {switched('overwrite')} or another {flag('out')}."
+        ) from None
     old_kind = old.get("kind") if isinstance(old, dict) else None
     if old_kind != kind:
         raise RunStateError(
-            f"--out {out} holds a {old_kind!r} run, not a {kind!r} run; pass another --out (nothing was changed)."
+            f"{flag('out')} {out} holds a {old_kind!r} run, not a {kind!r} run; pass another {flag('out')} (nothing was changed)."
         )
 
 
@@ -99,21 +104,23 @@ def check_writable(out: Path) -> None:
     link to a folder that does not exist, is refused by name: nothing has been written, so nothing can resume)."""
     if _io.non_utf8_path(out):
         raise RunStateError(
-            f"--out {out} is not a UTF-8 path, and the run's files (Parquet, JSON) cannot be written under one; "
+            f"{flag('out')} {out} is not a UTF-8 path, and the run's files (Parquet, JSON) cannot be written under one; "
             "pick a folder whose path is UTF-8."
         )
     if out.is_symlink() and not out.exists():
         raise RunStateError(
-            f"--out {out} is a link to {os.readlink(out)}, which does not exist; create that folder first, or pass "
-            "another --out (nothing was written)."
+            f"{flag('out')} {out} is a link to {os.readlink(out)}, which does not exist; create that folder first, or pass "
+            f"another {flag('out')} (nothing was written)."
         )
     probe = out
     while not probe.exists():
         probe = probe.parent
     if not probe.is_dir():
-        raise RunStateError(f"--out {out}: {probe} is a file, not a folder; pick a folder path.")
+        raise RunStateError(f"{flag('out')} {out}: {probe} is a file, not a folder; pick a folder path.")
     if not os.access(probe, os.W_OK | os.X_OK):
-        raise RunStateError(f"--out {out} is not writable ({probe} denies writes); pick a folder you can write.")
+        raise RunStateError(
+            f"{flag('out')} {out} is not writable ({probe} denies writes); pick a folder you can write."
+        )
 
 
 def prepare_training_out(out: Path, resume: bool, overwrite: bool, state_dir: str = "train_state") -> set[str]:
@@ -124,18 +131,20 @@ def prepare_training_out(out: Path, resume: bool, overwrite: bool, state_dir: st
     if entries:
         kind = output_kind(out)
         if kind not in (None, "training"):
-            raise RunStateError(f"--out {out} holds a robfilt {kind} output; pick another --out (nothing was changed).")
+            raise RunStateError(
+                f"{flag('out')} {out} holds a robfilt {kind} output; pick another {flag('out')} (nothing was changed)."
+            )
         listed = training_folder_files(out)
         foreign = foreign_files(out, listed or set())
         if listed is None and not overwrite:
             raise RunStateError(
-                f"--out {out} is not a robfilt training folder (it holds {(foreign or [entries[0].name])[0]!r}); "
-                "robfilt never writes into other files: pick another --out, or pass --overwrite to train beside "
+                f"{flag('out')} {out} is not a robfilt training folder (it holds {(foreign or [entries[0].name])[0]!r}); "
+                f"robfilt never writes into other files: pick another {flag('out')}, or pass {switched('overwrite')} to train beside "
                 "them (they are kept)."
             )
         if foreign and not overwrite:
             raise RunStateError(
-                f"--out {out} holds {foreign[0]!r}, which robfilt did not write; move it away, or pass --overwrite "
+                f"{flag('out')} {out} holds {foreign[0]!r}, which robfilt did not write; move it away, or pass {switched('overwrite')} "
                 "to train beside it (it is kept)."
             )
         blocking = [
@@ -147,7 +156,7 @@ def prepare_training_out(out: Path, resume: bool, overwrite: bool, state_dir: st
             raise _blocked(out, blocking[0], (state_dir, state_dir + ".old", state_dir + ".tmp"), "training")
         if listed is not None and not (resume or overwrite):
             raise RunStateError(
-                f"--out {out} already holds a run; pass --resume to continue it, --overwrite, or another --out."
+                f"{flag('out')} {out} already holds a run; pass {switched('resume')} to continue it, {switched('overwrite')}, or another {flag('out')}."
             )
         if overwrite and not resume and listed is not None:
             out.mkdir(parents=True, exist_ok=True)

@@ -38,6 +38,7 @@ from ..checks import Check
 from ..core import distributed, workers
 from ..core.errors import RobfiltError, RunStateError, UserCodeError
 from ..core.progress import ProgressHook, null_progress
+from ..core.surface import flag, switched
 from ..core.workqueue import PUBLISH_S, WorkQueue
 from ..models.transport import reduce_module
 from ..summaries import Summary
@@ -173,7 +174,9 @@ def _run(
     ctx = distributed.init(str(config.device))
     device = torch.device(distributed.local_device(str(config.device), ctx))
     if ctx.enabled and not ctx.pooled and out is None:
-        raise RobfiltError("a distributed run (torchrun) needs --out: a folder on a filesystem all ranks share.")
+        raise RobfiltError(
+            f"a distributed run (torchrun) needs {flag('out')}: a folder on a filesystem all ranks share."
+        )
     prep = PrepareContext(device=device, seed=int(config.seed))
     distributed.all_or_none(ctx, lambda: measurement.prepare(prep))  # a rank that cannot prepare fails them all
     labels = measurement.labels
@@ -313,8 +316,8 @@ def _finish(
     missing = [u.key for u in units if not writer.is_done(u.key)]
     if missing:
         raise RunStateError(
-            f"{len(missing)} units have no part file (first: {missing[0]}); if ranks ran on several nodes, --out "
-            "must be on a filesystem they all share. Finish the run with --resume."
+            f"{len(missing)} units have no part file (first: {missing[0]}); if ranks ran on several nodes, {flag('out')} "
+            f"must be on a filesystem they all share. Finish the run with {switched('resume')}."
         )
     rows = writer.rows([u.key for u in units])
     checks = list(model_checks)

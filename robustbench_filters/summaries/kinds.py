@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import RobfiltError, RunStateError
+from ..core.surface import switched
 from .base import READABLE, VERSION, Summary
 from .certify import CertifySummary
 from .corruption import CorruptionSummary
@@ -115,7 +116,7 @@ def read_summary(doc: Any, kind: Any, family: Any, where: str) -> Summary:
     cls = summary_type(kind, family, where)
     where = f"summary.json of {where}"
     if not isinstance(doc, dict):
-        raise RobfiltError(f"{where} is not a JSON object; re-run it with --overwrite.")
+        raise RobfiltError(f"{where} is not a JSON object; re-run it with {switched('overwrite')}.")
     version = doc.get("format_version")
     if version not in READABLE:
         fix = "upgrade robfilt or re-run it" if isinstance(version, int) and version > VERSION else "re-run it"

@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from ...core.errors import RobfiltError
+from ...core.surface import flag, given
 from .rolling import DEFAULT_MAX_LENGTH, Rolling
 from .tokenizer import HFTokenizer
 
@@ -53,11 +54,11 @@ def resolve_max_length(config: Any, max_length: int | None, label: str) -> int:
     if max_length is None:
         return min(positions or DEFAULT_MAX_LENGTH, DEFAULT_MAX_LENGTH)
     if isinstance(max_length, bool) or int(max_length) != max_length or max_length < 2:
-        raise RobfiltError(f"--max-length must be a whole number of at least 2 tokens, got {max_length}.")
+        raise RobfiltError(f"{flag('max_length')} must be a whole number of at least 2 tokens, got {max_length}.")
     if positions is not None and max_length > positions:
         raise RobfiltError(
-            f"--max-length {max_length} is longer than {label}'s {positions} positions; pass --max-length "
-            f"{positions} or less."
+            f"{flag('max_length')} {max_length} is longer than {label}'s {positions} positions; pass "
+            f"{given('max_length', str(positions))} or less."
         )
     return int(max_length)
 
@@ -108,8 +109,8 @@ class HFCausalLM(nn.Module):
         """Next-token logits (B, T, V) at every position from token embeddings."""
         if emb.shape[1] > self.config.block_size:
             raise RobfiltError(
-                f"sequence length {emb.shape[1]} exceeds --max-length {self.config.block_size}; use shorter "
-                "sequences or a larger --max-length (up to the model's positions)."
+                f"sequence length {emb.shape[1]} exceeds {flag('max_length')} {self.config.block_size}; use shorter "
+                f"sequences or a larger {flag('max_length')} (up to the model's positions)."
             )
         return self.hf(inputs_embeds=emb, use_cache=False).logits
 

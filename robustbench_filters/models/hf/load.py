@@ -28,6 +28,7 @@ from torch import nn
 
 from ...core.errors import RobfiltError
 from ...core.io import expand_user
+from ...core.surface import flag
 from . import is_hf_model, require_transformers
 from .adapter import HFCausalLM, resolve_max_length
 from .tokenizer import HFTokenizer, check_tokenizer, load_tokenizer_folder
@@ -53,9 +54,11 @@ def bf16_supported(device: str | torch.device) -> bool:
 def precision_dtype(precision: str, device: str | torch.device = "cpu") -> torch.dtype:
     """The weights' dtype for ``--precision``, refused in one line where the device cannot compute it."""
     if precision not in DTYPES:
-        raise RobfiltError(f"unknown --precision {precision!r}; use fp32 or bf16.")
+        raise RobfiltError(f"unknown {flag('precision')} {precision!r}; use fp32 or bf16.")
     if precision == "bf16" and not bf16_supported(device):
-        raise RobfiltError(f"--precision bf16 needs a device with bfloat16 support and {device} has none; use fp32.")
+        raise RobfiltError(
+            f"{flag('precision')} bf16 needs a device with bfloat16 support and {device} has none; use fp32."
+        )
     return DTYPES[precision]
 
 

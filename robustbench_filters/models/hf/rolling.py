@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...core.errors import RobfiltError
+from ...core.surface import flag
 
 DEFAULT_MAX_LENGTH = 1024
 #: lm-eval's metric names, in the order tables show them.
@@ -89,10 +90,10 @@ class Rolling:
 
     def __post_init__(self) -> None:
         if self.max_length < 1:
-            raise RobfiltError(f"--max-length must be positive, got {self.max_length}.")
+            raise RobfiltError(f"{flag('max_length')} must be positive, got {self.max_length}.")
         if not 1 <= self.stride <= self.max_length:
             raise RobfiltError(
-                f"--stride {self.stride} must be between 1 and --max-length {self.max_length} (tokens newly "
+                f"{flag('stride')} {self.stride} must be between 1 and {flag('max_length')} {self.max_length} (tokens newly "
                 "predicted per window; the default, max_length, gives lm-eval's disjoint windows)."
             )
 

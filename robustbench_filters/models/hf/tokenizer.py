@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ...core.errors import RobfiltError
+from ...core.surface import flag
 from .trust import read_config_json, refuse_custom_code
 
 
@@ -91,7 +92,7 @@ PROBE_TEXT = "It is a truth universally acknowledged."
 def no_tokenizer(folder: Path, label: str) -> RobfiltError:
     return RobfiltError(
         f"{label}: no tokenizer in {folder}: save one with `tokenizer.save_pretrained({folder})` (or pass "
-        "--tokenizer DIR)."
+        f"{flag('tokenizer')} DIR)."
     )
 
 
@@ -102,7 +103,7 @@ def load_tokenizer_folder(folder: Path, label: str) -> HFTokenizer:
     from transformers import AutoTokenizer
 
     if not folder.is_dir():
-        raise RobfiltError(f"{label}: tokenizer folder {folder} does not exist; pass --tokenizer DIR.")
+        raise RobfiltError(f"{label}: tokenizer folder {folder} does not exist; pass {flag('tokenizer')} DIR.")
     if not any((folder / name).is_file() for name in VOCABULARY_FILES) and not any(folder.glob("*.tiktoken")):
         raise no_tokenizer(folder, label)
     if (folder / "tokenizer_config.json").is_file():
@@ -114,7 +115,7 @@ def load_tokenizer_folder(folder: Path, label: str) -> HFTokenizer:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise RobfiltError(
             f"{label}: no tokenizer could be read from {folder} ({first[:160]}); save one there with "
-            "tokenizer.save_pretrained(DIR) or pass --tokenizer DIR."
+            f"tokenizer.save_pretrained(DIR) or pass {flag('tokenizer')} DIR."
         ) from None
     wrapped = HFTokenizer(tok)
     if len(tok) < 2 or not wrapped.encode(PROBE_TEXT):
@@ -128,7 +129,7 @@ def check_tokenizer(tokenizer: HFTokenizer, config: Any, n_embeddings: int, labe
     if tokenizer.vocab_size > n_embeddings:
         raise RobfiltError(
             f"{label}: the tokenizer has {tokenizer.vocab_size} tokens but the model embeds only {n_embeddings}; "
-            "use the tokenizer saved with the model (--tokenizer DIR)."
+            f"use the tokenizer saved with the model ({flag('tokenizer')} DIR)."
         )
     for name in ("eos_token_id", "bos_token_id"):
         expected, got = getattr(config, name, None), getattr(tokenizer.hf, name, None)
