@@ -76,7 +76,11 @@ def given(name: str, example: str) -> str:
 
 
 def switched(name: str, on: bool = True) -> str:
-    """Setting boolean option ``name`` on the current surface: ``--gap`` / ``--no-gap``, ``gap=True``, ``gap = true``."""
+    """Setting boolean option ``name`` on the current surface: ``--gap`` / ``--no-gap``, ``gap=True``, ``gap = true``.
+
+    ``on=False`` on the command line spells ``--no-<flag>``, which only negatable options have (``--no-bounds``);
+    for the others a message says to leave the flag out instead (see ``lipschitz.constants.empirical_only``).
+    """
     where = current_surface()
     if where is Surface.CLI:
         spelled = flag(name)
