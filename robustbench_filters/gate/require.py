@@ -1,5 +1,5 @@
 """The ``[[section.require]]`` tables of a gate spec: which metric each threshold key limits, which conditions
-(attack and eps, or for certify the smoothed classifier and the radius) a requirement selects, and the readers of
+(attack and eps, for certify the smoothed classifier and the radius, for verified the eps) a requirement selects, and the readers of
 spec values with one-line errors that name the spec file.
 
 Apart from :mod:`.spec` (which reads the spec's sections, paths and baseline policy) because a requirement is its
@@ -16,11 +16,11 @@ from typing import Any
 from .. import configs as CF
 from ..core.errors import RobfiltError, suggest
 from ..core.parsing import parse_number
-from ..gating.metrics import certified_attack, same_eps
+from ..gating.metrics import VERIFIED_CONDITION, certified_attack, same_eps
 from ..gating.modes import THRESHOLD_MODES, Mode
 from ..gating.outcome import Requirement
 from ..stats.intervals import max_certifiable_radius
-from ..summaries import CERTIFY, IMAGE, LIPSCHITZ, LM
+from ..summaries import CERTIFY, IMAGE, LIPSCHITZ, LM, VERIFIED
 
 # threshold key -> metric; "min_" keys are lower limits, "max_" keys upper limits
 THRESHOLDS: dict[str, dict[str, str]] = {
@@ -39,6 +39,7 @@ THRESHOLDS: dict[str, dict[str, str]] = {
         "min_radius": "radius",
     },
     CERTIFY: {"min_certified_acc": "certified_acc"},
+    VERIFIED: {"min_verified_acc": "verified_acc"},
 }
 #: metric -> (lowest, highest) value it can take and how to say so: a limit outside would pass or fail whatever
 #: was measured (min_acc = 1.5 always fails, max_ppl = 0.5 too; min_acc = -0.2 always passes)
@@ -46,6 +47,7 @@ DOMAINS: dict[str, tuple[float, float, str]] = {
     "acc": (0.0, 1.0, "a share of examples in [0, 1]"),
     "token_acc": (0.0, 1.0, "a share of tokens in [0, 1]"),
     "certified_acc": (0.0, 1.0, "a share of examples in [0, 1]"),
+    "verified_acc": (0.0, 1.0, "a share of examples in [0, 1]"),
     "ppl": (1.0, math.inf, "a perplexity, at least 1"),
     "word_perplexity": (1.0, math.inf, "a perplexity, at least 1"),
     "byte_perplexity": (1.0, math.inf, "a perplexity, at least 1"),
@@ -55,13 +57,15 @@ DOMAINS: dict[str, tuple[float, float, str]] = {
     "lipschitz_lower": (0.0, math.inf, "a Lipschitz constant, at least 0"),
     "radius": (0.0, math.inf, "a radius, at least 0"),
 }
-#: what selects a requirement's conditions: attack and eps, or for certify the smoothed classifier and the radius
-CONDITION_KEYS: dict[str, frozenset[str]] = {CERTIFY: frozenset({"sigma", "radius"})}
+#: what selects a requirement's conditions: attack and eps, for certify the smoothed classifier and the radius, for
+#: verified the eps alone (the section's method is the one bound)
+CONDITION_KEYS: dict[str, frozenset[str]] = {CERTIFY: frozenset({"sigma", "radius"}), VERIFIED: frozenset({"eps"})}
 REQUIRE_KEYS: dict[str, frozenset[str]] = {
     fam: frozenset({"model", "models", "mode"} | CONDITION_KEYS.get(fam, {"attack", "eps"}) | set(t))
     for fam, t in THRESHOLDS.items()
 }
-Cond = tuple[str, float | None]  # (attack, eps) of one requirement; certify: ("certified:sigma<s>", radius)
+Cond = tuple[str, float | None]  # (attack, eps) of one requirement; certify: ("certified:sigma<s>", radius);
+# verified: ("verified", eps)
 
 
 def spec_error(spec: Path, message: str) -> RobfiltError:
@@ -119,10 +123,13 @@ def _distinct(spec: Path, items: list[Any], what: str) -> list[Any]:
 
 def _conditions(spec: Path, fam: str, entry: Mapping[str, Any], config: CF.RunConfig, where: str) -> list[Cond]:
     """The (attack, eps) pairs one requirement checks: ``-`` for Lipschitz, clean or an attack's eps list for
-    accuracies and perplexities, and for certify every (sigma, radius) it names."""
+    accuracies and perplexities, for certify every (sigma, radius) it names and for verified every eps."""
     if fam == CERTIFY:
         assert isinstance(config, CF.CertifyConfig)
         return _certified(spec, entry, config, where)
+    if fam == VERIFIED:
+        assert isinstance(config, CF.VerifiedConfig)
+        return _verified(spec, entry, config, where)
     if fam == LIPSCHITZ:
         if "attack" in entry or "eps" in entry:
             raise spec_error(spec, f"{where}: Lipschitz requirements take no attack or eps.")
@@ -175,6 +182,18 @@ def _certified(spec: Path, entry: Mapping[str, Any], config: CF.CertifyConfig, w
                                  f"noise draws and alpha = {config.alpha:g} no radius past {top:.3g} can be; raise n in "
                                  "[certify] or require a smaller radius.")  # fmt: skip
     return [(certified_attack(sigma), r) for sigma in sigmas for r in radii]
+
+
+def _verified(spec: Path, entry: Mapping[str, Any], config: CF.VerifiedConfig, where: str) -> list[Cond]:
+    """A ``[[verified.require]]``'s eps: each one of the section's (a verified accuracy at an eps the run did not bound
+    would be no measurement)."""
+    grid = tuple(config.eps or ())
+    if "eps" not in entry:
+        shown = ", ".join(f"{e:g}" for e in grid)
+        raise spec_error(spec, f"{where} needs eps = [...]: the Linf eps its verified accuracy is checked at (one of "
+                         f"[verified] eps = [{shown}]).")  # fmt: skip
+    eps = _distinct(spec, _numbers(spec, entry["eps"], f"{where} eps"), f"{where} eps")
+    return [(VERIFIED_CONDITION, _one_of(spec, e, grid, f"{where} eps", "[verified] eps")) for e in eps]
 
 
 def read_requirements(spec: Path, fam: str, models: list[str], entries: Any, config: CF.RunConfig) -> list[Requirement]:

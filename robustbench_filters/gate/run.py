@@ -33,7 +33,7 @@ from ..gating.plan import plan_baseline, plan_thresholds
 from ..runs.crosscheck import example_key, refuse_copies, refuse_label_conflicts
 from ..runs.folder import Run, load_run
 from ..runs.outfolder import OutputFolder
-from ..summaries import CERTIFY
+from ..summaries import CERTIFY, VERIFIED
 from .spec import Spec, load_spec
 
 log = logging.getLogger(__name__)
@@ -64,10 +64,10 @@ def _claim(folder: OutputFolder | None, name: str) -> Path:
 def check_runnable(spec: Spec) -> None:
     """Every requirement must name an attack and eps its section actually runs (caught before a long run).
 
-    Certify requirements were checked against their section when the spec was loaded (their sigma and radius
-    must be among its sigmas and radii, and certifiable at its n and alpha)."""
+    Certify and verified requirements were checked against their section when the spec was loaded (their sigma and
+    radius must be among its sigmas and radii, and certifiable at its n and alpha; their eps among its eps)."""
     for fam, section in spec.sections.items():
-        if fam == CERTIFY:
+        if fam in (CERTIFY, VERIFIED):
             continue
         config = section.config
         attacks = list(getattr(config, "attacks", ()) or ())
@@ -88,8 +88,10 @@ def check_runnable(spec: Spec) -> None:
 
 
 #: section settings a given run must match when the spec sets them (the run is then the one the spec describes);
-#: n, n0 and alpha are certify's: they decide how strong each certificate is (and the largest certifiable radius)
+#: n, n0 and alpha are certify's: they decide how strong each certificate is (and the largest certifiable radius);
+#: method, refresh and min_margin are verified's: they decide how tight each bound is
 SPEC_MATCHED = ("seed", "n_examples", "n", "n0", "alpha")
+SPEC_MATCHED_BY_FAMILY: dict[str, tuple[str, ...]] = {VERIFIED: ("method", "refresh", "min_margin")}
 
 
 def check_given_runs(runs: Sequence[Run], spec: Spec | None, baseline: Path | None) -> None:
@@ -98,8 +100,8 @@ def check_given_runs(runs: Sequence[Run], spec: Spec | None, baseline: Path | No
     - no folder twice, no copy of another (a copy would answer a requirement twice);
     - per family one example set and one model per name, no model under two names (the requirements of a family
       are looked up across its runs, so the runs must measure the same models on the same examples);
-    - the settings the spec's section sets (seed, n_examples; certify's n, n0 and alpha) are the run's: the
-      spec's thresholds were sized for those;
+    - the settings the spec's section sets (seed, n_examples; certify's n, n0 and alpha; verified's method,
+      refresh and min_margin) are the run's: the spec's thresholds were sized for those;
     - the baseline, when it is a run folder, is not one of the runs judged against it.
     """
     paths = [r.path.resolve() for r in runs]
@@ -127,7 +129,7 @@ def check_given_runs(runs: Sequence[Run], spec: Spec | None, baseline: Path | No
         section = spec.sections.get(fam) if spec is not None else None
         if section is None:
             continue
-        for key in SPEC_MATCHED:
+        for key in (*SPEC_MATCHED, *SPEC_MATCHED_BY_FAMILY.get(fam, ())):
             if key not in section.settings:
                 continue
             want = section.settings[key]

@@ -51,10 +51,28 @@ Layout (every key optional unless marked)::
     min_certified_acc = 0.40      # certified accuracy: true class certified within the radius (abstaining = not)
     mode = "interval"             # interval (Wilson over examples) | point; against a baseline, paired = McNemar
 
+    [verified]                    # verified robustness by bound propagation; keys mirror `robfilt certify --method crown`
+    models = ["deit-at"]          # required
+    method = "crown"              # the default here: ibp | crown-ibp | crown
+    eps = [0.0003, 0.001]         # Linf eps on the [0, 1] scale
+    refresh = "deep"
+    n_examples = 16
+
+    [[verified.require]]
+    models = ["deit-at"]          # default: all models of the section
+    eps = [0.0003]                # required; each one of the section's eps
+    min_verified_acc = 0.50       # verified accuracy: every wrong class's margin lower bound over the box is positive
+    mode = "interval"             # interval (Wilson over examples) | point; against a baseline, paired = McNemar
+
 Certified accuracy at radius r is the share of examples whose true class the smoothed classifier certifies within r
 (metric ``certified_acc``, condition ``certified:sigma0.25@0.5``); a radius no certificate can reach at the section's
 n and alpha is refused, and a certified accuracy with nothing behind it (every example abstained) warns instead of
 passing. A failed soundness check of the run (certified above the SmoothAdv attack's accuracy) follows ``sanity``.
+
+Verified accuracy at eps is the share of examples the bound proves robust in the whole Linf box (metric
+``verified_acc``, condition ``verified@0.0003``); a misclassified example, or one the bound leaves unknown, is not
+verified. Its soundness check (a verified example the default attack breaks: a wrong bound) follows ``sanity`` too.
+A bound costs seconds to minutes per example on a CPU (docs/certify.md), so the section's n_examples defaults to 16.
 
 Unknown keys and wrong types are usage errors (exit 2) with close-match suggestions. Paths (``out``, ``baseline``,
 ``checkpoint``, ``data_root``, the path in ``data = "imagefolder:..."``/``"text:..."``/``"hf-disk:..."``, factory
@@ -74,15 +92,16 @@ from typing import Any
 from .. import configs as CF
 from ..core.errors import RobfiltError
 from ..core.io import expand_user
+from ..core.names import BOUND_METHODS
 from ..core.surface import Surface, surface
 from ..core.textfiles import read_text
 from ..gating.modes import BaselinePolicy, Correction, Mode
 from ..gating.outcome import Requirement
 from ..models.checkpoint import is_zoo_ref
-from ..summaries import CERTIFY, IMAGE, LIPSCHITZ, LM
+from ..summaries import CERTIFY, IMAGE, LIPSCHITZ, LM, VERIFIED
 from .require import check_keys, read_number, read_requirements, spec_error
 
-SECTIONS: tuple[str, ...] = (IMAGE, LM, LIPSCHITZ, CERTIFY)
+SECTIONS: tuple[str, ...] = (IMAGE, LM, LIPSCHITZ, CERTIFY, VERIFIED)
 TOP_KEYS = frozenset({"version", "name", "out", "baseline", "tolerance", "sanity", "device", "allow_code", *SECTIONS})
 #: Data specs that carry a path; in a spec the path is relative to the spec's folder and must stay in the project.
 DATA_PATH_PREFIXES = ("imagefolder:", "text:", "hf-disk:")
@@ -100,6 +119,7 @@ SECTION_CONFIGS: dict[str, tuple[type[CF.RunConfig], ...]] = {
     LM: (CF.LMAttackConfig,),
     LIPSCHITZ: (CF.LipschitzConfig,),
     CERTIFY: (CF.CertifyConfig,),
+    VERIFIED: (CF.VerifiedConfig,),
 }
 RUN_KEYS: dict[str, frozenset[str]] = {fam: _run_keys(*classes) for fam, classes in SECTION_CONFIGS.items()}
 BASELINE_KEYS = frozenset({"path", "mode", "alpha", "correction", "interval_fallback", "discordance", "tolerance"})
@@ -255,7 +275,16 @@ def _config(spec: Path, fam: str, settings: dict[str, Any], device: Any) -> CF.R
         with surface(Surface.SPEC):
             if fam == IMAGE:
                 cls = CF.attack_config_class(options["models"], options.get("attacks", ()), options.get("base_dir"))
+            elif fam == CERTIFY and options.get("method") in BOUND_METHODS:
+                raise RobfiltError(
+                    f"method = {options['method']!r} verifies the model itself by bound propagation: that is the "
+                    "[verified] section (its keys mirror robfilt certify --method crown); move the method and its eps "
+                    "there."
+                )
             else:
+                if fam == VERIFIED:
+                    options.setdefault("method", "crown")
+                cls = SECTION_CONFIGS[fam][0]
                 cls = SECTION_CONFIGS[fam][0]
             return CF.build(cls, options)
     except RobfiltError as exc:

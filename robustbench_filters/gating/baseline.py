@@ -15,7 +15,8 @@ Version 2 (``robfilt check --write-baseline``)::
                    "nll_sum": [412.3, ...], "n_tokens": [255, ...], "correct_tokens": [101, ...]}]}
 
 Certify runs store ``{"examples": "certify", "condition": "certified:sigma0.25@0.5", "correct": "0110..."}``:
-``1`` where the example's true class is certified within the radius. Each outcome is aligned with its example
+``1`` where the example's true class is certified within the radius; verified runs ``{"examples": "verified",
+"condition": "verified@0.0003", "correct": "0110..."}``, ``1`` where the example was verified at that Linf eps. Each outcome is aligned with its example
 set's ``ids`` (or carries its own ``"ids"`` when it covers other examples). ``correct`` is a string of 0/1
 characters, one per example: compact, and a diff shows which examples flipped. Floats are written with ``repr`` precision, so a baseline written from a run and read back
 pairs bit-for-bit with the run it came from. About 1 KB per 1,000 image outcomes and 40 KB per 1,000 LM ones.

@@ -36,7 +36,7 @@ from typing import Any, Literal
 from ..core.errors import RobfiltError
 from ..stats.intervals import mcnemar_one_sided, paired_margin_score_test
 from ..stats.paired import PairedBinary, PairedRatio, sign_flip_ratio_test
-from .metrics import DIRECTION, RELATIVE, Metric
+from .metrics import ACCURACIES, DIRECTION, RELATIVE, Metric
 from .modes import Decision, Mode, Status, threshold_mode
 from .power import (
     DEFAULT_ALPHA,
@@ -47,9 +47,9 @@ from .power import (
     minimum_detectable,
 )
 
-PERCENT_METRICS = frozenset({"acc", "token_acc", "certified_acc"})
+PERCENT_METRICS = ACCURACIES | {"token_acc"}
 #: metrics of correct/wrong outcomes per example: paired with exact McNemar (or the margin score test)
-BINARY_METRICS = frozenset({"acc", "certified_acc"})
+BINARY_METRICS = ACCURACIES
 # Float noise: the same computation on another CPU (its BLAS kernels, their summation order) or in another batch
 # shape differs in the last digits. Certified bounds and power-iteration estimates agree to about 1e-6 relative
 # across machines; perplexities (float32 log-likelihoods summed over thousands of tokens) to about 1e-7: the zoo LM's

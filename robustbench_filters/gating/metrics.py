@@ -7,11 +7,13 @@ A metric is identified by ``model/condition/name``:
   lm-eval scores documents ``hf:gpt2/clean/word_perplexity`` (also ``byte_perplexity``, ``bits_per_byte``);
 - ``deit-grc/-/lipschitz_upper`` (and ``lipschitz_local_upper``, ``lipschitz_lower``, ``radius``);
 - ``deit/certified:sigma0.25@0.5/certified_acc`` (randomized smoothing: the share of examples whose true class the
-  smoothed classifier at noise sigma 0.25 certifies within L2 radius 0.5; one per sigma and radius of the run).
+  smoothed classifier at noise sigma 0.25 certifies within L2 radius 0.5; one per sigma and radius of the run);
+- ``deit-at/verified@0.0003/verified_acc`` (bound propagation, ``robfilt certify --method crown``: the share of
+  examples verified at Linf eps 0.0003, every wrong class's margin lower bound over the box positive).
 
-Each carries its point value and a 95% interval: Wilson for accuracies (certified ones too: over examples, with
-abstentions and wrong predictions counted as not certified), an example bootstrap for perplexity and token
-accuracy, and none (``lo == hi == value``) for deterministic quantities such as certified Lipschitz bounds
+Each carries its point value and a 95% interval: Wilson for accuracies (certified and verified ones too: over
+examples, with abstentions, wrong predictions and examples not verified counted as not certified), an example
+bootstrap for perplexity and token accuracy, and none (``lo == hi == value``) for deterministic quantities such as certified Lipschitz bounds
 (:data:`INTERVALS` names them, for the tables that show them). A certified accuracy no certificate could reach is
 flagged ``vacuous``: every example abstained at that sigma, or the radius lies past the largest one the run's n
 noise draws can certify at its alpha (:func:`~robustbench_filters.stats.intervals.max_certifiable_radius`).
@@ -42,13 +44,14 @@ from ..core.textfiles import read_text
 from ..runs.folder import Run, load_run
 from ..stats import aggregates as A
 from ..stats.intervals import max_certifiable_radius, wilson_interval
-from ..summaries import CERTIFY, IMAGE, LIPSCHITZ, LM, Summary, kind_of, read_summary
+from ..summaries import CERTIFY, IMAGE, LIPSCHITZ, LM, VERIFIED, Summary, kind_of, read_summary
 from ..summaries.certify import CertifySummary, SigmaCertificates
 from ..summaries.corruption import CorruptionSummary
 from ..summaries.image import ImageAttackSummary
 from ..summaries.lipschitz import LipschitzSummary
 from ..summaries.lm import LM_EVAL, LMAttackSummary
 from ..summaries.record import present
+from ..summaries.verified import VerifiedSummary
 
 BASELINE_FORMAT = "robfilt-baseline"
 # metric name -> True when higher is better
@@ -64,7 +67,11 @@ DIRECTION: dict[str, bool] = {
     "lipschitz_lower": False,
     "radius": True,
     "certified_acc": True,
+    "verified_acc": True,
 }
+#: shares of examples with a binomial count behind them (Wilson intervals, McNemar's test against a baseline, the
+#: accuracy power formulas): the one list every part of the gate reads
+ACCURACIES: frozenset[str] = frozenset({"acc", "certified_acc", "verified_acc"})
 # metrics whose tolerance is relative (ratios of positive quantities); accuracies use absolute tolerance
 RELATIVE: frozenset[str] = frozenset({"ppl", *LM_EVAL, "lipschitz_upper", "lipschitz_local_upper", "lipschitz_lower"})
 LIPSCHITZ_CONDITION = "-"
@@ -94,10 +101,13 @@ INTERVALS: dict[str, str] = {
     "byte_perplexity": "percentile bootstrap over documents",
     "bits_per_byte": "percentile bootstrap over documents",
     "certified_acc": "Wilson score interval over examples (abstentions count as not certified)",
+    "verified_acc": "Wilson score interval over examples (an example not verified counts as not verified)",
 }
 #: certified-accuracy conditions: ``certified:sigma<s>@<radius>`` (see :func:`certified_condition`)
 CERTIFIED = "certified"
 CERTIFICATE_KIND = "certificate"  # the certificate rows of a certify run (its attack rows check soundness)
+#: verified-accuracy conditions: ``verified@<eps>`` (a verified run's Linf eps)
+VERIFIED_CONDITION = VERIFIED
 
 
 def interval_note(metrics: Iterable[str]) -> str:
@@ -109,7 +119,7 @@ def interval_note(metrics: Iterable[str]) -> str:
 @dataclass(frozen=True)
 class Metric:
     model: str
-    condition: str  # "clean", "<attack>@<eps>", "certified:sigma<s>@<radius>", or "-" (Lipschitz)
+    condition: str  # "clean", "<attack>@<eps>", "certified:sigma<s>@<radius>", "verified@<eps>" or "-" (Lipschitz)
     metric: str
     value: float
     lo: float
@@ -212,6 +222,29 @@ def _certified_metrics(rows: pd.DataFrame, radii: Sequence[float], source: str) 
     return out
 
 
+def verified_outcomes(rows: pd.DataFrame) -> dict[tuple[str, float], pd.DataFrame]:
+    """A verified run's rows per (model, eps), sorted by example id: ``verified`` says whether the example's margins
+    were bounded above zero there (a misclassified example, or one not bounded at a larger eps, is not verified)."""
+    if rows.empty or not {"model", "example_id", "eps", "verified"} <= set(rows.columns):
+        return {}
+    return {
+        (str(model), float(eps)): g.sort_values("example_id", kind="stable")
+        for (model, eps), g in rows.groupby(["model", "eps"], sort=True)
+    }
+
+
+def _verified_metrics(rows: pd.DataFrame, source: str) -> list[Metric]:
+    """Verified accuracy per (model, eps), with a Wilson interval over examples."""
+    out = []
+    for (model, eps), g in verified_outcomes(rows).items():
+        n, k = len(g), int(g["verified"].astype(bool).sum())
+        lo, hi = wilson_interval(k, n)
+        out.append(
+            Metric(model, condition(VERIFIED_CONDITION, eps), "verified_acc", k / n, lo, hi, n, VERIFIED, source)
+        )
+    return out
+
+
 def run_radii(run: Run) -> tuple[float, ...]:
     """The radii a certify run reports certified accuracy at (its ``radii`` option, recorded in the manifest)."""
     radii = (run.manifest.get("config") or {}).get("radii")
@@ -264,6 +297,8 @@ def metrics_from_rows(rows: pd.DataFrame, family: str, source: str = "", radii: 
                     out.append(Metric(r["model"], LIPSCHITZ_CONDITION, name, v, v, v, None, family, source, vac))
     elif family == CERTIFY:
         out += _certified_metrics(rows, radii, source)
+    elif family == VERIFIED:
+        out += _verified_metrics(rows, source)
     return out
 
 
@@ -296,6 +331,20 @@ def _certified_from_summary(
     return out
 
 
+def _verified_from_summary(model: str, entries: Sequence[Any], source: str) -> list[Metric]:
+    """A verified summary's verified accuracies (counts per eps), with the Wilson interval the gate uses."""
+    out = []
+    for e in entries:
+        k, n = int(e.verified), int(e.n_examples)
+        if not 0 <= k <= n or n <= 0:
+            raise RobfiltError(f"{source}: verified summary of {model} is malformed (verified {k} of {n}); pass a "
+                               "summary.json written by robfilt certify --method crown.")  # fmt: skip
+        lo, hi = wilson_interval(k, n)
+        out.append(Metric(model, condition(VERIFIED_CONDITION, float(e.eps)), "verified_acc", k / n, lo, hi, n,
+                          VERIFIED, source))  # fmt: skip
+    return out
+
+
 def _accuracy(model: str, cond: str, e: Any, source: str) -> Metric:
     """An accuracy entry of an image summary (clean, robust or one corruption severity) as a metric."""
     return Metric(model, cond, "acc", float(e.acc), _nan(e.lo), _nan(e.hi), e.n, IMAGE, source)
@@ -308,6 +357,9 @@ def _from_summary(summary: Summary, source: str) -> list[Metric]:
     if isinstance(summary, CertifySummary):
         for model, by_sigma in summary.models.items():
             out += _certified_from_summary(model, by_sigma, summary.max_certifiable_radius, source)
+    elif isinstance(summary, VerifiedSummary):
+        for model, entries in summary.models.items():
+            out += _verified_from_summary(model, entries, source)
     elif isinstance(summary, LipschitzSummary):
         for model, m in summary.models.items():
             for col, name in LIPSCHITZ_METRICS.items():
@@ -334,7 +386,7 @@ def _from_summary(summary: Summary, source: str) -> list[Metric]:
                 out += [_accuracy(model, condition(attack, s.severity), s, source) for s in c.by_severity]
     else:
         raise RobfiltError(f"{source} is the summary of a {kind_of(type(summary)).name} run, which holds no gate metrics; pass an "
-                           "attack, corruption, lipschitz or certify run.")  # fmt: skip
+                           "attack, corruption, lipschitz, certify or verified run.")  # fmt: skip
     return out
 
 

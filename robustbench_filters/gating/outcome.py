@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import RegressionError
-from .metrics import condition
+from .metrics import ACCURACIES, condition
 from .modes import BaselinePolicy, Mode, Status
 
 PASS, WARN, FAIL = Status.PASS.value, Status.WARN.value, Status.FAIL.value
@@ -25,9 +25,10 @@ RULE = (
     "interval mode when the CIs widened by the tolerance no longer overlap, point mode on the values; a vacuous "
     "certified Lipschitz value (bound > 1e6 x lower bound, radius < 1e-6 x the lower bound's) never passes: a pass "
     "on it is a warning; certified accuracies (randomized smoothing) are judged like accuracies, and one no "
-    "certificate could reach (every example abstained, or a radius past what n draws certify) is vacuous too."
+    "certificate could reach (every example abstained, or a radius past what n draws certify) is vacuous too; "
+    "verified accuracies (bound propagation) are judged like accuracies."
 )
-PERCENT = frozenset({"acc", "token_acc", "certified_acc"})
+PERCENT = ACCURACIES | {"token_acc"}
 RATIO = frozenset({"ppl", "word_perplexity", "byte_perplexity", "bits_per_byte"})
 
 

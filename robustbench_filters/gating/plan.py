@@ -13,12 +13,12 @@ from collections.abc import Mapping, Sequence
 
 from .baseline import Baseline
 from .decide import baseline_plan, metric_log_se, threshold_plan
-from .metrics import Metric, find
+from .metrics import ACCURACIES, Metric, find
 from .modes import BaselinePolicy, Correction, Mode
 from .outcome import PlannedCheck, Requirement
 from .power import DETERMINISTIC_METRICS, RATIO_LOG_METRICS, minimum_detectable
 
-PAIRED_METRICS = frozenset({"acc", "ppl", "token_acc", "certified_acc"})
+PAIRED_METRICS = ACCURACIES | {"ppl", "token_acc"}
 
 
 def _known_spread(known: Sequence[Metric], req: Requirement, n: int | None) -> float | None:

@@ -46,6 +46,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..stats.intervals import Z95, z_quantile
+from .metrics import ACCURACIES
 from .modes import DEFAULT_ALPHA, DEFAULT_DISCORDANCE, Mode
 
 # Per-sequence correlation of log-perplexities between the baseline and a changed LM on the same text.
@@ -53,7 +54,7 @@ from .modes import DEFAULT_ALPHA, DEFAULT_DISCORDANCE, Mode
 # seeds 0 and 1), 0.94-0.95 between two seeds of one model. 0.85 sits below all of them.
 DEFAULT_CORRELATION = 0.85
 DEFAULT_POWER = 0.8
-ACCURACY_METRICS = frozenset({"acc", "certified_acc"})
+ACCURACY_METRICS = ACCURACIES
 RATIO_LOG_METRICS = frozenset({"ppl", "word_perplexity", "byte_perplexity"})
 DETERMINISTIC_METRICS = frozenset({"lipschitz_upper", "lipschitz_local_upper", "lipschitz_lower", "radius"})
 

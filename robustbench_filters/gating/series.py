@@ -1,7 +1,8 @@
 """Per-example outcomes of one (model, condition), and pairing two runs' outcomes by example id.
 
 Certify runs give one binary series per (model, sigma, radius): is each example's true class certified within the
-radius (:func:`certified_series`)? They pair like accuracies.
+radius (:func:`certified_series`)? Verified runs one per (model, eps): was each example verified there
+(:func:`verified_series`)? Both pair like accuracies.
 
 A paired test is only valid when both runs measured the very same examples. Two checks guard that:
 
@@ -30,8 +31,9 @@ import pandas as pd
 from ..core.errors import RobfiltError
 from ..runs.folder import Run
 from ..stats.paired import PairedBinary, PairedRatio
-from ..summaries import CERTIFY
+from ..summaries import CERTIFY, VERIFIED
 from .metrics import (
+    VERIFIED_CONDITION,
     certificate_rows,
     certified_condition,
     certified_outcomes,
@@ -39,6 +41,7 @@ from .metrics import (
     parse_condition,
     run_radii,
     same_eps,
+    verified_outcomes,
 )
 
 # manifest keys (top level or under "config") that identify the examples a run measured
@@ -118,10 +121,24 @@ def certified_series(rows: pd.DataFrame, radii: Sequence[float]) -> dict[SeriesK
     return out
 
 
+def verified_series(rows: pd.DataFrame) -> dict[SeriesKey, Series]:
+    """A verified run's outcomes: per (model, eps), was each example verified (keyed ``verified@<eps>``, like the
+    metric)? Paired tests on these are McNemar's, as for accuracy."""
+    return {
+        (model, condition(VERIFIED_CONDITION, eps)): BinarySeries(
+            g["example_id"].to_numpy(np.int64), g["verified"].to_numpy(bool)
+        )
+        for (model, eps), g in verified_outcomes(rows).items()
+    }
+
+
 def series_of_run(run: Run) -> dict[SeriesKey, Series]:
-    """Every per-example series of a run: certified outcomes at its radii for certify runs, else its rows'."""
+    """Every per-example series of a run: certified outcomes at its radii for certify runs, verified outcomes per
+    eps for verified runs, else its rows'."""
     if run.family == CERTIFY:
         return certified_series(run.rows, run_radii(run))
+    if run.family == VERIFIED:
+        return verified_series(run.rows)
     return series_from_rows(run.rows)
 
 
@@ -222,4 +239,5 @@ __all__ = [
     "pair_token_accuracy",
     "series_from_rows",
     "series_of_run",
+    "verified_series",
 ]
