@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from run_summaries import checks_part, typed
+from test_gate_certify import project
 
 from robustbench_filters.cli import run as cli_run
 from robustbench_filters.core.errors import RobfiltError, RunStateError
@@ -62,14 +63,6 @@ def verified_run(
 
 def first(k: int, n: int) -> np.ndarray:
     return np.arange(n) < k
-
-
-def project(tmp_path: Path, text: str) -> Path:
-    root = tmp_path / "proj"
-    root.mkdir(exist_ok=True)
-    (root / "pyproject.toml").write_text("")
-    (root / "robustness.toml").write_text(text)
-    return root / "robustness.toml"
 
 
 SECTION = '[verified]\nmodels = ["deit-at"]\neps = [1e-4, 3e-4]\n'
