@@ -157,6 +157,32 @@ def test_bad_worker_counts_are_one_line_errors(tmp_path: Path, capfd: pytest.Cap
     assert not (tmp_path / "a").exists()
 
 
+STARTS_FIRST = """
+import sys
+from robustbench_filters.core import workers
+
+before = "torch" in sys.modules  # what the command line has imported when it starts its workers
+if __name__ == "__main__":
+    procs = []
+    try:
+        with workers.pool(2, warm=[]) as opened:
+            procs = list(opened._procs)
+            print("torch before the workers:", before, "store:", opened._store is not None, flush=True)
+            raise KeyboardInterrupt  # leave before any job, as Ctrl-C would
+    except KeyboardInterrupt:
+        pass
+    print("ended:", [p.exitcode is not None for p in procs])
+"""
+
+
+def test_workers_start_before_torch_loads_and_end_with_a_pool_that_ran_nothing(no_torchrun_env: None) -> None:
+    """The command line starts its workers before it imports torch (they learn the store's port over their pipe),
+    so the two imports overlap; a pool left before its first job still ends every worker."""
+    out = subprocess.run([sys.executable, "-c", STARTS_FIRST], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.splitlines() == ["torch before the workers: False store: True", "ended: [True]"]
+
+
 def test_a_run_that_cannot_be_sent_is_refused_before_any_work(tmp_path: Path, no_torchrun_env: None) -> None:
     from robustbench_filters.api.evaluate import evaluate
 

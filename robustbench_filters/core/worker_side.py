@@ -18,7 +18,6 @@ import warnings
 from multiprocessing.connection import Connection
 from typing import Any
 
-from . import distributed
 from .errors import RobfiltError
 from .surface import Surface, surface
 
@@ -49,7 +48,6 @@ def _die_with_parent(parent: int) -> None:
 def worker_main(
     rank: int,
     world: int,
-    port: int,
     conn: Connection,
     threads: int,
     parent: int,
@@ -57,8 +55,10 @@ def worker_main(
     filters: list,
     warm: tuple[str, ...],
 ) -> None:
-    """A worker: join the group, then run jobs until the parent sends STOP or goes away. It logs and warns as the
-    parent does (its level, its warning filters), and only what goes wrong: rank 0 reports the run."""
+    """A worker: import torch and ``warm``, learn the store's port from the pipe (the parent starts its workers before
+    it loads torch and opens the store after), join the group, then run jobs until the parent sends STOP or goes
+    away. It logs and warns as the parent does (its level, its warning filters), and only what goes wrong: rank 0
+    reports the run."""
     _die_with_parent(parent)
     warnings.filters[:] = filters
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -73,11 +73,19 @@ def worker_main(
         import torch
         import torch.distributed as dist
 
+        from .launch import group_timeout
+
         torch.set_num_threads(threads)
         for module in warm:  # what the first job will need, imported while the parent imports its own
             importlib.import_module(module)
-        timeout = distributed.group_timeout()
-        store = dist.TCPStore(HOST, port, world, False, timeout=timeout)
+        try:
+            port = conn.recv_bytes()
+        except (EOFError, OSError):
+            port = STOP  # the parent is gone
+        if port == STOP:  # the parent ended before it opened the store
+            os._exit(0)
+        timeout = group_timeout()
+        store = dist.TCPStore(HOST, int(port), world, False, timeout=timeout)
         conn.send(("ready", None))
         dist.init_process_group("gloo", store=store, rank=rank, world_size=world, timeout=timeout)
         _serve(rank, world, store, conn)
@@ -90,6 +98,8 @@ def worker_main(
 
 
 def _serve(rank: int, world: int, store: Any, conn: Connection) -> None:
+    from . import distributed
+
     while True:
         try:
             payload = conn.recv_bytes()

@@ -45,10 +45,10 @@ from collections.abc import Callable, Iterator, Sequence
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from . import distributed
 from .cores import usable_cores
 from .errors import RobfiltError
 from .io import kept_environment
+from .launch import DistContext, env_context, group_timeout
 from .surface import Surface, current_surface, flag, switched
 from .worker_side import HOST, STOP, worker_main
 
@@ -86,7 +86,7 @@ def resolve(workers: int | None, default: int | None = None) -> int:
     count = requested(workers)
     if count is None:
         count = default if default is not None else 1
-    if distributed.env_context().enabled:
+    if env_context().enabled:
         if count > 1 and workers is not None:
             log.info("under torchrun the ranks it started are the workers; %s %d is ignored", flag("workers"), count)
         return 1
@@ -147,10 +147,12 @@ class WorkerPool:
                 "file.py:factory)."
             ) from None
         self._start()
+        from . import distributed  # torch is loaded by now (the group is up)
+
         self.job = job
         for conn in self._conns:
             conn.send_bytes(payload)
-        ctx = distributed.DistContext(rank=0, world_size=self.size, backend="gloo", store=self._store, job=job,
+        ctx = DistContext(rank=0, world_size=self.size, backend="gloo", store=self._store, job=job,
                                       watch=self._watch)  # fmt: skip
         try:
             with distributed.pooled(ctx), self._own_threads():
@@ -174,18 +176,20 @@ class WorkerPool:
 
     def start(self, warm: Sequence[str] = ()) -> None:
         """Start the worker processes now, without waiting for them: they import torch and the ``warm`` modules
-        while this process goes on (a command starts them before its own heavy imports, which then overlap)."""
+        while this process goes on (a command starts them before its own heavy imports, which then overlap).
+
+        They start before this process imports torch (a second on a CPU), and learn the store's port over their
+        pipe once it listens: a command that has not loaded torch yet loses no time to the workers' start."""
         if self.started:
             return
-        import torch.distributed as dist
+        if "torch" in sys.modules:  # a group can exist only where torch is loaded
+            import torch.distributed as dist
 
-        if dist.is_initialized():
-            raise RobfiltError(
-                f"a torch.distributed process group is already set up in this process; {flag('workers')} "
-                f"{self.size} needs its own: pass {self._one()}."
-            )
-        self._store = dist.TCPStore(HOST, 0, self.size, True, timeout=distributed.group_timeout(),
-                                    wait_for_workers=False)  # fmt: skip
+            if dist.is_initialized():
+                raise RobfiltError(
+                    f"a torch.distributed process group is already set up in this process; {flag('workers')} "
+                    f"{self.size} needs its own: pass {self._one()}."
+                )
         spawn = multiprocessing.get_context("spawn")
         level = logging.getLogger("robustbench_filters").getEffectiveLevel()
         atexit.register(self.close, now=True)
@@ -194,13 +198,22 @@ class WorkerPool:
                 parent_end, child_end = spawn.Pipe()
                 proc = spawn.Process(
                     target=worker_main, name=f"robfilt-worker-{rank}",
-                    args=(rank, self.size, self._store.port, child_end, self.threads, os.getpid(), level,
-                          _builtin_filters(), tuple(warm)),
+                    args=(rank, self.size, child_end, self.threads, os.getpid(), level, _builtin_filters(),
+                          tuple(warm)),
                 )  # fmt: skip
                 proc.start()
                 child_end.close()
                 self._procs.append(proc)
                 self._conns.append(parent_end)
+        try:
+            import torch.distributed as dist
+
+            self._store = dist.TCPStore(HOST, 0, self.size, True, timeout=group_timeout(), wait_for_workers=False)
+            for conn in self._conns:
+                conn.send_bytes(str(self._store.port).encode())
+        except BaseException:
+            self.close(now=True)
+            raise
 
     def _start(self) -> None:
         """Started, and the group joined: what a job needs."""
@@ -217,7 +230,7 @@ class WorkerPool:
         log.info("started %d worker process(es), %d torch thread(s) each", self.size - 1, self.threads)
         hook = sys.excepthook  # torch's own prefixes "[rank0]:" to every line of a traceback this process prints
         dist.init_process_group("gloo", store=self._store, rank=0, world_size=self.size,
-                                timeout=distributed.group_timeout())  # fmt: skip
+                                timeout=group_timeout())  # fmt: skip
         sys.excepthook = hook
         self._group = True
 
@@ -283,6 +296,8 @@ class WorkerPool:
         dead = next((rank for rank, p in enumerate(self._procs, start=1) if p.exitcode is not None), None)
         if dead is None:
             return
+        from . import distributed
+
         crashed = self._crash_report()
         code = self._procs[dead - 1].exitcode
         raise distributed.abandon(crashed or RobfiltError(
@@ -390,7 +405,7 @@ def pool(size: int, threads: int | None = None, warm: Sequence[str] | None = Non
     a command passes its measurement's), and end with the block, however it ends.
     """
     global _ACTIVE
-    if _ACTIVE is not None or size <= 1 or distributed.env_context().enabled:
+    if _ACTIVE is not None or size <= 1 or env_context().enabled:
         yield _ACTIVE
         return
     _ACTIVE = opened = WorkerPool(size, threads)

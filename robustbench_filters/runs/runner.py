@@ -257,10 +257,12 @@ def _compute(
     measurement: Measurement, writer: RunWriter, units: list[Unit], hook: ProgressHook | None,
     ctx: distributed.DistContext,
 ) -> list[Check]:  # fmt: skip
-    """This rank's units (skipping verified finished parts); rank 0 then runs every model's checks.
+    """This rank's units (skipping verified finished parts) and, on rank 0, every model's checks.
 
-    In a pool, rank 0 then waits for the other ranks while it draws their progress (a wait Ctrl-C can end); a
-    rank that fails stops the others taking further units, as one process stops at its first failing unit.
+    In a pool, rank 0 runs the checks first, while the others start on the queue (after its last unit they would
+    keep the others waiting; first, the queue gives rank 0 fewer units instead), then waits for the other ranks
+    while it draws their progress (a wait Ctrl-C can end); a rank that fails stops the others taking further units,
+    as one process stops at its first failing unit. Elsewhere rank 0 runs the checks after its units.
     """
     queue = WorkQueue(ctx)
     order = _order(measurement, units, ctx)
@@ -270,7 +272,10 @@ def _compute(
     bar = _Progress(hook or null_progress, measurement.kind, total, start, queue)
     labels = measurement.labels
     checks: list[Check] = []
+    first = ctx.pooled and ctx.is_primary
     try:
+        if first:
+            checks = _model_checks(measurement)
         for unit in queue.units(order):
             if writer.is_done(unit.key):
                 continue
@@ -283,10 +288,8 @@ def _compute(
                     f"unit {unit.key} produced no rows; this is a bug in the {measurement.kind} measurement."
                 )
             writer.write_part(unit.key, rows, adversarial)
-        if ctx.is_primary:
-            for i, label in enumerate(labels):
-                with _user_errors(label, "sanity checks"):
-                    checks += measurement.model_checks(i)
+        if ctx.is_primary and not first:
+            checks = _model_checks(measurement)
     except KeyboardInterrupt:
         raise
     except BaseException:
@@ -294,6 +297,15 @@ def _compute(
         _wait(queue, bar, ctx)
         raise
     _wait(queue, bar, ctx)
+    return checks
+
+
+def _model_checks(measurement: Measurement) -> list[Check]:
+    """Every model's checks (rank 0), in the models' order; a model's own code failing is the user's error."""
+    checks: list[Check] = []
+    for i, label in enumerate(measurement.labels):
+        with _user_errors(label, "sanity checks"):
+            checks += measurement.model_checks(i)
     return checks
 
 
