@@ -16,7 +16,7 @@ from typing import Any
 from .. import configs as CF
 from ..core.errors import RobfiltError, suggest
 from ..core.parsing import parse_number
-from ..gating.metrics import VERIFIED_CONDITION, certified_attack, same_eps
+from ..gating.conditions import VERIFIED_CONDITION, certified_attack, same_eps
 from ..gating.modes import THRESHOLD_MODES, Mode
 from ..gating.outcome import Requirement
 from ..stats.intervals import max_certifiable_radius

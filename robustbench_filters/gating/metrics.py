@@ -39,7 +39,6 @@ from typing import Any
 import pandas as pd
 
 from ..core.errors import RobfiltError, suggest
-from ..core.parsing import parse_number
 from ..core.textfiles import read_text
 from ..runs.folder import Run, load_run
 from ..stats import aggregates as A
@@ -52,6 +51,18 @@ from ..summaries.lipschitz import LipschitzSummary
 from ..summaries.lm import LM_EVAL, LMAttackSummary
 from ..summaries.record import present
 from ..summaries.verified import VerifiedSummary
+
+# the condition names lived here until 2026-12-07; importing them from this module keeps working
+from .conditions import CERTIFIED as CERTIFIED
+from .conditions import (
+    LIPSCHITZ_CONDITION,
+    VERIFIED_CONDITION,
+    certified_condition,
+    condition,
+    parse_condition,
+    same_eps,
+)
+from .conditions import certified_attack as certified_attack
 
 BASELINE_FORMAT = "robfilt-baseline"
 # metric name -> True when higher is better
@@ -74,7 +85,6 @@ DIRECTION: dict[str, bool] = {
 ACCURACIES: frozenset[str] = frozenset({"acc", "certified_acc", "verified_acc"})
 # metrics whose tolerance is relative (ratios of positive quantities); accuracies use absolute tolerance
 RELATIVE: frozenset[str] = frozenset({"ppl", *LM_EVAL, "lipschitz_upper", "lipschitz_local_upper", "lipschitz_lower"})
-LIPSCHITZ_CONDITION = "-"
 # Lipschitz summary/table column -> gate metric, and the flag that says the certified ones are vacuous
 LIPSCHITZ_METRICS: dict[str, str] = {
     "global_upper": "lipschitz_upper",
@@ -103,11 +113,7 @@ INTERVALS: dict[str, str] = {
     "certified_acc": "Wilson score interval over examples (abstentions count as not certified)",
     "verified_acc": "Wilson score interval over examples (an example not verified counts as not verified)",
 }
-#: certified-accuracy conditions: ``certified:sigma<s>@<radius>`` (see :func:`certified_condition`)
-CERTIFIED = "certified"
 CERTIFICATE_KIND = "certificate"  # the certificate rows of a certify run (its attack rows check soundness)
-#: verified-accuracy conditions: ``verified@<eps>`` (a verified run's Linf eps)
-VERIFIED_CONDITION = VERIFIED
 
 
 def interval_note(metrics: Iterable[str]) -> str:
@@ -145,42 +151,6 @@ class Metric:
         d.pop("family")
         d.pop("vacuous")  # recomputed from the fresh rows; a baseline file holds values only
         return {k: v for k, v in d.items() if v is not None and not (isinstance(v, float) and math.isnan(v))}
-
-
-def condition(attack: str, eps: float) -> str:
-    """'clean', or '<attack>@<eps>' with eps as papers print it (8/255 stays 8/255; parsed back exactly); a
-    certified radius is a plain number ('certified:sigma0.25@1', never '255/255')."""
-    if attack == A.CLEAN:
-        return "clean"
-    if attack.startswith(f"{CERTIFIED}:"):
-        return f"{attack}@{float(eps):.8g}"
-    return f"{attack}@{A.eps_label(float(eps))}"
-
-
-def certified_attack(sigma: float) -> str:
-    """The attack part of a certified-accuracy condition: 'certified:sigma0.25' (each sigma is its own classifier)."""
-    return f"{CERTIFIED}:sigma{float(sigma):.8g}"
-
-
-def certified_condition(sigma: float, radius: float) -> str:
-    """'certified:sigma0.25@0.5': certified accuracy of the sigma-0.25 smoothed classifier at L2 radius 0.5."""
-    return condition(certified_attack(sigma), radius)
-
-
-def parse_condition(text: str) -> tuple[str, float | None]:
-    """'pgd@0.02' -> ('pgd', 0.02); 'clean' -> ('clean', 0.0); '-' -> ('-', None)."""
-    if text in ("clean", LIPSCHITZ_CONDITION):
-        return text, (0.0 if text == "clean" else None)
-    attack, sep, eps = text.rpartition("@")
-    if not sep or not attack:
-        raise RobfiltError(f"condition {text!r} is not 'clean', '-' or '<attack>@<eps>' (e.g. 'pgd@0.02').")
-    return attack, parse_number(eps, f"eps in condition {text!r}")
-
-
-def same_eps(a: float | None, b: float | None) -> bool:
-    if a is None or b is None:
-        return a is None and b is None
-    return math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-12)
 
 
 def _flag(v: Any) -> bool | None:

@@ -32,17 +32,8 @@ from ..core.errors import RobfiltError
 from ..runs.folder import Run
 from ..stats.paired import PairedBinary, PairedRatio
 from ..summaries import CERTIFY, VERIFIED
-from .metrics import (
-    VERIFIED_CONDITION,
-    certificate_rows,
-    certified_condition,
-    certified_outcomes,
-    condition,
-    parse_condition,
-    run_radii,
-    same_eps,
-    verified_outcomes,
-)
+from .conditions import VERIFIED_CONDITION, certified_condition, condition, parse_condition, same_eps
+from .metrics import certificate_rows, certified_outcomes, run_radii, verified_outcomes
 
 # manifest keys (top level or under "config") that identify the examples a run measured
 IDENTITY_KEYS: tuple[str, ...] = ("data", "data_checksum", "example_ids_sha256", "examples_digest")
