@@ -285,7 +285,6 @@ def _config(spec: Path, fam: str, settings: dict[str, Any], device: Any) -> CF.R
                 if fam == VERIFIED:
                     options.setdefault("method", "crown")
                 cls = SECTION_CONFIGS[fam][0]
-                cls = SECTION_CONFIGS[fam][0]
             return CF.build(cls, options)
     except RobfiltError as exc:
         raise spec_error(spec, f"[{fam}] {exc}") from None
