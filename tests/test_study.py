@@ -10,10 +10,12 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import torch
 from small_study import smoke_plan
 
 from robustbench_filters.cli import run
 from robustbench_filters.core.errors import RobfiltError, RunStateError
+from robustbench_filters.core.threads import kept_threads
 from robustbench_filters.study import (
     CLAIMS,
     StudyPlan,
@@ -24,7 +26,7 @@ from robustbench_filters.study import (
     run_study,
     write_up,
 )
-from robustbench_filters.study.checkpoints import find_reusable
+from robustbench_filters.study.checkpoints import ensure_checkpoint, find_reusable
 from robustbench_filters.study.plan import (
     LM_ATTACK_TEMPLATE,
     full_plan,
@@ -275,6 +277,24 @@ def test_a_resumed_clone_retrains_only_the_checkpoints_a_changed_piece_needs(stu
         assert after[f"train/{m}/s0"]["weights_sha256"] == before[f"train/{m}/s0"]["weights_sha256"]
     assert after["train/deit/s0"] == before["train/deit/s0"]
     assert after["vision-attack/s0"] == before["vision-attack/s0"]
+
+
+def test_trainings_share_the_worker_pool_and_give_one_process_weights(study, tmp_path, caplog):
+    """With two processes the vision family's two trainings run one on each (the pool's queue), and each checkpoint
+    is the file this process trains alone with one torch thread (the thread count every rank computes with)."""
+    copy = _as_committed(study, tmp_path)
+    plan = smoke_plan(vision_attack=replace(study["plan"].vision_attack, eps=(0.01, 0.03)))
+    with caplog.at_level("INFO", logger="robustbench_filters.study.training"):
+        result = run_study(plan, copy, resume=True, report=False, workers=2)
+    assert "training 2 checkpoints on 2 processes" in caplog.text
+    assert result.executed[:3] == ["train/deit/s0", "train/deit-grc/s0", "vision-attack/s0"]
+    after = json.loads((copy / "study.json").read_text())["pieces"]
+    with kept_threads():
+        torch.set_num_threads(1)
+        alone = {m: ensure_checkpoint(plan, m, 0, tmp_path / "alone").weights_sha256 for m in ("deit", "deit-grc")}
+    for m in ("deit", "deit-grc"):
+        assert after[f"train/{m}/s0"]["weights_sha256"] == alone[m]
+        assert after[f"train/{m}/s0"]["trained_by_study"] and after[f"train/{m}/s0"]["wall_s"] > 0
 
 
 def test_write_up_redraws_a_committed_study_without_training(study, tmp_path):

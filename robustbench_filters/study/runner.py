@@ -16,7 +16,9 @@ checkpoint) is measured again from scratch. Training is skipped whenever a check
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
+import itertools
 import json
 import logging
 import time
@@ -40,6 +42,7 @@ from .integrity import check_study
 from .measure import family_models, run_measurement, settings
 from .plan import StudyPlan, digest
 from .scores import StudyScores, failed_checks, scores_from_run
+from .training import train_shared
 
 log = logging.getLogger(__name__)
 
@@ -130,8 +133,8 @@ def run_study(
         overwrite: delete the study in ``out`` first (checkpoints included).
         reuse: more folders to search for checkpoints with a matching card (e.g. ``runs/train``).
         report: build the reporter's figures (first seed) and link them from the README.
-        workers: processes that make the measurements (``robfilt study --workers``; default 1: this one). The
-            worker processes start once and serve every measurement; training stays in this process.
+        workers: processes that train and measure (``robfilt study --workers``; default 1: this one). The worker
+            processes start once and serve every measurement and every seed's trainings (:mod:`.training`).
     """
     if resume and overwrite:
         raise RobfiltError("--resume and --overwrite contradict each other; pass one.")
@@ -157,8 +160,8 @@ def _run_pieces(
     plan: StudyPlan, out: Path, folder: OutputFolder, reuse: Sequence[str | Path], report: bool,
     progress: ProgressHook, t0: float,
 ) -> StudyResult:  # fmt: skip
-    """Every piece in plan order (training, or reuse, in this process; measurements through the runner), then the
-    write-up."""
+    """Every piece in plan order (a seed's trainings together, shared by the pool's processes when one is open;
+    measurements through the runner), then the write-up."""
     folder.path(MANIFEST)
     manifest = Manifest(out, plan)
     manifest.save()
@@ -166,16 +169,25 @@ def _run_pieces(
     todo = P.pieces(plan)
     ckpts: dict[int, dict[str, CheckpointInfo]] = {}
     trainer = _Trainer(plan, out, [Path(r) for r in reuse], manifest, result, progress)
-    for i, piece in enumerate(todo):
-        progress("study", i, len(todo), piece.id)
-        if piece.kind == P.TRAIN:
-            ckpts.setdefault(piece.seed, {})[piece.model] = trainer.checkpoint(piece)
-            continue
-        _measure(piece, plan, ckpts.get(piece.seed, {}), trainer, manifest, result, progress)
+    done = 0
+    for step in _steps(todo):
+        first = step[0]
+        progress("study", done, len(todo), first.id)
+        if first.kind == P.TRAIN:  # a seed's family: its trainings are independent, so they go together
+            ckpts.setdefault(first.seed, {}).update(trainer.checkpoints(step))
+        else:
+            _measure(first, plan, ckpts.get(first.seed, {}), trainer, manifest, result, progress)
+        done += len(step)
     progress("study", len(todo), len(todo), "write-up")
     _write(plan, folder, manifest.data, result, report, t0)
     log.info("study written to %s (%.0fs this call)", result.readme, result.wall_time_s)
     return result
+
+
+def _steps(todo: Sequence[P.Piece]) -> list[list[P.Piece]]:
+    """The pieces in plan order, a seed's consecutive trainings as one step and each measurement alone."""
+    key = lambda p: (P.TRAIN, p.seed) if p.kind == P.TRAIN else p.id  # noqa: E731
+    return [list(group) for _, group in itertools.groupby(todo, key=key)]
 
 
 def write_up(plan: StudyPlan, out: str | Path = "reports/study", *, report: bool = True) -> StudyResult:
@@ -269,39 +281,52 @@ class _Trainer:
     result: StudyResult
     progress: ProgressHook
 
-    def checkpoint(self, piece: P.Piece) -> CheckpointInfo:
+    def checkpoints(self, pieces: Sequence[P.Piece]) -> dict[str, CheckpointInfo]:
+        """A seed's training pieces: a checkpoint no unfinished measurement needs stays deferred (its record stands
+        in), the others are reused or trained now (together, on the pool's processes when one is open)."""
         root = self.out / "checkpoints"
-        deferred = deferred_checkpoint(self.plan, piece.model, piece.seed, root, self.manifest.pieces.get(piece.id))
-        if deferred is not None:
+        found: dict[str, CheckpointInfo] = {}
+        now: list[P.Piece] = []
+        for piece in pieces:
+            record = self.manifest.pieces.get(piece.id)
+            deferred = deferred_checkpoint(self.plan, piece.model, piece.seed, root, record)
+            if deferred is None:
+                now.append(piece)
+                continue
             log.info(
                 "%s: checkpoint not on disk; its recorded weights stand in until a measurement needs them", piece.id
             )
             self.result.finished_before.append(piece.id)
-            return deferred
-        return self.checkpoint_now(piece)
+            found[piece.model] = deferred
+        found.update(zip((p.model for p in now), self.checkpoints_now(now), strict=True))
+        return {p.model: found[p.model] for p in pieces}
 
     def materialise(self, ckpts: dict[str, CheckpointInfo], names: Sequence[str]) -> None:
         """Train (or reuse) every deferred checkpoint in ``names`` now, in place in ``ckpts``."""
-        for name in names:
-            old = ckpts[name]
-            if not old.deferred:
-                continue
-            piece = P.Piece(P.TRAIN, old.seed, name)
+        pieces = [P.Piece(P.TRAIN, ckpts[n].seed, n) for n in names if ckpts[n].deferred]
+        for piece in pieces:
             if piece.id in self.result.finished_before:
                 self.result.finished_before.remove(piece.id)
-            info = self.checkpoint_now(piece)
-            if info.weights_sha256 != old.weights_sha256:
+        for piece, info in zip(pieces, self.checkpoints_now(pieces), strict=True):
+            if info.weights_sha256 != ckpts[piece.model].weights_sha256:
                 log.warning("%s: the retrained weights differ from the recorded ones; pieces using them are measured "
                             "again", piece.id)  # fmt: skip
-            ckpts[name] = info
+            ckpts[piece.model] = info
 
-    def checkpoint_now(self, piece: P.Piece) -> CheckpointInfo:
-        info = ensure_checkpoint(
-            self.plan, piece.model, piece.seed, self.out / "checkpoints", self.reuse_dirs, self.progress
-        )
-        (self.result.executed if info.trained else self.result.finished_before).append(piece.id)
-        _record_training(self.manifest, piece, info, self.out)
-        return info
+    def checkpoints_now(self, pieces: Sequence[P.Piece]) -> list[CheckpointInfo]:
+        """Reuse or train each of ``pieces`` now, in order; several to train share the pool's processes."""
+        root = self.out / "checkpoints"
+        shared = set(train_shared(self.plan, [(p.model, p.seed) for p in pieces], root, self.reuse_dirs,
+                                  self.progress))  # fmt: skip
+        infos = []
+        for piece in pieces:
+            info = ensure_checkpoint(self.plan, piece.model, piece.seed, root, self.reuse_dirs, self.progress)
+            if (piece.model, piece.seed) in shared:  # trained a moment ago by a rank of the pool: read back here
+                info = dataclasses.replace(info, trained=True, wall_time_s=info.card_wall_s or 0.0)
+            (self.result.executed if info.trained else self.result.finished_before).append(piece.id)
+            _record_training(self.manifest, piece, info, self.out)
+            infos.append(info)
+        return infos
 
 
 def _measure(
