@@ -261,10 +261,17 @@ def _as_committed(study, tmp_path: Path) -> Path:
     return copy
 
 
-def test_a_resumed_clone_retrains_only_the_checkpoints_a_changed_piece_needs(study, tmp_path):
+@pytest.mark.parametrize("made", ["trained", "found-in-place"])
+def test_a_resumed_clone_retrains_only_the_checkpoints_a_changed_piece_needs(study, tmp_path, made):
     """A clone holds no checkpoints: when only the LM attack's settings change, the vision models are not retrained
-    (their recorded hashes stand in), the LM models are, and only the LM attack is measured again."""
+    (their recorded hashes stand in, also when the study had found them in its own folder from an earlier call and
+    recorded them as reused), the LM models are, and only the LM attack is measured again."""
     copy = _as_committed(study, tmp_path)
+    if made == "found-in-place":
+        manifest = json.loads((copy / "study.json").read_text())
+        for m in ("deit", "deit-grc"):
+            manifest["pieces"][f"train/{m}/s0"] |= {"trained_by_study": False, "wall_s": 0.0, "card_wall_s": 1.5}
+        (copy / "study.json").write_text(json.dumps(manifest))
     before = json.loads((copy / "study.json").read_text())["pieces"]
     plan = smoke_plan(lm_attack=replace(LM_ATTACK_TEMPLATE, n_examples=4, rates=(0.0, 0.05), eps=(0.05,), steps=2))
     result = run_study(plan, copy, resume=True, report=False)

@@ -122,18 +122,21 @@ def deferred_checkpoint(
 
     A resumed study need not retrain weights that no unfinished measurement uses: the record's hash is what the
     finished measurements were made with, so their input fingerprints still match. Only a record of this very
-    folder (same recipe tag) with a hash, trained by the study, stands in; the weights are trained when a piece
-    that must run needs them (and a different hash then re-measures every piece that used them)."""
+    folder (same recipe tag) with a hash stands in, whether this study trained it or found it there from an earlier
+    call (a study resumed after its checkpoints were made records them as reused); the weights are trained when a
+    piece that must run needs them (and a different hash then re-measures every piece that used them)."""
     target = checkpoint_folder(plan, model, seed, root)
     if target.exists() or not isinstance(record, dict) or record.get("status") != "done":
         return None
     sha = record.get("weights_sha256")
-    if not record.get("trained_by_study") or not isinstance(sha, str) or not sha:
+    if not isinstance(sha, str) or not sha:
         return None
     if record.get("path") != str(target.relative_to(root.parent)):
         return None
     metrics = record.get("metrics") if isinstance(record.get("metrics"), dict) else {}
-    return CheckpointInfo(model, seed, target, sha, False, 0.0, metrics, None, deferred=True)
+    card_wall = record.get("card_wall_s")
+    card_wall_s = float(card_wall) if isinstance(card_wall, int | float) and not isinstance(card_wall, bool) else None
+    return CheckpointInfo(model, seed, target, sha, False, 0.0, metrics, card_wall_s, deferred=True)
 
 
 def ensure_checkpoint(
