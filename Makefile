@@ -59,7 +59,8 @@ test-slow: $(STAMP)
 check: $(STAMP)
 	$(BIN)/robfilt check --spec robustness.toml --out runs/check
 
-# The multi-seed study (resumable; about 3 hours on 2 idle cores) and its write-up in reports/study/.
+# The multi-seed study (resumable; about an hour and a half on 2 idle cores by its pieces' recorded times) and its
+# write-up in reports/study/.
 study: $(STAMP)
 	$(BIN)/robfilt study --seeds 3 --out reports/study --resume
 

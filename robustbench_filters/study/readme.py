@@ -243,8 +243,9 @@ def _what_was_run(plan: StudyPlan, manifest: dict) -> list[str]:
         f"- All evaluation uses seed {plan.eval_seed}, so every model of every training seed sees the same examples.",
         "",
         "Compute time recorded in `study.json` (summed over the pieces and over resumed calls). A checkpoint this "
-        "study trained counts the time it took; one it reused from elsewhere took no time here, and its training "
-        "time, from its card, is listed apart from the total:",
+        "study trained counts the time it took (trainings that ran side by side in worker processes each count "
+        "their own, so their sum exceeds the wall-clock time they took together); one it reused from elsewhere "
+        "took no time here, and its training time, from its card, is listed apart from the total:",
         "",
         markdown(_wall_times(manifest)).rstrip(),
         "",
