@@ -291,9 +291,10 @@ def test_trainings_share_the_worker_pool_and_give_one_process_weights(study, tmp
     is the file this process trains alone with one torch thread (the thread count every rank computes with)."""
     copy = _as_committed(study, tmp_path)
     plan = smoke_plan(vision_attack=replace(study["plan"].vision_attack, eps=(0.01, 0.03)))
-    with caplog.at_level("INFO", logger="robustbench_filters.study.training"):
+    with caplog.at_level("INFO", logger="robustbench_filters.study"):
         result = run_study(plan, copy, resume=True, report=False, workers=2)
     assert "training 2 checkpoints on 2 processes" in caplog.text
+    assert "train/deit-grc/s0: trained in" in caplog.text and "reusing deit" not in caplog.text  # not "reused"
     assert result.executed[:3] == ["train/deit/s0", "train/deit-grc/s0", "vision-attack/s0"]
     after = json.loads((copy / "study.json").read_text())["pieces"]
     with kept_threads():

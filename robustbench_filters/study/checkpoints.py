@@ -171,8 +171,17 @@ def ensure_checkpoint(
         command=f"robfilt study (plan {plan.name}, seed {seed})",
         progress=progress,
     )
+    return trained_checkpoint(plan, model, seed, root, time.perf_counter() - t0)
+
+
+def trained_checkpoint(
+    plan: StudyPlan, model: str, seed: int, root: Path, wall_time_s: float | None = None
+) -> CheckpointInfo:
+    """The checkpoint just trained into the study's folder, read from its card (``wall_time_s`` None: the card's
+    training time, for one a worker process trained)."""
+    target = checkpoint_folder(plan, model, seed, root)
     card = json.loads((target / CARD).read_text())
+    wall = _card_wall_s(card) if wall_time_s is None else wall_time_s
     return CheckpointInfo(
-        model, seed, target, card["weights_sha256"], True, time.perf_counter() - t0, card.get("metrics", {}),
-        _card_wall_s(card),
-    )  # fmt: skip
+        model, seed, target, card["weights_sha256"], True, wall or 0.0, card.get("metrics", {}), _card_wall_s(card)
+    )

@@ -16,7 +16,6 @@ checkpoint) is measured again from scratch. Training is skipped whenever a check
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as _dt
 import itertools
 import json
@@ -35,7 +34,7 @@ from ..runs.folder import load_run
 from ..runs.lock import RunLock, is_locked
 from ..runs.outfolder import OutputFolder, remove_output
 from . import plan as P
-from .checkpoints import CheckpointInfo, deferred_checkpoint, ensure_checkpoint
+from .checkpoints import CheckpointInfo, deferred_checkpoint, ensure_checkpoint, trained_checkpoint
 from .claims import ClaimResult, evaluate_claims
 from .folder import open_study_folder, open_write_up
 from .integrity import check_study
@@ -320,9 +319,11 @@ class _Trainer:
                                   self.progress))  # fmt: skip
         infos = []
         for piece in pieces:
-            info = ensure_checkpoint(self.plan, piece.model, piece.seed, root, self.reuse_dirs, self.progress)
-            if (piece.model, piece.seed) in shared:  # trained a moment ago by a rank of the pool: read back here
-                info = dataclasses.replace(info, trained=True, wall_time_s=info.card_wall_s or 0.0)
+            if (piece.model, piece.seed) in shared:  # trained a moment ago by a rank of the pool: read its card
+                info = trained_checkpoint(self.plan, piece.model, piece.seed, root)
+                log.info("%s: trained in %.0fs by the pool's processes", piece.id, info.wall_time_s)
+            else:
+                info = ensure_checkpoint(self.plan, piece.model, piece.seed, root, self.reuse_dirs, self.progress)
             (self.result.executed if info.trained else self.result.finished_before).append(piece.id)
             _record_training(self.manifest, piece, info, self.out)
             infos.append(info)
