@@ -64,9 +64,10 @@ def _inputs(n: int) -> tuple[np.ndarray, np.ndarray]:
     import torch
 
     from robustbench_filters.data import load_images
+    from robustbench_filters.runs.units import select_examples
 
     data = load_images("fashion-mnist", split="test")
-    idx = torch.randperm(len(data.x), generator=torch.Generator().manual_seed(0))[:n]
+    idx = select_examples(len(data.x), n, 0, ordered=False)
     return torch.as_tensor(data.x)[idx].double().numpy(), idx.numpy()
 
 

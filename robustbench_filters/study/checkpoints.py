@@ -49,9 +49,13 @@ class CheckpointInfo:
     deferred: bool = False
 
 
-def _card_wall_s(card: dict) -> float | None:
-    value = (card.get("recipe") or {}).get("wall_time_s")
+def _seconds(value: object) -> float | None:
+    """A recorded number of seconds (None: absent or not a number)."""
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _card_wall_s(card: dict) -> float | None:
+    return _seconds((card.get("recipe") or {}).get("wall_time_s"))
 
 
 @cache
@@ -134,9 +138,9 @@ def deferred_checkpoint(
     if record.get("path") != str(target.relative_to(root.parent)):
         return None
     metrics = record.get("metrics") if isinstance(record.get("metrics"), dict) else {}
-    card_wall = record.get("card_wall_s")
-    card_wall_s = float(card_wall) if isinstance(card_wall, int | float) and not isinstance(card_wall, bool) else None
-    return CheckpointInfo(model, seed, target, sha, False, 0.0, metrics, card_wall_s, deferred=True)
+    return CheckpointInfo(
+        model, seed, target, sha, False, 0.0, metrics, _seconds(record.get("card_wall_s")), deferred=True
+    )
 
 
 def ensure_checkpoint(

@@ -185,8 +185,11 @@ def _run_pieces(
 
 def _steps(todo: Sequence[P.Piece]) -> list[list[P.Piece]]:
     """The pieces in plan order, a seed's consecutive trainings as one step and each measurement alone."""
-    key = lambda p: (P.TRAIN, p.seed) if p.kind == P.TRAIN else p.id  # noqa: E731
-    return [list(group) for _, group in itertools.groupby(todo, key=key)]
+
+    def step(piece: P.Piece) -> object:
+        return (P.TRAIN, piece.seed) if piece.kind == P.TRAIN else piece.id
+
+    return [list(group) for _, group in itertools.groupby(todo, key=step)]
 
 
 def write_up(plan: StudyPlan, out: str | Path = "reports/study", *, report: bool = True) -> StudyResult:

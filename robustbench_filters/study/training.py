@@ -37,12 +37,14 @@ def untrained(plan: StudyPlan, units: Sequence[Unit], root: Path, reuse_dirs: Se
 def train_shared(
     plan: StudyPlan, units: Sequence[Unit], root: Path, reuse_dirs: Sequence[Path], progress: ProgressHook | None
 ) -> list[Unit]:
-    """Train ``units`` on the pool's ranks when a pool of several processes is open and there is more than one
-    (they then exist on disk and read back as reused); returns what was trained this way (the caller records them
-    as trained now). Outside a pool, or for a single unit, nothing happens here: the caller trains in order."""
+    """Train ``units`` on the pool's ranks when a pool of several processes is open and more than one needs
+    training; returns what was trained this way (the caller reads those from their cards, as trained now). Outside a
+    pool, or for a single unit, nothing happens here: the caller reuses or trains in order."""
     pool = current()
+    if pool is None or pool.size < 2:
+        return []
     todo = untrained(plan, units, root, reuse_dirs)
-    if pool is None or pool.size < 2 or len(todo) < 2:
+    if len(todo) < 2:
         return []
     log.info("training %d checkpoints on %d processes", len(todo), pool.size)
     pool.call(_train_on_rank, plan, todo, root, list(reuse_dirs), local={"progress": progress})
@@ -59,9 +61,9 @@ def _train_on_rank(
         for model, seed in queue.units(units):
             ensure_checkpoint(plan, model, seed, root, reuse_dirs, progress if ctx.is_primary else None)
     except KeyboardInterrupt:
-        raise
+        raise  # Ctrl-C or SIGTERM: the pool ends every rank; the store may be gone
     except BaseException:
-        queue.abort()
+        queue.abort()  # the others take no further unit
         queue.finish()
         raise
     queue.finish()
