@@ -41,7 +41,7 @@ BLOCK = re.compile(r"(<!-- robfilt:begin (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!
 
 #: the unit a claim's difference is written in, by metric (the formatting itself is the study's own)
 UNITS = {"acc_mean": " points", "corruption_acc": " points", "lip_log10_layerwise": " decades",
-         "lip_log10_upper": " decades"}  # fmt: skip
+         "lip_log10_upper": " decades", "lip_log10_crown": " decades"}  # fmt: skip
 
 
 def documents(root: Path = ROOT) -> list[Path]:

@@ -39,6 +39,7 @@ def smoke_plan(**changes) -> StudyPlan:
         lipschitz_vision=replace(LIPSCHITZ_VISION_TEMPLATE, n_examples=2, power_iters=5),
         lipschitz_lm=replace(LIPSCHITZ_LM_TEMPLATE, n_examples=2, seq_len=16, power_iters=5),
         certify=replace(CERTIFY_TEMPLATE, n_examples=4, n0=10, n=40, attack_examples=1),
+        lipschitz_crown=None,  # a CROWN bound takes about a minute per image (test_study_crown.py runs one piece)
         seqlen=SeqlenEval(lm_ns=(8, 16), lm_windows=2, layer_ns=(16, 32), layer_trials=2),
     )
     return dataclasses.replace(plan, **changes)

@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 from ..core.counts import UpTo
 from ..core.errors import RobfiltError
 from ..core.family import Family
-from ..core.names import SMOOTHING, parse_method
+from ..core.names import BOUND_REFRESH, SMOOTHING, parse_method
 from ..core.surface import flag, given, switched
 from ..summaries.kinds import CERTIFY, LIPSCHITZ
 from .base import (
@@ -70,9 +70,13 @@ class LipschitzConfig(ImageDataConfig):
         True, help="--gap: add the second-order (Taylor) bound rows.", value=Bool(), negatable=True, panel="Lipschitz"
     )
     gap_crown: bool = option(
-        False, help="--gap: add the certified local constant of linear bound propagation (CROWN, refresh all) to the "
-        "DeiTs' model rows (about 100,000 model passes, 11 min on one core, per example and radius on the micro zoo).",
-        value=Bool(), panel="Lipschitz",
+        False, help="--gap: add the certified local constant of linear bound propagation (CROWN) to the DeiTs' model "
+        "rows (with refresh all about 100,000 model passes, 11 min on one core, per example and radius on the micro "
+        "zoo).", value=Bool(), panel="Lipschitz",
+    )  # fmt: skip
+    gap_crown_refresh: str = option(
+        "all", help="--gap-crown: how far intermediate bounds are re-tightened (certify's --refresh values): all is "
+        "the tightest; deep costs about a sixth (0.4-0.8 decades looser on the zoo).", panel="Lipschitz",
     )  # fmt: skip
     rho: float = option(
         0.1, help="l2 radius of the ball of local bounds and of the pair-ratio ascent.", value=Number(),
@@ -109,6 +113,10 @@ class LipschitzConfig(ImageDataConfig):
             raise RobfiltError(f"{flag('tol')} must be >= 0, got {self.tol}.")
         if self.dtype not in (None, "float32", "float64"):
             raise RobfiltError(f"{flag('dtype')} must be float32 or float64 (never half precision for certificates).")
+        if self.gap_crown_refresh not in BOUND_REFRESH:
+            raise RobfiltError(
+                f"{flag('gap_crown_refresh')} must be one of {', '.join(BOUND_REFRESH)}, got {self.gap_crown_refresh!r}."
+            )
         self._set("gap_rhos", _unique(map(float, self.gap_rhos), "gap_rhos"))
         if any(not (r > 0 and math.isfinite(r)) for r in self.gap_rhos):
             raise RobfiltError(f"{flag('gap_rhos')} must be positive finite radii, got {list(self.gap_rhos)}.")
@@ -140,6 +148,7 @@ class LipschitzConfig(ImageDataConfig):
             "gap_rhos": self.gap,
             "gap_taylor": self.gap,
             "gap_crown": self.gap and Family.IMAGE in families,
+            "gap_crown_refresh": self.gap and self.gap_crown and Family.IMAGE in families,
             "seq_len": Family.LM in families,
         }
         for name in ("img_size", "data_root", "image_column", "label_column", "class_map", "num_workers"):
@@ -162,6 +171,7 @@ def _unread_reason(name: str) -> str:
         "gap_rhos": f"it sets the radii of {flag('gap')}",
         "gap_taylor": f"it shapes {flag('gap')}'s rows",
         "gap_crown": f"it adds CROWN to {flag('gap')}'s rows of image models",
+        "gap_crown_refresh": f"it shapes the CROWN bound of {flag('gap_crown')} on {flag('gap')}'s rows of image models",
         "seq_len": "it sets the tokens of language-model examples; these models are image models",
     }.get(name, "it reads image data; these models are language models")
 

@@ -221,7 +221,7 @@ def _gap_rows(
     ids = inputs.ids[batch].cpu().numpy()
     options = LocalOptions() if config.gap_taylor else LocalOptions(taylor=False)
     rows = gap_rows(target, x, ids, config.gap_rhos, options=options, power_iters=config.power_iters, generator=gen,
-                    crown="all" if config.gap_crown else None)  # fmt: skip
+                    crown=config.gap_crown_refresh if config.gap_crown else None)  # fmt: skip
     rows["layer"] = GAP + rows["layer"].astype(str)
     return rows
 
@@ -307,6 +307,8 @@ class Lipschitz(Measurement):
             "seq_len": c.seq_len, "dtype": str(self.dtype).replace("torch.", ""),
             **({"gap_rhos": list(c.gap_rhos), "gap_taylor": c.gap_taylor} if c.gap else {}),
             **({"gap_crown": True} if c.gap_crown else {}),  # absent when off: older --gap runs still resume
+            # absent at its first value (all) for the same reason: --gap-crown runs made before the option resume
+            **({"gap_crown_refresh": c.gap_crown_refresh} if c.gap_crown and c.gap_crown_refresh != "all" else {}),
         }  # fmt: skip
 
     def plan(self) -> list[Unit]:

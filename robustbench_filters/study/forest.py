@@ -32,9 +32,10 @@ UNITS: dict[str, tuple[float, str]] = {
     "log_ppl": (100.0, "perplexity: 100 \u00d7 log ratio (\u2248 % change)"),
     "log_ppl_mean": (100.0, "perplexity: 100 \u00d7 log ratio (\u2248 % change)"),
     "log_ppl_increase": (100.0, "perplexity: 100 \u00d7 log ratio (\u2248 % change)"),
-    "lip_log10_upper": (1.0, "Lipschitz upper bound (decades, log10)"),
-    "lip_layer_log10_upper": (1.0, "Lipschitz upper bound (decades, log10)"),
+    "lip_log10_upper": (1.0, "global Lipschitz upper bound (decades, log10)"),
+    "lip_layer_log10_upper": (1.0, "global Lipschitz upper bound (decades, log10)"),
     "lip_log10_layerwise": (1.0, "Lipschitz layerwise estimate (decades, log10)"),
+    "lip_log10_crown": (1.0, "CROWN local Lipschitz bound, rho 1e-3 (decades, log10)"),
     "certified_radius_mean": (1.0, "certified L2 radius difference"),
     "seqlen_slope": (1.0, "growth exponent (log-log slope)"),
 }

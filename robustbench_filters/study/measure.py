@@ -39,6 +39,7 @@ TEMPLATES: dict[str, str] = {
     P.LIPSCHITZ_VISION: "lipschitz_vision",
     P.LIPSCHITZ_LM: "lipschitz_lm",
     P.CERTIFY_VISION: "certify",
+    P.LIPSCHITZ_CROWN: "lipschitz_crown",
 }
 
 
@@ -46,7 +47,7 @@ def settings(plan: StudyPlan, kind: str) -> dict:
     """The plan fields a piece's numbers depend on (with the checkpoints' weights, its input fingerprint)."""
     common = {"kind": kind, "size": plan.size, "eval_seed": plan.eval_seed}
     if kind in TEMPLATES:
-        image = kind in (P.VISION_ATTACK, P.VISION_CORRUPTION, P.LIPSCHITZ_VISION, P.CERTIFY_VISION)
+        image = kind in P.VISION_KINDS
         return {
             **common, "data": plan.vision_data if image else plan.lm_data, "models": family_models(plan, kind),
             "run": P.template_settings(getattr(plan, TEMPLATES[kind])),
@@ -60,7 +61,9 @@ def settings(plan: StudyPlan, kind: str) -> dict:
 
 
 def family_models(plan: StudyPlan, kind: str) -> tuple[str, ...]:
-    if kind in (P.VISION_ATTACK, P.VISION_CORRUPTION, P.LIPSCHITZ_VISION, P.CERTIFY_VISION):
+    if kind == P.LIPSCHITZ_CROWN:
+        return P.crown_models(plan)
+    if kind in P.VISION_KINDS:
         return plan.vision_models
     if kind in (P.LM_ATTACK, P.LIPSCHITZ_LM, P.SEQLEN_LM):
         return plan.lm_models
@@ -103,7 +106,7 @@ def piece_options(piece: P.Piece, plan: StudyPlan) -> tuple[type[RunConfig], dic
     values = {
         f.name: getattr(template, f.name) for f in dataclasses.fields(template) if f.init and f.name not in P.FILLED
     }
-    image = kind in (P.VISION_ATTACK, P.VISION_CORRUPTION, P.LIPSCHITZ_VISION, P.CERTIFY_VISION)
+    image = kind in P.VISION_KINDS
     values |= {"seed": plan.eval_seed, "size": plan.size, "data": plan.vision_data if image else plan.lm_data}
     if kind == P.VISION_CORRUPTION:
         values["baseline"] = names[0]

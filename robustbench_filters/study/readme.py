@@ -18,6 +18,7 @@ import pandas as pd
 from ..core.family import Family
 from ..stats import vacuity
 from ..train.loop import DEFAULT_RECIPES
+from . import plan as P
 from .claims import MIN_SEEDS, ClaimResult, Verdict
 from .plan import StudyPlan
 from .scores import StudyScores, vacuous_cells
@@ -237,6 +238,7 @@ def _what_was_run(plan: StudyPlan, manifest: dict) -> list[str]:
         f"- Lipschitz: {lv.method} lower bounds on {int(lv.n_examples)} images, {ll.method} lower bounds "
         f"on {int(ll.n_examples)} text windows of {ll.seq_len} tokens; certified global upper bounds; per-block "
         "profiles.",
+        *_crown_line(plan),
         f"- Sequence length: trained LMs at N = {', '.join(map(str, sq.lm_ns))} ({sq.lm_windows} windows, per-token "
         f"noise {sq.lm_noise:g} x the mean embedding norm); one synthetic attention layer (seeded by the training "
         f"seed) at N = {', '.join(map(str, sq.layer_ns))}.",
@@ -249,6 +251,19 @@ def _what_was_run(plan: StudyPlan, manifest: dict) -> list[str]:
         "",
         markdown(_wall_times(manifest)).rstrip(),
         "",
+    ]
+
+
+def _crown_line(plan: StudyPlan) -> list[str]:
+    """The CROWN piece's settings, when the plan has it."""
+    c = plan.lipschitz_crown
+    if c is None or not P.crown_models(plan):
+        return []
+    rhos = ", ".join(f"{r:g}" for r in c.gap_rhos)
+    return [
+        f"- Certified local Lipschitz bound of linear bound propagation (CROWN, refresh {c.gap_crown_refresh}, l2 ball "
+        f"of radius {rhos}) on the first {int(c.n_examples)} of those images, for {', '.join(P.crown_models(plan))} "
+        "(claim c; about a minute per image and model on one core)."
     ]
 
 
@@ -334,7 +349,7 @@ def _lipschitz_section(plan: StudyPlan, data: StudyScores) -> list[str]:
     s = data.scores
     lines = ["## Lipschitz bounds", ""]
     for fam, models, title in (("image", plan.vision_models, "Vision"), ("lm", plan.lm_models, "Language")):
-        for metric in ("lip_lower_mean", "lip_lower_max", "lip_log10_layerwise", "lip_log10_upper"):
+        for metric in ("lip_lower_mean", "lip_lower_max", "lip_log10_layerwise", "lip_log10_crown", "lip_log10_upper"):
             if not s[(s["family"] == fam) & (s["metric"] == metric)].empty:
                 table, cap = _labelled(s, fam, metric, models, "condition")
                 lines += _section(f"{title}: {METRICS[metric][2]}", cap, table)

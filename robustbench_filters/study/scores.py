@@ -103,6 +103,7 @@ VACUOUS_SCORES: dict[str, str] = {
     "lip_log10_upper": "lip_upper_vacuous",
     "lip_layer_log10_upper": "lip_layer_upper_vacuous",
     "lip_log10_local": "lip_local_vacuous",
+    "lip_log10_crown": "lip_crown_vacuous",
 }
 
 
@@ -141,6 +142,21 @@ def lipschitz_scores(summary: LipschitzSummary, family: str, seed: int, rows: pd
             out.append(_row(family, rec.model, seed, "lip_log10_local", cond, rec.local_upper))
             flag = vacuity.log10_vacuous(rec.local_upper, rec.empirical)
             out += _flag_rows(family, rec.model, seed, "lip_log10_local", cond, flag)
+    return out
+
+
+def crown_scores(summary: LipschitzSummary, seed: int) -> list[dict]:
+    """The CROWN piece: per model and radius, the median log10 of linear bound propagation's certified local
+    constant over the examples (``lip_log10_crown``, condition ``rho=<r>``), flagged when vacuous. Its other gap
+    columns repeat what the lipschitz-vision piece scores on more examples, so they are left out."""
+    out = []
+    for rec in present(summary.gap_log10_median, []):
+        if rec.layer == "model":
+            cond, crown = f"rho={rec.rho:g}", present(rec.local_crown)
+            out.append(_row("image", rec.model, seed, "lip_log10_crown", cond, crown))
+            out += _flag_rows(
+                "image", rec.model, seed, "lip_log10_crown", cond, vacuity.log10_vacuous(crown, rec.empirical)
+            )
     return out
 
 
@@ -255,6 +271,8 @@ def scores_from_run(kind: str, run: Run, seed: int, baseline: str | None = None)
         return lipschitz_scores(summary(LipschitzSummary), "image", seed, run.rows), []
     if kind == P.CERTIFY_VISION:
         return certify_scores(run.rows, seed), []
+    if kind == P.LIPSCHITZ_CROWN:
+        return crown_scores(summary(LipschitzSummary), seed), []
     if kind == P.LIPSCHITZ_LM:
         return lipschitz_scores(summary(LipschitzSummary), "lm", seed, run.rows), []
     if kind == P.SEQLEN_LM:

@@ -68,6 +68,7 @@ METRICS: dict[str, tuple[Fmt, Fmt, str]] = {
     "lip_log10_upper": (_f2, _sf2, "log10 certified global upper bound"),
     "lip_log10_layerwise": (_f2, _sf2, "log10 layerwise estimate (product of exact sublayer norms; not certified)"),
     "lip_log10_local": (_f2, _sf2, "log10 certified local upper bound"),
+    "lip_log10_crown": (_f2, _sf2, "log10 certified local bound of linear bound propagation (CROWN; median)"),
     "certified_radius_mean": (_f3, _sf3, "certified L2 radius of the smoothed classifier (mean)"),
     "certified_acc": (_pct, _pp, "certified accuracy % of the smoothed classifier (radius > 0)"),
     "lip_layer_lower_mean": (_g, _sf3, "per-block gain at the hidden states (mean)"),
