@@ -76,6 +76,18 @@ def test_runs_report_every_step_up_to_the_total(kwargs: dict, total: int | str) 
     assert all(c[3] for c in rec.calls[1:])  # every step names the model and part
 
 
+def test_each_step_s_detail_replaces_the_last_instead_of_piling_up() -> None:
+    """An embedding PGD reports every step (``eps 0.05 (1/2) step 3/3``): the bar shows the unit and that step
+    alone (a run of 2 eps x 3 steps once grew one line of every step so far)."""
+    rec = Recorder()
+    evaluate(models=["lm"], attacks=["pgd"], eps=[0.05, 0.1], steps=3, n_examples=1, checkpoint="none", progress=rec)
+    details = [c[3] for c in rec.calls[1:]]
+    stepped = [d for d in details if " step " in d]
+    assert stepped and all(d.count(" step ") == 1 and d.count("eps") == 1 for d in stepped), stepped
+    assert all(d.startswith("lm pgd") for d in stepped), stepped
+    assert "eps 0.1 (2/2) step 3/3" in stepped[-1]
+
+
 def test_a_resumed_run_counts_its_finished_units_then_goes_on(tmp_path: Path) -> None:
     from robustbench_filters.api.evaluate import measurement_for
     from robustbench_filters.configs import ImageAttackConfig

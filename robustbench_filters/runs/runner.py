@@ -107,6 +107,7 @@ class _Progress:
     def __init__(self, hook: ProgressHook, task: str, total: int, start: int, queue: WorkQueue) -> None:
         self.hook, self.task, self.total, self.start, self.queue = hook, task, total, start, queue
         self.own, self.others, self.info = 0, 0, ""
+        self.unit = ""  # the unit at hand (model and part): each tick's detail follows it, never the last detail
         self._looked = -1.0
         self._drawn: tuple[int, str] | None = None
         hook(task, 0, total, "")
@@ -117,7 +118,7 @@ class _Progress:
         """``k`` more steps done; ``detail`` says where the unit is (``pgd eps 0.1 (2/5) step 7/20``)."""
         self.own += k
         self.queue.publish(self.own)
-        self.draw(f"{self.info} {detail}" if detail else self.info)
+        self.draw(f"{self.unit} {detail}" if detail else self.unit)
 
     def draw(self, info: str | None = None, fresh: bool = False) -> None:
         """Report the run's count (this rank's and, in a pool, the others' as last published)."""
@@ -279,7 +280,7 @@ def _compute(
         for unit in queue.units(order):
             if writer.is_done(unit.key):
                 continue
-            bar.info = f"{labels[unit.model]} {unit.part}"
+            bar.unit = f"{labels[unit.model]} {unit.part}"
             with _user_errors(labels[unit.model], unit.key):
                 out = measurement.measure(unit, bar.tick)
             rows, adversarial = (out.rows, out.adversarial) if isinstance(out, UnitOutput) else (out, None)
