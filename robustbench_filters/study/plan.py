@@ -273,8 +273,7 @@ def pieces(plan: StudyPlan) -> list[Piece]:
     for s in plan.seeds:
         if plan.vision_models:
             out += [Piece(TRAIN, s, m) for m in plan.vision_models]
-            kinds = VISION_KINDS if plan.lipschitz_crown is not None and crown_models(plan) else VISION_KINDS[:-1]
-            out += [Piece(k, s) for k in kinds]
+            out += [Piece(k, s) for k in VISION_KINDS if k != LIPSCHITZ_CROWN or has_crown_piece(plan)]
         if plan.lm_models:
             out += [Piece(TRAIN, s, m) for m in plan.lm_models]
             out += [Piece(k, s) for k in (LM_ATTACK, LIPSCHITZ_LM, SEQLEN_LM)]
@@ -285,3 +284,8 @@ def pieces(plan: StudyPlan) -> list[Piece]:
 def crown_models(plan: StudyPlan) -> tuple[str, ...]:
     """The models of the CROWN piece: claim (c)'s pair, those of them the plan trains."""
     return tuple(m for m in plan.vision_models if m in CROWN_MODELS)
+
+
+def has_crown_piece(plan: StudyPlan) -> bool:
+    """Whether the plan bounds claim (c)'s pair with CROWN: its template is set and it trains a model of the pair."""
+    return plan.lipschitz_crown is not None and bool(crown_models(plan))

@@ -257,7 +257,7 @@ def _what_was_run(plan: StudyPlan, manifest: dict) -> list[str]:
 def _crown_line(plan: StudyPlan) -> list[str]:
     """The CROWN piece's settings, when the plan has it."""
     c = plan.lipschitz_crown
-    if c is None or not P.crown_models(plan):
+    if c is None or not P.has_crown_piece(plan):
         return []
     rhos = ", ".join(f"{r:g}" for r in c.gap_rhos)
     return [
