@@ -1,8 +1,10 @@
-"""The cascade's two phases: cheap stages ascending, the long runs and the convergence check descending.
+"""The cascade's order: a checked attack runs its grid descending, an unchecked one ascending.
 
-The default's long runs and every checked attack's rerun go to an example at the largest eps it survives; at a
-smaller eps the example is covered by that search of a larger ball. What has to hold: deferring changes nothing at
-one eps, the multi-eps run is never weaker than each eps run alone on these models, and the passes go down.
+A checked attack (the default and its check) searches an example fully, the check included, at the largest eps it
+survives; at a smaller eps the example is covered by that search of a larger ball and costs nothing. An attack
+without a check runs ascending, each eps on the survivors of the smaller one, its breaks counting upward. What has
+to hold: deferring changes nothing at one eps, the multi-eps run is never weaker than each eps run alone on these
+models, and the passes go down.
 """
 
 from __future__ import annotations
@@ -105,5 +107,22 @@ def test_the_grid_spends_fewer_passes_than_its_eps_one_by_one(net, batch) -> Non
     rows = _run(net, batch, GRID)
     alone = sum(float((r.fwd + r.bwd + r.conv_fwd + r.conv_bwd).sum()) for r in (_run(net, batch, (e,)) for e in GRID))
     covered = rows.convergence == "covered"
-    assert float((rows.conv_fwd + rows.conv_bwd)[covered].sum()) == 0.0
+    assert covered.any() and float((rows.fwd + rows.bwd + rows.conv_fwd + rows.conv_bwd)[covered].sum()) == 0.0
     assert float((rows.fwd + rows.bwd + rows.conv_fwd + rows.conv_bwd).sum()) < alone
+
+
+@pytest.mark.parametrize("attack", ["fgsm", "pgd"])
+def test_an_unchecked_attack_runs_ascending_and_its_breaks_count_upward(net, batch, attack) -> None:
+    """Holding an attack without a check at a larger eps is no evidence at a smaller one (one FGSM step can
+    overshoot there), so nothing is covered: each eps attacks the survivors of the smaller one, and an example
+    broken at a smaller eps is broken, at no cost, at every larger one."""
+    template = AttackParams(0.0, Norm.LINF, None, None, 0, 10)
+    rows = cascade(net, "m", batch, CascadeSettings(attack, GRID, template, convergence=None))
+    assert not (rows.convergence == "covered").any()
+    for small, large in zip(GRID, GRID[1:], strict=False):
+        lo = rows[rows.eps == small].set_index("example_id")
+        hi = rows[rows.eps == large].set_index("example_id")
+        broken = lo.index[lo.clean_correct & ~lo.correct]
+        assert len(broken) and not hi.loc[broken, "correct"].any() and (hi.loc[broken, "fwd"] == 0).all()
+    first = rows[rows.eps == GRID[0]]
+    assert (first.fwd[first.clean_correct] > 0).all()  # the smallest eps attacks every clean-correct example

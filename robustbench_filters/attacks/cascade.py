@@ -1,12 +1,21 @@
-"""The eps cascade: attack one batch over an ascending eps grid, re-attacking only the survivors.
+"""The eps cascade: attack one batch over an eps grid, largest eps first, skipping what a larger eps covered.
 
-For one model, attack and batch, eps values run in ascending order and only the examples that survived the
-previous eps are attacked again: an adversarial example found at a smaller eps lies inside every larger ball, so
-it counts there too. The search then goes the other way (phase 2, eps descending): the default's long runs
-on near misses and every attack's convergence check run on an example at the largest eps it survives, and at a
-smaller eps only where that larger one broke it. An example that held at a larger eps held a search of a ball that
-contains the smaller one; its rows there say ``covered``. A normally trained model that survives 0.02 spent most
-of its passes at 0.005 and 0.01 before, where nothing broke it (docs/attacks.md). One eps, as in B9, is unchanged. Ensembles (``apgd-adaptive``, ``autoattack-standard``, ``autoattack``) run their components in order on the
+For one model, attack and batch, the eps values run in descending order. At each eps the attack runs on every
+clean-correct example that did not hold at a larger eps, from its clean point: its first stages, then the
+default's long runs on near misses and every checked attack's convergence check. An example that survived the
+whole attack and its check at a larger eps held a search of a ball that contains this one; it is not attacked
+again, and its rows at the smaller eps say ``covered``. So every example pays the full search once, at the
+largest eps it survives, and at every larger eps only what breaking it costs (a few steps on a normally trained
+model). Robust accuracy is non-increasing in eps by construction: an example is attacked at a smaller eps only if
+a larger one broke it.
+
+Why this order: run ascending (each eps attacking the survivors of the smaller one), an example robust at 0.02
+paid the first stages at 0.005 and 0.01 too, where nothing broke it: 16% of the default's passes on the study's
+grid, for the same outcome of every example at every eps (docs/attacks.md). One eps, as in B9, is unchanged.
+Covering needs the check: an attack the run does not check (``pgd`` by default, ``fgsm``) runs ascending, each
+eps on the survivors of the smaller one, so that its breaks count upward (a single FGSM step can overshoot at a
+larger eps and land at a smaller one).
+Ensembles (``apgd-adaptive``, ``autoattack-standard``, ``autoattack``) run their components in order on the
 survivors, which keeps the per-example worst case. Each eps gets one row per example (correct, margin, loss,
 perturbation norm, who fooled it) with its compute ledger (model passes spent on it there; :mod:`.ledger`) and,
 for the attacks checked, the convergence check's verdict on it.
@@ -165,18 +174,34 @@ class _Run:
         if clean_logits is None:
             with torch.no_grad():
                 clean_logits = self.model(b.x)
-        self.x_cur, self.logits = b.x.clone(), clean_logits.detach().float().clone()
+        self.clean_logits = clean_logits.detach().float()
+        self.x_cur, self.logits = b.x.clone(), self.clean_logits.clone()
         # Who fooled each example, kept on the device: -1 nobody (yet), 0 the clean model, c >= 1 component c - 1.
         self.fooled_code = torch.where(b.clean_correct, -1, 0)
         self.components: list[str] = []
         self.verdict = torch.zeros(len(b.y), dtype=torch.int64, device=b.y.device)  # the convergence column
+        #: the run checks this attack's convergence: an example that held it and its check at a larger eps is
+        #: covered at the smaller ones (the grid runs descending; otherwise ascending, see :func:`cascade`)
+        self.checked = self.settings.convergence is not None and self.info.converges
 
-    def attack(self, k: int, eps: float) -> _Eps:
-        """Phase 1 at eps index ``k``: the survivors so far attacked by the attack's components, an escalation that
-        can wait (:meth:`.targeted.RankedAPGDT.escalate`) kept for :meth:`finish`; the state after it, a copy."""
+    def at_eps(self, k: int, eps: float, covered: torch.Tensor) -> _Eps:
+        """Everything at eps index ``k``: every clean-correct example not ``covered`` (held at a larger eps) is
+        attacked from its clean point (:meth:`attack`), then the escalation and the check (:meth:`finish`), which
+        add what held here to ``covered``. Returns this eps's points, logits, who fooled whom and verdicts."""
+        b = self.batch
+        self.x_cur, self.logits = b.x.clone(), self.clean_logits.clone()
+        self.fooled_code = torch.where(b.clean_correct, -1, 0)
+        self.verdict = torch.zeros_like(self.verdict)
+        state = self.attack(k, eps, covered)
+        self.finish(state, covered)
+        return state.keep(self, copy=False)
+
+    def attack(self, k: int, eps: float, covered: torch.Tensor) -> _Eps:
+        """Phase 1 at eps index ``k``: the attack's components on the examples still correct and not ``covered``,
+        an escalation that can wait (:meth:`.targeted.RankedAPGDT.escalate`) kept for :meth:`finish`."""
         s, b = self.settings, self.batch
         led = Ledger(len(b.y), b.x.device, torch.float64)
-        idx = (self.fooled_code < 0).nonzero().squeeze(1)  # a sync: the survivor count sets the next batch
+        idx = ((self.fooled_code < 0) & ~covered).nonzero().squeeze(1)  # a sync: the count sets the next batch
         state = _Eps(k, eps, led, None, [])
         if len(idx) and eps > 0:
             torch.manual_seed(unit_seed(s.seed, self.label, s.attack, k, int(b.ids[0])))
@@ -191,7 +216,6 @@ class _Run:
                 self._take(st, led)
                 if getattr(fns[st.component], "pending", None) is not None:
                     state.pending.append((st.component, fns[st.component], st.idx))
-        state.keep(self)
         return state
 
     def _take(self, st: Step, led: Ledger) -> None:
@@ -206,16 +230,12 @@ class _Run:
         self.fooled_code[st.idx] = torch.where(st.fooled, code, self.fooled_code[st.idx])
 
     def finish(self, state: _Eps, covered: torch.Tensor) -> None:
-        """Phase 2 at ``state``'s eps (the grid descending): the deferred escalation and the convergence check, on
-        its survivors that held neither at a larger eps (``covered``, updated here).
-
-        An example that survived the whole attack, and its check, at a larger eps is covered here: that search
-        and that check ran in a ball containing this one. It still had this eps's own first stages (phase 1), and
-        an example broken at a larger eps gets everything here. Robust accuracy stays non-increasing in eps: what
-        this phase breaks was already broken at every larger eps."""
+        """Phase 2 at ``state``'s eps: the deferred escalation and the convergence check on what phase 1 attacked
+        and left correct, but for what held at a larger eps; what then held (and its check did not break) joins
+        ``covered`` for the smaller eps, and what was covered before is marked so."""
         s, b = self.settings, self.batch
-        self.x_cur, self.logits, self.fooled_code, self.verdict = state.x_cur, state.logits, state.fooled, state.verdict
         if state.attacked is None:
+            self._mark_covered(covered)
             return
         for component, fn, idx in state.pending:
             _acc, adv = fn.escalate(~covered[idx])
@@ -230,30 +250,46 @@ class _Run:
             self._take(Step(component, sub, adv[ran], logits, fooled, fwd[ran] + 1, bwd[ran], exact), state.led)
         attacked = state.attacked
         survivors = attacked[(self.fooled_code[attacked] < 0) & ~covered[attacked]]
-        checked = s.convergence is not None and self.info.converges
-        if checked:
+        if self.checked:
             _converge(self, state.led, survivors, state.k, s.params(state.eps, state.k))
-            self.verdict[attacked[covered[attacked] & (self.fooled_code[attacked] < 0)]] = COVERED
         held = survivors[self.fooled_code[survivors] < 0]
-        if checked:
+        if self.checked:
             held = held[self.verdict[held] == HELD]  # a survivor the (sampled) check did not rerun is not covered
+        self._mark_covered(covered)
         covered[held] = True
+
+    def _mark_covered(self, covered: torch.Tensor) -> None:
+        """The convergence column of the examples still correct here because they held at a larger eps."""
+        if self.checked:
+            self.verdict[covered & (self.fooled_code < 0)] = COVERED
 
 
 @dataclass
 class _Eps:
-    """One eps's state: what phase 1 attacked, its deferred escalations, and (after :meth:`keep`) copies of the
-    unit's points, logits, verdicts and who fooled whom as they stood, which phase 2 then updates."""
+    """One eps's state: what phase 1 attacked, its deferred escalations, and (after :meth:`_Run.at_eps`) the
+    unit's points, logits, who fooled whom and verdicts at this eps."""
 
     k: int
     eps: float
     led: Ledger
     attacked: torch.Tensor | None
     pending: list[tuple[str, Any, torch.Tensor]]
+    x_cur: torch.Tensor | None = None
+    logits: torch.Tensor | None = None
+    fooled: torch.Tensor | None = None
+    verdict: torch.Tensor | None = None
 
-    def keep(self, run: _Run) -> None:
-        self.x_cur, self.logits, self.fooled = run.x_cur.clone(), run.logits.clone(), run.fooled_code.clone()
-        self.verdict = torch.zeros(len(run.batch.y), dtype=torch.int64, device=run.batch.y.device)
+    def keep(self, run: _Run, copy: bool = True) -> _Eps:
+        """The unit's points, logits, who fooled whom and verdicts as they stand (``copy``: when the run goes on
+        changing them, as the ascending grid does)."""
+        take = (lambda t: t.clone()) if copy else (lambda t: t)
+        self.x_cur, self.logits, self.fooled = take(run.x_cur), take(run.logits), take(run.fooled_code)
+        self.verdict = take(run.verdict)
+        return self
+
+    def restore(self, run: _Run) -> None:
+        """Back to this eps's state, for the ascending grid's second pass (phase 2 there runs eps descending)."""
+        run.x_cur, run.logits, run.fooled_code, run.verdict = self.x_cur, self.logits, self.fooled, self.verdict
 
 
 def _converge(run: _Run, led: Ledger, survivors: torch.Tensor, k: int, params: AttackParams) -> None:
@@ -312,7 +348,8 @@ def cascade(
     tick: Callable[[int], None] | None = None,
     trace: AdversarialTrace | None = None,
 ) -> pd.DataFrame:
-    """Attack one batch over an ascending eps grid, re-attacking only the survivors; one row per example and eps.
+    """Attack one batch over an eps grid (descending when the attack is checked, see the module docstring); one row
+    per example and eps.
 
     The rows' logits are those of the forward pass that decided "fooled" (so ``correct`` always agrees with it);
     examples not attacked keep their clean logits. No eps costs an extra full-batch forward pass. Every row records
@@ -332,12 +369,24 @@ def cascade(
     """
     run = _Run(model, label, batch, settings)
     b, grid = batch, sorted(settings.eps)
-    states = [run.attack(k, eps) for k, eps in enumerate(grid)]  # phase 1, eps ascending
     covered = torch.zeros(len(b.y), dtype=torch.bool, device=b.y.device)
-    for state in reversed(states):  # phase 2, eps descending
-        run.finish(state, covered)
-        if tick is not None:
-            tick(1)
+    if run.checked:  # eps descending: the full search and its check once, at the largest eps an example survives
+        states: list[_Eps] = [None] * len(grid)  # type: ignore[list-item]
+        for k in reversed(range(len(grid))):
+            states[k] = run.at_eps(k, grid[k], covered)
+            if tick is not None:
+                tick(1)
+    else:
+        # Unchecked attacks run ascending, each eps attacking the survivors of the smaller one, whose breaks count
+        # upward: what an attack without a check held at a larger eps is no evidence at a smaller one (FGSM's
+        # single step can overshoot at the larger eps and land at the smaller). The deferred escalation of the
+        # default with its check off then runs descending at the largest eps each example survives.
+        states = [run.attack(k, eps, covered).keep(run) for k, eps in enumerate(grid)]
+        for state in reversed(states):
+            state.restore(run)
+            run.finish(state, covered)
+            if tick is not None:
+                tick(1)
     per_eps: list[dict[str, torch.Tensor]] = []
     for state in states:
         per_eps.append(
