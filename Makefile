@@ -59,7 +59,7 @@ test-slow: $(STAMP)
 check: $(STAMP)
 	$(BIN)/robfilt check --spec robustness.toml --out runs/check
 
-# The multi-seed study (resumable; about an hour and three quarters on 2 idle cores by its pieces' recorded times, the
+# The multi-seed study (resumable; about an hour and a half on 2 idle cores by its pieces' recorded times, the
 # CROWN piece of claim (c) 14 minutes of it) and its write-up in reports/study/
 study: $(STAMP)
 	$(BIN)/robfilt study --seeds 3 --out reports/study --resume
