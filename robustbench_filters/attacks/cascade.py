@@ -15,6 +15,7 @@ grid, for the same outcome of every example at every eps (docs/attacks.md). One 
 Covering needs the check: an attack the run does not check (``pgd`` by default, ``fgsm``) runs ascending, each
 eps on the survivors of the smaller one, so that its breaks count upward (a single FGSM step can overshoot at a
 larger eps and land at a smaller one).
+
 Ensembles (``apgd-adaptive``, ``autoattack-standard``, ``autoattack``) run their components in order on the
 survivors, which keeps the per-example worst case. Each eps gets one row per example (correct, margin, loss,
 perturbation norm, who fooled it) with its compute ledger (model passes spent on it there; :mod:`.ledger`) and,
@@ -371,11 +372,12 @@ def cascade(
     b, grid = batch, sorted(settings.eps)
     covered = torch.zeros(len(b.y), dtype=torch.bool, device=b.y.device)
     if run.checked:  # eps descending: the full search and its check once, at the largest eps an example survives
-        states: list[_Eps] = [None] * len(grid)  # type: ignore[list-item]
+        at: dict[int, _Eps] = {}
         for k in reversed(range(len(grid))):
-            states[k] = run.at_eps(k, grid[k], covered)
+            at[k] = run.at_eps(k, grid[k], covered)
             if tick is not None:
                 tick(1)
+        states = [at[k] for k in range(len(grid))]
     else:
         # Unchecked attacks run ascending, each eps attacking the survivors of the smaller one, whose breaks count
         # upward: what an attack without a check held at a larger eps is no evidence at a smaller one (FGSM's
