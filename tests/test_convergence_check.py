@@ -145,13 +145,14 @@ def test_an_escalating_attacks_last_round_counts_its_breaks_among_the_survivors(
 
 
 def test_each_eps_counts_only_its_own_escalation_and_one_round_needs_no_correction() -> None:
-    """The cascade carries an example the rerun broke at eps 0.1 to eps 0.2 (still ``fooled_by`` rerun); eps 0.2's
-    detail counts only what its own rerun broke, and its sampled last round, the only round there (it broke what
-    the escalation broke), is judged at the plain 95% level, while eps 0.1's (three broken, one in the last
-    round: several rounds) takes the Bonferroni level."""
+    """A checked attack searches every eps from the clean points (largest eps first), so each eps's rows hold only
+    what its own rerun broke: eps 0.2's sampled last round, the only round there (it broke what the escalation
+    broke), is judged at the plain 95% level, while eps 0.1's (three broken, one in the last round: several
+    rounds) takes the Bonferroni level, and no count goes negative (it did when a smaller eps's breaks were
+    subtracted from a larger one's)."""
     n = 2000
     frames = []
-    for eps, rerun_broke, last in ((0.1, 3, 1), (0.2, 4, 1)):
+    for eps, rerun_broke, last in ((0.1, 3, 1), (0.2, 1, 1)):
         correct = [True] * 300 + [False] * (n - 300)
         fooled = [""] * 300 + ["rerun"] * rerun_broke + ["apgd-ce"] * (n - 300 - rerun_broke)
         conv = ["held"] * 150 + [""] * 150 + ["broken"] * last + [""] * (n - 300 - last)
@@ -160,6 +161,7 @@ def test_each_eps_counts_only_its_own_escalation_and_one_round_needs_no_correcti
     (check,) = check_convergence(pd.concat(frames, ignore_index=True), "m")
     first, second = check.detail.split("; ")
     assert "the escalation broke 3)" in first and "the escalation broke 1)" in second, check.detail
+    assert "broke -" not in check.detail
     several = overstatement(1, 151, 301, n, looks=3)[1]
     one = overstatement(1, 151, 301, n)[1]
     assert several > one

@@ -81,7 +81,7 @@ def check_convergence(rows: pd.DataFrame, model: str) -> list[Check]:
     rerun = set(adv.loc[adv.convergence.isin(["held", "broken", COVERED]), "attack"])
     out = []
     for attack in [a for a in adv.attack.unique() if a in rerun]:
-        cells, failed, before = [], False, 0
+        cells, failed = [], False
         for eps, sub in adv[adv.attack == attack].groupby("eps", sort=True):
             # covered: held the rerun at a larger eps, whose ball contains this one (the cascade's phase 2)
             covered = sub.convergence == COVERED
@@ -90,10 +90,11 @@ def check_convergence(rows: pd.DataFrame, model: str) -> list[Check]:
             # survivors when that round began
             n, broken, checked = len(sub), int(hit.sum()), int((held | hit).sum())
             survivors = int(sub.correct.sum()) + int((hit & ~sub.correct).sum())
-            # an example the rerun broke at a smaller eps keeps that verdict at every larger one (the cascade), so
-            # this eps's own escalation broke the difference; more than its last round broke: several rounds ran
-            so_far = int((sub.fooled_by == RERUN).sum()) if "fooled_by" in sub else 0
-            escalated, before = so_far - before, so_far
+            # a checked attack searches each eps from the clean points (the cascade runs its grid largest eps
+            # first), so the rerun breaks in this eps's rows are its own escalation's; more than its last round
+            # broke: several rounds ran. (Rows of an older, ascending run carry a smaller eps's rerun breaks up the
+            # grid: counted here too, they can only make the bound more conservative.)
+            escalated = int((sub.fooled_by == RERUN).sum()) if "fooled_by" in sub else 0
             upper, points = overstatement(broken, checked, survivors, n, ROUNDS if escalated > broken else 1)
             everything = checked > 0 and broken == checked
             failed |= points > THRESHOLD_POINTS + 1e-9 or everything
