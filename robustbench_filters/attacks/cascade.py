@@ -176,11 +176,8 @@ class _Run:
             with torch.no_grad():
                 clean_logits = self.model(b.x)
         self.clean_logits = clean_logits.detach().float()
-        self.x_cur, self.logits = b.x.clone(), self.clean_logits.clone()
-        # Who fooled each example, kept on the device: -1 nobody (yet), 0 the clean model, c >= 1 component c - 1.
-        self.fooled_code = torch.where(b.clean_correct, -1, 0)
         self.components: list[str] = []
-        self.verdict = torch.zeros(len(b.y), dtype=torch.int64, device=b.y.device)  # the convergence column
+        self._restart()
         #: the run checks this attack's convergence: an example that held it and its check at a larger eps is
         #: covered at the smaller ones (the grid runs descending; otherwise ascending, see :func:`cascade`)
         self.checked = self.settings.convergence is not None and self.info.converges
@@ -189,13 +186,18 @@ class _Run:
         """Everything at eps index ``k``: every clean-correct example not ``covered`` (held at a larger eps) is
         attacked from its clean point (:meth:`attack`), then the escalation and the check (:meth:`finish`), which
         add what held here to ``covered``. Returns this eps's points, logits, who fooled whom and verdicts."""
-        b = self.batch
-        self.x_cur, self.logits = b.x.clone(), self.clean_logits.clone()
-        self.fooled_code = torch.where(b.clean_correct, -1, 0)
-        self.verdict = torch.zeros_like(self.verdict)
+        self._restart()
         state = self.attack(k, eps, covered)
         self.finish(state, covered)
         return state.keep(self, copy=False)
+
+    def _restart(self) -> None:
+        """Every example back at its clean point, unfooled unless the clean model got it wrong, no verdict."""
+        b = self.batch
+        self.x_cur, self.logits = b.x.clone(), self.clean_logits.clone()
+        # Who fooled each example, kept on the device: -1 nobody (yet), 0 the clean model, c >= 1 component c - 1.
+        self.fooled_code = torch.where(b.clean_correct, -1, 0)
+        self.verdict = torch.zeros(len(b.y), dtype=torch.int64, device=b.y.device)  # the convergence column
 
     def attack(self, k: int, eps: float, covered: torch.Tensor) -> _Eps:
         """Phase 1 at eps index ``k``: the attack's components on the examples still correct and not ``covered``,
