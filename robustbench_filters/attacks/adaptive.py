@@ -9,7 +9,8 @@ worst case); inside each, an example leaves the moment it is fooled:
    linearised distance to the decision boundary; a short run (4 steps) on each of the 9 closest (every target of a
    10-class model); then the near misses (a targeted DLR loss of at least -0.5) get one 100-step run on the
    target that came closest (and on the next, when its loss came within 0.15), and a run that ended at -0.1 or
-   closer one more from a fresh start;
+   closer one more from a fresh start; every long run gives up half way on the rows whose loss cannot reach the
+   boundary in the steps left (:mod:`.abandon`);
 3. escalation (:mod:`.cascade`): the stronger rerun on the survivors: stage 2 at twice its steps (the sweep on
    every target, the long runs for its own near misses; fresh random starts); what it breaks counts, and while a
    round breaks more than the convergence check allows, another runs on what is left at twice the steps of the

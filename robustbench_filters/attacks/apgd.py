@@ -17,6 +17,7 @@ import torch
 import torchattacks
 from torch import nn
 
+from .abandon import Abandon
 from .ledger import Ledger
 
 LossFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]
@@ -159,7 +160,7 @@ class _Gradients:
 
 def _apgd_run(atk: torchattacks.APGD | torchattacks.APGDT, x_in: torch.Tensor, y_in: torch.Tensor,
               rows: torch.Tensor, loss_fn: LossFn, y_target: torch.Tensor | None, first_step_size: bool,
-              group: torch.Tensor | None = None,
+              group: torch.Tensor | None = None, abandon: Abandon | None = None,
               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
     """One APGD run from a random start: (best-loss points, still correct, best loss, fooling points).
 
@@ -169,6 +170,8 @@ def _apgd_run(atk: torchattacks.APGD | torchattacks.APGDT, x_in: torch.Tensor, y
     example's attack depend on its batch-mates); kept only without early exit, which needs every example's own.
     ``group``: rows that are copies of one example (parallel restarts or targets); with early exit, all copies of
     an example leave once one of them fools the model.
+    ``abandon``: with early exit, the rows this rule gives up on at the run's midpoint leave too, unfooled, with
+    their best points (:mod:`.abandon`; the default's long runs).
     """
     early: bool = atk.early_stop
     x = x_in.clone() if len(x_in.shape) == 4 else x_in.clone().unsqueeze(0)
@@ -182,6 +185,8 @@ def _apgd_run(atk: torchattacks.APGD | torchattacks.APGDT, x_in: torch.Tensor, y
     acc = logits.detach().max(1)[1] == y
     alive = acc.clone()  # early exit: the examples still attacked
     x_adv_old = x_adv.clone()
+    halfway = abandon.steps_at(atk.steps) if early and abandon is not None and abandon.applies(atk.steps) else None
+    earlier = best.loss
     for i in range(atk.steps):
         act = alive.nonzero().squeeze(1) if early else None
         if act is not None and act.numel() == 0:
@@ -207,6 +212,11 @@ def _apgd_run(atk: torchattacks.APGD | torchattacks.APGDT, x_in: torch.Tensor, y
             y1 = loss_indiv.detach().clone()
             best.update(x_adv, grad, y1)
             schedule.update(i, y1, best, x_adv, grad)
+            if halfway is not None and i == halfway[0]:
+                earlier = best.loss.clone()
+            elif halfway is not None and i == halfway[1]:
+                assert abandon is not None
+                alive &= ~abandon.stops(atk.steps, earlier, best.loss)
     return best.x, acc, best.loss, x_best_adv
 
 

@@ -14,7 +14,8 @@ steps on each target show which one comes close. Here the budget follows the evi
    loss is scale-free and positive once the target's logit passes the true one's) get a long run on the target
    that came closest, and on the next one when it came as close (``second``); a long run that ended closer still
    (``retry``) gets one more from a fresh start. The others are far from every boundary: long runs there are what
-   made AutoAttack expensive without breaking anything (B9, docs/attacks.md).
+   made AutoAttack expensive without breaking anything (B9, docs/attacks.md). A long run gives up half way on a row
+   whose loss, extrapolated from its recent gain, ends short of the boundary (``abandon``, :mod:`.abandon`).
 
 Every run is :func:`.apgd._apgd_run` (torchattacks' APGD loop) on the targeted DLR loss, with early exit and the
 ledger; the ranking's passes (one forward and one backward per ranked class) are counted too.
@@ -30,6 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .abandon import Abandon
 from .apgd import EarlyAPGDT, _apgd_run
 from .ledger import Ledger
 
@@ -63,6 +65,8 @@ class TargetPlan:
     rerun_near: float = 0.35
     restarts: int = 1  # of every sweep run
     escalate_restarts: int = 1
+    #: the long runs give up half way on a row whose loss cannot reach the boundary in the steps left (None: never)
+    abandon: Abandon | None = Abandon()
 
     def stronger(self, level: int = 1) -> TargetPlan:
         """The convergence check's rerun at ``level``: every target, the sweep's and the long runs' steps doubled
@@ -197,18 +201,20 @@ class RankedAPGDT(EarlyAPGDT):
             rows, col = want.nonzero().unbind(1)
             self.escalated[rows] = True
             targets = order[rows, top[rows, col]]
-            ended = self._runs(ex, rows, targets, plan.escalate_steps, plan.escalate_restarts)
+            long = (plan.escalate_steps, plan.escalate_restarts, plan.abandon)
+            ended = self._runs(ex, rows, targets, *long)
             if plan.retry:  # the closest misses after their long run: one more, from a fresh random start
                 again = (ended >= -plan.retry) & ex.acc[rows]
-                self._runs(ex, rows[again], targets[again], plan.escalate_steps, plan.escalate_restarts)
+                self._runs(ex, rows[again], targets[again], *long)
         return ex.acc, ex.adv
 
     def _runs(
-        self, ex: _Examples, which: torch.Tensor, target: torch.Tensor, steps: int, restarts: int
-    ) -> torch.Tensor:
+        self, ex: _Examples, which: torch.Tensor, target: torch.Tensor, steps: int, restarts: int,
+        abandon: Abandon | None = None,
+    ) -> torch.Tensor:  # fmt: skip
         """``restarts`` x ``steps``-step runs of every (example ``which[i]``, ``target[i]``) pair, as copies in one
-        batch; an example leaves when any of its copies fools the model. Updates ``ex`` in place and returns each
-        pair's highest targeted loss (the best over its restarts)."""
+        batch; an example leaves when any of its copies fools the model (a copy, when ``abandon`` gives up on it).
+        Updates ``ex`` in place and returns each pair's highest targeted loss (the best over its restarts)."""
         best = torch.full((len(which),), float("-inf"), device=ex.x.device)
         live = ex.acc[which]
         if not bool(live.any()):
@@ -217,7 +223,15 @@ class RankedAPGDT(EarlyAPGDT):
         pair = live.nonzero().squeeze(1).repeat(restarts)  # restart-major copies of the live pairs
         rows = which[pair]
         _, acc_c, loss, adv_c = _apgd_run(
-            self, ex.x[rows], ex.y[rows], rows, self.dlr_loss_targeted, target[pair], first_step_size=False, group=rows
+            self,
+            ex.x[rows],
+            ex.y[rows],
+            rows,
+            self.dlr_loss_targeted,
+            target[pair],
+            first_step_size=False,
+            group=rows,
+            abandon=abandon,
         )
         best.scatter_reduce_(0, pair, loss, reduce="amax")
         for c in (~acc_c).nonzero().squeeze(1).flip(0).tolist():  # the first copy that fooled an example wins
