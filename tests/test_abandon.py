@@ -2,8 +2,9 @@
 
 The rule (:mod:`robustbench_filters.attacks.abandon`) stops a long APGD run's row at the midpoint when its best
 loss, extrapolated by twice its recent gain, still ends short of the boundary. What has to hold: flat far rows
-stop and climbing or near rows do not; short runs and runs without early exit (the reference's bit-for-bit path)
-never abandon; on a real model it saves passes on the rows it stops, and those are rows the full run did not break.
+stop and climbing or near rows do not; short runs and runs without early exit (the path tested bit for bit against
+torchattacks) never abandon; on a real model it saves passes on the rows it stops, and those are rows the full run
+did not break.
 (On this small normally trained net every break comes early, so a rule far more eager would pass that last
 assertion too: the rule's strength on adversarially trained models is B9's to judge, docs/attacks.md.)
 """
