@@ -185,7 +185,8 @@ def _apgd_run(atk: torchattacks.APGD | torchattacks.APGDT, x_in: torch.Tensor, y
     acc = logits.detach().max(1)[1] == y
     alive = acc.clone()  # early exit: the examples still attacked
     x_adv_old = x_adv.clone()
-    halfway = abandon.steps_at(atk.steps) if early and abandon is not None and abandon.applies(atk.steps) else None
+    rule = abandon if early and abandon is not None and abandon.applies(atk.steps) else None
+    compare, decide = rule.steps_at(atk.steps) if rule is not None else (-1, -1)
     earlier = best.loss
     for i in range(atk.steps):
         act = alive.nonzero().squeeze(1) if early else None
@@ -212,11 +213,10 @@ def _apgd_run(atk: torchattacks.APGD | torchattacks.APGDT, x_in: torch.Tensor, y
             y1 = loss_indiv.detach().clone()
             best.update(x_adv, grad, y1)
             schedule.update(i, y1, best, x_adv, grad)
-            if halfway is not None and i == halfway[0]:
+            if i == compare:
                 earlier = best.loss.clone()
-            elif halfway is not None and i == halfway[1]:
-                assert abandon is not None
-                alive &= ~abandon.stops(atk.steps, earlier, best.loss)
+            elif i == decide and rule is not None:
+                alive &= ~rule.stops(atk.steps, earlier, best.loss)
     return best.x, acc, best.loss, x_best_adv
 
 
