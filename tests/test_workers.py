@@ -206,6 +206,41 @@ def _two_ranks() -> tuple[object, object, object]:
     return master, zero, one
 
 
+def _replay(order: list, seconds: dict, processes: int = 2, late: float = 1.0) -> list[list]:
+    """Units taken from the queue in ``order`` by processes of equal speed, each taking the next unit when free
+    (rank 0 starting ``late`` seconds after the others: it runs the model checks first); who took what."""
+    free, taken = [late] + [0.0] * (processes - 1), [[] for _ in range(processes)]
+    for unit in order:
+        p = free.index(min(free))
+        free[p] += seconds[unit.model]
+        taken[p].append(unit)
+    return taken
+
+
+def test_the_queue_hands_every_model_to_every_process() -> None:
+    """Equal-cost units whose models really differ (one costs 19 s a unit, the other 17.5: B13's gate part) must
+    not fall into step with two processes, one taking every unit of the dearer model; the most expensive units still
+    go first and the short last batch last."""
+    from robustbench_filters.runs.runner import queue_order
+    from robustbench_filters.runs.units import Unit
+
+    work = {"pgd": 64.0, "clean": 1.0}
+
+    def cost(u: Unit) -> float:
+        return work[u.part] * (0.5 if u.batch == 3 else 1.0)  # the last batch is short
+
+    for models in (2, 3, 4):
+        units = [Unit(m, part, b) for m in range(models) for part in ("pgd", "clean") for b in range(4)]
+        order = queue_order(units, cost)
+        assert sorted(order) == sorted(units)
+        assert [u.part for u in order[: 3 * models]] == ["pgd"] * (3 * models)  # full pgd batches first
+        assert {u.batch for u in order[2 * models : 3 * models]} == {2}
+        attacks = [u for u in order if u.part == "pgd"]
+        seconds = {m: 17.5 + 1.5 * m for m in range(models)}
+        for took in _replay(attacks, seconds):
+            assert {u.model for u in took} == set(range(models)), (models, took)
+
+
 def test_the_shared_queue_hands_out_every_unit_once_and_counts_progress() -> None:
     from robustbench_filters.core.workqueue import WorkQueue
 

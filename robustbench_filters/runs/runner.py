@@ -249,9 +249,17 @@ def _order(measurement: Measurement, units: list[Unit], ctx: distributed.DistCon
 
 def queue_order(units: list[Unit], cost: Callable[[Unit], float]) -> list[Unit]:
     """The order in which a pool's processes take ``units``: most expensive first; among equals, part by part in
-    plan order, batch by batch within a part (benchmarks/b13_workers.py replays it)."""
+    plan order, batch by batch within a part, and within a batch the models in an order that turns by one from
+    each batch to the next (benchmarks/b13_workers.py replays it).
+
+    Why the turn: a unit's cost is known only roughly (its examples and eps), and the models of one run differ in
+    what they really cost (a model whose examples hold costs more to attack). With the models in the same order in
+    every batch, two processes of equal speed fall into step, each taking the same model's unit batch after batch,
+    and the process with the dearer model ends last (B13's gate part: one process took every ``deit-grc`` unit and
+    ended 6 s after the other). Turning the order hands each model's units to both processes."""
     rank = {part: i for i, part in reversed(list(enumerate(u.part for u in units)))}
-    return sorted(units, key=lambda u: (-cost(u), rank[u.part], u.batch, u.model))
+    models = max((u.model for u in units), default=0) + 1
+    return sorted(units, key=lambda u: (-cost(u), rank[u.part], u.batch, (u.model - u.batch) % models))
 
 
 def _compute(
