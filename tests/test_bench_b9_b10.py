@@ -26,7 +26,10 @@ def test_b9_smoke_compares_the_default_with_pgd_and_autoattack_standard(bench, t
     result = bench("b9_default_strength").run(smoke=True, out=tmp_path)
     stored = json.loads((tmp_path / "b9_default_strength.json").read_text())
     (cell,) = stored["tables"]["robust examples, passes and time per cell"]
-    assert cell["default_robust"] <= cell["pgd_robust"] and 0 < cell["default_passes"] < cell["standard_passes"]
+    # the smoke cell (8 examples at 0.05) can fall whole to APGD-CE, the first stage of both attacks, before any
+    # later stage runs: then both spend the same passes (58 and 58 on 2026-12-08). B9's full cells are where the
+    # default must cost at most a tenth (the benchmark's target, not a test's)
+    assert cell["default_robust"] <= cell["pgd_robust"] and 0 < cell["default_passes"] <= cell["standard_passes"]
     assert cell["pass_share"] == round(cell["default_passes"] / cell["standard_passes"], 3)
     assert set(result["targets"]) == {
         "max robust examples over autoattack-standard beyond the allowance, per cell",
